@@ -1,0 +1,146 @@
+"""The overlay core's interface: events and ``now`` in, actions out (sans-I/O).
+
+Implements the boundary described in docs/overlay.md (style of aioquic / etcd-raft): a driver
+(the deterministic simulator in ``overlay.sim`` or the real broker runtime in ``broker``) owns
+the clock, the network and the randomness seed; the core (``overlay.node.OverlayNode``) owns the
+SG-TBPS Skip Graph with Flexible Routing Tables of seed 003 (Banno & Shudo) and never performs
+I/O.
+
+Driver loop::
+
+    actions = node.handle(event, now)          # carry out every action in order
+    deadline = node.next_deadline()            # call node.handle(Tick(), t) at t >= deadline
+
+Peers (physical nodes = brokers) are identified by opaque, hashable, mutually comparable ids
+(ints in the simulator, strings such as "host:port" in real clusters). All messages between
+peers are the query dataclasses of ``overlay.messages`` (REXP, EEXP, PUB, UNSUB, NEW of seed 003
+Table 1, plus the Skip Graph maintenance messages); each has a ``kind`` string and PUB has a
+``topic`` so drivers can count and check traffic without knowing the protocol.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import IntEnum
+from typing import Any, Protocol
+
+PeerId = Any  # int in the simulator, str in a real cluster; hashable and totally ordered
+
+
+class Role(IntEnum):
+    """A virtual node's kind (seed 003 §3.2). Publishers sort before subscribers of a topic."""
+
+    PUBLISHER = 0
+    SUBSCRIBER = 1
+
+
+# ---------------------------------------------------------------- events (driver -> core)
+
+
+@dataclass(frozen=True, slots=True)
+class Bootstrap:
+    """Peers this node may contact to enter the overlay (empty for the very first node)."""
+
+    contacts: tuple[PeerId, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class JoinTopic:
+    """Insert a virtual node (topic, role, self) into the Skip Graph (§3.5.2)."""
+
+    topic: str
+    role: Role
+
+
+@dataclass(frozen=True, slots=True)
+class LeaveTopic:
+    """Remove the virtual node (topic, role, self); subscribers send UNSUB (§3.5.3)."""
+
+    topic: str
+    role: Role
+
+
+@dataclass(frozen=True, slots=True)
+class Publish:
+    """A local publisher's message for ``topic`` (§3.5.4). ``payload`` is opaque to the core."""
+
+    topic: str
+    payload: Any
+    publication_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class Receive:
+    """A message from another peer arrived."""
+
+    sender: PeerId
+    message: Any  # one of overlay.messages
+
+
+@dataclass(frozen=True, slots=True)
+class Tick:
+    """Timers are due (the driver calls this at or after ``next_deadline()``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class PeerUnreachable:
+    """The transport gave up on a peer (connection refused/broken). Optional hint; the core
+    also detects silent crashes by its own timeouts."""
+
+    peer: PeerId
+
+
+@dataclass(frozen=True, slots=True)
+class Shutdown:
+    """Leave every topic gracefully before the process stops."""
+
+
+Event = Bootstrap | JoinTopic | LeaveTopic | Publish | Receive | Tick | PeerUnreachable | Shutdown
+
+# ---------------------------------------------------------------- actions (core -> driver)
+
+
+@dataclass(frozen=True, slots=True)
+class Send:
+    """Transmit ``message`` to peer ``dest`` (best effort; may be lost or reordered)."""
+
+    dest: PeerId
+    message: Any
+
+
+@dataclass(frozen=True, slots=True)
+class Deliver:
+    """A PUB reached this peer's subscriber virtual node for ``topic``.
+
+    ``hops`` is the overlay path length from the publisher's virtual node (1 = direct).
+    """
+
+    topic: str
+    payload: Any
+    publication_id: int
+    publisher: PeerId
+    hops: int
+
+
+@dataclass(frozen=True, slots=True)
+class SubscriberPresence:
+    """The rendezvous point told this publisher whether ``topic`` has subscribers (§3.2).
+
+    While ``present`` is False the publisher's ``Publish`` events send nothing (exhaust data).
+    """
+
+    topic: str
+    present: bool
+
+
+Action = Send | Deliver | SubscriberPresence
+
+
+class OverlayCore(Protocol):
+    """What drivers rely on; ``overlay.node.OverlayNode`` implements it."""
+
+    peer_id: PeerId
+
+    def handle(self, event: Event, now: float) -> list[Action]: ...
+
+    def next_deadline(self) -> float | None: ...

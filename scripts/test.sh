@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# The project's test command (the README's second quick-start command; .ci/run runs it).
+# Sets up from nothing, runs lint and type checks, then the whole test suite.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+.venv/bin/ruff check broker overlay tests bench
+.venv/bin/mypy
+set +e
+.venv/bin/python -m pytest -q "$@"
+rc=$?
+set -e
+# pytest exits 5 when it collected no test: that is a failure for this project, not a pass.
+if [ "$rc" = 5 ]; then echo "test: no tests collected" >&2; exit 1; fi
+exit "$rc"
