@@ -1,0 +1,364 @@
+"""MQTT topic names, topic filters, shared-subscription names and a fast subscription trie.
+
+Follows MQTT 3.1.1 §4.7 and MQTT 5.0 §4.7 (topic names and filters, wildcards, the '$' rule
+MQTT-4.7.2-1) and MQTT 5.0 §4.8.2 (shared subscriptions "$share/{ShareName}/{filter}").
+
+``SubscriptionTrie`` keeps one dict per topic level, so matching a topic costs O(levels x
+matching wildcard branches), independent of the number of unrelated subscriptions. Match results
+are cached per concrete topic as the list of *subscriber dicts* that match (not copies of the
+entries), so adding/removing a subscriber of an already-known filter never invalidates the cache;
+only creating a filter that did not exist before does (an exact filter evicts one cached topic,
+a wildcard filter clears the cache).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Generic, TypeVar
+
+from broker.mqtt.packets import ReasonCode
+
+K = TypeVar("K")
+V = TypeVar("V")
+
+MAX_TOPIC_LENGTH_BYTES = 65535
+SHARE_PREFIX = "$share/"
+
+
+class TopicError(ValueError):
+    """An invalid topic name or topic filter. ``reason_code`` is the MQTT 5 reason code to use."""
+
+    def __init__(self, message: str, reason_code: int) -> None:
+        super().__init__(message)
+        self.reason_code = int(reason_code)
+
+
+def _check_common(text: str, what: str, reason_code: int) -> None:
+    if not isinstance(text, str):
+        raise TopicError(f"{what} must be a str, got {type(text).__name__}", reason_code)
+    if not text:
+        raise TopicError(f"{what} must not be empty (MQTT-4.7.3-1)", reason_code)
+    if "\x00" in text:
+        raise TopicError(f"{what} {text!r} contains the null character U+0000 (MQTT-1.5.3-2)", reason_code)
+    if len(text) * 4 > MAX_TOPIC_LENGTH_BYTES and len(text.encode("utf-8")) > MAX_TOPIC_LENGTH_BYTES:
+        raise TopicError(f"{what} is longer than {MAX_TOPIC_LENGTH_BYTES} bytes of UTF-8", reason_code)
+
+
+def validate_topic_name(name: str) -> None:
+    """Raise ``TopicError`` (0x90 TOPIC_NAME_INVALID) unless ``name`` is a valid PUBLISH topic name."""
+    code = ReasonCode.TOPIC_NAME_INVALID
+    _check_common(name, "topic name", code)
+    if "+" in name or "#" in name:
+        raise TopicError(f"topic name {name!r} must not contain wildcards '+' or '#' (MQTT-3.3.2-2)", code)
+
+
+def validate_topic_filter(topic_filter: str) -> None:
+    """Raise ``TopicError`` (0x8F TOPIC_FILTER_INVALID) unless ``topic_filter`` is a valid filter.
+
+    '#' must be the last character and alone in its level (MQTT-4.7.1-2); '+' must occupy a
+    whole level (MQTT-4.7.1-3). Shared filters are syntactically ordinary filters here; use
+    ``parse_shared`` to check the share name.
+    """
+    code = ReasonCode.TOPIC_FILTER_INVALID
+    _check_common(topic_filter, "topic filter", code)
+    if "+" not in topic_filter and "#" not in topic_filter:
+        return
+    levels = topic_filter.split("/")
+    last = len(levels) - 1
+    for index, level in enumerate(levels):
+        if "#" in level and (level != "#" or index != last):
+            raise TopicError(
+                f"topic filter {topic_filter!r}: '#' must be alone in the last level (MQTT-4.7.1-2)", code
+            )
+        if "+" in level and level != "+":
+            raise TopicError(
+                f"topic filter {topic_filter!r}: '+' must occupy a whole level (MQTT-4.7.1-3)", code
+            )
+
+
+def parse_shared(topic_filter: str) -> tuple[str | None, str]:
+    """Split a shared subscription "$share/group/filter" into ("group", "filter") (MQTT 5 §4.8.2).
+
+    A non-shared filter returns (None, topic_filter) unchanged. The share name must be non-empty
+    and contain no '/', '+' or '#'; the filter after it must be a valid, non-empty topic filter.
+    Raises ``TopicError`` with reason code 0x8F otherwise.
+    """
+    if not topic_filter.startswith(SHARE_PREFIX):
+        return None, topic_filter
+    code = ReasonCode.TOPIC_FILTER_INVALID
+    rest = topic_filter[len(SHARE_PREFIX) :]
+    group, slash, inner = rest.partition("/")
+    if not group:
+        raise TopicError(f"shared subscription {topic_filter!r} has an empty share name (MQTT-4.8.2-1)", code)
+    if "+" in group or "#" in group:
+        raise TopicError(
+            f"shared subscription {topic_filter!r}: share name {group!r} must not contain '+' or '#' "
+            "(MQTT-4.8.2-2)",
+            code,
+        )
+    if not slash or not inner:
+        raise TopicError(
+            f"shared subscription {topic_filter!r} has no topic filter after the share name (MQTT-4.8.2-2)",
+            code,
+        )
+    validate_topic_filter(inner)
+    return group, inner
+
+
+def topic_matches(topic_filter: str, topic: str) -> bool:
+    """Reference (slow, obviously correct) matcher: does ``topic_filter`` match concrete ``topic``?"""
+    filter_levels = topic_filter.split("/")
+    topic_levels = topic.split("/")
+    if topic.startswith("$") and filter_levels[0] in ("+", "#"):
+        return False  # MQTT-4.7.2-1
+    for index, level in enumerate(filter_levels):
+        if level == "#":
+            return True  # matches the parent level and everything below
+        if index >= len(topic_levels):
+            return False
+        if level != "+" and level != topic_levels[index]:
+            return False
+    return len(filter_levels) == len(topic_levels)
+
+
+def filter_covers(wide_filter: str, narrow_filter: str) -> bool:
+    """True if every topic matched by ``narrow_filter`` is also matched by ``wide_filter``.
+
+    "a/#" covers "a/b/+", "a" and "a/#"; "a/+" covers "a/b" but not "a/#" nor "a"; "#" does not
+    cover "$SYS/x" (the '$' rule).
+    """
+    wide = wide_filter.split("/")
+    narrow = narrow_filter.split("/")
+    if narrow[0].startswith("$") and wide[0] in ("+", "#"):
+        return False
+    for index, level in enumerate(wide):
+        if level == "#":
+            return True
+        if index >= len(narrow):
+            return False
+        other = narrow[index]
+        if other == "#":
+            # "#" alone matches every topic of one level or more, and so does "+/#"
+            return index == 0 and wide == ["+", "#"]
+        if level == "+":
+            continue
+        if other == "+" or other != level:
+            return False
+    return len(wide) == len(narrow)
+
+
+class _Node(Generic[K, V]):
+    """One trie level. ``exact`` holds subscribers whose filter ends here; ``multi`` those of
+    "<this prefix>/#"; ``single`` is the '+' child. Dicts are created lazily and never reused
+    once detached, so the match cache may hold references to them safely."""
+
+    __slots__ = ("children", "exact", "exact_filter", "multi", "multi_filter", "parent", "single", "word")
+
+    def __init__(self, parent: _Node[K, V] | None, word: str, prefix: str | None) -> None:
+        self.parent = parent
+        self.word = word
+        self.children: dict[str, _Node[K, V]] = {}
+        self.single: _Node[K, V] | None = None
+        self.exact: dict[K, V] | None = None
+        self.multi: dict[K, V] | None = None
+        # full filter strings, for the match results
+        self.exact_filter = prefix if prefix is not None else ""
+        self.multi_filter = "#" if prefix is None else prefix + "/#"
+
+    def is_empty(self) -> bool:
+        return not self.children and self.single is None and self.exact is None and self.multi is None
+
+
+_Bucket = tuple[str, dict]  # (filter, subscribers) as stored in the match cache
+
+
+class SubscriptionTrie(Generic[K, V]):
+    """Subscriptions keyed by (topic filter, key) with O(levels) matching of concrete topics.
+
+    ``key`` is typically a client id (or a (share group, client id) pair); ``value`` the
+    subscription options. Filters are validated on ``add`` (``TopicError`` 0x8F).
+    """
+
+    def __init__(self, *, cache_size: int = 4096) -> None:
+        self._root: _Node[K, V] = _Node(None, "", None)
+        self._count = 0
+        self._cache: dict[str, list[_Bucket]] = {}
+        self._cache_size = cache_size
+        self.cache_hits = 0
+        self.cache_misses = 0
+
+    def __len__(self) -> int:
+        return self._count
+
+    # -- lookup helpers -------------------------------------------------------------------------
+
+    def _find(self, topic_filter: str) -> tuple[_Node[K, V] | None, bool]:
+        """Node owning ``topic_filter`` and whether the filter ends with '#'."""
+        levels = topic_filter.split("/")
+        multi = levels[-1] == "#"
+        if multi:
+            levels.pop()
+        node: _Node[K, V] | None = self._root
+        for level in levels:
+            assert node is not None
+            node = node.single if level == "+" else node.children.get(level)
+            if node is None:
+                return None, multi
+        return node, multi
+
+    # -- mutation -------------------------------------------------------------------------------
+
+    def add(self, topic_filter: str, key: K, value: V) -> V | None:
+        """Add or replace the subscription (topic_filter, key); returns the previous value or None."""
+        validate_topic_filter(topic_filter)
+        levels = topic_filter.split("/")
+        multi = levels[-1] == "#"
+        if multi:
+            levels.pop()
+        node = self._root
+        prefix: str | None = None
+        for level in levels:
+            prefix = level if prefix is None else prefix + "/" + level
+            if level == "+":
+                nxt = node.single
+                if nxt is None:
+                    nxt = node.single = _Node(node, "+", prefix)
+            else:
+                nxt = node.children.get(level)
+                if nxt is None:
+                    nxt = node.children[level] = _Node(node, level, prefix)
+            node = nxt
+        if multi:
+            bucket = node.multi
+            if bucket is None:
+                bucket = node.multi = {}
+                self._invalidate(topic_filter)
+        else:
+            bucket = node.exact
+            if bucket is None:
+                bucket = node.exact = {}
+                self._invalidate(topic_filter)
+        previous = bucket.get(key)
+        if previous is None and key not in bucket:
+            self._count += 1
+        bucket[key] = value
+        return previous
+
+    def remove(self, topic_filter: str, key: K) -> V | None:
+        """Remove (topic_filter, key); returns its value, or None if it was not there."""
+        node, multi = self._find(topic_filter)
+        if node is None:
+            return None
+        bucket = node.multi if multi else node.exact
+        if bucket is None or key not in bucket:
+            return None
+        value = bucket.pop(key)
+        self._count -= 1
+        if not bucket:
+            # Detach the empty dict (cached buckets keep referencing it harmlessly: it stays
+            # empty forever) and prune nodes that no longer lead anywhere.
+            if multi:
+                node.multi = None
+            else:
+                node.exact = None
+            self._prune(node)
+        return value
+
+    def _prune(self, node: _Node[K, V]) -> None:
+        while node.parent is not None and node.is_empty():
+            parent = node.parent
+            if node.word == "+" and parent.single is node:
+                parent.single = None
+            else:
+                parent.children.pop(node.word, None)
+            node.parent = None
+            node = parent
+
+    def _invalidate(self, topic_filter: str) -> None:
+        """A new (previously absent) filter appeared: drop cached results it could change."""
+        if not self._cache:
+            return
+        if "+" in topic_filter or "#" in topic_filter:
+            self._cache.clear()
+        else:
+            self._cache.pop(topic_filter, None)
+
+    def clear_cache(self) -> None:
+        self._cache.clear()
+
+    # -- queries --------------------------------------------------------------------------------
+
+    def get(self, topic_filter: str, key: K) -> V | None:
+        node, multi = self._find(topic_filter)
+        if node is None:
+            return None
+        bucket = node.multi if multi else node.exact
+        return None if bucket is None else bucket.get(key)
+
+    def _buckets(self, topic: str) -> list[_Bucket]:
+        buckets: list[_Bucket] = []
+        nodes = [self._root]
+        dollar = topic.startswith("$")
+        for level in topic.split("/"):
+            following: list[_Node[K, V]] = []
+            for node in nodes:
+                if node.multi is not None and not (dollar and node is self._root):
+                    buckets.append((node.multi_filter, node.multi))
+                child = node.children.get(level)
+                if child is not None:
+                    following.append(child)
+                if node.single is not None and not (dollar and node is self._root):
+                    following.append(node.single)
+            if not following:
+                return buckets
+            nodes = following
+        for node in nodes:
+            if node.exact is not None:
+                buckets.append((node.exact_filter, node.exact))
+            if node.multi is not None:  # "sport/#" matches "sport"
+                buckets.append((node.multi_filter, node.multi))
+        return buckets
+
+    def match(self, topic: str) -> list[tuple[str, K, V]]:
+        """Every subscription whose filter matches the concrete ``topic``: (filter, key, value)."""
+        buckets = self._cache.get(topic)
+        if buckets is None:
+            self.cache_misses += 1
+            buckets = self._buckets(topic)
+            cache = self._cache
+            if len(cache) >= self._cache_size:
+                del cache[next(iter(cache))]  # evict the oldest entry
+            cache[topic] = buckets
+        else:
+            self.cache_hits += 1
+        return [(flt, key, value) for flt, bucket in buckets for key, value in bucket.items()]
+
+    def has_match(self, topic: str) -> bool:
+        """True if at least one subscription matches ``topic`` (cheaper than ``match``)."""
+        buckets = self._cache.get(topic)
+        if buckets is None:
+            return bool(self.match(topic))
+        return any(bucket for _f, bucket in buckets)
+
+    def filters(self) -> Iterator[str]:
+        """Every topic filter that currently has at least one subscription."""
+        stack = [self._root]
+        while stack:
+            node = stack.pop()
+            if node.exact:
+                yield node.exact_filter
+            if node.multi:
+                yield node.multi_filter
+            stack.extend(node.children.values())
+            if node.single is not None:
+                stack.append(node.single)
+
+    def items(self) -> Iterator[tuple[str, K, V]]:
+        """Every (filter, key, value) in the trie."""
+        for topic_filter in list(self.filters()):
+            node, multi = self._find(topic_filter)
+            if node is None:
+                continue
+            bucket = node.multi if multi else node.exact
+            for key, value in list((bucket or {}).items()):
+                yield topic_filter, key, value

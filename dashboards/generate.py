@@ -1,0 +1,163 @@
+"""Generates the Grafana dashboards in this folder from one list of panels.
+
+The JSON files are generated, not hand-edited: `python dashboards/generate.py` rewrites them and
+tests/test_dashboards.py checks that the committed files match this generator and that every
+metric a panel queries is one the broker actually exports (broker/metrics.py).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+
+# (title, unit, [(PromQL expression, legend)], panel width)
+BROKER_PANELS: list[tuple[str, str, list[tuple[str, str]], int]] = [
+    ("Connected clients", "short", [("sum by (instance) (skipmq_connections)", "{{instance}}")], 8),
+    (
+        "Connection rate",
+        "ops",
+        [("sum by (instance) (rate(skipmq_connections_total[1m]))", "{{instance}}")],
+        8,
+    ),
+    ("Sessions", "short", [("sum by (instance) (skipmq_sessions)", "{{instance}}")], 8),
+    (
+        "Messages in by QoS",
+        "ops",
+        [("sum by (qos) (rate(skipmq_messages_received_total[1m]))", "QoS {{qos}}")],
+        12,
+    ),
+    (
+        "Messages out by QoS",
+        "ops",
+        [("sum by (qos) (rate(skipmq_messages_sent_total[1m]))", "QoS {{qos}}")],
+        12,
+    ),
+    (
+        "Bytes in / out",
+        "Bps",
+        [
+            ("sum(rate(skipmq_bytes_received_total[1m]))", "in"),
+            ("sum(rate(skipmq_bytes_sent_total[1m]))", "out"),
+        ],
+        12,
+    ),
+    (
+        "Dropped messages by reason",
+        "ops",
+        [("sum by (reason) (rate(skipmq_messages_dropped_total[5m]))", "{{reason}}")],
+        12,
+    ),
+    (
+        "Queued and in-flight messages",
+        "short",
+        [
+            ("sum by (instance) (skipmq_queued_messages)", "queued {{instance}}"),
+            ("sum by (instance) (skipmq_inflight_messages)", "in flight {{instance}}"),
+        ],
+        12,
+    ),
+    (
+        "Subscriptions and retained messages",
+        "short",
+        [
+            ("sum by (instance) (skipmq_subscriptions)", "subscriptions {{instance}}"),
+            ("sum by (instance) (skipmq_retained_messages)", "retained {{instance}}"),
+        ],
+        12,
+    ),
+    (
+        "Protocol errors by packet type",
+        "ops",
+        [("sum by (packet_type) (rate(skipmq_packet_errors_total[5m]))", "{{packet_type}}")],
+        12,
+    ),
+    (
+        "Packets in by type",
+        "ops",
+        [("sum by (packet_type) (rate(skipmq_packets_received_total[1m]))", "{{packet_type}}")],
+        12,
+    ),
+    (
+        "Broker CPU",
+        "percentunit",
+        [('rate(process_cpu_seconds_total{job=~"$job"}[1m])', "{{instance}}")],
+        12,
+    ),
+    ("Broker RSS", "bytes", [('process_resident_memory_bytes{job=~"$job"}', "{{instance}}")], 12),
+    ("Uptime", "s", [("max by (instance) (skipmq_uptime_seconds)", "{{instance}}")], 12),
+]
+
+
+def _panel(
+    panel_id: int, title: str, unit: str, targets: list[tuple[str, str]], width: int, x: int, y: int
+) -> dict[str, Any]:
+    return {
+        "id": panel_id,
+        "type": "timeseries",
+        "title": title,
+        "datasource": {"type": "prometheus", "uid": "${datasource}"},
+        "gridPos": {"h": 8, "w": width, "x": x, "y": y},
+        "fieldConfig": {"defaults": {"unit": unit}, "overrides": []},
+        "options": {"legend": {"displayMode": "list", "placement": "bottom"}},
+        "targets": [
+            {"refId": chr(ord("A") + i), "expr": expr, "legendFormat": legend}
+            for i, (expr, legend) in enumerate(targets)
+        ],
+    }
+
+
+def broker_dashboard() -> dict[str, Any]:
+    panels = []
+    x = y = 0
+    for panel_id, (title, unit, targets, width) in enumerate(BROKER_PANELS, start=1):
+        if x + width > 24:
+            x, y = 0, y + 8
+        panels.append(_panel(panel_id, title, unit, targets, width, x, y))
+        x += width
+    return {
+        "uid": "skipmq-broker",
+        "title": "SkipMQ broker",
+        "tags": ["skipmq", "mqtt"],
+        "schemaVersion": 39,
+        "version": 1,
+        "editable": True,
+        "time": {"from": "now-1h", "to": "now"},
+        "refresh": "10s",
+        "templating": {
+            "list": [
+                {"name": "datasource", "type": "datasource", "query": "prometheus", "label": "Data source"},
+                {
+                    "name": "job",
+                    "type": "query",
+                    "datasource": {"type": "prometheus", "uid": "${datasource}"},
+                    "query": "label_values(skipmq_uptime_seconds, job)",
+                    "includeAll": True,
+                    "multi": True,
+                    "label": "Job",
+                },
+            ]
+        },
+        "panels": panels,
+    }
+
+
+DASHBOARDS = {"skipmq-broker.json": broker_dashboard}
+
+
+def render(name: str) -> str:
+    return json.dumps(DASHBOARDS[name](), indent=2, sort_keys=True) + "\n"
+
+
+def main() -> int:
+    for name in DASHBOARDS:
+        (HERE / name).write_text(render(name))
+        print(f"wrote dashboards/{name}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
