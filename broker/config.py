@@ -1,0 +1,527 @@
+"""Validated broker configuration: defaults < TOML file < environment < CLI overrides.
+
+Every key is a field of a frozen dataclass below; its type, default, range or allowed values live
+in the field's metadata, so this module is the single source for validation, environment
+variable names (``SKIPMQ_<DOTTED_KEY_UPPERCASED_WITH_UNDERSCORES>``) and the reference in
+docs/configuration.md (a test checks the document lists every key).
+
+Errors raise ``ConfigError`` naming the dotted key, the bad value, where it came from and what
+is allowed. Unknown keys in the file or in overrides are errors with the closest known key
+suggested. Unknown ``SKIPMQ_*`` environment variables are NOT errors (Kubernetes injects
+``SKIPMQ_PORT``-style service-link variables for a service named ``skipmq``); they are listed in
+``BrokerConfig.warnings`` with a suggestion so the broker can log them.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import re
+import tomllib
+import typing
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field, fields, is_dataclass
+from typing import Any
+
+ENV_PREFIX = "SKIPMQ_"
+CONFIG_FILE_ENV = "SKIPMQ_CONFIG"  # path of the TOML file when load_config(path=None)
+
+_TRUE_WORDS = ("true", "1", "yes")
+_FALSE_WORDS = ("false", "0", "no")
+_NODE_ID_RE = re.compile(r"[A-Za-z0-9._:-]{1,128}")
+_UINT32_MAX = 4_294_967_295
+
+
+class ConfigError(ValueError):
+    """A configuration problem; the message names the key, the bad value and what is allowed."""
+
+    def __init__(self, message: str, key: str = "") -> None:
+        super().__init__(message)
+        self.key = key
+
+
+def _key(
+    default: Any,
+    doc: str,
+    *,
+    min_value: int | None = None,
+    max_value: int | None = None,
+    choices: tuple[str, ...] | None = None,
+) -> Any:
+    """A configuration field: default plus validation metadata."""
+    return field(
+        default=default,
+        metadata={"doc": doc, "min": min_value, "max": max_value, "choices": choices},
+    )
+
+
+# --- the configuration schema --------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class StoreConfig:
+    path: str = _key("", 'SQLite database file; "" means <data_dir>/skipmq.db')
+    synchronous: str = _key(
+        "normal",
+        "SQLite synchronous mode: normal (a process crash loses nothing committed; power loss may "
+        "lose the last commits) or full (fsync per commit, survives power loss)",
+        choices=("normal", "full"),
+    )
+    persistence: bool = _key(True, "keep persistent sessions, queues and retained messages in the store")
+
+
+@dataclass(frozen=True, slots=True)
+class TcpListenerConfig:
+    enabled: bool = _key(True, "accept plain MQTT over TCP")
+    host: str = _key("0.0.0.0", "address to bind")
+    port: int = _key(1883, "TCP port (0 = an ephemeral port)", min_value=0, max_value=65535)
+
+
+@dataclass(frozen=True, slots=True)
+class TlsListenerConfig:
+    enabled: bool = _key(False, "accept MQTT over TLS (requires certfile and keyfile)")
+    host: str = _key("0.0.0.0", "address to bind")
+    port: int = _key(8883, "TLS port (0 = an ephemeral port)", min_value=0, max_value=65535)
+    certfile: str = _key("", "PEM server certificate (chain)")
+    keyfile: str = _key("", "PEM private key of certfile")
+    cafile: str = _key("", "PEM CA bundle to verify client certificates")
+    require_client_cert: bool = _key(False, "require a client certificate signed by cafile")
+    use_identity_as_username: bool = _key(
+        False, "use the client certificate's subject CN as the MQTT username"
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class WebSocketListenerConfig:
+    enabled: bool = _key(False, 'accept MQTT over WebSocket (subprotocol "mqtt")')
+    host: str = _key("0.0.0.0", "address to bind")
+    port: int = _key(8080, "WebSocket port (0 = an ephemeral port)", min_value=0, max_value=65535)
+    path: str = _key("/mqtt", "HTTP path of the WebSocket endpoint (starts with /)")
+
+
+@dataclass(frozen=True, slots=True)
+class ListenersConfig:
+    tcp: TcpListenerConfig = field(default_factory=TcpListenerConfig)
+    tls: TlsListenerConfig = field(default_factory=TlsListenerConfig)
+    websocket: WebSocketListenerConfig = field(default_factory=WebSocketListenerConfig)
+
+
+@dataclass(frozen=True, slots=True)
+class HttpConfig:
+    enabled: bool = _key(True, "serve GET /metrics (Prometheus) and GET /healthz")
+    host: str = _key("127.0.0.1", "address to bind")
+    port: int = _key(9090, "HTTP port (0 = an ephemeral port)", min_value=0, max_value=65535)
+
+
+@dataclass(frozen=True, slots=True)
+class AuthConfig:
+    allow_anonymous: bool = _key(True, "accept clients that send no username")
+    password_file: str = _key("", "password file (skipmq passwd); must exist when set")
+    acl_file: str = _key("", "ACL file; must exist when set")
+
+
+@dataclass(frozen=True, slots=True)
+class LimitsConfig:
+    max_packet_size_bytes: int = _key(
+        1_048_576,
+        "largest MQTT packet accepted (larger: DISCONNECT 0x95)",
+        min_value=1,
+        max_value=268_435_455,
+    )
+    receive_maximum: int = _key(
+        100,
+        "QoS>0 PUBLISH a client may have unacknowledged towards the broker (MQTT 5 Receive Maximum)",
+        min_value=1,
+        max_value=65535,
+    )
+    max_inflight_messages: int = _key(
+        20,
+        "outgoing QoS>0 window per client (capped by the client's receive maximum)",
+        min_value=1,
+        max_value=65535,
+    )
+    max_queued_messages: int = _key(
+        1000,
+        "QoS>0 messages queued per client beyond the in-flight window",
+        min_value=1,
+        max_value=2**31 - 1,
+    )
+    queue_overflow: str = _key(
+        "drop_oldest", "what a full queue does with a new message", choices=("drop_oldest", "drop_new")
+    )
+    max_keepalive_s: int = _key(
+        0,
+        "0 = accept the client's keep alive; else the server keep alive caps it",
+        min_value=0,
+        max_value=65535,
+    )
+    topic_alias_maximum: int = _key(
+        10, "topic aliases a client may use towards the broker (0 = none)", min_value=0, max_value=65535
+    )
+    max_session_expiry_s: int = _key(
+        604_800,
+        "cap on session expiry, also for MQTT 3.1.1 persistent sessions (0 = no cap)",
+        min_value=0,
+        max_value=_UINT32_MAX,
+    )
+    maximum_qos: int = _key(2, "highest QoS granted and accepted", min_value=0, max_value=2)
+    retain_available: bool = _key(True, "accept retained messages")
+    max_client_id_length: int = _key(
+        65535, "longest client identifier accepted", min_value=23, max_value=65535
+    )
+    max_connections: int = _key(
+        0, "concurrent client connections (0 = unlimited)", min_value=0, max_value=2**31 - 1
+    )
+    connect_timeout_s: int = _key(
+        10, "seconds a new connection has to send CONNECT", min_value=1, max_value=3600
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class SysConfig:
+    interval_s: int = _key(
+        10, "seconds between $SYS publications (0 disables $SYS)", min_value=0, max_value=86400
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class LoggingConfig:
+    level: str = _key("info", "log level", choices=("debug", "info", "warning", "error"))
+    format: str = _key("json", "json (one object per line) or text", choices=("json", "text"))
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerConfig:
+    node_id: str = _key("", 'this broker\'s id in the cluster; "" = derived from the hostname by the broker')
+    data_dir: str = _key("./data", "directory for the store and other state")
+    uvloop: bool = _key(True, "use uvloop as the event loop when it is installed")
+    store: StoreConfig = field(default_factory=StoreConfig)
+    listeners: ListenersConfig = field(default_factory=ListenersConfig)
+    http: HttpConfig = field(default_factory=HttpConfig)
+    auth: AuthConfig = field(default_factory=AuthConfig)
+    limits: LimitsConfig = field(default_factory=LimitsConfig)
+    sys: SysConfig = field(default_factory=SysConfig)
+    logging: LoggingConfig = field(default_factory=LoggingConfig)
+    # Not a key: notes about ignored SKIPMQ_* environment variables, for the broker to log.
+    warnings: tuple[str, ...] = field(default=(), metadata={"internal": True})
+
+    @property
+    def store_path(self) -> str:
+        """The SQLite file: ``store.path`` or ``<data_dir>/skipmq.db``."""
+        return self.store.path or os.path.join(self.data_dir, "skipmq.db")
+
+
+# --- key table derived from the dataclasses ------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class KeySpec:
+    """One configuration key (derived from the dataclass fields above)."""
+
+    name: str  # dotted, e.g. "listeners.tcp.port"
+    kind: type  # int, bool or str
+    default: Any
+    doc: str
+    min_value: int | None
+    max_value: int | None
+    choices: tuple[str, ...] | None
+
+    @property
+    def env_var(self) -> str:
+        return ENV_PREFIX + self.name.upper().replace(".", "_")
+
+    def allowed(self) -> str:
+        """Human description of the allowed values."""
+        if self.choices:
+            return "one of " + ", ".join(repr(choice) for choice in self.choices)
+        if self.kind is bool:
+            return "a boolean (true/false; in env/CLI also 1/0/yes/no)"
+        if self.kind is int:
+            low = "" if self.min_value is None else str(self.min_value)
+            high = "" if self.max_value is None else str(self.max_value)
+            return f"an integer in {low}..{high}"
+        return "a string"
+
+
+def _walk(cls: type, prefix: str) -> Iterator[KeySpec]:
+    hints = typing.get_type_hints(cls)
+    for f in fields(cls):
+        if f.metadata.get("internal"):
+            continue
+        kind = hints[f.name]
+        name = prefix + f.name
+        if is_dataclass(kind):
+            yield from _walk(typing.cast(type, kind), name + ".")
+        else:
+            yield KeySpec(
+                name=name,
+                kind=kind,
+                default=f.default,
+                doc=f.metadata["doc"],
+                min_value=f.metadata["min"],
+                max_value=f.metadata["max"],
+                choices=f.metadata["choices"],
+            )
+
+
+KEYS: dict[str, KeySpec] = {spec.name: spec for spec in _walk(BrokerConfig, "")}
+SECTIONS: frozenset[str] = frozenset(
+    name.rsplit(".", depth)[0] for name in KEYS for depth in range(1, name.count(".") + 1)
+)
+_ENV_TO_KEY: dict[str, str] = {spec.env_var: name for name, spec in KEYS.items()}
+
+
+# --- value handling ------------------------------------------------------------------------------
+
+
+def _suggest(name: str, candidates: list[str]) -> str:
+    matches = [candidate for candidate in candidates if candidate.endswith("." + name)][:1]  # "tcp.port"
+    matches = matches or difflib.get_close_matches(name, candidates, n=1, cutoff=0.6)
+    if not matches:  # try the last component alone ("prot" -> "listeners.tcp.port")
+        leaf = name.rsplit(".", 1)[-1]
+        by_leaf = {candidate.rsplit(".", 1)[-1]: candidate for candidate in candidates}
+        leaf_matches = difflib.get_close_matches(leaf, list(by_leaf), n=1, cutoff=0.75)
+        matches = [by_leaf[leaf_matches[0]]] if leaf_matches else []
+    return f" (did you mean {matches[0]!r}?)" if matches else ""
+
+
+def _unknown_key_error(name: str, source: str) -> ConfigError:
+    return ConfigError(
+        f"unknown configuration key {name!r} in {source}{_suggest(name, sorted(KEYS))}", key=name
+    )
+
+
+def _bad_value(spec: KeySpec, value: Any, source: str, problem: str = "") -> ConfigError:
+    detail = problem or f"must be {spec.allowed()}"
+    return ConfigError(f"{spec.name}: {detail}, got {value!r} (from {source})", key=spec.name)
+
+
+def _from_text(spec: KeySpec, text: str, source: str) -> Any:
+    """Convert an environment / command-line string to the key's type."""
+    if spec.kind is bool:
+        word = text.strip().lower()
+        if word in _TRUE_WORDS:
+            return True
+        if word in _FALSE_WORDS:
+            return False
+        raise _bad_value(spec, text, source, "must be one of true/false/1/0/yes/no")
+    if spec.kind is int:
+        try:
+            return int(text.strip())
+        except ValueError:
+            raise _bad_value(spec, text, source) from None
+    return text
+
+
+def _check(spec: KeySpec, value: Any, source: str) -> Any:
+    """Type, range and choice check of one (already typed) value."""
+    if spec.kind is bool:
+        if not isinstance(value, bool):
+            raise _bad_value(spec, value, source)
+    elif spec.kind is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise _bad_value(spec, value, source)
+        if (spec.min_value is not None and value < spec.min_value) or (
+            spec.max_value is not None and value > spec.max_value
+        ):
+            raise _bad_value(spec, value, source)
+    elif not isinstance(value, str):
+        raise _bad_value(spec, value, source)
+    if spec.choices is not None and value not in spec.choices:
+        raise _bad_value(spec, value, source)
+    return value
+
+
+def _flatten_file(data: Mapping[str, Any], prefix: str, source: str, out: dict[str, tuple[Any, str]]) -> None:
+    for raw_key, value in data.items():
+        name = prefix + raw_key
+        if name in KEYS:
+            if isinstance(value, dict):
+                raise _bad_value(KEYS[name], value, source, f"must be {KEYS[name].allowed()}, not a table")
+            out[name] = (value, source)
+        elif name in SECTIONS:
+            if not isinstance(value, dict):
+                raise ConfigError(
+                    f"{name}: must be a table ([{name}]), got {value!r} (from {source})", key=name
+                )
+            _flatten_file(value, name + ".", source, out)
+        else:
+            while isinstance(value, dict) and len(value) == 1:  # [listener.tcp] port=1 -> listener.tcp.port
+                ((leaf, value),) = value.items()
+                name = f"{name}.{leaf}"
+            raise _unknown_key_error(name, source)
+
+
+def _read_file(path: str) -> dict[str, tuple[Any, str]]:
+    source = f"file {path}"
+    try:
+        with open(path, "rb") as handle:
+            data = tomllib.load(handle)
+    except FileNotFoundError:
+        raise ConfigError(f"configuration file {path!r} does not exist") from None
+    except OSError as exc:
+        raise ConfigError(f"cannot read configuration file {path!r}: {exc.strerror}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"configuration file {path!r} is not valid TOML: {exc}") from None
+    out: dict[str, tuple[Any, str]] = {}
+    _flatten_file(data, "", source, out)
+    return out
+
+
+def _read_env(env: Mapping[str, str]) -> tuple[dict[str, tuple[Any, str]], list[str]]:
+    values: dict[str, tuple[Any, str]] = {}
+    warnings: list[str] = []
+    for var in sorted(env):
+        if not var.startswith(ENV_PREFIX) or var == CONFIG_FILE_ENV:
+            continue
+        name = _ENV_TO_KEY.get(var)
+        if name is None:
+            warnings.append(
+                f"ignored environment variable {var}: not a configuration key"
+                f"{_suggest(var, sorted(_ENV_TO_KEY))}"
+            )
+            continue
+        source = f"environment variable {var}"
+        values[name] = (_from_text(KEYS[name], env[var], source), source)
+    return values, warnings
+
+
+def parse_override(text: str) -> tuple[str, Any]:
+    """Parse a ``--set KEY=VALUE`` argument into (dotted key, typed value)."""
+    name, sep, raw = text.partition("=")
+    name = name.strip()
+    if not sep or not name:
+        raise ConfigError(f"--set expects KEY=VALUE (e.g. limits.max_queued_messages=10), got {text!r}")
+    if name not in KEYS:
+        raise _unknown_key_error(name, "--set")
+    spec = KEYS[name]
+    return name, _check(spec, _from_text(spec, raw, "--set"), "--set")
+
+
+def _read_overrides(overrides: Mapping[str, Any]) -> dict[str, tuple[Any, str]]:
+    values: dict[str, tuple[Any, str]] = {}
+    for name, value in overrides.items():
+        if name not in KEYS:
+            raise _unknown_key_error(name, "command-line overrides")
+        spec = KEYS[name]
+        source = f"command-line override {name}"
+        if isinstance(value, str) and spec.kind is not str:
+            value = _from_text(spec, value, source)
+        values[name] = (value, source)
+    return values
+
+
+def _build(cls: type, prefix: str, flat: Mapping[str, Any]) -> Any:
+    hints = typing.get_type_hints(cls)
+    kwargs: dict[str, Any] = {}
+    for f in fields(cls):
+        if f.metadata.get("internal"):
+            continue
+        kind = hints[f.name]
+        if is_dataclass(kind):
+            kwargs[f.name] = _build(typing.cast(type, kind), prefix + f.name + ".", flat)
+        else:
+            kwargs[f.name] = flat[prefix + f.name]
+    return cls(**kwargs)
+
+
+def _wildcard(host: str) -> bool:
+    return host in ("", "0.0.0.0", "::")
+
+
+def _validate_together(flat: Mapping[str, Any], sources: Mapping[str, str]) -> None:
+    """Rules that involve more than one key, or the file system."""
+
+    def error(name: str, problem: str) -> ConfigError:
+        return ConfigError(f"{name}: {problem} (from {sources.get(name, 'defaults')})", key=name)
+
+    node_id = flat["node_id"]
+    if node_id and not _NODE_ID_RE.fullmatch(node_id):
+        raise error("node_id", f"must be 1..128 characters of A-Z a-z 0-9 . _ : -, got {node_id!r}")
+    if not flat["data_dir"]:
+        raise error("data_dir", "must not be empty")
+    for name in ("listeners.tcp.host", "listeners.tls.host", "listeners.websocket.host", "http.host"):
+        if not flat[name].strip():
+            raise error(name, "must not be empty (use 0.0.0.0 for all interfaces)")
+    if not flat["listeners.websocket.path"].startswith("/"):
+        raise error(
+            "listeners.websocket.path", f"must start with '/', got {flat['listeners.websocket.path']!r}"
+        )
+
+    if flat["listeners.tls.enabled"]:
+        missing = [name for name in ("listeners.tls.certfile", "listeners.tls.keyfile") if not flat[name]]
+        if missing:
+            raise error(
+                "listeners.tls.enabled",
+                f"TLS is enabled but {' and '.join(missing)} {'is' if len(missing) == 1 else 'are'} not set",
+            )
+        if flat["listeners.tls.require_client_cert"] and not flat["listeners.tls.cafile"]:
+            raise error("listeners.tls.require_client_cert", "requires listeners.tls.cafile to be set")
+        for name in ("listeners.tls.certfile", "listeners.tls.keyfile", "listeners.tls.cafile"):
+            if flat[name] and not os.path.isfile(flat[name]):
+                raise error(name, f"file {flat[name]!r} does not exist")
+        if flat["listeners.tls.use_identity_as_username"] and not flat["listeners.tls.require_client_cert"]:
+            raise error(
+                "listeners.tls.use_identity_as_username", "requires listeners.tls.require_client_cert = true"
+            )
+
+    for name in ("auth.password_file", "auth.acl_file"):
+        if flat[name] and not os.path.isfile(flat[name]):
+            raise error(name, f"file {flat[name]!r} does not exist")
+
+    bound: dict[int, tuple[str, str]] = {}
+    for section in ("listeners.tcp", "listeners.tls", "listeners.websocket", "http"):
+        port = flat[section + ".port"]
+        if not flat[section + ".enabled"] or port == 0:
+            continue
+        host = flat[section + ".host"]
+        if port in bound:
+            other_section, other_host = bound[port]
+            if host == other_host or _wildcard(host) or _wildcard(other_host):
+                raise error(
+                    section + ".port", f"port {port} is also used by {other_section}.port on {other_host}"
+                )
+        bound[port] = (section, host)
+
+
+def load_config(
+    path: str | None = None,
+    *,
+    env: Mapping[str, str] | None = None,
+    overrides: Mapping[str, Any] | None = None,
+) -> BrokerConfig:
+    """Load and validate the configuration.
+
+    ``path``: TOML file (None: ``$SKIPMQ_CONFIG`` if set, else no file). ``env``: environment
+    (None: ``os.environ``). ``overrides``: dotted key -> value from the command line; string values
+    are converted like environment values.
+    """
+    environ = os.environ if env is None else env
+    if path is None:
+        path = environ.get(CONFIG_FILE_ENV) or None
+    layered: dict[str, tuple[Any, str]] = {name: (spec.default, "defaults") for name, spec in KEYS.items()}
+    if path is not None:
+        layered.update(_read_file(path))
+    env_values, warnings = _read_env(environ)
+    layered.update(env_values)
+    layered.update(_read_overrides(overrides or {}))
+
+    flat = {name: _check(KEYS[name], value, source) for name, (value, source) in layered.items()}
+    _validate_together(flat, {name: source for name, (_value, source) in layered.items()})
+    config: BrokerConfig = _build(BrokerConfig, "", flat)
+    return BrokerConfig(**{**_shallow(config), "warnings": tuple(warnings)})
+
+
+def _shallow(config: BrokerConfig) -> dict[str, Any]:
+    return {f.name: getattr(config, f.name) for f in fields(config)}
+
+
+def config_to_flat(config: BrokerConfig) -> dict[str, Any]:
+    """The effective configuration as dotted key -> value (e.g. to log it at startup)."""
+    out: dict[str, Any] = {}
+    for name in KEYS:
+        value: Any = config
+        for part in name.split("."):
+            value = getattr(value, part)
+        out[name] = value
+    return out
