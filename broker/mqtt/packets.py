@@ -168,6 +168,14 @@ class MQTTProtocolError(Exception):
         super().__init__(message)
         self.reason_code = int(reason_code)
         self.statement = statement
+        # Set by the codec's Decoder (additions; the core may ignore them):
+        # True when the error happened while reading the CONNECT packet (see codec.connack_for_error).
+        self.during_connect: bool = False
+        # The protocol level known when the error happened (None before a CONNECT named one).
+        self.protocol_level: int | None = None
+        # Packets fully decoded by the same ``feed`` call before the bad one, in order. The caller
+        # may still act on them (e.g. deliver a PUBLISH that preceded garbage) before closing.
+        self.packets_before_error: list[Any] = []
 
 
 @dataclass(slots=True)
