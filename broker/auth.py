@@ -319,6 +319,11 @@ class Authenticator:
         self.password_file = password_file
         self._passwords: PasswordFile | None = PasswordFile.load(password_file) if password_file else None
 
+    def needs_password_check(self, username: str | None) -> bool:
+        """True when ``authenticate`` will run the slow (scrypt) hash: callers on an event loop
+        should then run it in a worker thread (hashlib.scrypt releases the GIL)."""
+        return username is not None and self._passwords is not None
+
     def authenticate(self, username: str | None, password: bytes | None) -> int:
         if username is None:
             return ReasonCode.SUCCESS if self.allow_anonymous else ReasonCode.NOT_AUTHORIZED

@@ -1,0 +1,59 @@
+"""The cluster interface of the broker core (issue "SkipMQ broker core", part 4, items a-c).
+
+A cluster runtime (a later issue) plugs into the :class:`broker.core.Broker` through
+:class:`ClusterHooks`. Every hook is called synchronously on the broker's event-loop thread, so
+an implementation must not block: it should enqueue work for its own tasks. The broker offers
+the reverse direction through ``Broker.deliver_remote``, ``Broker.export_session``,
+``Broker.import_session`` and ``Broker.kick``.
+
+The internal message type :class:`Message` and the session hand-over type
+:class:`SessionSnapshot` live in :mod:`broker.mqtt.session`; they are re-exported here.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from broker.mqtt.session import Message, SessionSnapshot
+
+__all__ = ["ClusterHooks", "Message", "NullHooks", "SessionSnapshot"]
+
+
+class ClusterHooks(Protocol):
+    """Events the broker reports to a cluster runtime (all called on the event-loop thread)."""
+
+    def on_subscribe(self, client_id: str, topic_filter: str, share_group: str | None, qos: int) -> None:
+        """A local client subscribed (or replaced a subscription); topic_filter excludes $share/group."""
+
+    def on_unsubscribe(self, client_id: str, topic_filter: str, share_group: str | None) -> None:
+        """A local subscription ended (UNSUBSCRIBE, or the session ended)."""
+
+    def on_publish(self, message: Message, from_client_id: str | None) -> None:
+        """A message was accepted locally; called after local routing, before the publisher's ack."""
+
+    def on_client_connected(self, client_id: str, session_present: bool) -> None:
+        """A client finished CONNECT successfully."""
+
+    def on_client_disconnected(self, client_id: str) -> None:
+        """A client's network connection ended (its session may live on)."""
+
+
+class NullHooks:
+    """The default hooks of a stand-alone broker: every event is ignored."""
+
+    __slots__ = ()
+
+    def on_subscribe(self, client_id: str, topic_filter: str, share_group: str | None, qos: int) -> None:
+        return None
+
+    def on_unsubscribe(self, client_id: str, topic_filter: str, share_group: str | None) -> None:
+        return None
+
+    def on_publish(self, message: Message, from_client_id: str | None) -> None:
+        return None
+
+    def on_client_connected(self, client_id: str, session_present: bool) -> None:
+        return None
+
+    def on_client_disconnected(self, client_id: str) -> None:
+        return None
