@@ -1,0 +1,62 @@
+"""OverlayConfig: every tunable of the SG-TBPS + FRT core (seed 003 §3.4-§3.5; docs/overlay.md).
+
+The paper fixes the table size L (60 or 120 in §4) and the queries; it is silent on timer
+periods, counts and membership-vector length, which are decided here (see docs/overlay.md,
+"Decisions where the paper is silent").
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class OverlayConfig:
+    table_size: int = 60  # L: routing-table size per virtual node (§3.3, §4)
+    frt_enabled: bool = True  # False: plain SG-TBPS baseline (per-level neighbours only)
+    mv_bits: int = 32  # membership-vector length (levels 0..mv_bits)
+    anchor_enabled: bool = True  # one ("", PUBLISHER, peer) virtual node per peer (bootstrap anchor)
+    rexp_interval_s: float = 30.0  # §3.5.5 periodic REXP period (jittered by +-10 %)
+    eexp_delay_s: float = 2.0  # §3.5.2 delay after join before the subscriber-range EEXP
+    eexp_random_delay_s: float = 4.0  # §3.5.2 further delay before random-target EEXP
+    eexp_random_interval_s: float = 10.0  # repeat period of random-target EEXP while below L
+    eexp_random_max_rounds: int = 5  # bound on random-target EEXP rounds per join
+    eexp_publish_min_interval_s: float = 10.0  # rate limit of the §3.5.4 EEXP at publish
+    search_timeout_s: float = 5.0  # join search retried after this
+    link_retry_s: float = 1.0  # an unconfirmed new level-0 link is re-announced after this
+    link_max_retries: int = 3  # then the periodic REXP takes over
+    ping_interval_s: float = 10.0  # liveness probe of peers hosting level-0 neighbours
+    failure_timeout_s: float = 30.0  # silence after which such a peer is declared crashed
+    dead_peer_memory_s: float = 60.0  # a crashed peer is not re-learned from hearsay for this long
+    pub_ack_timeout_s: float = 2.0  # an unacknowledged PUB/UNSUB delegation is re-delegated
+    pub_ack_enabled: bool = True  # per-hop PUB/UNSUB acknowledgement (crash-safe delegation)
+    pub_ack_retries: int = 1  # retransmissions to the same receiver before delegating around it
+    dedup_window: int = 4096  # per subscriber: remembered (publisher, publication id) pairs
+    max_pending_publishes: int = 1024  # publishes queued while the publisher vnode is joining
+
+    def __post_init__(self) -> None:
+        if self.table_size < 2:
+            raise ValueError(
+                f"table_size (L) must be >= 2 to hold both level-0 neighbours, got {self.table_size}"
+            )
+        if not 1 <= self.mv_bits <= 64:
+            raise ValueError(f"mv_bits must be in 1..64, got {self.mv_bits}")
+        for name in (
+            "rexp_interval_s",
+            "eexp_delay_s",
+            "eexp_random_delay_s",
+            "eexp_random_interval_s",
+            "search_timeout_s",
+            "link_retry_s",
+            "ping_interval_s",
+            "failure_timeout_s",
+            "pub_ack_timeout_s",
+        ):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
+        if self.failure_timeout_s <= self.ping_interval_s:
+            raise ValueError("failure_timeout_s must exceed ping_interval_s")
+        if self.pub_ack_retries < 0:
+            raise ValueError(f"pub_ack_retries must be >= 0, got {self.pub_ack_retries}")
+        if self.dedup_window < 1:
+            raise ValueError(f"dedup_window must be >= 1, got {self.dedup_window}")

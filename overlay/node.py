@@ -1,0 +1,1049 @@
+"""OverlayNode: one physical node (broker) of SG-TBPS with Flexible Routing Tables (seed 003 §3).
+
+Implements ``overlay.api.OverlayCore`` (sans-I/O: events and ``now`` in, actions out; the only
+randomness is the ``rng`` passed in). A physical node holds many virtual nodes keyed
+``(topic, role, peer_id)`` (§3.2), each with its own routing table (``overlay.table``):
+
+* join (§3.5.2): greedy SEARCH for the insertion position, both level-0 neighbours become
+  sticky entries, REXP(level 0) to both; after ``eexp_delay_s`` an EEXP to the topic's
+  subscriber range, later random-walk EEXPs while the table holds fewer than L entries;
+* leave (§3.5.3): a subscriber sends UNSUB by range multicast to the publisher range; every
+  virtual node unlinks with LEAVE to its level-0 neighbours;
+* publish (§3.5.4): PUB by range multicast (``overlay.multicast``) to the subscriber range, plus
+  an EEXP to that range while the table is short of entries;
+* periodic (§3.5.5): REXP(level 0) to both level-0 neighbours every ``rexp_interval_s``;
+* receipt (§3.5.6): NEW when absent from the existing-entry list, REXP level rule, EEXP
+  decrement, UNSUB removal, learning of sender and forwarder (never UNSUB's sender);
+* rendezvous point (§3.2): the publisher whose right level-0 neighbour is not a publisher of
+  its topic watches that neighbour; when subscriber presence changes it multicasts PRESENCE
+  to the publisher range, yielding ``api.SubscriberPresence`` at every publisher;
+* crashes: peers hosting level-0 neighbours are probed (PING) and declared dead after
+  ``failure_timeout_s`` of silence; PUB/UNSUB delegations are acknowledged per hop and
+  re-delegated on timeout or GONE; subscribers drop duplicate publications.
+
+Everything the paper leaves open is decided in docs/overlay.md.
+"""
+
+from __future__ import annotations
+
+import heapq
+import random
+from bisect import bisect_left, bisect_right
+from collections import deque
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
+
+from overlay import messages as m
+from overlay.api import (
+    Action,
+    Bootstrap,
+    Deliver,
+    Event,
+    JoinTopic,
+    LeaveTopic,
+    PeerId,
+    PeerUnreachable,
+    Publish,
+    Receive,
+    Send,
+    Shutdown,
+    SubscriberPresence,
+    Tick,
+)
+from overlay.config import OverlayConfig
+from overlay.keys import (
+    ANCHOR_TOPIC,
+    PUBLISHER,
+    SUBSCRIBER,
+    Key,
+    NodeRef,
+    make_key,
+    random_membership_vector,
+    run_bounds,
+)
+from overlay.multicast import plan_delegation, route_toward_range
+from overlay.skipgraph import (
+    farthest_same_run_right,
+    is_rendezvous_candidate,
+    rexp_next_hop,
+    search_next_hop,
+)
+from overlay.table import RoutingTable
+
+_T_REXP = 0
+_T_EEXP_RANGE = 1
+_T_EEXP_RANDOM = 2
+_T_SEARCH = 3
+_T_PING = 4
+_T_ACK = 5
+_T_LINK = 6
+_T_NOTICE = 7
+
+
+def _check_topic(topic: object) -> None:
+    if not isinstance(topic, str):
+        raise TypeError(f"topic must be a str, got {type(topic).__name__}")
+    if topic == ANCHOR_TOPIC:
+        raise ValueError("topic must be non-empty (the empty topic is reserved for the per-peer anchor)")
+
+
+class VirtualNode:
+    """One (topic, role, peer) member of the Skip Graph with its routing table."""
+
+    __slots__ = (
+        "confirmed",
+        "key",
+        "last_publish_eexp",
+        "left0",
+        "link_tries",
+        "mv",
+        "random_rounds",
+        "ref",
+        "right0",
+        "rp_present",
+        "seen",
+        "table",
+    )
+
+    def __init__(self, key: Key, mv: int, config: OverlayConfig) -> None:
+        self.key = key
+        self.mv = mv
+        self.ref: NodeRef = (key, mv)
+        self.table = RoutingTable(
+            key, mv, capacity=config.table_size, frt_enabled=config.frt_enabled, mv_bits=config.mv_bits
+        )
+        self.left0: Key | None = None
+        self.right0: Key | None = None
+        self.confirmed: set[Key] = set()  # level-0 neighbours that answered our LINK/REXP
+        self.link_tries = 0
+        self.rp_present: bool | None = None  # None: not the rendezvous point
+        self.seen: dict[tuple[Key, int], None] = {}
+        self.random_rounds = 0
+        self.last_publish_eexp = float("-inf")
+
+
+class _PendingJoin:
+    __slots__ = ("key", "mv", "request_id")
+
+    def __init__(self, key: Key, mv: int, request_id: int) -> None:
+        self.key = key
+        self.mv = mv
+        self.request_id = request_id
+
+
+class OverlayNode:
+    """A physical node; see the module docstring and docs/overlay.md."""
+
+    def __init__(self, peer_id: PeerId, *, rng: random.Random, config: OverlayConfig) -> None:
+        self.peer_id = peer_id
+        self.rng = rng
+        self.config = config
+        self.vnodes: dict[Key, VirtualNode] = {}
+        self.contacts: tuple[PeerId, ...] = ()
+        self.bootstrapped = False
+        self.deferred: list[Event] = []
+        self.pending: dict[Key, _PendingJoin] = {}
+        self.requests: dict[int, Key] = {}
+        self.pending_publishes: dict[str, list[Publish]] = {}
+        self.presence: dict[str, bool] = {}
+        self.last_heard: dict[PeerId, float] = {}
+        self.recent_peers: dict[PeerId, None] = {}  # fallback contacts for a later re-join
+        self.probes: dict[PeerId, int] = {}  # PINGs sent since the peer was last heard
+        self.dead: dict[PeerId, float] = {}
+        self.outstanding: dict[int, tuple[VirtualNode, Any, int]] = {}  # ack id -> (from, msg, tries)
+        self.timers: list[tuple[float, int, int, Any]] = []
+        self._seq = 0
+        self._ids = 0
+        self._ping_scheduled = False
+        self.now = 0.0
+        self._out: list[Action] = []
+        self._local: deque[Any] = deque()
+        self._dispatch: dict[type, Callable[[PeerId, Any], None]] = {
+            m.REXP: self._on_rexp,
+            m.EEXP: self._on_eexp,
+            m.PUB: self._on_pub,
+            m.UNSUB: self._on_unsub,
+            m.NEW: self._on_new,
+            m.SEARCH: self._on_search,
+            m.FOUND: self._on_found,
+            m.SEARCH_FAIL: self._on_search_fail,
+            m.LINK: self._on_link,
+            m.LEAVE: self._on_leave,
+            m.PRESENCE: self._on_presence,
+            m.PRESENCE_QUERY: self._on_presence_query,
+            m.PING: self._on_ping,
+            m.PONG: self._on_pong,
+            m.GONE: self._on_gone,
+            m.ACK: self._on_ack,
+        }
+
+    # ================================================================ driver interface
+
+    def handle(self, event: Event, now: float) -> list[Action]:
+        self.now = now
+        out: list[Action] = []
+        self._out = out
+        if isinstance(event, Receive):
+            self._receive(event.sender, event.message)
+        elif isinstance(event, Tick):
+            self._tick()
+        elif isinstance(event, Publish):
+            _check_topic(event.topic)
+            self._publish(event)
+        elif isinstance(event, JoinTopic):
+            _check_topic(event.topic)
+            if self.bootstrapped:
+                self._join(event.topic, int(event.role))
+            else:
+                self.deferred.append(event)
+        elif isinstance(event, LeaveTopic):
+            if self.bootstrapped:
+                self._leave(make_key(event.topic, int(event.role), self.peer_id))
+            else:
+                self.deferred.append(event)
+        elif isinstance(event, Bootstrap):
+            self._bootstrap(event.contacts)
+        elif isinstance(event, PeerUnreachable):
+            self._declare_dead(event.peer)
+        elif isinstance(event, Shutdown):
+            self.deferred.clear()
+            for key in list(self.pending):
+                self._leave(key)
+            for key in sorted(self.vnodes, key=lambda k: k[0] == ANCHOR_TOPIC):
+                self._leave(key)
+        else:
+            raise TypeError(f"unknown overlay event {event!r}")
+        self._drain_local()
+        return out
+
+    def next_deadline(self) -> float | None:
+        return self.timers[0][0] if self.timers else None
+
+    # ================================================================ inspection (read-only)
+
+    def virtual_keys(self) -> list[Key]:
+        """Keys of the joined virtual nodes of this peer, sorted."""
+        return sorted(self.vnodes)
+
+    def level0_neighbors(self, key: Key) -> tuple[Key | None, Key | None]:
+        table = self.vnodes[key].table
+        return table.left0(), table.right0()
+
+    def table_entries(self, key: Key) -> list[Key]:
+        return list(self.vnodes[key].table.keys)
+
+    def sticky_entries(self, key: Key) -> list[Key]:
+        return self.vnodes[key].table.sticky_keys()
+
+    def membership_vector(self, key: Key) -> int:
+        return self.vnodes[key].mv
+
+    def entry_level(self, key: Key, entry: Key) -> int:
+        """Level (common-prefix length of membership vectors) of ``entry`` in ``key``'s table."""
+        return self.vnodes[key].table.level_of(entry)
+
+    def table_of(self, key: Key) -> RoutingTable:
+        """The live table object (treat as read-only)."""
+        return self.vnodes[key].table
+
+    def is_rendezvous(self, key: Key) -> bool:
+        return self.vnodes[key].rp_present is not None
+
+    def subscriber_presence(self, topic: str) -> bool | None:
+        """The last presence this peer's publisher of ``topic`` was told (None: not yet)."""
+        return self.presence.get(topic)
+
+    def joining_keys(self) -> list[Key]:
+        return sorted(self.pending)
+
+    # ================================================================ plumbing
+
+    def _next_id(self) -> int:
+        self._ids += 1
+        return self._ids
+
+    def _timer(self, at: float, kind: int, arg: Any) -> None:
+        self._seq += 1
+        heapq.heappush(self.timers, (at, self._seq, kind, arg))
+
+    def _send(self, dest: Key, message: Any) -> None:
+        peer = dest[2]
+        if peer == self.peer_id:
+            self._local.append(message)
+        else:
+            self._out.append(Send(peer, message))
+
+    def _send_peer(self, peer: PeerId, message: Any) -> None:
+        if peer == self.peer_id:
+            self._local.append(message)
+        else:
+            self._out.append(Send(peer, message))
+
+    def _drain_local(self) -> None:
+        local = self._local
+        while local:
+            self._handle_message(self.peer_id, local.popleft())
+
+    def _receive(self, sender: PeerId, message: Any) -> None:
+        if sender in self.last_heard:
+            self.last_heard[sender] = self.now
+            self.probes.pop(sender, None)
+        recent = self.recent_peers
+        if sender not in recent:
+            recent[sender] = None
+            if len(recent) > 32:
+                del recent[next(iter(recent))]
+        if sender in self.dead:
+            del self.dead[sender]
+        self._handle_message(sender, message)
+
+    def _handle_message(self, sender: PeerId, message: Any) -> None:
+        handler = self._dispatch.get(type(message))
+        if handler is None:
+            raise TypeError(f"not an overlay message: {message!r}")
+        handler(sender, message)
+
+    def _vnode_for(self, sender: PeerId, message: Any) -> VirtualNode | None:
+        """The addressed virtual node, or None after telling the sender it is gone."""
+        vnode = self.vnodes.get(message.dest)
+        if vnode is None:
+            bounced = message if isinstance(message, m.PUB | m.UNSUB | m.PRESENCE | m.SEARCH) else None
+            if isinstance(message, m.PUB | m.UNSUB) and message.ack_id:
+                self._send_peer(sender, m.ACK(message.ack_id))
+            self._send_peer(sender, m.GONE(message.dest, bounced))
+        return vnode
+
+    # ================================================================ learning & level 0
+
+    def _learn(self, vnode: VirtualNode, ref: NodeRef | None) -> None:
+        if ref is None:
+            return
+        key = ref[0]
+        peer = key[2]
+        if peer in self.dead or (peer == self.peer_id and key not in self.vnodes):
+            return
+        vnode.table.add(ref)
+
+    def _after_change(self, vnode: VirtualNode) -> None:
+        table = vnode.table
+        left, right = table.left0(), table.right0()
+        if left == vnode.left0 and right == vnode.right0:
+            return
+        if left is not None and left != vnode.left0:
+            self._send(left, m.LINK(left, vnode.ref))
+            self._watch(left[2])
+        if right is not None and right != vnode.right0:
+            self._send(right, m.LINK(right, vnode.ref))
+            self._watch(right[2])
+        # a node arrived between us and our old neighbour, who believes we are adjacent: tell it
+        old_left, old_right = vnode.left0, vnode.right0
+        # (it may have been filtered out of our table meanwhile, but not if it crashed)
+        dead = self.dead
+        # (sent again after link_retry_s: nothing else would repair its view before its next REXP)
+        if left is not None and old_left is not None and old_left < left and old_left[2] not in dead:
+            keys = table.keys  # the known node nearest to the old neighbour, on our side of it
+            notice = m.NEW(old_left, table.ref(keys[bisect_right(keys, old_left)]))
+            self._send(old_left, notice)
+            self._timer(self.now + self.config.link_retry_s, _T_NOTICE, notice)
+        if right is not None and old_right is not None and right < old_right and old_right[2] not in dead:
+            keys = table.keys
+            notice = m.NEW(old_right, table.ref(keys[bisect_left(keys, old_right) - 1]))
+            self._send(old_right, notice)
+            self._timer(self.now + self.config.link_retry_s, _T_NOTICE, notice)
+        right_changed = right != old_right
+        vnode.left0, vnode.right0 = left, right
+        vnode.confirmed.intersection_update((left, right))
+        vnode.link_tries = 0
+        self._timer(self.now + self.config.link_retry_s, _T_LINK, vnode)
+        if right_changed and vnode.key[1] == PUBLISHER and vnode.key[0] != ANCHOR_TOPIC:
+            self._check_rendezvous(vnode)
+
+    def _watch(self, peer: PeerId) -> None:
+        """A peer just became a level-0 neighbour: its silence is timed from now."""
+        if peer != self.peer_id:
+            self.last_heard[peer] = self.now
+
+    def _correct(self, vnode: VirtualNode, sender: NodeRef) -> None:
+        """The sender believes we are its level-0 neighbour: offer the known node nearest to it
+        between us (a jump, not a step, so a misplaced joiner converges in O(log n) rounds)."""
+        sender_key = sender[0]
+        table = vnode.table
+        keys = table.keys
+        if sender_key < vnode.key:
+            index = bisect_right(keys, sender_key)
+            if index < len(keys) and keys[index] < vnode.key:
+                self._send(sender_key, m.NEW(sender_key, table.ref(keys[index])))
+        else:
+            index = bisect_left(keys, sender_key)
+            if index > 0 and keys[index - 1] > vnode.key:
+                self._send(sender_key, m.NEW(sender_key, table.ref(keys[index - 1])))
+
+    def _forget_everywhere(self, key: Key) -> None:
+        for vnode in list(self.vnodes.values()):
+            if vnode.table.remove(key):
+                self._after_change(vnode)
+
+    def _declare_dead(self, peer: PeerId) -> None:
+        if peer == self.peer_id:
+            return
+        self.dead[peer] = self.now + self.config.dead_peer_memory_s
+        self.last_heard.pop(peer, None)
+        self.probes.pop(peer, None)
+        for vnode in list(self.vnodes.values()):
+            if vnode.table.remove_peer(peer):
+                self._after_change(vnode)
+
+    # ================================================================ bootstrap & join
+
+    def _bootstrap(self, contacts: tuple[PeerId, ...]) -> None:
+        self.contacts = tuple(c for c in contacts if c != self.peer_id)
+        if self.bootstrapped:
+            return
+        self.bootstrapped = True
+        if not self._ping_scheduled:
+            self._ping_scheduled = True
+            self._timer(self.now + self.config.ping_interval_s * (0.5 + self.rng.random()), _T_PING, None)
+        if self.config.anchor_enabled:
+            self._join(ANCHOR_TOPIC, PUBLISHER)
+        deferred, self.deferred = self.deferred, []
+        for event in deferred:
+            if isinstance(event, JoinTopic):
+                self._join(event.topic, int(event.role))
+            elif isinstance(event, LeaveTopic):
+                self._leave(make_key(event.topic, int(event.role), self.peer_id))
+
+    def _join(self, topic: str, role: int) -> None:
+        key = make_key(topic, role, self.peer_id)
+        if key in self.vnodes or key in self.pending:
+            return
+        mv = random_membership_vector(self.rng, self.config.mv_bits)
+        join = _PendingJoin(key, mv, 0)
+        self.pending[key] = join
+        self._start_search(join)
+
+    def _start_search(self, join: _PendingJoin) -> None:
+        self.requests.pop(join.request_id, None)
+        join.request_id = self._next_id()
+        self.requests[join.request_id] = join.key
+        self._timer(self.now + self.config.search_timeout_s, _T_SEARCH, join.request_id)
+        search = m.SEARCH(None, self.peer_id, join.key, join.request_id, None)
+        if self.vnodes:
+            self._local.append(search)
+        elif self.contacts or self.recent_peers:
+            known = self.contacts or tuple(self.recent_peers)
+            alive = [c for c in known if c not in self.dead] or list(known)
+            self._send_peer(self.rng.choice(alive), search)
+        else:  # the first node of the overlay
+            self.requests.pop(join.request_id, None)
+            self._complete_join(join, None, None)
+
+    def _on_search(self, sender: PeerId, msg: m.SEARCH) -> None:
+        if msg.dest is None:
+            if not self.vnodes:  # still joining ourselves: pass it on toward older peers
+                helpers = [c for c in self.contacts if c != msg.origin and c not in self.dead]
+                if helpers and msg.contact_hops < m.SEARCH_MAX_CONTACT_HOPS:
+                    self._send_peer(self.rng.choice(helpers), replace(msg, contact_hops=msg.contact_hops + 1))
+                else:
+                    self._send_peer(msg.origin, m.SEARCH_FAIL(msg.request_id))
+                return
+            vnode = self._closest_vnode(msg.target)
+        else:
+            found = self._vnode_for(sender, msg)
+            if found is None:
+                return
+            vnode = found
+        self._search_step(vnode, msg)
+
+    def _search_step(self, vnode: VirtualNode, msg: m.SEARCH) -> None:
+        if msg.forwarder is not None:
+            self._learn(vnode, msg.forwarder)
+            self._after_change(vnode)
+        table = vnode.table
+        nxt = search_next_hop(table, vnode.key, msg.target)
+        if nxt is not None:
+            self._send(nxt, m.SEARCH(nxt, msg.origin, msg.target, msg.request_id, vnode.ref))
+            return
+        pred: NodeRef | None
+        succ: NodeRef | None
+        if msg.target > vnode.key:
+            right = table.right0()
+            pred, succ = vnode.ref, (table.ref(right) if right is not None else None)
+        else:
+            left = table.left0()
+            pred, succ = (table.ref(left) if left is not None else None), vnode.ref
+        self._send_peer(msg.origin, m.FOUND(msg.request_id, msg.target, pred, succ))
+
+    def _closest_vnode(self, target: Key) -> VirtualNode:
+        below = [key for key in self.vnodes if key <= target]
+        key = max(below) if below else min(self.vnodes)
+        return self.vnodes[key]
+
+    def _on_found(self, sender: PeerId, msg: m.FOUND) -> None:
+        key = self.requests.pop(msg.request_id, None)
+        if key is None:
+            return
+        join = self.pending.get(key)
+        if join is None:
+            return
+        self._complete_join(join, msg.pred, msg.succ)
+
+    def _on_search_fail(self, sender: PeerId, msg: m.SEARCH_FAIL) -> None:
+        key = self.requests.get(msg.request_id)
+        if key is not None:  # retry soon (the search timer would wait search_timeout_s)
+            self._timer(self.now + min(1.0, self.config.search_timeout_s), _T_SEARCH, msg.request_id)
+
+    def _complete_join(self, join: _PendingJoin, pred: NodeRef | None, succ: NodeRef | None) -> None:
+        del self.pending[join.key]
+        config = self.config
+        vnode = VirtualNode(join.key, join.mv, config)
+        self.vnodes[join.key] = vnode
+        for ref in (pred, succ):
+            if ref is not None and ref[0] != join.key:
+                self._learn(vnode, ref)
+        for other in self.vnodes.values():  # co-located virtual nodes know each other for free
+            if other is not vnode:
+                self._learn(other, vnode.ref)
+                self._learn(vnode, other.ref)
+                self._after_change(other)
+        table = vnode.table
+        vnode.left0, vnode.right0 = table.left0(), table.right0()
+        existing = tuple(table.keys)
+        for neighbour in (vnode.left0, vnode.right0):
+            if neighbour is not None:
+                self._send(neighbour, m.REXP(neighbour, vnode.ref, vnode.ref, existing, 0))
+                self._watch(neighbour[2])
+        now = self.now
+        self._timer(now + config.link_retry_s, _T_LINK, vnode)  # REXP lost? re-announce by LINK
+        rng = self.rng
+        self._timer(now + config.rexp_interval_s * (0.9 + 0.2 * rng.random()), _T_REXP, vnode)
+        if config.frt_enabled:
+            self._timer(now + config.eexp_delay_s, _T_EEXP_RANGE, vnode)
+            self._timer(now + config.eexp_delay_s + config.eexp_random_delay_s, _T_EEXP_RANDOM, vnode)
+        topic, role = join.key[0], join.key[1]
+        if role == PUBLISHER and topic != ANCHOR_TOPIC:
+            self._check_rendezvous(vnode)
+            if vnode.rp_present is None and vnode.right0 is not None:
+                self._send(vnode.right0, m.PRESENCE_QUERY(vnode.right0, vnode.ref, topic))
+            for event in self.pending_publishes.pop(topic, []):
+                self._publish(event)
+
+    # ================================================================ leave
+
+    def _leave(self, key: Key) -> None:
+        join = self.pending.pop(key, None)
+        if join is not None:
+            self.requests.pop(join.request_id, None)
+            if key[1] == PUBLISHER:
+                self.pending_publishes.pop(key[0], None)
+            return
+        vnode = self.vnodes.pop(key, None)
+        if vnode is None:
+            return
+        table = vnode.table
+        if key[1] == SUBSCRIBER:
+            lo, hi = run_bounds(key[0], PUBLISHER)
+            self._multicast_unsub(vnode, vnode.ref, key[0], lo, hi)
+        left, right = table.left0(), table.right0()
+        left_ref = table.ref(left) if left is not None else None
+        right_ref = table.ref(right) if right is not None else None
+        if left is not None:
+            self._send(left, m.LEAVE(left, vnode.ref, right_ref))
+        if right is not None:
+            self._send(right, m.LEAVE(right, vnode.ref, left_ref))
+        if key[1] == PUBLISHER:
+            self.presence.pop(key[0], None)
+            self.pending_publishes.pop(key[0], None)
+        for other in list(self.vnodes.values()):
+            if other.table.remove(key):
+                self._after_change(other)
+
+    def _on_leave(self, sender: PeerId, msg: m.LEAVE) -> None:
+        vnode = self.vnodes.get(msg.dest)
+        if vnode is None:
+            return
+        vnode.table.remove(msg.sender[0])
+        if msg.replacement is not None and msg.replacement[0] != vnode.key:
+            self._learn(vnode, msg.replacement)
+        self._after_change(vnode)
+
+    # ================================================================ REXP / EEXP / NEW / LINK
+
+    def _on_rexp(self, sender: PeerId, msg: m.REXP) -> None:
+        vnode = self._vnode_for(sender, msg)
+        if vnode is None:
+            return
+        origin = msg.sender
+        if origin[0] == vnode.key:
+            return
+        if vnode.key not in msg.existing:
+            self._send(origin[0], m.NEW(origin[0], vnode.ref))
+        if msg.forwarder[0] != origin[0]:
+            self._learn(vnode, origin)
+            self._learn(vnode, msg.forwarder)
+            self._after_change(vnode)
+        elif msg.level == 0:  # a direct REXP(level 0): the sender believes we are adjacent
+            self._confirm_link(vnode, origin, False)
+        else:
+            self._learn(vnode, origin)
+            self._after_change(vnode)
+        nxt, level = rexp_next_hop(vnode.table, vnode.key, vnode.mv, origin, msg.level, self.config.mv_bits)
+        if nxt is not None:
+            self._send(nxt, m.REXP(nxt, origin, vnode.ref, msg.existing, level))
+
+    def _on_new(self, sender: PeerId, msg: m.NEW) -> None:
+        vnode = self.vnodes.get(msg.dest)
+        if vnode is None:
+            return
+        self._learn(vnode, msg.sender)
+        self._after_change(vnode)
+
+    def _on_link(self, sender: PeerId, msg: m.LINK) -> None:
+        vnode = self.vnodes.get(msg.dest)
+        if vnode is None:
+            self._send_peer(sender, m.GONE(msg.dest, None))
+            return
+        self._confirm_link(vnode, msg.sender, msg.reply)
+
+    def _confirm_link(self, vnode: VirtualNode, sender: NodeRef, is_reply: bool) -> None:
+        """``sender`` claims adjacency (LINK, or a direct REXP of level 0). Learn it, offer a
+        nearer node if we know one, else confirm: answer with LINK(reply) unless our own LINK
+        to it is already on its way (it just became our neighbour)."""
+        sender_key = sender[0]
+        before = (vnode.left0, vnode.right0)
+        self._learn(vnode, sender)
+        self._correct(vnode, sender)
+        self._after_change(vnode)
+        if sender_key == vnode.left0 or sender_key == vnode.right0:
+            vnode.confirmed.add(sender_key)
+            if not is_reply and sender_key in before:
+                self._send(sender_key, m.LINK(sender_key, vnode.ref, True))
+
+    def _relink(self, vnode: VirtualNode) -> None:
+        """Re-announce level-0 links that were never confirmed (LINK or its answer lost)."""
+        if self.vnodes.get(vnode.key) is not vnode or vnode.link_tries >= self.config.link_max_retries:
+            return
+        pending = [n for n in (vnode.left0, vnode.right0) if n is not None and n not in vnode.confirmed]
+        if not pending:
+            return
+        vnode.link_tries += 1
+        for neighbour in pending:
+            self._send(neighbour, m.LINK(neighbour, vnode.ref))
+        self._timer(self.now + self.config.link_retry_s, _T_LINK, vnode)
+
+    def _on_eexp(self, sender: PeerId, msg: m.EEXP) -> None:
+        vnode = self._vnode_for(sender, msg)
+        if vnode is None:
+            return
+        origin = msg.sender
+        if origin[0] != vnode.key:
+            if vnode.key not in msg.existing:
+                self._send(origin[0], m.NEW(origin[0], vnode.ref))
+            self._learn(vnode, origin)
+        if msg.forwarder[0] != origin[0]:
+            self._learn(vnode, msg.forwarder)
+        self._after_change(vnode)
+        remaining = msg.missing - 1
+        if remaining < 1:
+            return
+        if msg.random_walk:
+            self._eexp_random_step(vnode, origin, msg.existing, remaining, msg.forwarder[0])
+        else:
+            self._eexp_range_step(vnode, origin, msg.existing, remaining, msg.lo, msg.hi)
+
+    def _eexp_random_step(
+        self, vnode: VirtualNode, origin: NodeRef, existing: tuple[Key, ...], missing: int, avoid: Key
+    ) -> None:
+        keys = vnode.table.keys
+        if not keys:
+            return
+        for _ in range(4):
+            nxt = keys[self.rng.randrange(len(keys))]
+            if nxt != origin[0] and nxt != avoid:
+                break
+        else:
+            return
+        self._send(nxt, m.EEXP(nxt, origin, vnode.ref, existing, missing, (), (), True))
+
+    def _eexp_range_step(
+        self, vnode: VirtualNode, origin: NodeRef, existing: tuple[Key, ...], missing: int, lo: Key, hi: Key
+    ) -> None:
+        plan = plan_delegation(vnode.table, vnode.key, lo, hi)
+        if plan:
+            base, extra = divmod(missing, len(plan))
+            for index, (dest, sub_lo, sub_hi) in enumerate(plan):
+                share = base + (1 if index < extra else 0)
+                if share >= 1:
+                    self._send(dest, m.EEXP(dest, origin, vnode.ref, existing, share, sub_lo, sub_hi, False))
+        elif not lo <= vnode.key < hi:
+            nxt = route_toward_range(vnode.table, vnode.key, lo, hi)
+            if nxt is not None:
+                self._send(nxt, m.EEXP(nxt, origin, vnode.ref, existing, missing, lo, hi, False))
+
+    def _eexp_missing(self, vnode: VirtualNode) -> int:
+        table = vnode.table
+        size = self.config.table_size
+        missing = size - len(table)
+        deficit = size - table.sub_count - len(table.sticky_keys())
+        return max(missing, deficit)
+
+    def _issue_range_eexp(self, vnode: VirtualNode) -> None:
+        topic = vnode.key[0]
+        if topic == ANCHOR_TOPIC:
+            return
+        missing = self._eexp_missing(vnode)
+        if missing < 1:
+            return
+        lo, hi = run_bounds(topic, SUBSCRIBER)
+        self._eexp_range_step(vnode, vnode.ref, tuple(vnode.table.keys), missing, lo, hi)
+
+    # ================================================================ publish / PUB
+
+    def _publish(self, event: Publish) -> None:
+        key = (event.topic, PUBLISHER, self.peer_id)
+        vnode = self.vnodes.get(key)
+        if vnode is None:
+            if key in self.pending or (not self.bootstrapped and any(
+                isinstance(e, JoinTopic) and e.topic == event.topic and int(e.role) == PUBLISHER
+                for e in self.deferred
+            )):
+                queue = self.pending_publishes.setdefault(event.topic, [])
+                if len(queue) >= self.config.max_pending_publishes:
+                    raise OverflowError(
+                        f"more than {self.config.max_pending_publishes} publishes queued for topic "
+                        f"{event.topic!r} while its publisher is still joining"
+                    )
+                queue.append(event)
+                return
+            raise ValueError(
+                f"Publish on topic {event.topic!r} without JoinTopic(topic, Role.PUBLISHER) first"
+            )
+        if self.presence.get(event.topic) is False:
+            return  # no subscriber: exhaust data is not forwarded (§3.2)
+        lo, hi = run_bounds(event.topic, SUBSCRIBER)
+        self._pub_step(vnode, vnode.ref, event.topic, event.payload, event.publication_id, 0, lo, hi)
+        config = self.config
+        if (
+            config.frt_enabled
+            and self.now - vnode.last_publish_eexp >= config.eexp_publish_min_interval_s
+            and self._eexp_missing(vnode) >= 1
+        ):
+            vnode.last_publish_eexp = self.now
+            self._issue_range_eexp(vnode)
+
+    def _pub_step(
+        self,
+        vnode: VirtualNode,
+        origin: NodeRef,
+        topic: str,
+        payload: Any,
+        publication_id: int,
+        hops: int,
+        lo: Key,
+        hi: Key,
+        detour: bool = False,
+    ) -> None:
+        table = vnode.table
+        plan = plan_delegation(table, vnode.key, lo, hi)
+        if not plan and not lo <= vnode.key < hi:
+            nxt = route_toward_range(table, vnode.key, lo, hi)
+            if nxt is None and detour:
+                nxt = self._detour(vnode, lo, hi)
+            if nxt is not None:
+                plan = [(nxt, lo, hi)]
+        for dest, sub_lo, sub_hi in plan:
+            ack_id = self._next_id() if self.config.pub_ack_enabled and dest[2] != self.peer_id else m.NO_ACK
+            msg = m.PUB(
+                dest, origin, topic, payload, publication_id, vnode.ref, hops + 1, sub_lo, sub_hi, ack_id
+            )
+            if ack_id:
+                self._expect_ack(vnode, msg, ack_id, 0)
+            self._send(dest, msg)
+
+    def _detour(self, vnode: VirtualNode, lo: Key, hi: Key) -> Key | None:
+        """A known node beyond the far end of [lo, hi) that can reach into it from there."""
+        keys = vnode.table.keys
+        after = [key for key in keys if key >= hi]
+        if after:
+            return after[0]
+        before = [key for key in keys if key < lo]
+        return before[-1] if before else None
+
+    def _on_pub(self, sender: PeerId, msg: m.PUB) -> None:
+        vnode = self._vnode_for(sender, msg)
+        if vnode is None:
+            return
+        if msg.ack_id:
+            self._send_peer(sender, m.ACK(msg.ack_id))
+        self._accept_pub(vnode, msg, msg.hops, detour=False)
+
+    def _accept_pub(self, vnode: VirtualNode, msg: m.PUB, hops: int, *, detour: bool) -> None:
+        origin = msg.sender
+        if origin[0] != vnode.key:
+            self._learn(vnode, origin)
+        if msg.forwarder[0] != origin[0] and msg.forwarder[0] != vnode.key:
+            self._learn(vnode, msg.forwarder)
+        self._after_change(vnode)
+        key = vnode.key
+        if key[1] == SUBSCRIBER and key[0] == msg.topic and msg.lo <= key < msg.hi:
+            seen_key = (origin[0], msg.publication_id)
+            seen = vnode.seen
+            if seen_key not in seen:
+                seen[seen_key] = None
+                if len(seen) > self.config.dedup_window:
+                    del seen[next(iter(seen))]
+                self._out.append(Deliver(msg.topic, msg.payload, msg.publication_id, origin[0][2], hops))
+        self._pub_step(
+            vnode, origin, msg.topic, msg.payload, msg.publication_id, hops, msg.lo, msg.hi, detour
+        )
+
+    # ================================================================ UNSUB
+
+    def _multicast_unsub(
+        self, vnode: VirtualNode, origin: NodeRef, topic: str, lo: Key, hi: Key, detour: bool = False
+    ) -> None:
+        table = vnode.table
+        plan = plan_delegation(table, vnode.key, lo, hi)
+        if not plan and not lo <= vnode.key < hi:
+            nxt = route_toward_range(table, vnode.key, lo, hi)
+            if nxt is None and detour:
+                nxt = self._detour(vnode, lo, hi)
+            if nxt is not None:
+                plan = [(nxt, lo, hi)]
+        for dest, sub_lo, sub_hi in plan:
+            ack_id = self._next_id() if self.config.pub_ack_enabled and dest[2] != self.peer_id else m.NO_ACK
+            msg = m.UNSUB(dest, origin, vnode.ref, topic, sub_lo, sub_hi, ack_id)
+            if ack_id:
+                self._expect_ack(vnode, msg, ack_id, 0)
+            self._send(dest, msg)
+
+    def _on_unsub(self, sender: PeerId, msg: m.UNSUB) -> None:
+        vnode = self._vnode_for(sender, msg)
+        if vnode is None:
+            return
+        if msg.ack_id:
+            self._send_peer(sender, m.ACK(msg.ack_id))
+        self._accept_unsub(vnode, msg, detour=False)
+
+    def _accept_unsub(self, vnode: VirtualNode, msg: m.UNSUB, *, detour: bool) -> None:
+        vnode.table.remove(msg.sender[0])  # never learned back (§3.5.6)
+        if msg.forwarder[0] != msg.sender[0] and msg.forwarder[0] != vnode.key:
+            self._learn(vnode, msg.forwarder)
+        self._after_change(vnode)
+        self._multicast_unsub(vnode, msg.sender, msg.topic, msg.lo, msg.hi, detour)
+
+    # ================================================================ rendezvous point
+
+    def _check_rendezvous(self, vnode: VirtualNode) -> None:
+        table = vnode.table
+        topic = vnode.key[0]
+        if not is_rendezvous_candidate(table, vnode.key):
+            vnode.rp_present = None
+            return
+        right = table.right0()
+        present = right is not None and right[0] == topic and right[1] == SUBSCRIBER
+        if vnode.rp_present == present:
+            return
+        vnode.rp_present = present
+        self._set_presence(topic, present)
+        lo, _ = run_bounds(topic, PUBLISHER)
+        self._presence_step(vnode, vnode.ref, topic, present, lo, vnode.key)
+
+    def _set_presence(self, topic: str, present: bool) -> None:
+        if self.presence.get(topic) != present:
+            self.presence[topic] = present
+            self._out.append(SubscriberPresence(topic, present))
+
+    def _presence_step(
+        self, vnode: VirtualNode, origin: NodeRef, topic: str, present: bool, lo: Key, hi: Key
+    ) -> None:
+        table = vnode.table
+        plan = plan_delegation(table, vnode.key, lo, hi)
+        if not plan and not lo <= vnode.key < hi and lo < hi:
+            nxt = route_toward_range(table, vnode.key, lo, hi)
+            if nxt is not None:
+                plan = [(nxt, lo, hi)]
+        for dest, sub_lo, sub_hi in plan:
+            self._send(dest, m.PRESENCE(dest, origin, vnode.ref, topic, present, sub_lo, sub_hi))
+
+    def _on_presence(self, sender: PeerId, msg: m.PRESENCE) -> None:
+        vnode = self._vnode_for(sender, msg)
+        if vnode is None:
+            return
+        if msg.sender[0] != vnode.key:
+            self._learn(vnode, msg.sender)
+        if msg.forwarder[0] != msg.sender[0]:
+            self._learn(vnode, msg.forwarder)
+        self._after_change(vnode)
+        key = vnode.key
+        direct = msg.lo == msg.hi
+        in_scope = direct or msg.lo <= key < msg.hi
+        # the rendezvous point trusts its own observation
+        if key[1] == PUBLISHER and key[0] == msg.topic and in_scope and vnode.rp_present is None:
+            self._set_presence(msg.topic, msg.present)
+        if not direct:
+            self._presence_step(vnode, msg.sender, msg.topic, msg.present, msg.lo, msg.hi)
+
+    def _on_presence_query(self, sender: PeerId, msg: m.PRESENCE_QUERY) -> None:
+        vnode = self._vnode_for(sender, msg)
+        if vnode is None:
+            return
+        self._learn(vnode, msg.sender)
+        self._after_change(vnode)
+        if vnode.rp_present is not None:
+            dest = msg.sender[0]
+            self._send(dest, m.PRESENCE(dest, vnode.ref, vnode.ref, msg.topic, vnode.rp_present, dest, dest))
+            return
+        nxt = farthest_same_run_right(vnode.table, vnode.key)
+        if nxt is not None:
+            self._send(nxt, m.PRESENCE_QUERY(nxt, msg.sender, msg.topic))
+
+    # ================================================================ liveness, GONE, ACK
+
+    def _on_ping(self, sender: PeerId, msg: m.PING) -> None:
+        self._send_peer(sender, m.PONG(msg.nonce))
+
+    def _on_pong(self, sender: PeerId, msg: m.PONG) -> None:
+        return  # _receive already refreshed last_heard
+
+    def _on_gone(self, sender: PeerId, msg: m.GONE) -> None:
+        self._forget_everywhere(msg.gone)
+        bounced = msg.bounced
+        if bounced is None:
+            return
+        self._reroute(bounced)
+
+    def _reroute(self, bounced: Any) -> None:
+        """Carry on a range/search message whose receiver vanished, from its forwarder."""
+        forwarder = bounced.forwarder
+        if forwarder is None:
+            if isinstance(bounced, m.SEARCH):  # the origin's own first hop: start again
+                key = self.requests.get(bounced.request_id)
+                join = self.pending.get(key) if key is not None else None
+                if join is not None:
+                    self._start_search(join)
+            return
+        vnode = self.vnodes.get(forwarder[0])
+        if vnode is None:
+            return
+        if isinstance(bounced, m.PUB):
+            self._pub_step(
+                vnode, bounced.sender, bounced.topic, bounced.payload, bounced.publication_id,
+                bounced.hops - 1, bounced.lo, bounced.hi, detour=True,
+            )
+        elif isinstance(bounced, m.UNSUB):
+            self._multicast_unsub(vnode, bounced.sender, bounced.topic, bounced.lo, bounced.hi, detour=True)
+        elif isinstance(bounced, m.PRESENCE):
+            self._presence_step(vnode, bounced.sender, bounced.topic, bounced.present, bounced.lo, bounced.hi)
+        elif isinstance(bounced, m.SEARCH):
+            retry = m.SEARCH(vnode.key, bounced.origin, bounced.target, bounced.request_id, None)
+            self._search_step(vnode, retry)
+
+    def _on_ack(self, sender: PeerId, msg: m.ACK) -> None:
+        self.outstanding.pop(msg.ack_id, None)
+
+    def _expect_ack(self, vnode: VirtualNode, msg: Any, ack_id: int, tries: int) -> None:
+        self.outstanding[ack_id] = (vnode, msg, tries)
+        self._timer(self.now + self.config.pub_ack_timeout_s, _T_ACK, ack_id)
+
+    def _ack_timeout(self, ack_id: int) -> None:
+        entry = self.outstanding.pop(ack_id, None)
+        if entry is None:
+            return
+        vnode, msg, tries = entry
+        if self.vnodes.get(vnode.key) is not vnode:
+            return
+        if tries < self.config.pub_ack_retries:  # maybe just lost: same receiver, new ack id
+            retry = replace(msg, ack_id=self._next_id())
+            self._expect_ack(vnode, retry, retry.ack_id, tries + 1)
+            self._send(retry.dest, retry)
+            return
+        if vnode.table.remove(msg.dest):  # suspected crashed: drop the entry, re-delegate around it
+            self._after_change(vnode)
+        self._reroute(msg)
+
+    # ================================================================ timers
+
+    def _tick(self) -> None:
+        timers = self.timers
+        now = self.now
+        while timers and timers[0][0] <= now:
+            _, _, kind, arg = heapq.heappop(timers)
+            if kind == _T_REXP:
+                self._periodic_rexp(arg)
+            elif kind == _T_ACK:
+                self._ack_timeout(arg)
+            elif kind == _T_LINK:
+                self._relink(arg)
+            elif kind == _T_NOTICE:
+                if arg.dest[2] not in self.dead:
+                    self._send(arg.dest, arg)
+            elif kind == _T_PING:
+                self._ping_round()
+            elif kind == _T_EEXP_RANGE:
+                self._join_eexp(arg)
+            elif kind == _T_EEXP_RANDOM:
+                self._random_eexp(arg)
+            elif kind == _T_SEARCH:
+                key = self.requests.get(arg)
+                join = self.pending.get(key) if key is not None else None
+                if join is not None and join.request_id == arg:
+                    self._start_search(join)
+
+    def _periodic_rexp(self, vnode: VirtualNode) -> None:
+        if self.vnodes.get(vnode.key) is not vnode:
+            return
+        table = vnode.table
+        existing = tuple(table.keys)
+        for neighbour in (table.left0(), table.right0()):
+            if neighbour is not None:
+                self._send(neighbour, m.REXP(neighbour, vnode.ref, vnode.ref, existing, 0))
+        if vnode.rp_present is not None:  # the rendezvous point refreshes the publishers' view
+            topic = vnode.key[0]
+            lo, _ = run_bounds(topic, PUBLISHER)
+            self._presence_step(vnode, vnode.ref, topic, vnode.rp_present, lo, vnode.key)
+        interval = self.config.rexp_interval_s
+        self._timer(self.now + interval * (0.9 + 0.2 * self.rng.random()), _T_REXP, vnode)
+
+    def _join_eexp(self, vnode: VirtualNode) -> None:
+        if self.vnodes.get(vnode.key) is vnode:
+            self._issue_range_eexp(vnode)
+
+    def _random_eexp(self, vnode: VirtualNode) -> None:
+        config = self.config
+        if self.vnodes.get(vnode.key) is not vnode:
+            return
+        table = vnode.table
+        missing = config.table_size - len(table)
+        if missing < 1 or vnode.random_rounds >= config.eexp_random_max_rounds or not table.keys:
+            return
+        vnode.random_rounds += 1
+        self._eexp_random_step(vnode, vnode.ref, tuple(table.keys), missing, vnode.key)
+        self._timer(self.now + config.eexp_random_interval_s, _T_EEXP_RANDOM, vnode)
+
+    def _ping_round(self) -> None:
+        config = self.config
+        now = self.now
+        for peer, until in list(self.dead.items()):
+            if until <= now:
+                del self.dead[peer]
+            else:  # a wrongly suspected peer (lost pings) answers and is forgiven (see _receive)
+                self._send_peer(peer, m.PING(self._next_id()))
+        watched: set[PeerId] = set()
+        for vnode in self.vnodes.values():
+            for neighbour in (vnode.left0, vnode.right0):
+                if neighbour is not None and neighbour[2] != self.peer_id:
+                    watched.add(neighbour[2])
+        for peer in sorted(watched, key=repr):
+            heard = self.last_heard.get(peer)
+            if heard is None:
+                self.last_heard[peer] = now
+            elif now - heard >= config.failure_timeout_s and self.probes.get(peer, 0) >= 2:
+                self._declare_dead(peer)  # silent for the timeout and at least two PINGs unanswered
+            elif now - heard >= config.ping_interval_s:
+                self.probes[peer] = self.probes.get(peer, 0) + 1
+                self._send_peer(peer, m.PING(self._next_id()))
+        for peer in [peer for peer in self.last_heard if peer not in watched]:
+            del self.last_heard[peer]  # only peers hosting level-0 neighbours are timed
+            self.probes.pop(peer, None)
+        self._timer(now + config.ping_interval_s, _T_PING, None)

@@ -1,0 +1,219 @@
+"""A virtual node's routing table: FRT (seed 003 §3.3-§3.4) or the plain Skip Graph baseline.
+
+Entries are the keys of other virtual nodes with their membership vectors, kept in a sorted
+list (``bisect``; at most L+1 keys) and a dict ``key -> (mv << 8 | level)``. The level-0
+neighbours are the nearest entries on either side; they are the sticky entries (§3.4) and are
+never filtered out. Per-level entry counts (all entries, and non-SUB entries) let
+``frt.select_victim`` pick the filtering victim without building candidate tables.
+
+``frt=True``: entry learning is unconditional; when the table exceeds ``capacity`` (L) one
+entry is removed by ≤FRT filtering. ``frt=False`` (SG-TBPS baseline): an entry is kept only
+while it is a Skip Graph neighbour, i.e. the nearest entry on its side among those of level
+>= i for some i (the "staircase"); the size is not bounded by L.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left, insort
+from collections.abc import Iterator
+
+from overlay import frt
+from overlay.keys import SUBSCRIBER, Key, NodeRef, common_prefix_length
+
+_LEVEL_MASK = 0xFF
+
+
+class RoutingTable:
+    __slots__ = (
+        "capacity",
+        "frt_enabled",
+        "keys",
+        "level_counts",
+        "mv_bits",
+        "nonsub_counts",
+        "owner",
+        "owner_mv",
+        "owner_topic",
+        "packed",
+        "sub_count",
+    )
+
+    def __init__(self, owner: Key, owner_mv: int, *, capacity: int, frt_enabled: bool, mv_bits: int) -> None:
+        self.owner = owner
+        self.owner_mv = owner_mv
+        self.owner_topic = owner[0]
+        self.capacity = capacity
+        self.frt_enabled = frt_enabled
+        self.mv_bits = mv_bits
+        self.keys: list[Key] = []
+        self.packed: dict[Key, int] = {}
+        self.level_counts: list[int] = []
+        self.nonsub_counts: list[int] = []
+        self.sub_count = 0
+
+    # ------------------------------------------------------------ queries
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self.packed
+
+    def __iter__(self) -> Iterator[Key]:
+        return iter(self.keys)
+
+    def level_of(self, key: Key) -> int:
+        return self.packed[key] & _LEVEL_MASK
+
+    def mv_of(self, key: Key) -> int:
+        return self.packed[key] >> 8
+
+    def ref(self, key: Key) -> NodeRef:
+        return (key, self.packed[key] >> 8)
+
+    def is_sub(self, key: Key) -> bool:
+        return key[1] == SUBSCRIBER and key[0] == self.owner_topic
+
+    def left0(self) -> Key | None:
+        index = bisect_left(self.keys, self.owner)
+        return self.keys[index - 1] if index > 0 else None
+
+    def right0(self) -> Key | None:
+        keys = self.keys
+        index = bisect_left(keys, self.owner)
+        return keys[index] if index < len(keys) else None
+
+    def sticky_keys(self) -> list[Key]:
+        keys = self.keys
+        index = bisect_left(keys, self.owner)
+        out = []
+        if index > 0:
+            out.append(keys[index - 1])
+        if index < len(keys):
+            out.append(keys[index])
+        return out
+
+    def level_neighbor(self, direction: int, level: int) -> Key | None:
+        """Nearest entry on the ``direction`` side (+1 right, -1 left) of level >= ``level``."""
+        keys = self.keys
+        packed = self.packed
+        index = bisect_left(keys, self.owner)
+        if direction > 0:
+            for i in range(index, len(keys)):
+                if packed[keys[i]] & _LEVEL_MASK >= level:
+                    return keys[i]
+        else:
+            for i in range(index - 1, -1, -1):
+                if packed[keys[i]] & _LEVEL_MASK >= level:
+                    return keys[i]
+        return None
+
+    def keys_between(self, lo: Key, hi: Key) -> list[Key]:
+        """Entries with lo <= key < hi, ascending."""
+        keys = self.keys
+        return keys[bisect_left(keys, lo) : bisect_left(keys, hi)]
+
+    def sub_entries(self) -> int:
+        return self.sub_count
+
+    def scan_farthest(self, levels: set[int], want_sub: bool, index: int) -> Key | None:
+        """Farthest non-sticky predecessor, else successor, of a level in ``levels`` whose
+        SUB membership is ``want_sub`` (the B9/B10' step of ``frt.select_victim``);
+        ``index`` is the owner's insertion point in ``keys``."""
+        keys = self.keys
+        packed = self.packed
+        topic = self.owner_topic
+        for i in range(0, index - 1):  # keys[index - 1] is the sticky left neighbour
+            key = keys[i]
+            if packed[key] & _LEVEL_MASK in levels and (key[1] == SUBSCRIBER and key[0] == topic) == want_sub:
+                return key
+        for i in range(len(keys) - 1, index, -1):  # keys[index] is the sticky right neighbour
+            key = keys[i]
+            if packed[key] & _LEVEL_MASK in levels and (key[1] == SUBSCRIBER and key[0] == topic) == want_sub:
+                return key
+        return None
+
+    # ------------------------------------------------------------ mutation
+
+    def _insert(self, key: Key, mv: int) -> None:
+        level = common_prefix_length(self.owner_mv, mv, self.mv_bits)
+        insort(self.keys, key)
+        self.packed[key] = (mv << 8) | level
+        counts = self.level_counts
+        if level >= len(counts):
+            grow = level + 1 - len(counts)
+            counts.extend([0] * grow)
+            self.nonsub_counts.extend([0] * grow)
+        counts[level] += 1
+        if key[1] == SUBSCRIBER and key[0] == self.owner_topic:
+            self.sub_count += 1
+        else:
+            self.nonsub_counts[level] += 1
+
+    def remove(self, key: Key) -> bool:
+        packed = self.packed.pop(key, None)
+        if packed is None:
+            return False
+        keys = self.keys
+        del keys[bisect_left(keys, key)]
+        level = packed & _LEVEL_MASK
+        counts = self.level_counts
+        counts[level] -= 1
+        if key[1] == SUBSCRIBER and key[0] == self.owner_topic:
+            self.sub_count -= 1
+        else:
+            self.nonsub_counts[level] -= 1
+        while counts and counts[-1] == 0:
+            counts.pop()
+            self.nonsub_counts.pop()
+        return True
+
+    def add(self, ref: NodeRef) -> bool:
+        """Entry learning (+ filtering). True iff ``key`` is newly present afterwards."""
+        key, mv = ref
+        if key == self.owner:
+            return False
+        current = self.packed.get(key)
+        if current is not None:
+            if current >> 8 == mv:
+                return False
+            self.remove(key)  # same key, new incarnation: re-learn its membership vector
+        self._insert(key, mv)
+        if self.frt_enabled:
+            if len(self.keys) > self.capacity:
+                victim = frt.select_victim(self)
+                if victim is not None:
+                    self.remove(victim)
+                    return victim != key
+        else:
+            self._prune_to_skip_graph()
+            return key in self.packed
+        return True
+
+    def _prune_to_skip_graph(self) -> None:
+        keys = self.keys
+        packed = self.packed
+        index = bisect_left(keys, self.owner)
+        drop: list[Key] = []
+        best = -1
+        for i in range(index, len(keys)):
+            level = packed[keys[i]] & _LEVEL_MASK
+            if level > best:
+                best = level
+            else:
+                drop.append(keys[i])
+        best = -1
+        for i in range(index - 1, -1, -1):
+            level = packed[keys[i]] & _LEVEL_MASK
+            if level > best:
+                best = level
+            else:
+                drop.append(keys[i])
+        for key in drop:
+            self.remove(key)
+
+    def remove_peer(self, peer: object) -> list[Key]:
+        gone = [key for key in self.keys if key[2] == peer]
+        for key in gone:
+            self.remove(key)
+        return gone
