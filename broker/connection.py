@@ -14,8 +14,10 @@ queue) are held in ``deferred`` until the broker's group commit has run (``Broke
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import logging
+import sqlite3
 import time
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -43,6 +45,7 @@ from broker.mqtt.packets import (
     Unsubscribe,
 )
 from broker.mqtt.session import STATE_PUBREL_SENT, Message, Session
+from broker.store import StoreError
 
 if TYPE_CHECKING:
     from broker.core import Broker
@@ -50,6 +53,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("skipmq.connection")
 
 PINGRESP_BYTES = b"\xd0\x00"
+MAX_PACKET_SIZE = 268_435_455  # the protocol maximum (Remaining Length limit + header)
 
 STATE_CONNECTING = 0
 STATE_CONNECTED = 1
@@ -90,6 +94,7 @@ class MQTTConnection(asyncio.Protocol):
         "keep_alive_s",
         "last_rx",
         "listener",
+        "max_out_packet_size",
         "out",
         "peer",
         "protocol_level",
@@ -119,6 +124,7 @@ class MQTTConnection(asyncio.Protocol):
         self.deferred: list[bytes] | None = None
         self.qos1_unacked = 0
         self.listener = listener
+        self.max_out_packet_size = MAX_PACKET_SIZE  # the client's Maximum Packet Size (v5 CONNECT)
         self.out: list[bytes] | None = None
         # packets that arrived behind CONNECT while its password check runs in a worker thread
         self.auth_pending: list[Packet] | None = None
@@ -130,7 +136,9 @@ class MQTTConnection(asyncio.Protocol):
         self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) and len(peer) >= 2 else str(peer or "")
         if self.listener == "tls" and self.broker.tls_identity_as_username:
             self.cert_username = _certificate_common_name(transport.get_extra_info("peercert"))
-        self.broker.connection_opened(self)
+        if not self.broker.connection_opened(self):
+            self.state = STATE_CLOSED
+            transport.close()
 
     def data_received(self, data: bytes) -> None:
         if self.state == STATE_CLOSED:
@@ -166,6 +174,8 @@ class MQTTConnection(asyncio.Protocol):
             decode_error = err
             failed_type = name
         except Exception as exc:  # a bug must not take other clients down: drop this connection only
+            if isinstance(exc, (StoreError, sqlite3.Error)):
+                broker.store_failed(exc)
             log.exception("internal error while handling a packet")
             broker.log_event(
                 logging.ERROR, "internal_error", client_id=self.client_id, peer=self.peer, message=repr(exc)
@@ -213,10 +223,30 @@ class MQTTConnection(asyncio.Protocol):
             transport.write(out[0] if len(out) == 1 else b"".join(out))
 
     def send_packet(self, packet: Packet) -> None:
+        """Send a control packet; never above the client's Maximum Packet Size (MQTT-3.1.2-24):
+        reason string and user properties are left out first (MQTT-3.14.2-3 and friends), and a
+        packet still too large is not sent at all."""
+        data = codec.encode(packet, self.protocol_level)
+        if len(data) > self.max_out_packet_size:
+            properties = getattr(packet, "properties", None)
+            if properties:
+                slim = {k: v for k, v in properties.items() if k not in ("reason_string", "user_property")}
+                slim_packet: Any = dataclasses.replace(packet, properties=slim)  # type: ignore[arg-type]
+                data = codec.encode(slim_packet, self.protocol_level)
+            if len(data) > self.max_out_packet_size:
+                self.broker.log_event(
+                    logging.WARNING,
+                    "packet_too_large_for_client",
+                    client_id=self.client_id,
+                    peer=self.peer,
+                    packet_type=_NAMES[type(packet)],
+                    size_bytes=len(data),
+                )
+                return
         sent = self.broker.stats.packets_sent
         name = _NAMES[type(packet)]
         sent[name] = sent.get(name, 0) + 1
-        self.write(codec.encode(packet, self.protocol_level))
+        self.write(data)
 
     def send_ack(self, data: bytes) -> None:
         """Send an acknowledgement, after the pending group commit if the store has uncommitted work."""
@@ -245,7 +275,11 @@ class MQTTConnection(asyncio.Protocol):
         if self.state == STATE_CLOSED:
             return
         if self.deferred is not None:
-            self.flush_deferred()
+            # held acks may only leave after the commit that made their messages durable: commit
+            # now (on failure the broker closes this connection without sending them)
+            self.broker.commit_now()
+            if self.state == STATE_CLOSED:
+                return
         if self.protocol_level == MQTT_5 and self.state == STATE_CONNECTED:
             props: dict[str, Any] = {"reason_string": reason_string} if reason_string else {}
             self.send_packet(Disconnect(reason_code=reason_code, properties=props))
@@ -261,6 +295,7 @@ class MQTTConnection(asyncio.Protocol):
             self.transport.close()
         if was_connected:
             self.broker.connection_closed(self, fire_will=fire_will)
+        self.broker.connection_gone(self)  # at once: the connection limit counts live sockets
 
     def protocol_error(self, err: MQTTProtocolError, packet_type: str | None = None) -> None:
         broker = self.broker
@@ -291,6 +326,7 @@ class MQTTConnection(asyncio.Protocol):
         self.protocol_level = level
         is_v5 = level == MQTT_5
         props = packet.properties
+        self.max_out_packet_size = int(props.get("maximum_packet_size", MAX_PACKET_SIZE))
         if is_v5 and props.get("authentication_method") is not None:
             self.refuse(ReasonCode.BAD_AUTHENTICATION_METHOD, "enhanced authentication is not supported")
             return
@@ -363,7 +399,7 @@ class MQTTConnection(asyncio.Protocol):
         if broker.shutting_down:
             self.refuse(ReasonCode.SERVER_UNAVAILABLE, "server shutting down")
             return
-        if broker.at_connection_limit():
+        if broker.at_connection_limit(client_id):
             self.refuse(ReasonCode.SERVER_BUSY, "too many connections")
             return
         will = packet.will
@@ -503,7 +539,7 @@ class MQTTConnection(asyncio.Protocol):
         if qos == 0:
             return
         code = 0
-        if delivered == 0 and self.protocol_level == MQTT_5:
+        if delivered == 0 and self.protocol_level == MQTT_5 and not broker.route_matched:
             code = ReasonCode.NO_MATCHING_SUBSCRIBERS
         if qos == 1:
             self.qos1_unacked += 1
@@ -544,11 +580,10 @@ class MQTTConnection(asyncio.Protocol):
     def handle_puback(self, packet: Puback) -> None:
         session = self.session
         assert session is not None
-        entry = session.inflight.pop(packet.packet_id, None)
-        if entry is not None and entry.qos == 1:
+        entry = session.inflight.get(packet.packet_id)
+        if entry is not None and entry.qos == 1:  # a PUBACK for a QoS 2 message is ignored
+            del session.inflight[packet.packet_id]
             self.broker.outgoing_complete(session, entry)
-        elif entry is not None:
-            session.inflight[packet.packet_id] = entry  # a PUBACK for a QoS 2 message: ignore
 
     def handle_pubrec(self, packet: Pubrec) -> None:
         session = self.session
@@ -582,7 +617,14 @@ class MQTTConnection(asyncio.Protocol):
     def handle_subscribe(self, packet: Subscribe) -> None:
         session = self.session
         assert session is not None
-        reason_codes, retained = self.broker.subscribe(session, packet)
+        broker = self.broker
+        reason_codes, retained = broker.subscribe(session, packet)
+        if session.persistent and broker.store_pending() and not broker.commit_now():
+            # the SUBACK promises a subscription that survives a crash: not without its commit
+            self.close()
+            return
+        if self.state == STATE_CLOSED:
+            return
         self.send_packet(Suback(packet_id=packet.packet_id, reason_codes=reason_codes))
         self.broker.send_retained(session, retained)
 

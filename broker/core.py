@@ -21,6 +21,7 @@ import logging
 import math
 import time
 import uuid
+from collections import deque
 from typing import Any
 
 from broker import __version__
@@ -39,6 +40,7 @@ from broker.mqtt.session import (
     SubOptions,
 )
 from broker.mqtt.topics import SubscriptionTrie, TopicError, parse_shared, validate_topic_filter
+from broker.store import StoredMessage, StoredSubscription
 
 log = logging.getLogger("skipmq.broker")
 
@@ -97,6 +99,9 @@ class Broker:
         self._share_rr: dict[tuple[str, str], int] = {}
         self._commit_scheduled = False
         self._commit_waiters: list[Any] = []
+        self.route_matched = False  # whether the last _route found a matching subscription
+        self._store_resync_needed = False  # a commit failed: rewrite the store from memory first
+        self._commit_failed_last = False
         self._dirty: list[Any] = []
         self._flush_scheduled = False
         self._sweep_handle: asyncio.TimerHandle | None = None
@@ -156,15 +161,26 @@ class Broker:
         _log_event(level, event, **fields)
 
     # ================================================================== connections
-    def connection_opened(self, conn: Any) -> None:
+    def connection_opened(self, conn: Any) -> bool:
+        """Register a new network connection; False (and closed) when too many sockets are still
+        waiting for their CONNECT: limits.max_connections lets as many again wait as it allows."""
+        limit = self.limits.max_connections
+        if limit and len(self.connections) - self.connected_count >= limit:
+            return False  # no log line per socket: this is what a connection flood looks like
         self.connections.add(conn)
+        return True
 
     def connection_gone(self, conn: Any) -> None:
         self.connections.discard(conn)
 
-    def at_connection_limit(self) -> bool:
+    def at_connection_limit(self, client_id: str | None = None) -> bool:
+        """True when a new connection must be refused; a takeover of a connected client id replaces
+        a connection instead of adding one, so it is always allowed (MQTT-3.1.4-3)."""
         limit = self.limits.max_connections
-        return bool(limit) and self.connected_count >= limit
+        if not limit or self.connected_count < limit:
+            return False
+        session = self.sessions.get(client_id) if client_id else None
+        return session is None or session.connection is None
 
     def authenticate(self, username: str | None, password: bytes | None, *, tls_identity: bool) -> int:
         if tls_identity:
@@ -278,30 +294,45 @@ class Broker:
         return [*session.inflight.values(), *session.queue]
 
     def session_resumed(self, session: Session) -> None:
-        """After CONNACK: re-send unacknowledged messages (DUP=1 / PUBREL), then queued ones."""
+        """After CONNACK: re-send unacknowledged messages (DUP=1 / PUBREL), then queued ones.
+
+        PUBRELs are always re-sent; unacknowledged PUBLISHes only as far as this connection's
+        window allows (the client's Receive Maximum may be smaller now, MQTT-3.3.4-9), the rest
+        wait in ``session.unsent`` and go out, in order, as acknowledgements arrive.
+        """
         conn = session.connection
         if conn is None:
             return
+        session.unsent = None
+        window = self._window(session)
+        on_wire = 0
         for packet_id, entry in list(session.inflight.items()):
             if entry.state == STATE_PUBREL_SENT:
                 conn.write(bytes((0x62, 2, packet_id >> 8, packet_id & 0xFF)))
-            else:
-                data = self._encode_for(
-                    session,
-                    entry.message,
-                    entry.qos,
-                    entry.retain,
-                    True,
-                    packet_id,
-                    entry.subscription_identifiers,
-                )
-                if data is None:
-                    del session.inflight[packet_id]
-                    self._complete(session, entry)
-                    continue
-                conn.write(data)
-                self.stats.messages_sent[entry.qos] += 1
+                on_wire += 1
+            elif on_wire >= window:
+                if session.unsent is None:
+                    session.unsent = deque()
+                session.unsent.append(entry)
+            elif self._resend(session, entry):
+                on_wire += 1
         self._pump(session)
+
+    def _resend(self, session: Session, entry: OutEntry) -> bool:
+        """Re-send an unacknowledged PUBLISH with DUP=1 and its original packet id (MQTT-4.4.0-1);
+        False if it can no longer be sent (expired / too large: completed as if acknowledged)."""
+        packet_id = entry.packet_id
+        assert packet_id is not None and session.connection is not None
+        data = self._encode_for(
+            session, entry.message, entry.qos, entry.retain, True, packet_id, entry.subscription_identifiers
+        )
+        if data is None:
+            del session.inflight[packet_id]
+            self._complete(session, entry)
+            return False
+        session.connection.write(data)
+        self.stats.messages_sent[entry.qos] += 1
+        return True
 
     def set_session_expiry(self, session: Session, expiry_s: int) -> None:
         cap = self.limits.max_session_expiry_s
@@ -420,6 +451,18 @@ class Broker:
         if self.store is not None and session.persistent:
             self.store.delete_session(client_id)
             self.store.set_will(client_id, None, None)
+        # QoS 1 in flight and anything still queued go to another member; a QoS 2 message whose
+        # delivery started MUST NOT be sent to any other member (MQTT-4.8.2-5)
+        shared = [
+            entry
+            for entry in self._pending_entries(session)
+            if entry.share_key is not None and (entry.qos == 1 or entry.state == STATE_QUEUED)
+        ]
+        session.inflight.clear()
+        session.queue.clear()
+        session.unsent = None
+        if shared:
+            self._redistribute_shared(shared)
 
     def _publish_will(self, session: Session, will: Will) -> None:
         acl = self.acl
@@ -477,21 +520,102 @@ class Broker:
             self._commit_scheduled = True
             self.loop.call_soon(self._flush_commit)
 
+    def commit_now(self) -> bool:
+        """Run the group commit at once; False if it failed (its waiters were closed)."""
+        self._flush_commit()
+        return not self._commit_failed_last
+
+    def store_failed(self, exc: BaseException) -> None:
+        """A store call raised while handling a packet: SQLite may have rolled back the whole open
+        transaction (SQLITE_FULL, SQLITE_IOERR), so the store is rewritten from memory before the
+        next commit, and acks held for that commit wait for it."""
+        self.log_event(logging.ERROR, "store_error", message=str(exc))
+        self._store_resync_needed = True
+        self._resync_now()
+        self.after_batch()
+
+    def _resync_now(self) -> None:
+        """Rewrite the store from memory now, so the sequence numbers memory holds are valid again
+        for the next store calls (set_inflight, ack); on failure it is retried before the commit."""
+        try:
+            self._resync_store()
+            self._store_resync_needed = False
+        except Exception as exc:
+            self.log_event(logging.ERROR, "store_resync_failed", message=str(exc))
+
     def _flush_commit(self) -> None:
+        """The group commit: make the open transaction durable, then release the held acks.
+
+        If the commit fails (SQLite rolls the transaction back) the store is rewritten from memory,
+        which still holds every routed message, and committed once more; only if that fails too are
+        the waiting connections closed without their acks (their clients re-send).
+        """
         self._commit_scheduled = False
         waiters = self._commit_waiters
         self._commit_waiters = []
-        if self.store is not None:
-            try:
-                self.store.commit()
-            except Exception as exc:  # nothing acknowledged may be lost: close instead of acking
-                self.log_event(logging.ERROR, "store_commit_failed", message=str(exc))
-                for conn in waiters:
-                    conn.deferred = None
-                    conn.close()
-                return
+        if self.store is not None and not (self._try_commit() or self._try_commit()):
+            for conn in waiters:
+                conn.deferred = None
+                conn.close()
+            self.after_batch()
+            return
         for conn in waiters:
             conn.flush_deferred()
+
+    def _try_commit(self) -> bool:
+        store = self.store
+        assert store is not None
+        try:
+            if self._store_resync_needed:
+                self._resync_store()
+                self._store_resync_needed = False
+            store.commit()
+        except Exception as exc:
+            self._commit_failed_last = True
+            self._store_resync_needed = True  # memory is the truth: rewrite it before committing
+            self.log_event(logging.ERROR, "store_commit_failed", message=str(exc))
+            self._resync_now()
+            return False
+        self._commit_failed_last = False
+        return True
+
+    def _resync_store(self) -> None:
+        """Rewrite the durable state from memory after a failed (rolled back) commit.
+
+        The rolled-back transaction took queued messages, in-flight states, incoming QoS 2 ids,
+        subscriptions, wills and retained changes with it while memory kept them (and their
+        sequence numbers). The next commit must make the store match memory again, otherwise an
+        acknowledgement sent later (say, a PUBREC for a re-sent QoS 2 PUBLISH that memory knows)
+        could cover a message that is not on disk. Idempotent, so a failed attempt is retried.
+        """
+        store = self.store
+        assert store is not None
+        for record in store.load_sessions():
+            session = self.sessions.get(record.client_id)
+            if session is None or not session.persistent:
+                store.delete_session(record.client_id)
+        for session in self.sessions.values():
+            if not session.persistent:
+                continue
+            client_id = session.client_id
+            store.delete_session(client_id)
+            store.upsert_session(
+                client_id,
+                protocol_level=session.protocol_level,
+                expiry_interval_s=session.expiry_interval_s,
+                username=session.username,
+                disconnected_at=None if session.connection is not None else session.disconnected_at,
+            )
+            self._persist_session_contents(session)
+            if session.will is not None:
+                store.set_will(client_id, _encode_will(session.will), session.will_fire_at)
+        for stored_message in store.load_retained():
+            if stored_message.topic not in self.retained:
+                store.delete_retained(stored_message.topic)
+        for topic in list(self.retained.topics()):
+            message = self.retained.get(topic)
+            if message is not None and not topic.startswith("$SYS"):
+                store.set_retained(topic, _stored(message))
 
     def store_add_incoming_qos2(self, client_id: str, packet_id: int) -> None:
         if self.store is not None:
@@ -531,13 +655,17 @@ class Broker:
         self.stats.retained_messages = len(self.retained)
 
     def _route(self, message: Message, publisher: str | None) -> int:
+        """Deliver to every matching subscription; sets ``route_matched`` (some subscriber matched,
+        even if its copy was then dropped: queue full, ACL, too large, expired, slow consumer)."""
         matches = self.trie.match(message.topic)
         delivered = 0
+        matched = False
         cache: dict[Any, bytes] = {}
         if matches:
             if len(matches) == 1:
                 _flt, client_id, opts = matches[0]
                 if not (opts.no_local and client_id == publisher):
+                    matched = True
                     sid = opts.subscription_identifier
                     delivered = self._deliver_to(
                         client_id,
@@ -562,48 +690,87 @@ class Broker:
                         if sid:
                             current[1].append(sid)
                         current[2] = current[2] or opts.retain_as_published
+                matched = bool(per_client)
                 for client_id, (qos, sids, rap) in per_client.items():
                     delivered += self._deliver_to(client_id, message, qos, rap, sids, cache)
         if len(self.shared_trie):
-            delivered += self._route_shared(message, cache)
-        if not delivered and not message.topic.startswith("$SYS/"):
+            shared_delivered = self._route_shared(message, cache)
+            if shared_delivered >= 0:
+                matched = True
+                delivered += shared_delivered
+        self.route_matched = matched
+        if not matched and not message.topic.startswith("$SYS/"):
             self._count_drop("no_subscribers")
         return delivered
 
     def _route_shared(self, message: Message, cache: dict[Any, bytes]) -> int:
+        """One delivery per matching share group; -1 when no shared subscription matched."""
         groups: dict[tuple[str, str], list[tuple[str, SubOptions]]] = {}
         for flt, (group, client_id), opts in self.shared_trie.match(message.topic):
             groups.setdefault((group, flt), []).append((client_id, opts))
+        if not groups:
+            return -1
         delivered = 0
-        sessions = self.sessions
         for key, members in groups.items():
-            members.sort(key=lambda member: member[0])
-            count = len(members)
-            start = self._share_rr.get(key, 0) % count
-            chosen: tuple[str, SubOptions] | None = None
+            delivered += self._deliver_to_group(key, members, message, cache)
+        return delivered
+
+    def _deliver_to_group(
+        self,
+        key: tuple[str, str],
+        members: list[tuple[str, SubOptions]],
+        message: Message,
+        cache: dict[Any, bytes],
+    ) -> int:
+        """Deliver to one member of share group ``key`` = (group, filter): round robin over the
+        connected members; if all are offline, QoS>0 is queued for one persistent member."""
+        sessions = self.sessions
+        members.sort(key=lambda member: member[0])
+        count = len(members)
+        start = self._share_rr.get(key, 0) % count
+        chosen: tuple[str, SubOptions] | None = None
+        for step in range(count):
+            index = (start + step) % count
+            session = sessions.get(members[index][0])
+            if session is not None and session.connection is not None:
+                chosen = members[index]
+                self._share_rr[key] = index + 1
+                break
+        if chosen is None and message.qos > 0:
+            # every member offline: queue for one persistent member (round robin)
             for step in range(count):
                 index = (start + step) % count
                 session = sessions.get(members[index][0])
-                if session is not None and session.connection is not None:
+                if session is not None and session.expiry_interval_s > 0:
                     chosen = members[index]
                     self._share_rr[key] = index + 1
                     break
-            if chosen is None and message.qos > 0:
-                # every member offline: queue for one persistent member (round robin)
-                for step in range(count):
-                    index = (start + step) % count
-                    session = sessions.get(members[index][0])
-                    if session is not None and session.expiry_interval_s > 0:
-                        chosen = members[index]
-                        self._share_rr[key] = index + 1
-                        break
-            if chosen is not None:
-                client_id, opts = chosen
-                sid = opts.subscription_identifier
-                delivered += self._deliver_to(
-                    client_id, message, opts.qos, opts.retain_as_published, [sid] if sid else _NO_IDS, cache
-                )
-        return delivered
+        if chosen is None:  # no member connected (QoS 0) / none connected or persistent (QoS>0)
+            self._count_drop("no_subscribers")
+            return 0
+        client_id, opts = chosen
+        sid = opts.subscription_identifier
+        return self._deliver_to(
+            client_id, message, opts.qos, opts.retain_as_published, [sid] if sid else _NO_IDS, cache, key
+        )
+
+    def _redistribute_shared(self, entries: list[OutEntry]) -> None:
+        """Messages a leaving member of a share group had not completed go to another member of
+        the group (MQTT 5 §4.8.2: "the Server SHOULD send the Application Message to another
+        Client that is subscribed to the same Shared Subscription")."""
+        for entry in entries:
+            key = entry.share_key
+            assert key is not None
+            message = entry.message
+            members = [
+                (client_id, opts)
+                for flt, (group, client_id), opts in self.shared_trie.match(message.topic)
+                if group == key[0] and flt == key[1]
+            ]
+            if members:
+                self._deliver_to_group(key, members, message, {})
+            else:
+                self._count_drop("no_subscribers")
 
     def _deliver_to(
         self,
@@ -613,6 +780,7 @@ class Broker:
         retain_as_published: bool,
         sub_ids: list[int],
         cache: dict[Any, bytes],
+        share_key: tuple[str, str] | None = None,
     ) -> int:
         session = self.sessions.get(client_id)
         if session is None:
@@ -624,7 +792,7 @@ class Broker:
         qos = message.qos if message.qos < sub_qos else sub_qos
         retain = message.retain and retain_as_published
         if qos:
-            return self._enqueue(session, OutEntry(message, qos, retain, sub_ids))
+            return self._enqueue(session, OutEntry(message, qos, retain, sub_ids, share_key=share_key))
         conn = session.connection
         if conn is None:
             return 0
@@ -670,6 +838,10 @@ class Broker:
     ) -> bytes | None:
         """Encode the PUBLISH for this session; None if the message expired or is too large for it."""
         if session.protocol_level != MQTT_5:
+            # MQTT-3.3.2-5 applies to every subscriber: an expired message is deleted for 3.1.1 too
+            if message.expiry_at is not None and message.expiry_at <= time.time():
+                self._count_drop("expired")
+                return None
             return codec.encode_publish(message.topic, message.payload, qos, retain, dup, packet_id, None, 4)
         props = message.properties
         topic = message.topic
@@ -757,8 +929,18 @@ class Broker:
         return True
 
     def _pump(self, session: Session) -> None:
-        queue = session.queue
         window = self._window(session)
+        unsent = session.unsent
+        if unsent is not None:  # re-sends waiting since the reconnect go first (original order)
+            inflight = session.inflight
+            while unsent and session.connection is not None and len(inflight) - len(unsent) < window:
+                entry = unsent.popleft()
+                if entry.packet_id is not None and inflight.get(entry.packet_id) is entry:
+                    self._resend(session, entry)
+            if unsent:
+                return
+            session.unsent = None
+        queue = session.queue
         while queue and session.connection is not None and len(session.inflight) < window:
             self._send_entry(session, queue.popleft())
 
@@ -769,7 +951,10 @@ class Broker:
     def outgoing_complete(self, session: Session, entry: OutEntry) -> None:
         """PUBACK / PUBCOMP received (or PUBREC with a failure code): forget it and send more."""
         self._complete(session, entry)
-        if session.queue:
+        unsent = session.unsent
+        if unsent:  # drop it if it was acknowledged before it was re-sent on this connection
+            session.unsent = unsent = deque(e for e in unsent if e is not entry)
+        if session.queue or unsent:
             self._pump(session)
 
     def outgoing_state(self, session: Session, entry: OutEntry) -> None:
@@ -877,7 +1062,16 @@ class Broker:
         if session is None:
             return None
         pending = [
-            OutEntry(e.message, e.qos, e.retain, list(e.subscription_identifiers), None, e.packet_id, e.state)
+            OutEntry(
+                e.message,
+                e.qos,
+                e.retain,
+                list(e.subscription_identifiers),
+                None,
+                e.packet_id,
+                e.state,
+                e.share_key,
+            )
             for e in self._pending_entries(session)
         ]
         return SessionSnapshot(
@@ -1085,9 +1279,7 @@ def _default_node_id() -> str:
     return socket.gethostname() or "skipmq"
 
 
-def _stored(message: Message) -> Any:
-    from broker.store import StoredMessage
-
+def _stored(message: Message) -> StoredMessage:
     return StoredMessage(
         message.topic,
         message.payload,
@@ -1112,9 +1304,7 @@ def _message(stored: Any) -> Message:
     )
 
 
-def _stored_subscription(opts: SubOptions) -> Any:
-    from broker.store import StoredSubscription
-
+def _stored_subscription(opts: SubOptions) -> StoredSubscription:
     return StoredSubscription(
         opts.topic_filter,
         opts.qos,

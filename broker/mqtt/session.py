@@ -69,6 +69,9 @@ class OutEntry:
     seq: int | None = None  # store sequence number (persistent sessions only)
     packet_id: int | None = None
     state: int = STATE_QUEUED
+    # (group, filter) when delivered through a shared subscription: handed to another member of
+    # the group if this session ends before the message is completed (MQTT 5 §4.8.2)
+    share_key: tuple[str, str] | None = None
 
 
 class Session:
@@ -92,6 +95,7 @@ class Session:
         "protocol_level",
         "queue",
         "subscriptions",
+        "unsent",
         "username",
         "will",
         "will_fire_at",
@@ -119,6 +123,9 @@ class Session:
         self.client_topic_alias_maximum = 0
         self.out_aliases: dict[str, int] | None = None
         self.persistent = False  # stored in the Store (expiry_interval_s > 0)
+        # in-flight entries not yet re-sent on this connection (window smaller than after the
+        # reconnect); they go out before any queued message as acknowledgements arrive
+        self.unsent: deque[OutEntry] | None = None
         self.ended = False
 
     def allocate_packet_id(self) -> int:
