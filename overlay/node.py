@@ -62,7 +62,7 @@ from overlay.keys import (
     random_membership_vector,
     run_bounds,
 )
-from overlay.multicast import plan_delegation, route_toward_range
+from overlay.multicast import Delegation, plan_delegation, route_toward_range
 from overlay.skipgraph import (
     farthest_same_run_right,
     is_rendezvous_candidate,
@@ -731,6 +731,22 @@ class OverlayNode:
             vnode.last_publish_eexp = self.now
             self._issue_range_eexp(vnode)
 
+    def _delegation_plan(
+        self, vnode: VirtualNode, lo: Key, hi: Key, *, detour: bool
+    ) -> list[Delegation]:
+        """Range multicast step (§3.5.1): the sub-ranges of [lo, hi) to delegate, farthest-keyed
+        entries first; when this node lies outside the range and knows no entry inside it, one
+        hop toward the range (or, with ``detour``, around a dead entry)."""
+        table = vnode.table
+        plan = plan_delegation(table, vnode.key, lo, hi)
+        if not plan and lo < hi and not lo <= vnode.key < hi:
+            nxt = route_toward_range(table, vnode.key, lo, hi)
+            if nxt is None and detour:
+                nxt = self._detour(vnode, lo, hi)
+            if nxt is not None:
+                plan = [(nxt, lo, hi)]
+        return plan
+
     def _pub_step(
         self,
         vnode: VirtualNode,
@@ -743,15 +759,7 @@ class OverlayNode:
         hi: Key,
         detour: bool = False,
     ) -> None:
-        table = vnode.table
-        plan = plan_delegation(table, vnode.key, lo, hi)
-        if not plan and not lo <= vnode.key < hi:
-            nxt = route_toward_range(table, vnode.key, lo, hi)
-            if nxt is None and detour:
-                nxt = self._detour(vnode, lo, hi)
-            if nxt is not None:
-                plan = [(nxt, lo, hi)]
-        for dest, sub_lo, sub_hi in plan:
+        for dest, sub_lo, sub_hi in self._delegation_plan(vnode, lo, hi, detour=detour):
             ack_id = self._next_id() if self.config.pub_ack_enabled and dest[2] != self.peer_id else m.NO_ACK
             msg = m.PUB(
                 dest, origin, topic, payload, publication_id, vnode.ref, hops + 1, sub_lo, sub_hi, ack_id
@@ -802,15 +810,7 @@ class OverlayNode:
     def _multicast_unsub(
         self, vnode: VirtualNode, origin: NodeRef, topic: str, lo: Key, hi: Key, detour: bool = False
     ) -> None:
-        table = vnode.table
-        plan = plan_delegation(table, vnode.key, lo, hi)
-        if not plan and not lo <= vnode.key < hi:
-            nxt = route_toward_range(table, vnode.key, lo, hi)
-            if nxt is None and detour:
-                nxt = self._detour(vnode, lo, hi)
-            if nxt is not None:
-                plan = [(nxt, lo, hi)]
-        for dest, sub_lo, sub_hi in plan:
+        for dest, sub_lo, sub_hi in self._delegation_plan(vnode, lo, hi, detour=detour):
             ack_id = self._next_id() if self.config.pub_ack_enabled and dest[2] != self.peer_id else m.NO_ACK
             msg = m.UNSUB(dest, origin, vnode.ref, topic, sub_lo, sub_hi, ack_id)
             if ack_id:
@@ -857,13 +857,7 @@ class OverlayNode:
     def _presence_step(
         self, vnode: VirtualNode, origin: NodeRef, topic: str, present: bool, lo: Key, hi: Key
     ) -> None:
-        table = vnode.table
-        plan = plan_delegation(table, vnode.key, lo, hi)
-        if not plan and not lo <= vnode.key < hi and lo < hi:
-            nxt = route_toward_range(table, vnode.key, lo, hi)
-            if nxt is not None:
-                plan = [(nxt, lo, hi)]
-        for dest, sub_lo, sub_hi in plan:
+        for dest, sub_lo, sub_hi in self._delegation_plan(vnode, lo, hi, detour=False):
             self._send(dest, m.PRESENCE(dest, origin, vnode.ref, topic, present, sub_lo, sub_hi))
 
     def _on_presence(self, sender: PeerId, msg: m.PRESENCE) -> None:

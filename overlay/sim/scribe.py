@@ -1,0 +1,483 @@
+"""Scribe baseline: topic multicast trees on a Pastry-style prefix-routing DHT (seed 003 §2, §4).
+
+The comparison system of seed 003's evaluation (Castro et al., Scribe on Rowstron & Druschel's
+Pastry), written as an ``overlay.api.OverlayCore`` so it runs in the same simulator as the
+proposed system and SG-TBPS.
+
+Pastry part: each node has a random ``ID_BITS``-bit id read as base ``2**digit_bits`` digits, a
+routing table (row = length of the shared prefix, column = next digit) and a leaf set of the
+``LEAF_HALF`` numerically closest ids on each side of the ring. ``route(key)`` forwards to the
+leaf closest to the key when the key lies within the leaf set, otherwise to the routing-table
+entry sharing one more digit with the key, otherwise (rare case) to any known node that shares as
+long a prefix and is numerically closer; the node numerically closest to the key is its root.
+Join: the newcomer routes JOIN to its own id through a contact; every node on the path sends it
+its state (routing entries and leaf set), the root marks its reply final; the newcomer then
+announces itself to every node it knows. Leaf sets are exchanged periodically
+(``leafset_period_s``, only while a node's leaf set changed since its last exchange) so that
+concurrent joins converge and a settled static overlay is quiet. Tables are therefore the result of the
+protocol's own messages (no oracle). Proximity-aware entry choice is not modelled (there is no
+geography in the simulator): a slot keeps the first node learned for it.
+
+Scribe part: a topic's key is a hash of its name; its root is the key's Pastry root. A subscriber
+routes SUBSCRIBE toward the key; every node on the way adds the previous hop as a child and stops
+forwarding if it already was in the tree. A publish is routed to the root (PUBLISH) and then sent
+down the tree (MULTICAST). Path length (``Deliver.hops``) = publisher → root hops + root →
+subscriber tree depth, which is what seed 003's comparison of per-subscriber path lengths implies
+(Scribe's optional "publisher caches the root" shortcut is not used). Leaving subscribers prune
+themselves (UNSUBSCRIBE) when they have no children. Tree repair after crashes (Scribe's
+heartbeats) is not modelled: this baseline is used for path lengths on a stable overlay.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+from dataclasses import dataclass, replace
+
+from overlay.api import (
+    Action,
+    Bootstrap,
+    Deliver,
+    Event,
+    JoinTopic,
+    LeaveTopic,
+    PeerId,
+    PeerUnreachable,
+    Publish,
+    Receive,
+    Role,
+    Send,
+    Shutdown,
+    Tick,
+)
+
+__all__ = [
+    "DIGIT_BITS",
+    "ID_BITS",
+    "LEAF_HALF",
+    "ScribeConfig",
+    "ScribeNode",
+    "topic_key",
+]
+
+ID_BITS = 32
+DIGIT_BITS = 4  # Pastry's usual b; ScribeConfig.digit_bits overrides it
+LEAF_HALF = 8
+_RING = 1 << ID_BITS
+
+Contact = tuple[int, PeerId]  # (pastry id, peer id)
+
+
+def topic_key(topic: str) -> int:
+    """The Pastry key of a topic (a stable hash of its name)."""
+    return int.from_bytes(hashlib.blake2b(topic.encode(), digest_size=8).digest(), "big") % _RING
+
+
+def _digit(value: int, index: int, digit_bits: int) -> int:
+    return (value >> (ID_BITS - digit_bits * (index + 1))) & ((1 << digit_bits) - 1)
+
+
+def _shared_prefix(a: int, b: int, digit_bits: int) -> int:
+    diff = a ^ b
+    if diff == 0:
+        return ID_BITS // digit_bits
+    return (ID_BITS - diff.bit_length()) // digit_bits
+
+
+def _ring_distance(a: int, b: int) -> int:
+    d = (a - b) % _RING
+    return min(d, _RING - d)
+
+
+@dataclass(frozen=True, slots=True)
+class ScribeConfig:
+    """Timers of the Pastry/Scribe baseline."""
+
+    leafset_period_s: float = 5.0
+    digit_bits: int = DIGIT_BITS  # Pastry's b: ids are read as base 2**b digits
+
+    def __post_init__(self) -> None:
+        if self.digit_bits not in (1, 2, 4, 8):
+            raise ValueError(f"ScribeConfig.digit_bits must be 1, 2, 4 or 8, got {self.digit_bits!r}")
+        if self.leafset_period_s <= 0:
+            raise ValueError(f"ScribeConfig.leafset_period_s must be > 0, got {self.leafset_period_s!r}")
+
+
+# ------------------------------------------------------------------ messages (plain data)
+
+
+@dataclass(frozen=True, slots=True)
+class PastryJoin:
+    joiner: Contact
+    kind: str = "JOIN"
+
+
+@dataclass(frozen=True, slots=True)
+class PastryState:
+    entries: tuple[Contact, ...]
+    final: bool
+    kind: str = "STATE"
+
+
+@dataclass(frozen=True, slots=True)
+class PastryAnnounce:
+    contact: Contact
+    kind: str = "ANNOUNCE"
+
+
+@dataclass(frozen=True, slots=True)
+class PastryLeafSet:
+    """A node's leaf set (and itself); ``want_reply`` asks the receiver for its own leaf set."""
+
+    entries: tuple[Contact, ...]
+    want_reply: bool
+    kind: str = "LEAFSET"
+
+
+@dataclass(frozen=True, slots=True)
+class ScribeSubscribe:
+    topic: str
+    child: Contact
+    kind: str = "SUBSCRIBE"
+
+
+@dataclass(frozen=True, slots=True)
+class ScribeUnsubscribe:
+    topic: str
+    child: Contact
+    kind: str = "UNSUBSCRIBE"
+
+
+@dataclass(frozen=True, slots=True)
+class ScribePublish:
+    """Routed from the publisher toward the topic's root; ``hops`` = links traversed so far."""
+
+    topic: str
+    payload: object
+    publication_id: int
+    publisher: PeerId
+    hops: int
+    kind: str = "PUBLISH"
+
+
+@dataclass(frozen=True, slots=True)
+class ScribeMulticast:
+    """Sent down the topic's tree from the root; ``hops`` counts from the publisher."""
+
+    topic: str
+    payload: object
+    publication_id: int
+    publisher: PeerId
+    hops: int
+    kind: str = "MULTICAST"
+
+
+class ScribeNode:
+    """One physical node running Pastry + Scribe (implements ``overlay.api.OverlayCore``)."""
+
+    __slots__ = (
+        "_children",
+        "_leaves_changed",
+        "_next_leafset_s",
+        "_parent",
+        "_pending",
+        "_subscribed",
+        "config",
+        "joined",
+        "left_leaves",
+        "node_id",
+        "peer_id",
+        "right_leaves",
+        "table",
+    )
+
+    def __init__(self, peer_id: PeerId, *, rng: random.Random, config: ScribeConfig | None = None) -> None:
+        self.peer_id = peer_id
+        self.config = config if config is not None else ScribeConfig()
+        self.node_id: int = rng.getrandbits(ID_BITS)
+        bits = self.config.digit_bits
+        self.table: list[list[Contact | None]] = [[None] * (1 << bits) for _ in range(ID_BITS // bits)]
+        self.left_leaves: list[tuple[int, Contact]] = []  # (ccw distance, contact), closest first
+        self.right_leaves: list[tuple[int, Contact]] = []  # (cw distance, contact), closest first
+        self.joined = False
+        self._pending: list[Event] = []  # held until this node has joined
+        self._children: dict[str, dict[PeerId, Contact]] = {}
+        self._parent: dict[str, Contact] = {}
+        self._subscribed: set[str] = set()
+        self._next_leafset_s: float | None = None
+        self._leaves_changed = True
+
+    # ------------------------------------------------------------------ OverlayCore
+
+    def handle(self, event: Event, now: float) -> list[Action]:
+        out: list[Action] = []
+        if isinstance(event, Receive):
+            self._on_message(event.message, now, out)
+        elif isinstance(event, Tick):
+            if self._next_leafset_s is not None and now >= self._next_leafset_s:
+                self._next_leafset_s = now + self.config.leafset_period_s
+                if self._leaves_changed:  # a settled leaf set is not re-sent (static membership)
+                    self._leaves_changed = False
+                    self._send_leafset(out)
+        elif isinstance(event, Bootstrap):
+            if event.contacts:
+                out.append(Send(event.contacts[0], PastryJoin((self.node_id, self.peer_id))))
+            else:
+                self.joined = True
+            self._next_leafset_s = now + self.config.leafset_period_s
+        elif not self.joined and isinstance(event, JoinTopic | LeaveTopic | Publish):
+            self._pending.append(event)
+        elif isinstance(event, JoinTopic):
+            if event.role == Role.SUBSCRIBER:
+                self._subscribe(event.topic, out)
+        elif isinstance(event, LeaveTopic):
+            if event.role == Role.SUBSCRIBER:
+                self._subscribed.discard(event.topic)
+                self._prune(event.topic, out)
+        elif isinstance(event, Publish):
+            message = ScribePublish(event.topic, event.payload, event.publication_id, self.peer_id, 0)
+            self._route_publish(message, out)
+        elif isinstance(event, Shutdown):
+            for topic in list(self._subscribed):
+                self._subscribed.discard(topic)
+                self._prune(topic, out)
+            self._next_leafset_s = None
+        elif isinstance(event, PeerUnreachable):
+            self._forget(event.peer)
+        else:
+            raise TypeError(f"ScribeNode cannot handle event {event!r}")
+        return out
+
+    def next_deadline(self) -> float | None:
+        return self._next_leafset_s
+
+    # ------------------------------------------------------------------ inspection
+
+    def known_contacts(self) -> list[Contact]:
+        """Every node in the routing table or leaf set (deduplicated, deterministic order)."""
+        seen: dict[int, Contact] = {}
+        for row in self.table:
+            for entry in row:
+                if entry is not None:
+                    seen.setdefault(entry[0], entry)
+        for _, entry in self.left_leaves:
+            seen.setdefault(entry[0], entry)
+        for _, entry in self.right_leaves:
+            seen.setdefault(entry[0], entry)
+        return list(seen.values())
+
+    def children(self, topic: str) -> list[PeerId]:
+        """This node's children in ``topic``'s multicast tree."""
+        return list(self._children.get(topic, {}))
+
+    def is_root_of(self, key: int) -> bool:
+        """Whether this node considers itself the root of ``key``."""
+        return self.next_hop(key) is None
+
+    def next_hop(self, key: int) -> Contact | None:
+        """Pastry's routing step for ``key``; None when this node is the key's root."""
+        own = self.node_id
+        if key == own:
+            return None
+        own_distance = _ring_distance(own, key)
+        best: Contact | None = None
+        if self._leafset_covers(key):
+            best_rank = (own_distance, own)
+            for _, entry in self.left_leaves:
+                rank = (_ring_distance(entry[0], key), entry[0])
+                if rank < best_rank:
+                    best_rank, best = rank, entry
+            for _, entry in self.right_leaves:
+                rank = (_ring_distance(entry[0], key), entry[0])
+                if rank < best_rank:
+                    best_rank, best = rank, entry
+            return best
+        bits = self.config.digit_bits
+        prefix = _shared_prefix(own, key, bits)
+        slot = self.table[prefix][_digit(key, prefix, bits)]
+        if slot is not None:
+            return slot
+        # Pastry's rare case: a known node sharing as long a prefix and numerically closer; failing
+        # that (a routing-table hole), any numerically closer node, so routing always progresses.
+        best = None
+        best_rank = (own_distance, own)
+        fallback: Contact | None = None
+        fallback_rank = best_rank
+        for candidate in self.known_contacts():
+            rank = (_ring_distance(candidate[0], key), candidate[0])
+            if _shared_prefix(candidate[0], key, bits) >= prefix:
+                if rank < best_rank:
+                    best_rank, best = rank, candidate
+            elif rank < fallback_rank:
+                fallback_rank, fallback = rank, candidate
+        return best if best is not None else fallback
+
+    # ------------------------------------------------------------------ Pastry
+
+    def _leafset_covers(self, key: int) -> bool:
+        if len(self.left_leaves) < LEAF_HALF or len(self.right_leaves) < LEAF_HALF:
+            return True  # a leaf set that is not full knows the whole (small) ring on that side
+        ccw = (self.node_id - key) % _RING
+        cw = (key - self.node_id) % _RING
+        return ccw <= self.left_leaves[-1][0] or cw <= self.right_leaves[-1][0]
+
+    def _learn(self, contact: Contact) -> None:
+        node_id = contact[0]
+        own = self.node_id
+        if node_id == own:
+            return
+        bits = self.config.digit_bits
+        prefix = _shared_prefix(own, node_id, bits)
+        row = self.table[prefix]
+        column = _digit(node_id, prefix, bits)
+        if row[column] is None:
+            row[column] = contact
+        cw = (node_id - own) % _RING
+        if self._insert_leaf(self.right_leaves, cw, contact):
+            self._leaves_changed = True
+        if self._insert_leaf(self.left_leaves, _RING - cw, contact):
+            self._leaves_changed = True
+
+    @staticmethod
+    def _insert_leaf(leaves: list[tuple[int, Contact]], distance: int, contact: Contact) -> bool:
+        """Insert ``contact`` if it is among the LEAF_HALF closest; True when the set changed."""
+        if len(leaves) >= LEAF_HALF and distance >= leaves[-1][0]:
+            return False
+        for _, entry in leaves:
+            if entry[0] == contact[0]:
+                return False
+        for index, (existing, _) in enumerate(leaves):
+            if distance < existing:
+                leaves.insert(index, (distance, contact))
+                break
+        else:
+            leaves.append((distance, contact))
+        del leaves[LEAF_HALF:]
+        return True
+
+    def _forget(self, peer: PeerId) -> None:
+        for row in self.table:
+            for column, entry in enumerate(row):
+                if entry is not None and entry[1] == peer:
+                    row[column] = None
+        self.left_leaves = [item for item in self.left_leaves if item[1][1] != peer]
+        self.right_leaves = [item for item in self.right_leaves if item[1][1] != peer]
+        self._leaves_changed = True
+
+    def _state_entries(self) -> tuple[Contact, ...]:
+        return (*self.known_contacts(), (self.node_id, self.peer_id))
+
+    def _leafset_message(self, want_reply: bool) -> PastryLeafSet:
+        entries = (
+            *(entry for _, entry in self.left_leaves),
+            *(entry for _, entry in self.right_leaves),
+            (self.node_id, self.peer_id),
+        )
+        return PastryLeafSet(entries, want_reply)
+
+    def _send_leafset(self, out: list[Action]) -> None:
+        if not self.joined:
+            return
+        message = self._leafset_message(want_reply=True)
+        targets = {entry[1]: None for entry in message.entries[:-1]}
+        for peer in targets:
+            out.append(Send(peer, message))
+
+    def _on_message(self, message: object, now: float, out: list[Action]) -> None:
+        if isinstance(message, ScribeMulticast):
+            self._on_multicast(message, out)
+        elif isinstance(message, ScribePublish):
+            self._route_publish(message, out)
+        elif isinstance(message, ScribeSubscribe):
+            self._on_subscribe(message, out)
+        elif isinstance(message, ScribeUnsubscribe):
+            children = self._children.get(message.topic)
+            if children is not None:
+                children.pop(message.child[1], None)
+                self._prune(message.topic, out)
+        elif isinstance(message, PastryJoin):
+            if not self.joined:
+                self._pending.append(Receive(message.joiner[1], message))  # route it once joined
+                return
+            joiner = message.joiner
+            hop = self.next_hop(joiner[0])
+            if hop is not None and hop[1] == joiner[1]:
+                hop = None
+            out.append(Send(joiner[1], PastryState(self._state_entries(), final=hop is None)))
+            if hop is not None:
+                out.append(Send(hop[1], message))
+        elif isinstance(message, PastryState):
+            for entry in message.entries:
+                self._learn(entry)
+            if message.final and not self.joined:
+                self.joined = True
+                announce = PastryAnnounce((self.node_id, self.peer_id))
+                for entry in self.known_contacts():
+                    out.append(Send(entry[1], announce))
+                pending, self._pending = self._pending, []
+                for event in pending:
+                    out.extend(self.handle(event, now))
+        elif isinstance(message, PastryAnnounce):
+            self._learn(message.contact)
+        elif isinstance(message, PastryLeafSet):
+            for entry in message.entries:
+                self._learn(entry)
+            if message.want_reply and self.joined:
+                out.append(Send(message.entries[-1][1], self._leafset_message(want_reply=False)))
+        else:
+            raise TypeError(f"ScribeNode received an unknown message {message!r}")
+
+    # ------------------------------------------------------------------ Scribe
+
+    def _subscribe(self, topic: str, out: list[Action]) -> None:
+        self._subscribed.add(topic)
+        if topic in self._children:
+            return  # already on the tree (forwarder or root)
+        self._children[topic] = {}
+        self._join_tree(topic, out)
+
+    def _join_tree(self, topic: str, out: list[Action]) -> None:
+        hop = self.next_hop(topic_key(topic))
+        if hop is None:
+            return  # this node is the root
+        self._parent[topic] = hop
+        out.append(Send(hop[1], ScribeSubscribe(topic, (self.node_id, self.peer_id))))
+
+    def _on_subscribe(self, message: ScribeSubscribe, out: list[Action]) -> None:
+        topic = message.topic
+        self._learn(message.child)
+        children = self._children.get(topic)
+        if children is not None:
+            children[message.child[1]] = message.child
+            return
+        self._children[topic] = {message.child[1]: message.child}
+        self._join_tree(topic, out)
+
+    def _prune(self, topic: str, out: list[Action]) -> None:
+        children = self._children.get(topic)
+        if children is None or children or topic in self._subscribed:
+            return
+        del self._children[topic]
+        parent = self._parent.pop(topic, None)
+        if parent is not None:
+            out.append(Send(parent[1], ScribeUnsubscribe(topic, (self.node_id, self.peer_id))))
+
+    def _route_publish(self, message: ScribePublish, out: list[Action]) -> None:
+        hop = self.next_hop(topic_key(message.topic))
+        if hop is not None:
+            out.append(Send(hop[1], replace(message, hops=message.hops + 1)))
+            return
+        m = message
+        self._on_multicast(ScribeMulticast(m.topic, m.payload, m.publication_id, m.publisher, m.hops), out)
+
+    def _on_multicast(self, message: ScribeMulticast, out: list[Action]) -> None:
+        topic = message.topic
+        m = message
+        if topic in self._subscribed:
+            out.append(Deliver(topic, m.payload, m.publication_id, m.publisher, m.hops))
+        children = self._children.get(topic)
+        if not children:
+            return
+        down = replace(m, hops=m.hops + 1)
+        for peer in children:
+            out.append(Send(peer, down))

@@ -1,0 +1,166 @@
+"""Tests of the Scribe/Pastry baseline (overlay/sim/scribe.py) run in the simulator."""
+
+from __future__ import annotations
+
+import random
+from collections import deque
+from functools import partial
+
+import pytest
+
+from overlay.api import Action, Deliver, Event, JoinTopic, LeaveTopic, PeerId, Publish, Role
+from overlay.sim.checkers import DeliveryChecker
+from overlay.sim.engine import NetworkConfig, Simulator
+from overlay.sim.scribe import LEAF_HALF, ScribeConfig, ScribeNode, topic_key
+
+NODES = 300
+
+
+def build(seed: int, nodes: int = NODES, network: NetworkConfig | None = None) -> Simulator:
+    sim = Simulator(seed, network)
+    plan = random.Random(seed)
+    for peer in range(nodes):
+        contacts = (plan.randrange(peer),) if peer else ()
+        node = ScribeNode(peer, rng=sim.node_rng(peer), config=ScribeConfig(2.0))
+        sim.add_node(node, contacts, at=peer * 0.005)
+    sim.run_until(nodes * 0.005 + 20.0)
+    return sim
+
+
+def ring_distance(node: ScribeNode, key: int) -> tuple[int, int]:
+    return min((node.node_id - key) % 2**32, (key - node.node_id) % 2**32), node.node_id
+
+
+def scribe_nodes(sim: Simulator) -> list[ScribeNode]:
+    nodes = [node for node in sim.nodes.values() if isinstance(node, ScribeNode)]
+    assert len(nodes) == len(sim.nodes)
+    return nodes
+
+
+@pytest.fixture(scope="module")
+def overlay() -> Simulator:
+    return build(21)
+
+
+def test_every_node_joined_with_the_true_leaf_set(overlay: Simulator) -> None:
+    nodes = scribe_nodes(overlay)
+    ring = sorted(node.node_id for node in nodes)
+    position = {node_id: index for index, node_id in enumerate(ring)}
+    for node in nodes:
+        assert node.joined
+        index = position[node.node_id]
+        want_right = [ring[(index + k) % len(ring)] for k in range(1, LEAF_HALF + 1)]
+        want_left = [ring[(index - k) % len(ring)] for k in range(1, LEAF_HALF + 1)]
+        assert [entry[0] for _, entry in node.right_leaves] == want_right
+        assert [entry[0] for _, entry in node.left_leaves] == want_left
+
+
+def test_every_key_has_one_root_the_numerically_closest_node(overlay: Simulator) -> None:
+    nodes = scribe_nodes(overlay)
+    for topic in ("alpha", "beta", "gamma", "delta"):
+        key = topic_key(topic)
+        roots = [node for node in nodes if node.is_root_of(key)]
+        assert len(roots) == 1, topic
+        closest = min(nodes, key=partial(ring_distance, key=key))
+        assert roots[0] is closest
+
+
+def test_publish_reaches_every_subscriber_once_with_route_plus_tree_depth(overlay: Simulator) -> None:
+    sim = overlay
+    checker = DeliveryChecker(settle_s=1.0, window_s=3.0, strict_presence=False)
+    sim.observers.append(checker)
+    hops_seen: dict[int, int] = {}
+
+    def record(s: Simulator, peer: PeerId, event: Event, actions: list[Action]) -> None:
+        for action in actions:
+            if isinstance(action, Deliver) and action.publication_id == 7:
+                hops_seen[peer] = action.hops
+
+    sim.observers.append(record)
+    plan = random.Random(3)
+    subscribers = plan.sample(range(1, NODES), 60)
+    for peer in subscribers:
+        sim.inject(peer, JoinTopic("news", Role.SUBSCRIBER))
+    sim.inject(0, JoinTopic("news", Role.PUBLISHER))
+    sim.run_for(3.0)
+    publish_sends_before = sim.stats.sent_by_kind["PUBLISH"]
+    sim.inject(0, Publish("news", b"x", 7))
+    sim.run_for(4.0)
+    assert checker.check(sim) == 1
+    assert sorted(hops_seen) == sorted(subscribers)
+    route_hops = sim.stats.sent_by_kind["PUBLISH"] - publish_sends_before
+    # tree depth of every node below the root, by walking the children lists
+    nodes = {node.peer_id: node for node in scribe_nodes(sim)}
+    root = next(node for node in nodes.values() if node.is_root_of(topic_key("news")))
+    depth = {root.peer_id: 0}
+    queue = deque([root.peer_id])
+    while queue:
+        parent = queue.popleft()
+        for child in nodes[parent].children("news"):
+            assert child not in depth, "the multicast tree must not revisit a node"
+            depth[child] = depth[parent] + 1
+            queue.append(child)
+    for peer, hops in hops_seen.items():
+        assert hops == route_hops + depth[peer]
+    assert max(hops_seen.values()) > route_hops  # subscribers really sit below the root
+    sim.observers.remove(checker)
+    sim.observers.remove(record)
+
+
+def test_unsubscribe_prunes_the_tree() -> None:
+    sim = build(5, nodes=120)
+    plan = random.Random(9)
+    subscribers = plan.sample(range(1, 120), 15)
+    for peer in subscribers:
+        sim.inject(peer, JoinTopic("t", Role.SUBSCRIBER))
+    sim.run_for(3.0)
+    nodes = scribe_nodes(sim)
+    assert sum(len(node.children("t")) for node in nodes) >= 15
+    for peer in subscribers:
+        sim.inject(peer, LeaveTopic("t", Role.SUBSCRIBER))
+    sim.run_for(3.0)
+    assert sum(len(node.children("t")) for node in nodes) == 0
+    delivered: list[object] = []
+    sim.observers.append(lambda s, p, e, acts: delivered.extend(a for a in acts if isinstance(a, Deliver)))
+    sim.inject(0, Publish("t", b"x", 1))
+    sim.run_for(3.0)
+    assert delivered == []
+
+
+def test_scribe_is_deterministic_and_survives_jitter() -> None:
+    network = NetworkConfig(link_spread_s=0.03, jitter_s=0.01)
+    first = build(8, nodes=80, network=network)
+    second = build(8, nodes=80, network=network)
+    assert [n.node_id for n in scribe_nodes(first)] == [n.node_id for n in scribe_nodes(second)]
+    assert first.stats.sent == second.stats.sent
+    assert all(node.joined for node in scribe_nodes(first))
+
+
+def test_bad_config_is_rejected() -> None:
+    with pytest.raises(ValueError, match="leafset_period_s"):
+        ScribeConfig(leafset_period_s=0)
+    with pytest.raises(ValueError, match="digit_bits"):
+        ScribeConfig(digit_bits=3)
+
+
+@pytest.mark.parametrize("digit_bits", [1, 2])
+def test_other_digit_bases_route_to_one_root_and_deliver(digit_bits: int) -> None:
+    sim = Simulator(13)
+    plan = random.Random(13)
+    config = ScribeConfig(2.0, digit_bits=digit_bits)
+    for peer in range(150):
+        contacts = (plan.randrange(peer),) if peer else ()
+        sim.add_node(ScribeNode(peer, rng=sim.node_rng(peer), config=config), contacts, at=peer * 0.005)
+    sim.run_for(20.0)
+    nodes = scribe_nodes(sim)
+    assert len(nodes[0].table) == 32 // digit_bits
+    assert sum(node.is_root_of(topic_key("x")) for node in nodes) == 1
+    checker = DeliveryChecker(settle_s=1.0, window_s=3.0, strict_presence=False)
+    sim.observers.append(checker)
+    for peer in plan.sample(range(1, 150), 30):
+        sim.inject(peer, JoinTopic("x", Role.SUBSCRIBER))
+    sim.run_for(3.0)
+    sim.inject(0, Publish("x", b"p", 1))
+    sim.run_for(4.0)
+    assert checker.check(sim) == 1
+    assert len(checker.publishes[(0, 1)].deliveries) == 30
