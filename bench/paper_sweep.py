@@ -475,6 +475,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--out", default=None, help="default docs/figures (docs/figures/quick with --quick)")
     parser.add_argument("--jobs", type=int, default=2, help="worker processes")
     parser.add_argument("--quick", action="store_true", help="1,000 nodes, 1 seed, up to 640 subscribers")
+    parser.add_argument(
+        "--measured-order",
+        choices=("fresh", "incremental"),
+        default="fresh",
+        help="fresh: a new measured topic per subscriber count, subscribers first, then the publisher; "
+        "incremental: one topic, publisher first, subscribers added 10 -> 20 -> ... (see docs)",
+    )
     parser.add_argument("--scribe-digit-bits", type=int, default=4, help="Pastry's b for the Scribe baseline")
     parser.add_argument("--from-raw", help="re-plot from a saved paper_sweep_raw.json instead of simulating")
     args = parser.parse_args(args_list)
@@ -493,7 +500,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     counts = tuple(c for c in counts if c < nodes)
     table_sizes = parse_ints(args.table_sizes, "table-sizes")
     cfg = replace(
-        ExperimentConfig(nodes=nodes, subscriber_counts=counts),
+        ExperimentConfig(nodes=nodes, subscriber_counts=counts, measured_order=args.measured_order),
         overlay_options=SWEEP_OVERLAY_OPTIONS,
         scribe_options=(("digit_bits", args.scribe_digit_bits),),
     )

@@ -636,14 +636,20 @@ class OverlayNode:
         if vnode is None:
             return
         origin = msg.sender
+        supplied = False  # this node is an entry the origin lacked (§3.5.6: it answers NEW)
         if origin[0] != vnode.key:
             if vnode.key not in msg.existing:
                 self._send(origin[0], m.NEW(origin[0], vnode.ref))
+                supplied = True
             self._learn(vnode, origin)
         if msg.forwarder[0] != origin[0]:
             self._learn(vnode, msg.forwarder)
         self._after_change(vnode)
-        remaining = msg.missing - 1
+        # The missing-entry count counts entries still to find. A range EEXP passes through
+        # entries the origin already has (they are its delegates into the subscriber run), so
+        # only a receiver that supplied a new entry uses one up; the shrinking sub-ranges bound
+        # the exploration. A random walk has no such bound: it spends one at every hop.
+        remaining = msg.missing - 1 if supplied or msg.random_walk else msg.missing
         if remaining < 1:
             return
         if msg.random_walk:

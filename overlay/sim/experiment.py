@@ -73,6 +73,11 @@ class ExperimentConfig:
     # True: the measured topic's publisher and first subscriber count join during the background
     # build (as in a from-scratch run per count) instead of after it; later counts stay incremental
     measured_with_background: bool = False
+    # How the measured topic grows (docs/overlay-reproduction.md, "Two ways to grow the topic"):
+    # "fresh": every subscriber count is its own measured topic whose subscribers join first and
+    #   whose publisher joins after them (independent measurements per count);
+    # "incremental": one topic, the publisher first, subscribers added 10 -> 20 -> 40 ...
+    measured_order: str = "fresh"
     overlay_options: tuple[tuple[str, Any], ...] = ()  # extra OverlayConfig fields (timers)
     scribe_options: tuple[tuple[str, Any], ...] = ()  # extra ScribeConfig fields
     network: NetworkConfig = field(default_factory=NetworkConfig)
@@ -88,6 +93,10 @@ class ExperimentConfig:
             raise ValueError(
                 f"subscriber_counts must lie in 1..nodes-1={self.nodes - 1}, got {self.subscriber_counts}"
             )
+        if self.measured_order not in ("fresh", "incremental"):
+            raise ValueError(f"measured_order must be 'fresh' or 'incremental', got {self.measured_order!r}")
+        if self.measured_order == "fresh" and self.measured_with_background:
+            raise ValueError("measured_with_background only applies to measured_order='incremental'")
         if self.measure_publishes < 1:
             raise ValueError("measure_publishes must be >= 1")
         if not 0.0 <= self.publisher_fraction <= 1.0:
@@ -260,8 +269,8 @@ def run_series(
     build_time_s = sim.now
     virtual_nodes = sum(len(getattr(node, "virtual_keys", list)()) for node in sim.nodes.values())
 
-    # 3. the measured topic: one publisher, subscribers added incrementally
-    if not cfg.measured_with_background:
+    # 3. the measured topic: one publisher, subscribers added incrementally (or a fresh topic per count)
+    if not cfg.measured_with_background and cfg.measured_order == "incremental":
         measured_topic = f"t{plan_rng.randrange(max(topic_count, 1)):06d}~measured"  # mid key space
         order = list(range(cfg.nodes))
         plan_rng.shuffle(order)
@@ -271,14 +280,24 @@ def run_series(
 
     samples: list[PathSample] = []
     publication_id = 0
+    fresh = cfg.measured_order == "fresh"
     for step, count in enumerate(cfg.subscriber_counts, start=1):
         before = dict(sim.stats.sent_by_kind)
-        joining = candidates[subscribed:count]
+        if fresh:  # a new topic per count: its subscribers first, then its publisher
+            measured_topic = f"t{plan_rng.randrange(max(topic_count, 1)):06d}~measured{count:05d}"
+            order = list(range(cfg.nodes))
+            plan_rng.shuffle(order)
+            publisher, joining = order[0], order[1 : count + 1]
+        else:
+            joining = candidates[subscribed:count]
         for index, peer in enumerate(joining):
             at = sim.now + index * cfg.subscriber_spacing_s
             sim.inject(peer, JoinTopic(measured_topic, Role.SUBSCRIBER), at=at)
         subscribed = count
         sim.run_for(len(joining) * cfg.subscriber_spacing_s + cfg.step_settle_s)
+        if fresh:
+            sim.inject(publisher, JoinTopic(measured_topic, Role.PUBLISHER))
+            sim.run_for(cfg.step_settle_s)
         recorder = _DeliveryRecorder(measured_topic)
         sim.observers.append(recorder)
         measured_ids: list[int] = []

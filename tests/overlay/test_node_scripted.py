@@ -233,7 +233,7 @@ def test_rexp_level_increment_rule() -> None:
             assert forwards == []
 
 
-def test_eexp_decrements_missing_count_and_stops_at_one() -> None:
+def test_eexp_spends_missing_count_only_on_new_entries() -> None:
     cluster = Cluster(5, small_config(table_size=20))
     cluster.bootstrap_all()
     joined(cluster, [(0, "a", PUB_ROLE)] + [(peer, "t", SUB_ROLE) for peer in range(1, 5)])
@@ -247,9 +247,19 @@ def test_eexp_decrements_missing_count_and_stops_at_one() -> None:
     assert sum(f.missing for f in forwarded) == 2
     assert all(f.forwarder[0] == receiver and f.sender == origin for f in forwarded)
     assert any(a.message.kind == "NEW" for a in actions if isinstance(a, Send))
-    final = m.EEXP(receiver, origin, origin, (receiver,), 1, lo, hi, False)
+    # a receiver the origin already has answers no NEW and passes the whole count on
+    known = m.EEXP(receiver, origin, origin, (receiver,), 1, lo, hi, False)
+    passed = node.handle(Receive(0, known), cluster.now)
+    assert not [a for a in passed if isinstance(a, Send) and a.message.kind == "NEW"]
+    assert sum(a.message.missing for a in passed if isinstance(a, Send) and a.message.kind == "EEXP") == 1
+    # a new entry with a count of one answers NEW and ends the exploration
+    final = m.EEXP(receiver, origin, origin, (), 1, lo, hi, False)
     last = node.handle(Receive(0, final), cluster.now)
-    assert not [a for a in last if isinstance(a, Send) and a.message.kind in ("EEXP", "NEW")]
+    assert [a.message.kind for a in last if isinstance(a, Send)] == ["NEW"]
+    # a random walk spends one at every hop, known or not (nothing else bounds it)
+    walk = m.EEXP(receiver, origin, origin, (receiver,), 1, (), (), True)
+    walked = node.handle(Receive(0, walk), cluster.now)
+    assert not [a for a in walked if isinstance(a, Send) and a.message.kind in ("EEXP", "NEW")]
 
 
 def test_unsub_removes_the_sender_and_does_not_learn_it() -> None:
