@@ -53,9 +53,7 @@ class TableView:
     entries: tuple[tuple[Key, int, bool], ...]
 
     @staticmethod
-    def build(
-        owner: Key, owner_mv: int, entry_mvs: Mapping[Key, int], mv_bits: int
-    ) -> TableView:
+    def build(owner: Key, owner_mv: int, entry_mvs: Mapping[Key, int], mv_bits: int) -> TableView:
         topic = owner[0]
         rows = tuple(
             (key, common_prefix_length(owner_mv, mv, mv_bits), key[1] == SUBSCRIBER and key[0] == topic)

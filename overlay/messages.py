@@ -191,6 +191,20 @@ class ACK:
 
 
 Message = (
-    REXP | EEXP | PUB | UNSUB | NEW | SEARCH | FOUND | SEARCH_FAIL | LINK | LEAVE | PRESENCE
-    | PRESENCE_QUERY | PING | PONG | GONE | ACK
+    REXP
+    | EEXP
+    | PUB
+    | UNSUB
+    | NEW
+    | SEARCH
+    | FOUND
+    | SEARCH_FAIL
+    | LINK
+    | LEAVE
+    | PRESENCE
+    | PRESENCE_QUERY
+    | PING
+    | PONG
+    | GONE
+    | ACK
 )

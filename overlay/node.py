@@ -709,10 +709,13 @@ class OverlayNode:
         key = (event.topic, PUBLISHER, self.peer_id)
         vnode = self.vnodes.get(key)
         if vnode is None:
-            if key in self.pending or (not self.bootstrapped and any(
-                isinstance(e, JoinTopic) and e.topic == event.topic and int(e.role) == PUBLISHER
-                for e in self.deferred
-            )):
+            if key in self.pending or (
+                not self.bootstrapped
+                and any(
+                    isinstance(e, JoinTopic) and e.topic == event.topic and int(e.role) == PUBLISHER
+                    for e in self.deferred
+                )
+            ):
                 queue = self.pending_publishes.setdefault(event.topic, [])
                 if len(queue) >= self.config.max_pending_publishes:
                     raise OverflowError(
@@ -737,9 +740,7 @@ class OverlayNode:
             vnode.last_publish_eexp = self.now
             self._issue_range_eexp(vnode)
 
-    def _delegation_plan(
-        self, vnode: VirtualNode, lo: Key, hi: Key, *, detour: bool
-    ) -> list[Delegation]:
+    def _delegation_plan(self, vnode: VirtualNode, lo: Key, hi: Key, *, detour: bool) -> list[Delegation]:
         """Range multicast step (§3.5.1): the sub-ranges of [lo, hi) to delegate, farthest-keyed
         entries first; when this node lies outside the range and knows no entry inside it, one
         hop toward the range (or, with ``detour``, around a dead entry)."""
@@ -928,8 +929,15 @@ class OverlayNode:
             return
         if isinstance(bounced, m.PUB):
             self._pub_step(
-                vnode, bounced.sender, bounced.topic, bounced.payload, bounced.publication_id,
-                bounced.hops - 1, bounced.lo, bounced.hi, detour=True,
+                vnode,
+                bounced.sender,
+                bounced.topic,
+                bounced.payload,
+                bounced.publication_id,
+                bounced.hops - 1,
+                bounced.lo,
+                bounced.hi,
+                detour=True,
             )
         elif isinstance(bounced, m.UNSUB):
             self._multicast_unsub(vnode, bounced.sender, bounced.topic, bounced.lo, bounced.hi, detour=True)

@@ -16,9 +16,6 @@ from pathlib import Path
 import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-if str(REPO_ROOT) not in sys.path:  # run standalone without an installed package or pytest pythonpath
-    sys.path.insert(0, str(REPO_ROOT))
-
 from broker.auth import (  # noqa: E402
     Acl,
     Authenticator,
@@ -29,7 +26,7 @@ from broker.auth import (  # noqa: E402
 )
 from broker.mqtt.packets import ReasonCode  # noqa: E402
 
-PYTHON = str(REPO_ROOT / ".venv" / "bin" / "python")
+PYTHON = sys.executable
 if not os.path.exists(PYTHON):
     PYTHON = sys.executable
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 import shutil
 import socket
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -20,9 +19,6 @@ from typing import Any
 import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-if str(REPO_ROOT) not in sys.path:  # run standalone without an installed package or pytest pythonpath
-    sys.path.insert(0, str(REPO_ROOT))
-
 from broker.mqtt.codec import (  # noqa: E402
     Decoder,
     connack_for_error,

@@ -12,7 +12,6 @@ Runs derandomized (fixed seed) so results are reproducible; about 10-20 s in tot
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -20,9 +19,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-if str(REPO_ROOT) not in sys.path:  # run standalone without an installed package or pytest pythonpath
-    sys.path.insert(0, str(REPO_ROOT))
-
 from broker.mqtt.codec import REASON_CODES_ALLOWED, Decoder, encode  # noqa: E402
 from broker.mqtt.packets import (  # noqa: E402
     PROPERTIES,

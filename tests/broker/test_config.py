@@ -2,16 +2,12 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-if str(REPO_ROOT) not in sys.path:  # run standalone without an installed package or pytest pythonpath
-    sys.path.insert(0, str(REPO_ROOT))
-
 from broker.config import (  # noqa: E402
     KEYS,
     BrokerConfig,

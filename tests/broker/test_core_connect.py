@@ -6,14 +6,11 @@ MQTT 3.1.1 §3.1/§3.2/§4.1, MQTT 5 §3.1/§3.2/§3.14/§4.13; real broker, rea
 from __future__ import annotations
 
 import logging
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_core_support import (
     MQTT_5,
     PahoClient,

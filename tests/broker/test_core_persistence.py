@@ -18,8 +18,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_core_support import MQTT_5, RawClient, start_broker
 
 from broker.mqtt.codec import encode_publish

@@ -6,13 +6,10 @@ Real broker, raw-socket clients using the project's codec.
 from __future__ import annotations
 
 import socket
-import sys
 import threading
 import time
 from collections.abc import Callable
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_core_support import MQTT_5, RawClient, start_broker, wait_for
 
 from broker.mqtt.packets import Disconnect, Puback, Pubcomp, Publish, Pubrec, Pubrel, ReasonCode

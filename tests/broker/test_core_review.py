@@ -13,13 +13,11 @@ from __future__ import annotations
 
 import socket
 import sqlite3
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_core_support import MQTT_3_1_1, MQTT_5, RawClient, start_broker, wait_for
 
 from broker.mqtt import codec

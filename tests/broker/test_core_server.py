@@ -9,7 +9,6 @@ import json
 import socket
 import ssl
 import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
@@ -18,10 +17,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from websockets.typing import Subprotocol
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_core_support import MQTT_5, PahoClient, RawClient, start_broker, wait_for
+from websockets.typing import Subprotocol
 
 from broker.core import Broker
 from broker.mqtt.packets import Disconnect, ReasonCode, Unsuback, Unsubscribe

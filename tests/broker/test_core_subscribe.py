@@ -5,11 +5,9 @@ Real broker, raw-socket clients using the project's codec, plus paho for a cross
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_core_support import MQTT_5, PahoClient, RawClient, start_broker
 
 from broker.mqtt.packets import Disconnect, Puback, Pubrec, ReasonCode, Unsuback, Unsubscribe

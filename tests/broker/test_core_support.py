@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import queue
 import socket
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -21,9 +20,6 @@ import pytest
 from paho.mqtt.enums import CallbackAPIVersion
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-if str(REPO_ROOT) not in sys.path:  # run standalone without an installed package
-    sys.path.insert(0, str(REPO_ROOT))
-
 from broker.config import load_config  # noqa: E402
 from broker.mqtt import codec  # noqa: E402
 from broker.mqtt.packets import (  # noqa: E402

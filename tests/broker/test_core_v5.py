@@ -5,13 +5,10 @@ MQTT 5 §3.3.2.3 (PUBLISH properties), §3.1.2.11 / §3.2.2.3 (CONNECT / CONNACK
 
 from __future__ import annotations
 
-import sys
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_core_support import MQTT_5, PahoClient, RawClient, start_broker
 
 from broker.mqtt.packets import Disconnect, Puback, ReasonCode

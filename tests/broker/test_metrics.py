@@ -5,7 +5,6 @@ from __future__ import annotations
 import io
 import json
 import logging
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,9 +13,6 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-if str(REPO_ROOT) not in sys.path:  # run standalone without an installed package or pytest pythonpath
-    sys.path.insert(0, str(REPO_ROOT))
-
 from broker.logs import log_event, setup_logging  # noqa: E402
 from broker.metrics import BrokerStats, make_registry, render  # noqa: E402
 

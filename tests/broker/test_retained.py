@@ -3,7 +3,6 @@ rule (MQTT 5.0 §4.7.2), and agreement with a brute-force scan (hypothesis)."""
 
 from __future__ import annotations
 
-import sys
 import time
 from pathlib import Path
 
@@ -12,9 +11,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-if str(REPO_ROOT) not in sys.path:  # run standalone without an installed package or pytest pythonpath
-    sys.path.insert(0, str(REPO_ROOT))
-
 from broker.mqtt.retained import RetainedIndex  # noqa: E402
 from broker.mqtt.topics import TopicError, topic_matches  # noqa: E402
 

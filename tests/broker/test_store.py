@@ -15,9 +15,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-if str(REPO_ROOT) not in sys.path:  # run standalone without an installed package or pytest pythonpath
-    sys.path.insert(0, str(REPO_ROOT))
-
 from broker.store import (  # noqa: E402
     PUBLISH_SENT,
     PUBREL_SENT,

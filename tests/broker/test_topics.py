@@ -5,7 +5,6 @@ Examples follow MQTT 3.1.1 §4.7 / MQTT 5.0 §4.7 (non-normative examples) and �
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
@@ -13,9 +12,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-if str(REPO_ROOT) not in sys.path:  # run standalone without an installed package or pytest pythonpath
-    sys.path.insert(0, str(REPO_ROOT))
-
 from broker.mqtt.packets import ReasonCode  # noqa: E402
 from broker.mqtt.topics import (  # noqa: E402
     SubscriptionTrie,

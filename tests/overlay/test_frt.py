@@ -257,9 +257,12 @@ def test_fast_selection_matches_bruteforce_on_a_worked_example() -> None:
 def test_select_victim_none_when_only_sticky_entries() -> None:
     table = table_with(100, [(left(1), 0), (right(1), 3)])
     assert frt.select_victim(table) is None
-    assert frt.select_victim_bruteforce(
-        OWNER, OWNER_MV, {key: table.mv_of(key) for key in table.keys}, table.sticky_keys(), 8
-    ) is None
+    assert (
+        frt.select_victim_bruteforce(
+            OWNER, OWNER_MV, {key: table.mv_of(key) for key in table.keys}, table.sticky_keys(), 8
+        )
+        is None
+    )
 
 
 def test_table_size_must_hold_the_sticky_entries() -> None:

@@ -21,8 +21,9 @@ MV_BITS = 5
 OWNER_MV = 0b10110
 OWNER = ("m", PUBLISHER, 50)
 
-key_strategy = st.tuples(st.sampled_from(["a", "m", "z"]), st.sampled_from([PUBLISHER, SUBSCRIBER]),
-                         st.integers(0, 99)).filter(lambda key: key != OWNER)
+key_strategy = st.tuples(
+    st.sampled_from(["a", "m", "z"]), st.sampled_from([PUBLISHER, SUBSCRIBER]), st.integers(0, 99)
+).filter(lambda key: key != OWNER)
 entries_strategy = st.dictionaries(key_strategy, st.integers(0, (1 << MV_BITS) - 1), max_size=18)
 
 

@@ -42,8 +42,10 @@ class Cluster:
 
     def __init__(self, size: int, config: OverlayConfig, seed: int = 7) -> None:
         self.config = config
-        self.nodes = {peer: OverlayNode(peer, rng=random.Random(seed * 100 + peer), config=config)
-                      for peer in range(size)}
+        self.nodes = {
+            peer: OverlayNode(peer, rng=random.Random(seed * 100 + peer), config=config)
+            for peer in range(size)
+        }
         self.now = 0.0
         self.in_flight: list[tuple[int, Send]] = []
         self.delivered: list[tuple[int, Deliver]] = []
@@ -224,8 +226,11 @@ def test_rexp_level_increment_rule() -> None:
         actions = node.handle(Receive(0, m.REXP(receiver_key, sender, sender, tuple(keys), 0)), cluster.now)
         forwards = [a.message for a in actions if isinstance(a, Send) and a.message.kind == "REXP"]
         expected_level = max(0, shared)
-        right = [e for e in node.table_entries(receiver_key)
-                 if e > receiver_key and node.entry_level(receiver_key, e) >= expected_level]
+        right = [
+            e
+            for e in node.table_entries(receiver_key)
+            if e > receiver_key and node.entry_level(receiver_key, e) >= expected_level
+        ]
         if right:
             assert [(f.dest, f.level) for f in forwards] == [(right[0], expected_level)]
             assert forwards[0].sender == sender and forwards[0].forwarder[0] == receiver_key
@@ -511,8 +516,12 @@ def test_pub_to_a_departed_virtual_node_bounces_with_gone_and_is_redelegated() -
     cluster = Cluster(7, small_config(table_size=3))
     cluster.bootstrap_all()
     joined(cluster, [(0, "t", PUB_ROLE)] + [(peer, "t", SUB_ROLE) for peer in range(1, 7)], settle_s=60.0)
-    holders = [peer for peer, node in cluster.nodes.items() for key in node.virtual_keys()
-               if ("t", 1, 3) in node.table_entries(key)]
+    holders = [
+        peer
+        for peer, node in cluster.nodes.items()
+        for key in node.virtual_keys()
+        if ("t", 1, 3) in node.table_entries(key)
+    ]
     assert holders
     cluster.event(3, LeaveTopic("t", SUB_ROLE))
     cluster.in_flight = [item for item in cluster.in_flight if item[0] != 3]  # its goodbyes are lost
@@ -520,8 +529,11 @@ def test_pub_to_a_departed_virtual_node_bounces_with_gone_and_is_redelegated() -
         got = cluster.publish(0, "t", publication_id)
         assert sorted(peer for peer, _ in got) == [1, 2, 4, 5, 6]
     assert any(msg.kind == "GONE" and msg.gone == ("t", 1, 3) for _, _, msg in cluster.trace)
-    assert all(("t", 1, 3) not in cluster.nodes[peer].table_entries(key)
-               for peer in holders for key in cluster.nodes[peer].virtual_keys())
+    assert all(
+        ("t", 1, 3) not in cluster.nodes[peer].table_entries(key)
+        for peer in holders
+        for key in cluster.nodes[peer].virtual_keys()
+    )
 
 
 def test_first_node_rejoining_after_shutdown_finds_the_overlay_again() -> None:

@@ -59,8 +59,11 @@ def purity_violations(source: str, *, in_sim: bool) -> list[str]:
             and not in_sim
         ):
             problems.append(f"random.Random(...) constructed outside overlay/sim at line {node.lineno}")
-    module_level = [stmt for stmt in getattr(tree, "body", [])
-                    if not isinstance(stmt, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef)]
+    module_level = [
+        stmt
+        for stmt in getattr(tree, "body", [])
+        if not isinstance(stmt, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef)
+    ]
     for stmt in module_level:
         for node in ast.walk(stmt):
             if (
@@ -87,10 +90,18 @@ def test_checker_catches_violations() -> None:
     assert purity_violations("import random\ndef f():\n    return random.choice([1])\n", in_sim=False)
     assert purity_violations("from random import shuffle\n", in_sim=False)
     assert purity_violations("import random\nr = random.Random(1)\n", in_sim=False)
-    assert purity_violations("import random\ndef f() -> random.Random:\n    return random.Random(1)\n",
-                             in_sim=True) == []
-    assert purity_violations("import random\ndef f(rng: random.Random) -> int:\n    return rng.random()\n",
-                             in_sim=False) == []
+    assert (
+        purity_violations(
+            "import random\ndef f() -> random.Random:\n    return random.Random(1)\n", in_sim=True
+        )
+        == []
+    )
+    assert (
+        purity_violations(
+            "import random\ndef f(rng: random.Random) -> int:\n    return rng.random()\n", in_sim=False
+        )
+        == []
+    )
 
 
 def test_overlay_sources_exist() -> None:
