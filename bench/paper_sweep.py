@@ -478,9 +478,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--measured-order",
         choices=("fresh", "incremental"),
-        default="fresh",
-        help="fresh: a new measured topic per subscriber count, subscribers first, then the publisher; "
-        "incremental: one topic, publisher first, subscribers added 10 -> 20 -> ... (see docs)",
+        default="incremental",
+        help="incremental: one topic, publisher first, subscribers added 10 -> 20 -> ...; "
+        "fresh: a new measured topic per subscriber count, subscribers first, then the publisher "
+        "(see docs/overlay-reproduction.md: exposes a known level-0 insertion fault at N=10,000)",
     )
     parser.add_argument("--scribe-digit-bits", type=int, default=4, help="Pastry's b for the Scribe baseline")
     parser.add_argument("--from-raw", help="re-plot from a saved paper_sweep_raw.json instead of simulating")

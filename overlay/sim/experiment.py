@@ -74,10 +74,10 @@ class ExperimentConfig:
     # build (as in a from-scratch run per count) instead of after it; later counts stay incremental
     measured_with_background: bool = False
     # How the measured topic grows (docs/overlay-reproduction.md, "Two ways to grow the topic"):
+    # "incremental": one topic, the publisher first, subscribers added 10 -> 20 -> 40 ...;
     # "fresh": every subscriber count is its own measured topic whose subscribers join first and
-    #   whose publisher joins after them (independent measurements per count);
-    # "incremental": one topic, the publisher first, subscribers added 10 -> 20 -> 40 ...
-    measured_order: str = "fresh"
+    #   whose publisher joins after them (independent measurements per count)
+    measured_order: str = "incremental"
     overlay_options: tuple[tuple[str, Any], ...] = ()  # extra OverlayConfig fields (timers)
     scribe_options: tuple[tuple[str, Any], ...] = ()  # extra ScribeConfig fields
     network: NetworkConfig = field(default_factory=NetworkConfig)
