@@ -526,9 +526,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         ]
         info = raw["info"]
     else:
+        digest = core_digest()  # before the workers start: names the code that actually runs
         samples, info = run_sweep(tasks, cfg, args.jobs)
         info["command"] = f"python bench/paper_sweep.py {' '.join(args_list)}"
-        info["core_digest"] = core_digest()
+        info["core_digest"] = digest
         raw_path.write_text(json.dumps({"samples": [asdict(s) for s in samples], "info": info}))
     points = aggregate(samples)
     write_csvs(out, samples, points)
