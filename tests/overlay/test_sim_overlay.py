@@ -49,17 +49,25 @@ CHURN_CONFIG = OverlayConfig(
 )
 
 
-def churn_simulation(seed: int) -> tuple[Simulator, DeliveryChecker, int]:
+def churn_simulation(
+    seed: int, peers: int = 60, join_settle_s: float = 60.0
+) -> tuple[Simulator, DeliveryChecker, int]:
+    """Joins, then churn (crashes, leaves, newcomers) under 5 % loss, with the invariants checked.
+
+    ``join_settle_s``: virtual time after the concurrent topic joins before the level-0 ring is
+    checked. Repair of concurrent joins under loss runs on the periodic REXP and pings, so it
+    grows with the overlay: 60 s suffice at 60 peers; at 1,000 peers 60 s do not (seed 42 leaves
+    two stale level-0 links) and 240 s do (docs/overlay.md § Known issues).
+    """
     network = NetworkConfig(base_latency_s=0.01, link_spread_s=0.02, jitter_s=0.005, loss_rate=0.05)
     sim = Simulator(seed, network)
     plan = random.Random(seed)
     checker = DeliveryChecker(settle_s=15.0, window_s=8.0)
     sim.observers.append(checker)
-    peers = 60
     for peer in range(peers):
         contacts = (0,) if peer else ()
         sim.add_node(OverlayNode(peer, rng=sim.node_rng(peer), config=CHURN_CONFIG), contacts, at=peer * 0.05)
-    sim.run_for(5.0)
+    sim.run_for(5.0 + peers * 0.05)  # every peer has bootstrapped before the topics are joined
     topics = [f"room/{i}" for i in range(6)]
     for peer in range(peers):
         for topic in plan.sample(topics, 2):
@@ -69,7 +77,7 @@ def churn_simulation(seed: int) -> tuple[Simulator, DeliveryChecker, int]:
     news_subscribers = plan.sample(range(1, peers), 20)  # 20 > L = 8: multi-hop delivery
     for peer in news_subscribers:
         sim.inject(peer, JoinTopic("news", Role.SUBSCRIBER), at=sim.now + plan.random() * 5.0)
-    sim.run_for(60.0)
+    sim.run_for(join_settle_s)
     check_level0_ring(sim)
     check_tables(sim)
     publication = 0
@@ -134,6 +142,19 @@ def test_invariants_under_churn_and_five_percent_loss() -> None:
     rates = sim.query_rates()
     for kind in ("REXP", "PUB", "NEW"):
         assert rates[kind]["total"] > 0, kind
+
+
+@pytest.mark.slow
+def test_invariants_under_churn_and_five_percent_loss_at_1000_peers() -> None:
+    """The issue's CI-size run: N = 1,000 physical nodes, churn and 5 % loss, every invariant."""
+    sim, checker, publications = churn_simulation(42, peers=1000, join_settle_s=240.0)
+    assert len(sim.nodes) >= 1000
+    assert checker.check(sim) == publications
+    assert checker.lenient_checked == 4
+    assert sim.stats.lost > 10_000  # the loss really happened
+    assert checker.presence.get((5, "lonely")) is False
+    assert checker.suppressed_publishes >= 2
+    assert len(checker.publishes[(0, 10)].deliveries) >= 16
 
 
 def test_whole_stack_is_deterministic() -> None:
