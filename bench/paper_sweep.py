@@ -36,6 +36,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from overlay.sim.experiment import (
+    MEASURED_ORDERS,
     PAPER_SUBSCRIBER_COUNTS,
     SYSTEMS,
     AggregatePoint,
@@ -477,9 +478,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="1,000 nodes, 1 seed, up to 640 subscribers")
     parser.add_argument(
         "--measured-order",
-        choices=("fresh", "incremental"),
+        choices=MEASURED_ORDERS,
         default="incremental",
         help="incremental: one topic, publisher first, subscribers added 10 -> 20 -> ...; "
+        "with_background: the same, the first count joining during the background build; "
         "fresh: a new measured topic per subscriber count, subscribers first, then the publisher "
         "(see docs/overlay-reproduction.md: exposes a known level-0 insertion fault at N=10,000)",
     )

@@ -53,6 +53,9 @@ NodeFactory = Callable[[PeerId, random.Random], OverlayCore]
 Progress = Callable[[str, int, int], None]  # (stage, done, total)
 
 
+MEASURED_ORDERS = ("incremental", "with_background", "fresh")
+
+
 @dataclass(frozen=True, slots=True)
 class ExperimentConfig:
     """Parameters of one reproduction run (defaults follow §4 where it says something)."""
@@ -70,11 +73,10 @@ class ExperimentConfig:
     warmup_publishes: int = 1  # publishes whose paths are not recorded (tables may still learn)
     measure_publishes: int = 2
     publish_gap_s: float = 3.0  # virtual time between publishes (every delivery lands in between)
-    # True: the measured topic's publisher and first subscriber count join during the background
-    # build (as in a from-scratch run per count) instead of after it; later counts stay incremental
-    measured_with_background: bool = False
-    # How the measured topic grows (docs/overlay-reproduction.md, "Two ways to grow the topic"):
+    # How the measured topic grows (docs/overlay-reproduction.md, "The measured topic"):
     # "incremental": one topic, the publisher first, subscribers added 10 -> 20 -> 40 ...;
+    # "with_background": the same, but the publisher and the first count join during the
+    #   background build (as in a from-scratch run), later counts incremental;
     # "fresh": every subscriber count is its own measured topic whose subscribers join first and
     #   whose publisher joins after them (independent measurements per count)
     measured_order: str = "incremental"
@@ -93,10 +95,8 @@ class ExperimentConfig:
             raise ValueError(
                 f"subscriber_counts must lie in 1..nodes-1={self.nodes - 1}, got {self.subscriber_counts}"
             )
-        if self.measured_order not in ("fresh", "incremental"):
-            raise ValueError(f"measured_order must be 'fresh' or 'incremental', got {self.measured_order!r}")
-        if self.measured_order == "fresh" and self.measured_with_background:
-            raise ValueError("measured_with_background only applies to measured_order='incremental'")
+        if self.measured_order not in MEASURED_ORDERS:
+            raise ValueError(f"measured_order must be one of {MEASURED_ORDERS}, got {self.measured_order!r}")
         if self.measure_publishes < 1:
             raise ValueError("measure_publishes must be >= 1")
         if not 0.0 <= self.publisher_fraction <= 1.0:
@@ -248,7 +248,7 @@ def run_series(
         sim.inject(peer, JoinTopic(topic, role), at=at)
     topic_count = cfg.background_topics if cfg.background_topics is not None else cfg.nodes
     subscribed = 0
-    if cfg.measured_with_background:  # the measured topic's first members join amid the background
+    if cfg.measured_order == "with_background":  # the first members join amid the background
         side_rng = random.Random(derive_seed(seed, "measured-with-background", cfg.nodes))
         measured_topic = f"t{side_rng.randrange(max(topic_count, 1)):06d}~measured"
         order = list(range(cfg.nodes))
@@ -270,7 +270,7 @@ def run_series(
     virtual_nodes = sum(len(getattr(node, "virtual_keys", list)()) for node in sim.nodes.values())
 
     # 3. the measured topic: one publisher, subscribers added incrementally (or a fresh topic per count)
-    if not cfg.measured_with_background and cfg.measured_order == "incremental":
+    if cfg.measured_order == "incremental":
         measured_topic = f"t{plan_rng.randrange(max(topic_count, 1)):06d}~measured"  # mid key space
         order = list(range(cfg.nodes))
         plan_rng.shuffle(order)
