@@ -652,7 +652,6 @@ class Broker:
             self.retained.set(topic, message)
             if persist:
                 self.store.set_retained(topic, _stored(message))
-        self.stats.retained_messages = len(self.retained)
 
     def _route(self, message: Message, publisher: str | None) -> int:
         """Deliver to every matching subscription; sets ``route_matched`` (some subscriber matched,
@@ -1148,7 +1147,6 @@ class Broker:
         for stored_message in store.load_retained():
             message = _message(stored_message)
             self.retained.set(message.topic, message)
-        self.stats.retained_messages = len(self.retained)
         now = time.time()
         wills = {client_id: (data, fire_at) for client_id, data, fire_at in store.load_wills()}
         for record in store.load_sessions():
