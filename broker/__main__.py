@@ -18,6 +18,7 @@ SkipMQ MQTT 3.1.1/5.0 broker.
 Commands:
   skipmq [run] [options]    run the broker (the default command)
   skipmq passwd ...         create/update password files (see: skipmq passwd --help)
+  skipmq cluster ...        start N brokers on loopback as one cluster (see: skipmq cluster --help)
 
 Configuration precedence: built-in defaults < --config TOML file < SKIPMQ_* environment
 variables < command-line flags. Each flag below is a shorthand for one configuration key
@@ -41,6 +42,10 @@ FLAG_KEYS: dict[str, str] = {
     "password_file": "auth.password_file",
     "acl_file": "auth.acl_file",
     "uvloop": "uvloop",
+    "join": "cluster.join",
+    "cluster_port": "cluster.port",
+    "cluster_host": "cluster.host",
+    "advertise_host": "cluster.advertise_host",
 }
 
 
@@ -95,6 +100,26 @@ def build_parser() -> argparse.ArgumentParser:
         help="use the standard asyncio event loop even if uvloop is installed [uvloop=false]",
     )
     parser.add_argument(
+        "--join",
+        metavar="HOST:PORT,...",
+        help="join the cluster through these brokers' cluster ports (a DNS name may resolve to several)"
+        " [cluster.join]; enables clustering",
+    )
+    parser.add_argument(
+        "--cluster-port",
+        type=int,
+        metavar="N",
+        help="cluster gRPC port, 0 = ephemeral [cluster.port]; enables clustering",
+    )
+    parser.add_argument(
+        "--cluster-host", metavar="HOST", help="address of the cluster listener [cluster.host]"
+    )
+    parser.add_argument(
+        "--advertise-host",
+        metavar="HOST",
+        help="host other brokers dial for this one [cluster.advertise_host]",
+    )
+    parser.add_argument(
         "--set",
         dest="settings",
         action="append",
@@ -115,6 +140,8 @@ def overrides_from_args(args: argparse.Namespace) -> dict[str, Any]:
             overrides[key] = value
     if args.ws_port is not None:
         overrides["listeners.websocket.enabled"] = True
+    if args.join is not None or args.cluster_port is not None:
+        overrides["cluster.enabled"] = True
     if args.tls_port is not None:  # needs listeners.tls.certfile / keyfile (the error names them)
         overrides["listeners.tls.enabled"] = True
     for text in args.settings:
@@ -153,6 +180,10 @@ def main(argv: list[str] | None = None) -> int:
         from broker.passwd import main as passwd_main
 
         return passwd_main(arguments[1:])
+    if arguments and arguments[0] == "cluster":
+        from broker.cluster.launcher import main as cluster_main
+
+        return cluster_main(arguments[1:])
     if arguments and arguments[0] == "run":
         arguments = arguments[1:]
     return run(arguments)

@@ -191,6 +191,59 @@ class LoggingConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class ClusterConfig:
+    enabled: bool = _key(
+        False, "join a SkipMQ cluster (the overlay over gRPC); --join or --cluster-port set it"
+    )
+    host: str = _key("127.0.0.1", "address the cluster gRPC listener binds")
+    port: int = _key(7883, "cluster gRPC port (0 = an ephemeral port)", min_value=0, max_value=65535)
+    advertise_host: str = _key(
+        "", 'host other brokers dial to reach this one; "" = cluster.host (or the hostname if it is 0.0.0.0)'
+    )
+    join: str = _key(
+        "",
+        "comma-separated host:port of brokers to join through; a DNS name resolving to several "
+        "addresses (Kubernetes headless service) contacts each of them",
+    )
+    class_levels: int = _key(
+        1,
+        "topic levels that form a topic class, the overlay's routing unit (docs/cluster.md)",
+        min_value=1,
+        max_value=16,
+    )
+    table_size: int = _key(
+        60, "L: routing-table entries per overlay virtual node (seed 003 §3.3)", min_value=2, max_value=10_000
+    )
+    takeover_wait_ms: int = _key(
+        500,
+        "longest a CONNECT with clean start 0 waits for another broker to hand over the session",
+        min_value=0,
+        max_value=60_000,
+    )
+    publish_ack_wait_ms: int = _key(
+        5000,
+        "longest a QoS>0 PUBACK/PUBREC waits for the subscribers' brokers to confirm storage",
+        min_value=0,
+        max_value=600_000,
+    )
+    reorder_hold_ms: int = _key(
+        3000,
+        "how long a forwarded message waits for an earlier one of its stream before the gap is skipped",
+        min_value=0,
+        max_value=600_000,
+    )
+    ping_interval_ms: int = _key(
+        2000, "liveness probe period of overlay neighbours", min_value=100, max_value=600_000
+    )
+    failure_timeout_ms: int = _key(
+        6000,
+        "silence after which a neighbour broker is declared crashed (> ping_interval_ms)",
+        min_value=200,
+        max_value=3_600_000,
+    )
+
+
+@dataclass(frozen=True, slots=True)
 class BrokerConfig:
     node_id: str = _key("", 'this broker\'s id in the cluster; "" = derived from the hostname by the broker')
     data_dir: str = _key("./data", "directory for the store and other state")
@@ -202,6 +255,7 @@ class BrokerConfig:
     limits: LimitsConfig = field(default_factory=LimitsConfig)
     sys: SysConfig = field(default_factory=SysConfig)
     logging: LoggingConfig = field(default_factory=LoggingConfig)
+    cluster: ClusterConfig = field(default_factory=ClusterConfig)
     # Not a key: notes about ignored SKIPMQ_* environment variables, for the broker to log.
     warnings: tuple[str, ...] = field(default=(), metadata={"internal": True})
 
@@ -440,6 +494,15 @@ def _validate_together(flat: Mapping[str, Any], sources: Mapping[str, str]) -> N
         raise error("node_id", f"must be 1..128 characters of A-Z a-z 0-9 . _ : -, got {node_id!r}")
     if not flat["data_dir"]:
         raise error("data_dir", "must not be empty")
+    if flat["cluster.failure_timeout_ms"] <= flat["cluster.ping_interval_ms"]:
+        raise error("cluster.failure_timeout_ms", "must be greater than cluster.ping_interval_ms")
+    for contact in (item.strip() for item in flat["cluster.join"].split(",")):
+        if contact:
+            host, sep, port_text = contact.rpartition(":")
+            if not sep or not host or not port_text.isdigit() or not 1 <= int(port_text) <= 65535:
+                raise error(
+                    "cluster.join", f"each entry must be host:port with a port in 1..65535, got {contact!r}"
+                )
     for name in ("listeners.tcp.host", "listeners.tls.host", "listeners.websocket.host", "http.host"):
         if not flat[name].strip():
             raise error(name, "must not be empty (use 0.0.0.0 for all interfaces)")
@@ -470,7 +533,7 @@ def _validate_together(flat: Mapping[str, Any], sources: Mapping[str, str]) -> N
             raise error(name, f"file {flat[name]!r} does not exist")
 
     bound: dict[int, tuple[str, str]] = {}
-    for section in ("listeners.tcp", "listeners.tls", "listeners.websocket", "http"):
+    for section in ("listeners.tcp", "listeners.tls", "listeners.websocket", "http", "cluster"):
         port = flat[section + ".port"]
         if not flat[section + ".enabled"] or port == 0:
             continue

@@ -19,6 +19,7 @@ import functools
 import logging
 import sqlite3
 import time
+from collections import deque
 from typing import TYPE_CHECKING, Any, Protocol
 
 from broker.mqtt import codec
@@ -86,6 +87,7 @@ class MQTTConnection(asyncio.Protocol):
         "broker",
         "cert_username",
         "client_id",
+        "cluster_acks",
         "connected_at",
         "decoder",
         "deferred",
@@ -128,6 +130,8 @@ class MQTTConnection(asyncio.Protocol):
         self.out: list[bytes] | None = None
         # packets that arrived behind CONNECT while its password check runs in a worker thread
         self.auth_pending: list[Packet] | None = None
+        # (cluster future or None, ack bytes) of QoS>0 publishes waiting for the cluster, in order
+        self.cluster_acks: deque[tuple[Any, bytes]] | None = None
 
     # ------------------------------------------------------------------ asyncio.Protocol
     def connection_made(self, transport: Any) -> None:
@@ -392,7 +396,6 @@ class MQTTConnection(asyncio.Protocol):
         broker = self.broker
         level = packet.protocol_level
         is_v5 = level == MQTT_5
-        props = packet.properties
         if code != ReasonCode.SUCCESS:
             self.refuse(code, "not authorized")
             return
@@ -419,6 +422,49 @@ class MQTTConnection(asyncio.Protocol):
             keep_alive = max_keepalive
             server_keep_alive = max_keepalive
         self.keep_alive_s = keep_alive
+        claim = broker.hooks.before_attach(client_id, packet.clean_start)
+        if claim is not None:  # another broker may hold this client: wait for its hand-over
+            self.auth_pending = []
+            claim.add_done_callback(
+                lambda done: self.claimed(done, packet, client_id, assigned, server_keep_alive)
+            )
+            return
+        self.attach(packet, client_id, assigned, server_keep_alive)
+
+    def claimed(
+        self,
+        done: asyncio.Future[Any],
+        packet: Connect,
+        client_id: str,
+        assigned: bool,
+        server_keep_alive: int | None,
+    ) -> None:
+        """The cluster answered the session claim: import a handed-over session, attach, then
+        replay the packets that arrived meanwhile."""
+        pending = self.auth_pending or []
+        self.auth_pending = None
+        if self.state == STATE_CLOSED:
+            return
+        broker = self.broker
+        try:
+            snapshot = None if done.cancelled() or done.exception() is not None else done.result()
+            if snapshot is not None:
+                broker.import_session(snapshot)
+            self.attach(packet, client_id, assigned, server_keep_alive)
+        except Exception as exc:
+            log.exception("internal error while attaching a handed-over session")
+            broker.log_event(
+                logging.ERROR, "internal_error", client_id=client_id, peer=self.peer, message=repr(exc)
+            )
+            self.disconnect(ReasonCode.IMPLEMENTATION_SPECIFIC_ERROR, "internal error")
+            broker.after_batch()
+            return
+        self.dispatch(pending, None)
+
+    def attach(self, packet: Connect, client_id: str, assigned: bool, server_keep_alive: int | None) -> None:
+        broker = self.broker
+        is_v5 = packet.protocol_level == MQTT_5
+        props = packet.properties
         session, session_present, expiry_s, expiry_capped = broker.attach_session(self, packet, client_id)
         self.session = session
         self.state = STATE_CONNECTED
@@ -505,7 +551,8 @@ class MQTTConnection(asyncio.Protocol):
         if (
             qos
             and self.protocol_level == MQTT_5
-            and len(session.incoming_qos2) + self.qos1_unacked >= broker.limits.receive_maximum
+            and len(session.incoming_qos2) + self.qos1_unacked + len(self.cluster_acks or ())
+            >= broker.limits.receive_maximum
         ):
             # v5 flow control (§4.9): unacknowledged QoS 1 (acks waiting for the group commit) and
             # QoS 2 (waiting for PUBREL) publishes beyond our receive maximum
@@ -538,17 +585,40 @@ class MQTTConnection(asyncio.Protocol):
         delivered = broker.publish(message, self.client_id)
         if qos == 0:
             return
+        wait = broker.cluster_wait
         code = 0
-        if delivered == 0 and self.protocol_level == MQTT_5 and not broker.route_matched:
+        if delivered == 0 and self.protocol_level == MQTT_5 and not broker.route_matched and wait is None:
             code = ReasonCode.NO_MATCHING_SUBSCRIBERS
         if qos == 1:
-            self.qos1_unacked += 1
-            self.send_ack(self._ack_bytes(Puback, packet_id, code))
+            ack = self._ack_bytes(Puback, packet_id, code)
         else:
             self._remember_qos2(session, packet_id)
-            self.send_ack(self._ack_bytes(Pubrec, packet_id, code))
+            ack = self._ack_bytes(Pubrec, packet_id, code)
+        if wait is not None or self.cluster_acks:
+            # held until the cluster confirmed storage at the subscribers' brokers; acks leave in
+            # the order their PUBLISHes arrived
+            if self.cluster_acks is None:
+                self.cluster_acks = deque()
+            self.cluster_acks.append((wait, ack))
+            if wait is not None:
+                wait.add_done_callback(self._release_cluster_acks)
+            return
+        if qos == 1:
+            self.qos1_unacked += 1
+        self.send_ack(ack)
         if self.deferred is None:
             self.qos1_unacked = 0
+
+    def _release_cluster_acks(self, _done: Any = None) -> None:
+        acks = self.cluster_acks
+        if not acks or self.state == STATE_CLOSED:
+            return
+        sent = False
+        while acks and (acks[0][0] is None or acks[0][0].done()):
+            self.send_ack(acks.popleft()[1])
+            sent = True
+        if sent:
+            self.broker.after_batch()
 
     def _remember_qos2(self, session: Session, packet_id: int) -> None:
         session.incoming_qos2.add(packet_id)

@@ -22,6 +22,7 @@ import math
 import time
 import uuid
 from collections import deque
+from collections.abc import Callable
 from typing import Any
 
 from broker import __version__
@@ -100,6 +101,7 @@ class Broker:
         self._commit_scheduled = False
         self._commit_waiters: list[Any] = []
         self.route_matched = False  # whether the last _route found a matching subscription
+        self.cluster_wait: Any = None  # what the cluster hook returned for the last publish
         self._store_resync_needed = False  # a commit failed: rewrite the store from memory first
         self._commit_failed_last = False
         self._dirty: list[Any] = []
@@ -631,16 +633,33 @@ class Broker:
         if message.retain:
             self._retain(message)
         delivered = self._route(message, from_client_id)
-        self.hooks.on_publish(message, from_client_id)
+        # a cluster runtime may return a future: the publisher's PUBACK/PUBREC waits for it
+        self.cluster_wait = self.hooks.on_publish(message, from_client_id)
         return delivered
 
-    def deliver_remote(self, message: Message, origin_node: str) -> int:
-        """Deliver a message accepted by another broker to local subscribers (no re-forwarding)."""
+    def deliver_remote(
+        self,
+        message: Message,
+        origin_node: str,
+        *,
+        accept_filter: Callable[[str], bool] | None = None,
+        store_retained: bool = True,
+    ) -> int:
+        """Deliver a message accepted by another broker to local subscribers (no re-forwarding).
+
+        ``accept_filter(match_filter)`` restricts delivery to the subscriptions whose filter it
+        accepts (the cluster delivers a message received on one topic class to that class's
+        subscriptions only); ``store_retained`` False leaves the retained store to the caller.
+        """
         if not message.origin:
             message.origin = origin_node
-        if message.retain:
+        if message.retain and store_retained:
             self._retain(message)
-        return self._route(message, message.publisher_id)
+        return self._route(message, message.publisher_id, accept_filter)
+
+    def set_retained(self, message: Message) -> None:
+        """Store (or, with an empty payload, delete) a retained message without routing it."""
+        self._retain(message)
 
     def _retain(self, message: Message) -> None:
         topic = message.topic
@@ -653,10 +672,14 @@ class Broker:
             if persist:
                 self.store.set_retained(topic, _stored(message))
 
-    def _route(self, message: Message, publisher: str | None) -> int:
+    def _route(
+        self, message: Message, publisher: str | None, accept_filter: Callable[[str], bool] | None = None
+    ) -> int:
         """Deliver to every matching subscription; sets ``route_matched`` (some subscriber matched,
         even if its copy was then dropped: queue full, ACL, too large, expired, slow consumer)."""
         matches = self.trie.match(message.topic)
+        if accept_filter is not None and matches:
+            matches = [match for match in matches if accept_filter(match[0])]
         delivered = 0
         matched = False
         cache: dict[Any, bytes] = {}
@@ -693,7 +716,7 @@ class Broker:
                 for client_id, (qos, sids, rap) in per_client.items():
                     delivered += self._deliver_to(client_id, message, qos, rap, sids, cache)
         if len(self.shared_trie):
-            shared_delivered = self._route_shared(message, cache)
+            shared_delivered = self._route_shared(message, cache, accept_filter)
             if shared_delivered >= 0:
                 matched = True
                 delivered += shared_delivered
@@ -702,16 +725,25 @@ class Broker:
             self._count_drop("no_subscribers")
         return delivered
 
-    def _route_shared(self, message: Message, cache: dict[Any, bytes]) -> int:
-        """One delivery per matching share group; -1 when no shared subscription matched."""
+    def _route_shared(
+        self, message: Message, cache: dict[Any, bytes], accept_filter: Callable[[str], bool] | None = None
+    ) -> int:
+        """One delivery per matching share group; -1 when no shared subscription matched.
+
+        In a cluster only the broker the runtime names for a group delivers its copy
+        (``hooks.owns_share_group``), so each group gets one delivery cluster-wide."""
         groups: dict[tuple[str, str], list[tuple[str, SubOptions]]] = {}
         for flt, (group, client_id), opts in self.shared_trie.match(message.topic):
+            if accept_filter is not None and not accept_filter(flt):
+                continue
             groups.setdefault((group, flt), []).append((client_id, opts))
         if not groups:
             return -1
         delivered = 0
+        owns = self.hooks.owns_share_group
         for key, members in groups.items():
-            delivered += self._deliver_to_group(key, members, message, cache)
+            if owns(key[0], key[1]):
+                delivered += self._deliver_to_group(key, members, message, cache)
         return delivered
 
     def _deliver_to_group(
@@ -1139,6 +1171,32 @@ class Broker:
         self.stats.subscriptions = len(self.trie) + len(self.shared_trie)
         self.after_batch()
         return session
+
+    def hand_over(self, client_id: str, *, transfer: bool) -> tuple[bool, SessionSnapshot | None]:
+        """Another broker of the cluster got a CONNECT for ``client_id``: disconnect it here
+        (v5 reason 0x8E, its will published as on a local takeover) and end the local session.
+
+        Returns (whether this broker had the client, its snapshot when ``transfer`` and the
+        session was not empty). Queued messages go with the snapshot, not to other share-group
+        members, and a delayed will does not fire here (the session lives on elsewhere).
+        """
+        session = self.sessions.get(client_id)
+        if session is None:
+            return False, None
+        if session.connection is not None:
+            self.log_event(logging.INFO, "session_taken_over", client_id=client_id, remote=True)
+            session.connection.disconnect(ReasonCode.SESSION_TAKEN_OVER, "session taken over", fire_will=True)
+            session = self.sessions.get(client_id)
+            if session is None:  # it had no persistent state
+                return True, None
+        snapshot = self.export_session(client_id) if transfer else None
+        session.will = None
+        session.inflight.clear()
+        session.queue.clear()
+        session.unsent = None
+        self._end_session(session)
+        self.after_batch()
+        return True, snapshot
 
     # ================================================================== restart
     def _load_state(self) -> None:

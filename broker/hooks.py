@@ -12,6 +12,7 @@ The internal message type :class:`Message` and the session hand-over type
 
 from __future__ import annotations
 
+import asyncio
 from typing import Protocol
 
 from broker.mqtt.session import Message, SessionSnapshot
@@ -28,8 +29,20 @@ class ClusterHooks(Protocol):
     def on_unsubscribe(self, client_id: str, topic_filter: str, share_group: str | None) -> None:
         """A local subscription ended (UNSUBSCRIBE, or the session ended)."""
 
-    def on_publish(self, message: Message, from_client_id: str | None) -> None:
-        """A message was accepted locally; called after local routing, before the publisher's ack."""
+    def on_publish(self, message: Message, from_client_id: str | None) -> asyncio.Future[bool] | None:
+        """A message was accepted locally; called after local routing, before the publisher's ack.
+
+        A returned future holds the publisher's PUBACK/PUBREC (QoS 1/2) until it is done (the
+        cluster resolves it once the subscribers' brokers stored the message)."""
+
+    def before_attach(
+        self, client_id: str, clean_start: bool
+    ) -> asyncio.Future[SessionSnapshot | None] | None:
+        """A CONNECT for ``client_id`` is about to attach its session. A returned future holds the
+        CONNACK until it is done; a snapshot it yields is imported first (session moved here)."""
+
+    def owns_share_group(self, group: str, topic_filter: str) -> bool:
+        """Whether this broker delivers the copy of share group (group, filter) (one per cluster)."""
 
     def on_client_connected(self, client_id: str, session_present: bool) -> None:
         """A client finished CONNECT successfully."""
@@ -49,8 +62,16 @@ class NullHooks:
     def on_unsubscribe(self, client_id: str, topic_filter: str, share_group: str | None) -> None:
         return None
 
-    def on_publish(self, message: Message, from_client_id: str | None) -> None:
+    def on_publish(self, message: Message, from_client_id: str | None) -> asyncio.Future[bool] | None:
         return None
+
+    def before_attach(
+        self, client_id: str, clean_start: bool
+    ) -> asyncio.Future[SessionSnapshot | None] | None:
+        return None
+
+    def owns_share_group(self, group: str, topic_filter: str) -> bool:
+        return True
 
     def on_client_connected(self, client_id: str, session_present: bool) -> None:
         return None

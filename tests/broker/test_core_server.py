@@ -270,6 +270,12 @@ class RecordingHooks:
     def on_publish(self, message: Message, from_client_id: str | None) -> None:
         self.events.append(("publish", message.topic, message.payload, from_client_id))
 
+    def before_attach(self, client_id: str, clean_start: bool) -> None:
+        self.events.append(("before_attach", client_id, clean_start))
+
+    def owns_share_group(self, group: str, topic_filter: str) -> bool:
+        return True
+
     def on_client_connected(self, client_id: str, session_present: bool) -> None:
         self.events.append(("connected", client_id, session_present))
 
