@@ -1198,6 +1198,15 @@ class Broker:
         self.after_batch()
         return True, snapshot
 
+    def adopt_entries(self, session: Session, entries: list[OutEntry]) -> None:
+        """Queue messages of a session handed over too late (after its client reconnected here)."""
+        for entry in entries:
+            self._enqueue(
+                session,
+                OutEntry(entry.message, entry.qos, entry.retain, list(entry.subscription_identifiers)),
+            )
+        self.after_batch()
+
     # ================================================================== restart
     def _load_state(self) -> None:
         store = self.store

@@ -75,6 +75,12 @@ class BrokerServer:
         self._ws_tasks: set[asyncio.Task[None]] = set()
         self.stopping = False  # /healthz answers 503 from now on
         self._stop_started = False
+        self.cluster: Any = None  # broker.cluster.runtime.ClusterRuntime when cluster.enabled
+        if hooks is None and config.cluster.enabled:
+            from broker.cluster.runtime import ClusterRuntime
+
+            self.cluster = ClusterRuntime(config)
+            self.hooks = self.cluster
 
     async def start(self) -> dict[str, int]:
         config = self.config
@@ -108,6 +114,8 @@ class BrokerServer:
             )
             self._servers.append(server)
             self.ports["http"] = server.sockets[0].getsockname()[1]
+        if self.cluster is not None:
+            self.ports["cluster"] = await self.cluster.start(broker)
         broker.log_event(logging.INFO, "listening", node_id=broker.node_id, **self.ports)
         return self.ports
 
@@ -206,8 +214,8 @@ class BrokerServer:
 
     def _http_response(self, method: str, target: str) -> tuple[int, str, bytes]:
         broker = self.broker
-        if target not in ("/metrics", "/healthz"):
-            return 404, "text/plain", b"not found: try /metrics or /healthz\n"
+        if target not in ("/metrics", "/healthz", "/cluster"):
+            return 404, "text/plain", b"not found: try /metrics, /healthz or /cluster\n"
         if method not in ("GET", "HEAD"):
             return 405, "text/plain", b"method not allowed\n"
         assert broker is not None
@@ -221,12 +229,18 @@ class BrokerServer:
                 "sessions": len(broker.sessions),
             }
             return (200 if serving else 503), "application/json", json.dumps(payload).encode() + b"\n"
+        if target == "/cluster":
+            if self.cluster is None:
+                return 404, "text/plain", b"this broker is not clustered (cluster.enabled is false)\n"
+            return 200, "application/json", json.dumps(self.cluster.state()).encode() + b"\n"
         from broker.metrics import make_registry, render
 
         broker.refresh_stats()
         registry = getattr(broker, "_registry", None)
         if registry is None:
             registry = make_registry(broker.stats)
+            if self.cluster is not None:
+                registry.register(self.cluster.collector())
             broker._registry = registry  # type: ignore[attr-defined]
         body, content_type = render(registry)
         return 200, content_type, body
@@ -242,6 +256,9 @@ class BrokerServer:
             server.close()
         if self._ws_server is not None:
             self._ws_server.close(close_connections=False)
+        if self.cluster is not None:  # graceful leave while the store still takes deliveries
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self.cluster.stop(), timeout=5.0)
         if self.broker is not None:
             await self.broker.shutdown()
         if self._ws_server is not None:

@@ -1,0 +1,692 @@
+"""The cluster runtime: drives the pure overlay core with the real clock and the gRPC transport,
+and gives the broker core MQTT semantics across brokers (issue #4; docs/cluster.md).
+
+One object, on the broker's event-loop thread, owns the ``overlay.node.OverlayNode`` (seed 003
+SG-TBPS + FRT): every event (a transport receive, a timer, a local subscription change, a
+publish) goes through :meth:`ClusterRuntime._handle`, which feeds the node with ``loop.time()``,
+carries out the returned actions in order and re-arms the single timer from
+``next_deadline()`` (the aioquic / etcd-raft driver shape).
+
+Mapping MQTT onto the overlay:
+
+* **Topic classes** (``broker.cluster.classes``): the overlay routes on classes, each broker
+  matches filters exactly. Local subscriptions are counted per class; only 0→1 joins the class
+  as a subscriber and only 1→0 leaves it (UNSUB), SIONet-style aggregation (seed 000).
+* **Forwarding**: a local publish is published on each of its classes whose rendezvous point
+  reports subscribers, as a :class:`ForwardedMessage` numbered per (this broker incarnation,
+  class). Receivers restore that order (held up to ``cluster.reorder_hold_ms`` for a gap) and
+  drop duplicates, so per-publisher per-topic order survives one-hop/multi-hop switches.
+* **QoS 1/2**: the overlay reports ``PublishDone`` when every subscriber broker of the class
+  stored the message (the runtime commits the store after each Deliver before it sends
+  anything else); the publisher's PUBACK/PUBREC waits for that, at most
+  ``cluster.publish_ack_wait_ms``.
+* **Control class** ``!ctl``: every broker subscribes it; retained updates (last writer wins on
+  (wall-clock ms, peer id)) and session claims are published there, so they reach every broker.
+* **Session takeover**: a CONNECT publishes a claim; the broker holding the client disconnects
+  it and answers with a directed :class:`Envelope` carrying the session (seed 002 envelope).
+* **Shared subscriptions**: a broker with members of ``$share/g/f`` joins the class
+  ``!share/g/f``; the broker whose virtual node heads that run at level 0 delivers the group's
+  copy (one delivery per group cluster-wide).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from sortedcontainers import SortedDict
+
+from broker.cluster.classes import filter_class, topic_classes
+from broker.cluster.messages import (
+    DEFAULT_ENVELOPE_TTL,
+    ClaimReply,
+    Envelope,
+    ForwardedMessage,
+    RetainedSyncReply,
+    RetainedSyncRequest,
+    RetainedUpdate,
+    SessionClaim,
+)
+from broker.cluster.stats import ClusterCollector, ClusterStats
+from broker.mqtt.session import Message, SessionSnapshot
+from overlay import api
+from overlay.api import Role
+from overlay.config import OverlayConfig
+from overlay.node import OverlayNode
+
+log = logging.getLogger("skipmq.cluster")
+
+CONTROL_CLASS = "!ctl"  # every broker subscribes: retained updates and session claims
+SHARE_PREFIX = "!share/"  # "!share/<group>/<filter>": the run of brokers with members of a group
+RETAINED_SYNC_CHUNK = 256
+PUBLISHER_IDLE_S = 600.0  # a publisher virtual node unused this long leaves its class
+SWEEP_INTERVAL_S = 30.0
+STREAM_IDLE_S = 900.0  # receive-order state of a silent (origin, class) stream is dropped
+
+
+@dataclass
+class _Stream:
+    """Receive order of one (origin incarnation, class) stream."""
+
+    next_seq: int = 0  # 0 = nothing received yet
+    held: SortedDict = field(default_factory=SortedDict)  # seq -> (ForwardedMessage, hops)
+    hold_timer: asyncio.TimerHandle | None = None
+    last_seen: float = 0.0
+
+
+@dataclass
+class _PublishWait:
+    """The overlay publications of one QoS>0 message (one per class it was sent on)."""
+
+    future: asyncio.Future[bool]
+    outstanding: set[int]
+    complete: bool = True
+    timer: asyncio.TimerHandle | None = None
+
+
+@dataclass
+class _Claim:
+    future: asyncio.Future[SessionSnapshot | None]
+    waiting_for: set[str]
+    timer: asyncio.TimerHandle | None = None
+
+
+def overlay_config_for(cluster: Any) -> OverlayConfig:
+    """The overlay tunables a broker uses (faster crash detection than the simulator's defaults)."""
+    kwargs: dict[str, Any] = {
+        "table_size": cluster.table_size,
+        "ping_interval_s": cluster.ping_interval_ms / 1000.0,
+        "failure_timeout_s": cluster.failure_timeout_ms / 1000.0,
+        "dead_peer_memory_s": max(10.0, 2 * cluster.failure_timeout_ms / 1000.0),
+    }
+    fields_ = OverlayConfig.__dataclass_fields__
+    if "publish_done_enabled" in fields_:
+        kwargs["publish_done_enabled"] = True
+        kwargs["publish_done_timeout_s"] = max(0.5, cluster.publish_ack_wait_ms / 1000.0)
+    return OverlayConfig(**kwargs)
+
+
+class ClusterRuntime:
+    """ClusterHooks implementation + overlay driver. Create, pass as the broker's hooks, then
+    ``await start(broker)``; ``await stop()`` before the broker shuts down."""
+
+    def __init__(self, config: Any, *, transport_factory: Callable[..., Any] | None = None) -> None:
+        self.config = config
+        self.cluster = config.cluster
+        self.class_levels: int = self.cluster.class_levels
+        self.stats = ClusterStats()
+        self._transport_factory = transport_factory
+        self.transport: Any = None
+        self.node: OverlayNode | None = None
+        self.broker: Any = None
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.peer_id = ""
+        self.incarnation = os.urandom(6).hex()
+        self.stopped = True
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at: float | None = None
+        self._sweeper: asyncio.TimerHandle | None = None
+        # subscription aggregation (seed 000 counters): (client, group, filter) -> class
+        self._subscriptions: dict[tuple[str, str | None, str], str] = {}
+        self._class_counts: dict[str, int] = {}
+        self._share_counts: dict[str, int] = {}  # "!share/g/f" -> local members
+        self._filter_classes: dict[str, str] = {}
+        # publishing
+        self._published: dict[str, float] = {}  # class -> last publish (loop time)
+        self._send_seq: dict[str, int] = {}
+        self._publication_id = 0
+        self._waits: dict[int, _PublishWait] = {}  # publication id -> wait of its message
+        # receiving
+        self._streams: dict[tuple[str, str], _Stream] = {}
+        self._retained_versions: dict[str, tuple[int, str]] = {}
+        # takeover
+        self._claim_id = 0
+        self._claims: dict[int, _Claim] = {}
+        self._request_id = 0
+        self._deliver_pending_commit = False
+
+    # ================================================================== lifecycle
+    async def start(self, broker: Any) -> int:
+        """Bind the cluster port, enter the overlay through ``cluster.join``; returns the port."""
+        self.broker = broker
+        self.loop = asyncio.get_running_loop()
+        cluster = self.cluster
+        advertise = cluster.advertise_host or (
+            cluster.host if cluster.host not in ("0.0.0.0", "::", "") else _hostname()
+        )
+        factory = self._transport_factory
+        if factory is None:
+            from broker.transport import GrpcTransport
+
+            factory = GrpcTransport
+        self.transport = factory(
+            advertise_host=advertise, on_receive=self._on_receive, on_peer_down=self._on_peer_down
+        )
+        port = int(await self.transport.start(cluster.host, cluster.port))
+        self.peer_id = self.transport.self_id
+        seed = int.from_bytes(os.urandom(8), "big")
+        self.node = OverlayNode(self.peer_id, rng=random.Random(seed), config=overlay_config_for(cluster))
+        self.stopped = False
+        contacts = await self._resolve_contacts(cluster.join)
+        self._handle(api.Bootstrap(tuple(contacts)))
+        self._handle(api.JoinTopic(CONTROL_CLASS, Role.SUBSCRIBER))
+        self._handle(api.JoinTopic(CONTROL_CLASS, Role.PUBLISHER))
+        # subscriptions restored from the store before the runtime started
+        for cls in list(self._class_counts):
+            self._handle(api.JoinTopic(cls, Role.SUBSCRIBER))
+        for share in list(self._share_counts):
+            self._handle(api.JoinTopic(share, Role.SUBSCRIBER))
+        if contacts:
+            self._request_id += 1
+            self._send_envelope(contacts[0], "", 0, RetainedSyncRequest(self._request_id))
+        self._sweeper = self.loop.call_later(SWEEP_INTERVAL_S, self._sweep)
+        log.info("cluster_started peer_id=%s contacts=%s", self.peer_id, contacts)
+        self.broker.log_event(logging.INFO, "cluster_started", peer_id=self.peer_id, contacts=contacts)
+        return port
+
+    async def stop(self) -> None:
+        """Graceful leave: UNSUB/LEAVE every virtual node, drain the links, close."""
+        if self.stopped:
+            return
+        with contextlib.suppress(Exception):
+            self._handle(api.Shutdown())
+        self.stopped = True
+        for handle in (self._timer, self._sweeper):
+            if handle is not None:
+                handle.cancel()
+        for wait in list(self._waits.values()):
+            self._finish_wait(wait, False)
+        for claim in list(self._claims.values()):
+            if not claim.future.done():
+                claim.future.set_result(None)
+        if self.transport is not None:
+            await self.transport.stop(drain_timeout_s=2.0)
+
+    async def _resolve_contacts(self, join: str) -> list[str]:
+        """host:port entries; a DNS name resolving to several addresses gives several contacts."""
+        assert self.loop is not None
+        contacts: list[str] = []
+        for entry in (item.strip() for item in join.split(",")):
+            if not entry:
+                continue
+            host, _, port_text = entry.rpartition(":")
+            host = host.strip("[]")
+            addresses = [host]
+            with contextlib.suppress(OSError):
+                infos = await self.loop.getaddrinfo(host, int(port_text), type=0, proto=6)
+                resolved = sorted(
+                    {str(info[4][0]) for info in infos if info[0].name in ("AF_INET", "AF_INET6")}
+                )
+                if resolved and not _is_ip(host):
+                    addresses = resolved
+            for address in addresses:
+                peer = f"{address}:{port_text}"
+                if peer != self.peer_id and peer not in contacts:
+                    contacts.append(peer)
+        return contacts
+
+    # ================================================================== the overlay driver
+    def _now(self) -> float:
+        assert self.loop is not None
+        return self.loop.time()
+
+    def _handle(self, event: Any) -> None:
+        node = self.node
+        if node is None or (self.stopped and not isinstance(event, api.Shutdown)):
+            return
+        actions = node.handle(event, self._now())
+        self._carry_out(actions)
+        self._arm_timer()
+
+    def _carry_out(self, actions: list[Any]) -> None:
+        for action in actions:
+            if isinstance(action, api.Send):
+                if self._deliver_pending_commit:
+                    # a Deliver before this Send must be durable first: the Send may be the DONE
+                    # that lets the publisher's broker acknowledge its client
+                    self._deliver_pending_commit = False
+                    self.broker.commit_now()
+                self.transport.send(action.dest, action.message)
+            elif isinstance(action, api.Deliver):
+                self._on_deliver(action)
+            elif isinstance(action, api.SubscriberPresence):
+                pass  # read back with node.subscriber_presence when publishing
+            elif type(action).__name__ == "PublishDone":
+                self._on_publish_done(action.publication_id, bool(action.complete))
+
+    def _arm_timer(self) -> None:
+        node = self.node
+        if node is None or self.stopped or self.loop is None:
+            return
+        deadline = node.next_deadline()
+        if deadline == self._timer_at:
+            return
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self._timer_at = deadline
+        if deadline is not None:
+            self._timer = self.loop.call_at(deadline, self._on_timer)
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        self._timer_at = None
+        self._handle(api.Tick())
+
+    def _on_receive(self, sender: str, item: Any) -> None:
+        if self.stopped:
+            return
+        try:
+            if isinstance(item, Envelope):
+                self._on_envelope(sender, item)
+            else:
+                self._handle(api.Receive(sender, item))
+        except Exception:
+            log.exception("cluster: failed to handle %s from %s", type(item).__name__, sender)
+        self.broker.after_batch()
+
+    def _on_peer_down(self, peer: str) -> None:
+        self._handle(api.PeerUnreachable(peer))
+        for claim_id, claim in list(self._claims.items()):
+            claim.waiting_for.discard(peer)
+            if not claim.waiting_for:
+                self._finish_claim(claim_id, None)
+
+    def _sweep(self) -> None:
+        """Leave idle publisher classes; forget silent receive streams."""
+        now = self._now()
+        for cls, last in list(self._published.items()):
+            if now - last > PUBLISHER_IDLE_S and cls != CONTROL_CLASS:
+                del self._published[cls]
+                self._handle(api.LeaveTopic(cls, Role.PUBLISHER))
+        for key, stream in list(self._streams.items()):
+            if now - stream.last_seen > STREAM_IDLE_S and not stream.held:
+                del self._streams[key]
+        assert self.loop is not None
+        self._sweeper = self.loop.call_later(SWEEP_INTERVAL_S, self._sweep)
+
+    # ================================================================== hooks: subscriptions
+    def class_of(self, topic_filter: str) -> str:
+        cls = self._filter_classes.get(topic_filter)
+        if cls is None:
+            cls = self._filter_classes[topic_filter] = filter_class(topic_filter, self.class_levels)
+        return cls
+
+    def on_subscribe(self, client_id: str, topic_filter: str, share_group: str | None, qos: int) -> None:
+        key = (client_id, share_group, topic_filter)
+        if key in self._subscriptions:
+            return  # a replaced subscription: same class
+        cls = self.class_of(topic_filter)
+        self._subscriptions[key] = cls
+        count = self._class_counts.get(cls, 0)
+        self._class_counts[cls] = count + 1
+        if count == 0:
+            self._handle(api.JoinTopic(cls, Role.SUBSCRIBER))
+        if share_group is not None:
+            share = f"{SHARE_PREFIX}{share_group}/{topic_filter}"
+            members = self._share_counts.get(share, 0)
+            self._share_counts[share] = members + 1
+            if members == 0:
+                self._handle(api.JoinTopic(share, Role.SUBSCRIBER))
+
+    def on_unsubscribe(self, client_id: str, topic_filter: str, share_group: str | None) -> None:
+        cls = self._subscriptions.pop((client_id, share_group, topic_filter), None)
+        if cls is None:
+            return
+        count = self._class_counts.get(cls, 0) - 1
+        if count <= 0:
+            self._class_counts.pop(cls, None)
+            self._handle(api.LeaveTopic(cls, Role.SUBSCRIBER))
+        else:
+            self._class_counts[cls] = count
+        if share_group is not None:
+            share = f"{SHARE_PREFIX}{share_group}/{topic_filter}"
+            members = self._share_counts.get(share, 0) - 1
+            if members <= 0:
+                self._share_counts.pop(share, None)
+                self._handle(api.LeaveTopic(share, Role.SUBSCRIBER))
+            else:
+                self._share_counts[share] = members
+
+    def owns_share_group(self, group: str, topic_filter: str) -> bool:
+        """The head of the group's level-0 run delivers (one delivery per group per cluster)."""
+        node = self.node
+        if node is None or self.stopped:
+            return True
+        key = (f"{SHARE_PREFIX}{group}/{topic_filter}", int(Role.SUBSCRIBER), self.peer_id)
+        if key not in node.vnodes:
+            return True  # still joining: deliver rather than risk losing the message
+        left, _right = node.level0_neighbors(key)
+        return left is None or left[0] != key[0] or left[1] != key[1]
+
+    def on_client_connected(self, client_id: str, session_present: bool) -> None:
+        return None
+
+    def on_client_disconnected(self, client_id: str) -> None:
+        return None
+
+    # ================================================================== hooks: publishing
+    def on_publish(self, message: Message, from_client_id: str | None) -> asyncio.Future[bool] | None:
+        if self.stopped or self.node is None or message.topic.startswith("$SYS"):
+            return None
+        node = self.node
+        now = self._now()
+        sent: list[int] = []
+        for cls in topic_classes(message.topic, self.class_levels):
+            if cls not in self._published:
+                self._handle(api.JoinTopic(cls, Role.PUBLISHER))
+            self._published[cls] = now
+            if node.subscriber_presence(cls) is False:
+                continue  # the rendezvous point says nobody subscribes (exhaust data, §3.2)
+            seq = self._send_seq.get(cls, 0) + 1
+            self._send_seq[cls] = seq
+            self._publication_id += 1
+            pid = self._publication_id
+            payload = ForwardedMessage(f"{self.peer_id}/{self.incarnation}", cls, seq, message)
+            sent.append(pid)
+            self.stats.forwarded += 1
+            self._handle(api.Publish(cls, payload, pid))
+        if message.retain:
+            self._publish_retained(message)
+        if not sent or message.qos == 0 or not _overlay_reports_done():
+            return None
+        assert self.loop is not None
+        wait = _PublishWait(self.loop.create_future(), set(sent))
+        for pid in sent:
+            self._waits[pid] = wait
+        wait.timer = self.loop.call_later(
+            self.cluster.publish_ack_wait_ms / 1000.0, self._finish_wait, wait, False
+        )
+        # a PublishDone may already have come (no subscriber reachable): settle now
+        for pid in sent:
+            if pid not in self._waits:
+                wait.outstanding.discard(pid)
+        if not wait.outstanding:
+            self._finish_wait(wait, wait.complete)
+        return wait.future
+
+    def _on_publish_done(self, publication_id: int, complete: bool) -> None:
+        wait = self._waits.pop(publication_id, None)
+        if wait is None:
+            return
+        wait.outstanding.discard(publication_id)
+        wait.complete = wait.complete and complete
+        if not wait.outstanding:
+            self._finish_wait(wait, wait.complete)
+
+    def _finish_wait(self, wait: _PublishWait, complete: bool) -> None:
+        if wait.future.done():
+            return
+        if wait.timer is not None:
+            wait.timer.cancel()
+        for pid in wait.outstanding:
+            self._waits.pop(pid, None)
+        self.stats.publish_done["true" if complete else "false"] += 1
+        wait.future.set_result(complete)
+
+    def _publish_retained(self, message: Message) -> None:
+        version = (time.time_ns() // 1_000_000, self.peer_id)
+        self._retained_versions[message.topic] = version
+        update = RetainedUpdate(self.peer_id, version[0], message)
+        self._publish_control(update)
+
+    def _publish_control(self, payload: Any) -> None:
+        self._publication_id += 1
+        self._published[CONTROL_CLASS] = self._now()
+        self._handle(api.Publish(CONTROL_CLASS, payload, self._publication_id))
+
+    # ================================================================== receiving
+    def _on_deliver(self, action: Any) -> None:
+        payload = action.payload
+        if action.publisher == self.peer_id:
+            return  # our own publication: local subscribers already have it
+        if isinstance(payload, ForwardedMessage):
+            self._receive_forwarded(payload, int(action.hops))
+        elif isinstance(payload, RetainedUpdate):
+            self._apply_retained(payload)
+        elif isinstance(payload, SessionClaim):
+            self._on_claim(payload)
+
+    def _receive_forwarded(self, forwarded: ForwardedMessage, hops: int) -> None:
+        key = (forwarded.origin, forwarded.stream)
+        stream = self._streams.get(key)
+        if stream is None:
+            stream = self._streams[key] = _Stream()
+        stream.last_seen = self._now()
+        seq = forwarded.seq
+        if stream.next_seq == 0:
+            stream.next_seq = seq  # the first message of a stream sets its start
+        if seq < stream.next_seq or seq in stream.held:
+            self.stats.duplicates_dropped += 1
+            return
+        if seq > stream.next_seq:
+            stream.held[seq] = (forwarded, hops)
+            self.stats.reordered += 1
+            if stream.hold_timer is None:
+                assert self.loop is not None
+                stream.hold_timer = self.loop.call_later(
+                    self.cluster.reorder_hold_ms / 1000.0, self._skip_gap, key
+                )
+            return
+        self._deliver_forwarded(forwarded, hops)
+        stream.next_seq = seq + 1
+        self._drain(key, stream)
+
+    def _drain(self, key: tuple[str, str], stream: _Stream) -> None:
+        held = stream.held
+        while held and held.peekitem(0)[0] == stream.next_seq:
+            _seq, (forwarded, hops) = held.popitem(0)
+            self._deliver_forwarded(forwarded, hops)
+            stream.next_seq += 1
+        if not held and stream.hold_timer is not None:
+            stream.hold_timer.cancel()
+            stream.hold_timer = None
+        elif held and stream.hold_timer is None and self.loop is not None:
+            stream.hold_timer = self.loop.call_later(
+                self.cluster.reorder_hold_ms / 1000.0, self._skip_gap, key
+            )
+
+    def _skip_gap(self, key: tuple[str, str]) -> None:
+        """An earlier message never came within reorder_hold_ms: continue after the gap."""
+        stream = self._streams.get(key)
+        if stream is None:
+            return
+        stream.hold_timer = None
+        if not stream.held:
+            return
+        first = stream.held.peekitem(0)[0]
+        self.stats.gaps_skipped += first - stream.next_seq
+        log.warning("cluster_gap_skipped stream=%s missing=%d", key, first - stream.next_seq)
+        stream.next_seq = first
+        self._drain(key, stream)
+        self.broker.after_batch()
+
+    def _deliver_forwarded(self, forwarded: ForwardedMessage, hops: int) -> None:
+        self.stats.received += 1
+        self.stats.observe_hops(hops)
+        stream_class = forwarded.stream
+        message = forwarded.message
+        self.broker.deliver_remote(
+            replace(message),
+            message.origin,
+            accept_filter=lambda flt: self.class_of(flt) == stream_class,
+            store_retained=False,
+        )
+        self._deliver_pending_commit = True
+
+    def _apply_retained(self, update: RetainedUpdate) -> None:
+        topic = update.message.topic
+        version = (update.version_ms, update.origin)
+        current = self._retained_versions.get(topic)
+        if current is not None and current >= version:
+            return
+        self._retained_versions[topic] = version
+        self.broker.set_retained(replace(update.message))
+        self.stats.retained_updates_applied += 1
+        self._deliver_pending_commit = True
+
+    # ================================================================== takeover
+    def before_attach(
+        self, client_id: str, clean_start: bool
+    ) -> asyncio.Future[SessionSnapshot | None] | None:
+        if self.stopped or self.node is None or self.loop is None:
+            return None
+        peers = set(self.transport.connected_peers())
+        if not peers:
+            return None
+        self._claim_id += 1
+        claim_id = self._claim_id
+        self.stats.claims_sent += 1
+        self._publish_control(SessionClaim(self.peer_id, client_id, claim_id, clean_start))
+        if clean_start or self.cluster.takeover_wait_ms == 0:
+            return None  # nothing to wait for: the old connection is closed when the claim arrives
+        claim = _Claim(self.loop.create_future(), peers)
+        claim.timer = self.loop.call_later(
+            self.cluster.takeover_wait_ms / 1000.0, self._finish_claim, claim_id, None
+        )
+        self._claims[claim_id] = claim
+        return claim.future
+
+    def _finish_claim(self, claim_id: int, snapshot: SessionSnapshot | None) -> None:
+        claim = self._claims.pop(claim_id, None)
+        if claim is None:
+            return
+        if claim.timer is not None:
+            claim.timer.cancel()
+        if not claim.future.done():
+            claim.future.set_result(snapshot)
+
+    def _on_claim(self, claim: SessionClaim) -> None:
+        if claim.origin == self.peer_id:
+            return
+        had, snapshot = self.broker.hand_over(claim.client_id, transfer=not claim.clean_start)
+        if had:
+            self.stats.sessions_handed_over += 1
+            self._deliver_pending_commit = True
+        self._send_envelope(
+            claim.origin,
+            claim.client_id,
+            claim.claim_id,
+            ClaimReply(claim.claim_id, claim.client_id, had, snapshot),
+        )
+
+    # ================================================================== directed messages
+    def _send_envelope(self, dest: str, to_client: str, ref: int, body: Any) -> None:
+        if self.broker is not None and self.broker.store_pending():
+            self.broker.commit_now()
+        envelope = Envelope(self.peer_id, dest, "", to_client, ref, DEFAULT_ENVELOPE_TTL, body)
+        self.transport.send(dest, envelope)
+
+    def _on_envelope(self, sender: str, envelope: Envelope) -> None:
+        if envelope.dest != self.peer_id:
+            if envelope.ttl <= 1:
+                log.warning("cluster_envelope_dropped ttl orig=%s dest=%s", envelope.orig, envelope.dest)
+                return
+            self.transport.send(envelope.dest, replace(envelope, ttl=envelope.ttl - 1))
+            return
+        body = envelope.body
+        if isinstance(body, ClaimReply):
+            claim = self._claims.get(body.claim_id)
+            if claim is None:
+                if body.snapshot is not None:  # came after the wait ended: keep its messages anyway
+                    self._adopt_late_snapshot(body.snapshot)
+                return
+            claim.waiting_for.discard(sender)
+            if body.snapshot is not None:
+                self.stats.sessions_received += 1
+                self._finish_claim(body.claim_id, body.snapshot)
+            elif not claim.waiting_for:
+                self._finish_claim(body.claim_id, None)
+        elif isinstance(body, RetainedSyncRequest):
+            self._send_retained_copy(envelope.orig, body.request_id)
+        elif isinstance(body, RetainedSyncReply):
+            for update in body.updates:
+                self._apply_retained(update)
+
+    def _adopt_late_snapshot(self, snapshot: SessionSnapshot) -> None:
+        """A session arrived after the client's CONNECT stopped waiting: queue its messages into the
+        client's current session so nothing acknowledged is lost."""
+        session = self.broker.sessions.get(snapshot.client_id)
+        self.stats.sessions_received += 1
+        if session is None:
+            self.broker.import_session(snapshot)
+            return
+        self.broker.adopt_entries(session, snapshot.pending)
+
+    def _send_retained_copy(self, dest: str, request_id: int) -> None:
+        retained = self.broker.retained
+        updates: list[RetainedUpdate] = []
+        for topic in list(retained.topics()):
+            message = retained.get(topic)
+            if message is None:
+                continue
+            version = self._retained_versions.get(topic, (0, ""))
+            updates.append(RetainedUpdate(version[1] or self.peer_id, version[0], message))
+            if len(updates) == RETAINED_SYNC_CHUNK:
+                self._send_envelope(
+                    dest, "", request_id, RetainedSyncReply(request_id, tuple(updates), False)
+                )
+                updates = []
+        self._send_envelope(dest, "", request_id, RetainedSyncReply(request_id, tuple(updates), True))
+
+    # ================================================================== introspection
+    def state(self) -> dict[str, Any]:
+        node = self.node
+        joined = False
+        presence: dict[str, bool | None] = {}
+        vnodes = 0
+        if node is not None:
+            anchor = ("", int(Role.PUBLISHER), self.peer_id)
+            joined = anchor in node.vnodes and anchor not in node.joining_keys()
+            vnodes = len(node.vnodes)
+            for cls in self._published:
+                presence[cls] = node.subscriber_presence(cls)
+        return {
+            "peer_id": self.peer_id,
+            "joined": joined,
+            "connected_peers": sorted(self.transport.connected_peers()) if self.transport else [],
+            "subscribed_classes": sorted(self._class_counts),
+            "published_classes": sorted(self._published),
+            "presence": presence,
+            "vnodes": vnodes,
+        }
+
+    def gauges(self) -> dict[str, int]:
+        node = self.node
+        return {
+            "peers_connected": len(self.transport.connected_peers()) if self.transport else 0,
+            "virtual_nodes": len(node.vnodes) if node is not None else 0,
+            "subscribed_classes": len(self._class_counts),
+            "published_classes": len(self._published),
+            "held_messages": sum(len(stream.held) for stream in self._streams.values()),
+        }
+
+    def collector(self) -> ClusterCollector:
+        return ClusterCollector(self.stats, self.gauges)
+
+
+def _overlay_reports_done() -> bool:
+    return "publish_done_enabled" in OverlayConfig.__dataclass_fields__
+
+
+def _is_ip(host: str) -> bool:
+    import ipaddress
+
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
+
+
+def _hostname() -> str:
+    import socket
+
+    return socket.gethostname()
