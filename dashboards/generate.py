@@ -92,6 +92,80 @@ BROKER_PANELS: list[tuple[str, str, list[tuple[str, str]], int]] = [
 ]
 
 
+CLUSTER_PANELS: list[tuple[str, str, list[tuple[str, str]], int]] = [
+    (
+        "Connected peer brokers",
+        "short",
+        [("sum by (instance) (skipmq_cluster_peers_connected)", "{{instance}}")],
+        8,
+    ),
+    (
+        "Overlay virtual nodes",
+        "short",
+        [("sum by (instance) (skipmq_cluster_virtual_nodes)", "{{instance}}")],
+        8,
+    ),
+    (
+        "Topic classes",
+        "short",
+        [
+            ("sum by (instance) (skipmq_cluster_subscribed_classes)", "subscribed {{instance}}"),
+            ("sum by (instance) (skipmq_cluster_published_classes)", "published {{instance}}"),
+        ],
+        8,
+    ),
+    (
+        "Forwarded / received messages",
+        "ops",
+        [
+            ("sum by (instance) (rate(skipmq_cluster_forwarded_total[1m]))", "forwarded {{instance}}"),
+            ("sum by (instance) (rate(skipmq_cluster_received_total[1m]))", "received {{instance}}"),
+        ],
+        12,
+    ),
+    (
+        "Overlay hops per delivery (p50, p99)",
+        "short",
+        [
+            ("histogram_quantile(0.5, sum by (le) (rate(skipmq_cluster_delivery_hops_bucket[5m])))", "p50"),
+            ("histogram_quantile(0.99, sum by (le) (rate(skipmq_cluster_delivery_hops_bucket[5m])))", "p99"),
+        ],
+        12,
+    ),
+    (
+        "QoS>0 publishes confirmed cluster-wide",
+        "ops",
+        [("sum by (complete) (rate(skipmq_cluster_publish_done_total[5m]))", "complete={{complete}}")],
+        12,
+    ),
+    (
+        "Order repair",
+        "ops",
+        [
+            ("sum(rate(skipmq_cluster_reordered_total[5m]))", "held for an earlier message"),
+            ("sum(rate(skipmq_cluster_gaps_skipped_total[5m]))", "gaps skipped"),
+            ("sum(rate(skipmq_cluster_duplicates_dropped_total[5m]))", "duplicates dropped"),
+        ],
+        12,
+    ),
+    (
+        "Session moves",
+        "ops",
+        [
+            ("sum(rate(skipmq_cluster_claims_sent_total[5m]))", "claims"),
+            ("sum(rate(skipmq_cluster_sessions_handed_over_total[5m]))", "handed over"),
+        ],
+        12,
+    ),
+    (
+        "Held (reordering) messages",
+        "short",
+        [("sum by (instance) (skipmq_cluster_held_messages)", "{{instance}}")],
+        12,
+    ),
+]
+
+
 def _panel(
     panel_id: int, title: str, unit: str, targets: list[tuple[str, str]], width: int, x: int, y: int
 ) -> dict[str, Any]:
@@ -111,16 +185,26 @@ def _panel(
 
 
 def broker_dashboard() -> dict[str, Any]:
+    return _dashboard("skipmq-broker", "SkipMQ broker", BROKER_PANELS)
+
+
+def cluster_dashboard() -> dict[str, Any]:
+    return _dashboard("skipmq-cluster", "SkipMQ cluster", CLUSTER_PANELS)
+
+
+def _dashboard(
+    uid: str, title: str, specs: list[tuple[str, str, list[tuple[str, str]], int]]
+) -> dict[str, Any]:
     panels = []
     x = y = 0
-    for panel_id, (title, unit, targets, width) in enumerate(BROKER_PANELS, start=1):
+    for panel_id, (title_, unit, targets, width) in enumerate(specs, start=1):
         if x + width > 24:
             x, y = 0, y + 8
-        panels.append(_panel(panel_id, title, unit, targets, width, x, y))
+        panels.append(_panel(panel_id, title_, unit, targets, width, x, y))
         x += width
     return {
-        "uid": "skipmq-broker",
-        "title": "SkipMQ broker",
+        "uid": uid,
+        "title": title,
         "tags": ["skipmq", "mqtt"],
         "schemaVersion": 39,
         "version": 1,
@@ -145,7 +229,7 @@ def broker_dashboard() -> dict[str, Any]:
     }
 
 
-DASHBOARDS = {"skipmq-broker.json": broker_dashboard}
+DASHBOARDS = {"skipmq-broker.json": broker_dashboard, "skipmq-cluster.json": cluster_dashboard}
 
 
 def render(name: str) -> str:

@@ -252,7 +252,8 @@ class ClusterRuntime:
                     # a Deliver before this Send must be durable first: the Send may be the DONE
                     # that lets the publisher's broker acknowledge its client
                     self._deliver_pending_commit = False
-                    self.broker.commit_now()
+                    if self.broker.store_pending():
+                        self.broker.commit_now()
                 self.transport.send(action.dest, action.message)
             elif isinstance(action, api.Deliver):
                 self._on_deliver(action)
