@@ -227,7 +227,7 @@ class ClusterRuntime:
                 if resolved and not _is_ip(host):
                     addresses = resolved
             for address in addresses:
-                peer = f"{address}:{port_text}"
+                peer = f"[{address}]:{port_text}" if ":" in address else f"{address}:{port_text}"
                 if peer != self.peer_id and peer not in contacts:
                     contacts.append(peer)
         return contacts
@@ -254,7 +254,12 @@ class ClusterRuntime:
                     self._deliver_pending_commit = False
                     if self.broker.store_pending():
                         self.broker.commit_now()
-                self.transport.send(action.dest, action.message)
+                try:
+                    self.transport.send(action.dest, action.message)
+                except (ValueError, RuntimeError) as exc:  # WireError is a ValueError
+                    log.error(
+                        "cluster: cannot send %s to %s: %s", type(action.message).__name__, action.dest, exc
+                    )
             elif isinstance(action, api.Deliver):
                 self._on_deliver(action)
             elif isinstance(action, api.SubscriberPresence):
