@@ -149,6 +149,9 @@ class ClusterRuntime:
         # takeover
         self._claim_id = 0
         self._claims: dict[int, _Claim] = {}
+        # client id -> (claim id, peer id) of the claim its current local connection made: a
+        # claim orders connections cluster-wide (claim ids are wall-clock ns), older claims lose
+        self._connection_claims: dict[str, tuple[int, str]] = {}
         self._request_id = 0
         self._deliver_pending_commit = False
 
@@ -312,6 +315,9 @@ class ClusterRuntime:
             if now - last > PUBLISHER_IDLE_S and cls != CONTROL_CLASS:
                 del self._published[cls]
                 self._handle(api.LeaveTopic(cls, Role.PUBLISHER))
+        sessions = self.broker.sessions
+        for client_id in [c for c in self._connection_claims if c not in sessions]:
+            del self._connection_claims[client_id]
         for key, stream in list(self._streams.items()):
             if now - stream.last_seen > STREAM_IDLE_S and not stream.held:
                 del self._streams[key]
@@ -376,7 +382,7 @@ class ClusterRuntime:
         return None
 
     def on_client_disconnected(self, client_id: str) -> None:
-        return None
+        return None  # its claim record is dropped by the sweep once the session is gone
 
     # ================================================================== hooks: publishing
     def on_publish(self, message: Message, from_client_id: str | None) -> asyncio.Future[bool] | None:
@@ -547,8 +553,11 @@ class ClusterRuntime:
         peers = set(self.transport.connected_peers())
         if not peers:
             return None
-        self._claim_id += 1
+        # wall-clock nanoseconds, strictly increasing here: with the peer id as tie-breaker they
+        # order two CONNECTs of one client id on different brokers the same way everywhere
+        self._claim_id = max(self._claim_id + 1, time.time_ns())
         claim_id = self._claim_id
+        self._connection_claims[client_id] = (claim_id, self.peer_id)
         self.stats.claims_sent += 1
         self._publish_control(SessionClaim(self.peer_id, client_id, claim_id, clean_start))
         if clean_start or self.cluster.takeover_wait_ms == 0:
@@ -571,6 +580,23 @@ class ClusterRuntime:
 
     def _on_claim(self, claim: SessionClaim) -> None:
         if claim.origin == self.peer_id:
+            return
+        mine = self._connection_claims.get(claim.client_id)
+        session = self.broker.sessions.get(claim.client_id)
+        if (
+            mine is not None
+            and mine > (claim.claim_id, claim.origin)
+            and session is not None
+            and session.connection is not None
+        ):
+            # our connection is the newer one: it keeps the client; the claimant's connection
+            # is closed when our own claim reaches it
+            self._send_envelope(
+                claim.origin,
+                claim.client_id,
+                claim.claim_id,
+                ClaimReply(claim.claim_id, claim.client_id, False, None),
+            )
             return
         had, snapshot = self.broker.hand_over(claim.client_id, transfer=not claim.clean_start)
         if had:
