@@ -104,7 +104,9 @@ def overlay_config_for(cluster: Any) -> OverlayConfig:
         "table_size": cluster.table_size,
         "ping_interval_s": cluster.ping_interval_ms / 1000.0,
         "failure_timeout_s": cluster.failure_timeout_ms / 1000.0,
-        "dead_peer_memory_s": max(10.0, 2 * cluster.failure_timeout_ms / 1000.0),
+        # a crashed or departed broker is not re-learned from other brokers' stale routing entries
+        # for this long; one that comes back is taken back as soon as it sends us anything
+        "dead_peer_memory_s": 600.0,
     }
     fields_ = OverlayConfig.__dataclass_fields__
     if "publish_done_enabled" in fields_:
@@ -303,6 +305,7 @@ class ClusterRuntime:
 
     def _on_peer_down(self, peer: str) -> None:
         self._handle(api.PeerUnreachable(peer))
+        self.transport.drop_queued(peer)  # the overlay re-sends what matters around it
         for claim_id, claim in list(self._claims.items()):
             claim.waiting_for.discard(peer)
             if not claim.waiting_for:

@@ -295,6 +295,17 @@ class GrpcTransport:
         state = self._peers.get(peer)
         return len(state.queue) if state is not None else 0
 
+    def drop_queued(self, peer: str) -> int:
+        """Forget what is queued for ``peer`` while it has no link (it left or crashed), so the
+        transport stops redialing it until something new is sent; returns the items dropped."""
+        state = self._peers.get(peer)
+        if state is None or state.link is not None:
+            return 0
+        dropped = len(state.queue)
+        state.queue.clear()
+        self.stats.items_dropped += dropped
+        return dropped
+
     def connected_peers(self) -> frozenset[str]:
         return frozenset(peer_id for peer_id, state in self._peers.items() if state.link is not None)
 
