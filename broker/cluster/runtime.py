@@ -154,6 +154,9 @@ class ClusterRuntime:
         # client id -> (claim id, peer id) of the claim its current local connection made: a
         # claim orders connections cluster-wide (claim ids are wall-clock ns), older claims lose
         self._connection_claims: dict[str, tuple[int, str]] = {}
+        # client id -> the newest claim seen from another broker (a local CONNECT still waiting
+        # for its own claim's answers must not win against it)
+        self._newest_remote_claims: dict[str, tuple[int, str]] = {}
         self._request_id = 0
         self._deliver_pending_commit = False
 
@@ -321,6 +324,7 @@ class ClusterRuntime:
         sessions = self.broker.sessions
         for client_id in [c for c in self._connection_claims if c not in sessions]:
             del self._connection_claims[client_id]
+        self._newest_remote_claims.clear()  # only races within a sweep period matter
         for key, stream in list(self._streams.items()):
             if now - stream.last_seen > STREAM_IDLE_S and not stream.held:
                 del self._streams[key]
@@ -382,7 +386,12 @@ class ClusterRuntime:
         return left is None or left[0] != key[0] or left[1] != key[1]
 
     def on_client_connected(self, client_id: str, session_present: bool) -> None:
-        return None
+        mine = self._connection_claims.get(client_id)
+        newer = self._newest_remote_claims.get(client_id)
+        if mine is not None and newer is not None and newer > mine:
+            # a newer CONNECT of this client id elsewhere was claimed while ours waited: it wins
+            assert self.loop is not None
+            self.loop.call_soon(self.broker.kick, client_id, 0x8E)
 
     def on_client_disconnected(self, client_id: str) -> None:
         return None  # its claim record is dropped by the sweep once the session is gone
@@ -585,6 +594,9 @@ class ClusterRuntime:
         if claim.origin == self.peer_id:
             return
         mine = self._connection_claims.get(claim.client_id)
+        incoming = (claim.claim_id, claim.origin)
+        if incoming > self._newest_remote_claims.get(claim.client_id, (0, "")):
+            self._newest_remote_claims[claim.client_id] = incoming
         session = self.broker.sessions.get(claim.client_id)
         if (
             mine is not None
