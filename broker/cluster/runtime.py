@@ -87,6 +87,7 @@ class _PublishWait:
 
     future: asyncio.Future[bool]
     outstanding: set[int]
+    sealed: bool = True  # False while on_publish is still handing publications to the overlay
     complete: bool = True
     timer: asyncio.TimerHandle | None = None
 
@@ -402,7 +403,12 @@ class ClusterRuntime:
             return None
         node = self.node
         now = self._now()
-        sent: list[int] = []
+        wait: _PublishWait | None = None
+        if message.qos and _overlay_reports_done():
+            assert self.loop is not None
+            # registered before the overlay sees the Publish: its PublishDone may come at once
+            wait = _PublishWait(self.loop.create_future(), set(), sealed=False)
+        sent = 0
         for cls in topic_classes(message.topic, self.class_levels):
             if cls not in self._published:
                 self._handle(api.JoinTopic(cls, Role.PUBLISHER))
@@ -414,26 +420,24 @@ class ClusterRuntime:
             self._publication_id += 1
             pid = self._publication_id
             payload = ForwardedMessage(f"{self.peer_id}/{self.incarnation}", cls, seq, message)
-            sent.append(pid)
+            sent += 1
             self.stats.forwarded += 1
+            if wait is not None:
+                wait.outstanding.add(pid)
+                self._waits[pid] = wait
             self._handle(api.Publish(cls, payload, pid))
         if message.retain:
             self._publish_retained(message)
-        if not sent or message.qos == 0 or not _overlay_reports_done():
+        if wait is None or not sent:
+            return None
+        wait.sealed = True
+        if not wait.outstanding:  # every publication completed synchronously
+            self._finish_wait(wait, wait.complete)
             return None
         assert self.loop is not None
-        wait = _PublishWait(self.loop.create_future(), set(sent))
-        for pid in sent:
-            self._waits[pid] = wait
         wait.timer = self.loop.call_later(
             self.cluster.publish_ack_wait_ms / 1000.0, self._finish_wait, wait, False
         )
-        # a PublishDone may already have come (no subscriber reachable): settle now
-        for pid in sent:
-            if pid not in self._waits:
-                wait.outstanding.discard(pid)
-        if not wait.outstanding:
-            self._finish_wait(wait, wait.complete)
         return wait.future
 
     def _on_publish_done(self, publication_id: int, complete: bool) -> None:
@@ -442,7 +446,7 @@ class ClusterRuntime:
             return
         wait.outstanding.discard(publication_id)
         wait.complete = wait.complete and complete
-        if not wait.outstanding:
+        if not wait.outstanding and wait.sealed:
             self._finish_wait(wait, wait.complete)
 
     def _finish_wait(self, wait: _PublishWait, complete: bool) -> None:
