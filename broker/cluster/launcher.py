@@ -1,0 +1,733 @@
+"""``skipmq cluster``: start N SkipMQ brokers on loopback as one cluster (issue #4 "SkipMQ cluster").
+
+Each broker is a real ``python -m broker`` process with its own MQTT, HTTP and cluster (gRPC)
+port, data directory and log file. Ports are picked free up front (bind port 0, read, close)
+and passed explicitly, so the peer id of broker i ("127.0.0.1:<cluster_port>", see
+docs/cluster.md) is known before it starts. Broker 0 founds the overlay (seed 003 §3.5.2: the
+first node is alone); broker i > 0 joins through every broker already running (``--join``), one
+after the other, each waiting until its ``GET /cluster`` says ``"joined": true`` (a broker built
+without the cluster runtime answers 404 there: then start() only waits for ``/healthz`` and
+wait_ready() raises RuntimeMissingError). A port taken between picking and binding is replaced
+(new ports, up to 3 attempts); every wait is bounded and a failure names the broker and shows
+its log tail.
+
+Programmatic API (used by tests/cluster and the benchmark)::
+
+    cluster = start_cluster(3, settings={"cluster.table_size": "2"})
+    cluster.wait_ready()            # every broker's overlay anchor is linked
+    cluster.brokers[1].mqtt_port    # connect clients here
+    cluster.kill_broker(0); cluster.restart_broker(0); cluster.add_broker(); cluster.close()
+    cluster.stop_broker(1)          # SIGTERM, returns the exit status
+    cluster.freeze_broker(2)        # SIGSTOP: a silent failure (thaw_broker = SIGCONT)
+
+Command line: ``skipmq cluster --brokers N [...]`` starts the brokers, prints a table (or one
+JSON line with --json) and example mosquitto_sub/mosquitto_pub commands, and runs until
+SIGINT/SIGTERM, then stops every broker gracefully (SIGTERM = overlay leave) and exits 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import atexit
+import contextlib
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+HOST = "127.0.0.1"
+REPO_ROOT = Path(__file__).resolve().parents[2]
+DEFAULT_SETTINGS: dict[str, str] = {"sys.interval_s": "0"}
+START_TIMEOUT_S = 20.0
+JOIN_TIMEOUT_S = 30.0
+HTTP_TIMEOUT_S = 3.0
+STOP_TIMEOUT_S = 10.0
+POLL_INTERVAL_S = 0.05
+PORT_ATTEMPTS = 3
+LAUNCHER_MARK = "---- launcher: start #"  # first line the launcher writes to a log at each start
+PORT_IN_USE_TEXTS = ("address already in use", "Failed to bind to address", "cannot bind")
+
+ProgressCallback = Callable[[str], None]
+
+
+class ClusterError(RuntimeError):
+    """A broker of the local cluster did not start, join, answer or stop as expected."""
+
+
+class RuntimeMissingError(ClusterError):
+    """The broker answers 404 on GET /cluster: it was built without the cluster runtime."""
+
+
+def free_port(host: str = HOST) -> int:
+    """A TCP port that was free a moment ago (bind port 0, read it, close)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+def free_ports(count: int, host: str = HOST) -> list[int]:
+    """``count`` distinct free ports (all sockets held open together so none repeats)."""
+    sockets: list[socket.socket] = []
+    try:
+        for _ in range(count):
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            sockets.append(sock)
+            sock.bind((host, 0))
+        return [int(sock.getsockname()[1]) for sock in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
+def http_get(port: int, path: str, timeout_s: float = HTTP_TIMEOUT_S) -> tuple[int, bytes]:
+    """GET http://127.0.0.1:<port><path>; returns (status, body). Connection errors raise OSError."""
+    url = f"http://{HOST}:{port}{path}"
+    try:
+        with urllib.request.urlopen(url, timeout=timeout_s) as response:
+            return int(response.status), response.read()
+    except urllib.error.HTTPError as exc:
+        return int(exc.code), exc.read()
+
+
+@dataclass
+class BrokerProcess:
+    """One broker of a :class:`LocalCluster`: its ports, data directory, log file and process."""
+
+    index: int
+    node_id: str
+    mqtt_port: int
+    http_port: int
+    cluster_port: int
+    data_dir: str
+    process: subprocess.Popen[bytes] | None = None
+    log_path: str = ""
+    starts: int = 0
+    joined_through: list[str] = field(default_factory=list)
+
+    @property
+    def peer_id(self) -> str:
+        """The overlay peer id other brokers know this one by."""
+        return f"{HOST}:{self.cluster_port}"
+
+    @property
+    def host(self) -> str:
+        return HOST
+
+    @property
+    def pid(self) -> int | None:
+        return None if self.process is None else self.process.pid
+
+    def alive(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def command(self, python: str, join: Iterable[str], settings: dict[str, str]) -> list[str]:
+        """The command line that starts this broker (joining through ``join`` peer ids)."""
+        cmd = [
+            python, "-m", "broker",
+            "--bind", HOST,
+            "--port", str(self.mqtt_port),
+            "--http-port", str(self.http_port),
+            "--cluster-host", HOST,
+            "--cluster-port", str(self.cluster_port),
+            "--advertise-host", HOST,
+            "--data-dir", self.data_dir,
+            "--node-id", self.node_id,
+            "--log-format", "json",
+        ]  # fmt: skip
+        join_list = [peer for peer in join if peer != self.peer_id]
+        if join_list:
+            cmd += ["--join", ",".join(join_list)]
+        for key, value in settings.items():
+            cmd += ["--set", f"{key}={value}"]
+        return cmd
+
+    def log_text(self) -> str:
+        try:
+            return Path(self.log_path).read_text(errors="replace")
+        except (FileNotFoundError, IsADirectoryError):
+            return ""
+
+    def log_tail(self, lines: int = 40, exclude: tuple[str, ...] = ()) -> str:
+        """The last ``lines`` log lines, leaving out lines containing any ``exclude`` text
+        (a note says how many were left out)."""
+        all_lines = self.log_text().splitlines()
+        kept = [line for line in all_lines if not any(text in line for text in exclude)]
+        tail = kept[-lines:]
+        omitted = len(all_lines) - len(kept)
+        if omitted:
+            tail.append(f"({omitted} lines containing {list(exclude)} left out)")
+        return "\n".join(tail)
+
+    def log_records(self) -> list[dict[str, Any]]:
+        """The JSON log lines (``--log-format json``) written so far."""
+        records: list[dict[str, Any]] = []
+        for line in self.log_text().splitlines():
+            line = line.strip()
+            if line.startswith("{"):
+                with contextlib.suppress(json.JSONDecodeError):
+                    record = json.loads(line)
+                    if isinstance(record, dict):
+                        records.append(record)
+        return records
+
+    def as_row(self) -> dict[str, Any]:
+        return {
+            "broker": self.index,
+            "node_id": self.node_id,
+            "mqtt_port": self.mqtt_port,
+            "http_port": self.http_port,
+            "cluster_port": self.cluster_port,
+            "peer_id": self.peer_id,
+            "pid": self.pid,
+            "data_dir": self.data_dir,
+            "log": self.log_path,
+        }
+
+
+# Every LocalCluster not closed yet: closed at interpreter exit so no broker outlives its owner.
+_OPEN_CLUSTERS: list[LocalCluster] = []
+
+
+def _close_open_clusters() -> None:
+    for cluster in list(_OPEN_CLUSTERS):
+        with contextlib.suppress(Exception):
+            cluster.close(timeout_s=5.0)
+
+
+atexit.register(_close_open_clusters)
+
+
+class LocalCluster:
+    """N broker processes on loopback forming one SkipMQ cluster."""
+
+    def __init__(
+        self,
+        n: int,
+        *,
+        settings: dict[str, str] | None = None,
+        data_root: str | None = None,
+        python: str = sys.executable,
+        log_dir: str | None = None,
+        keep_data: bool | None = None,
+        progress: ProgressCallback | None = None,
+        node_id_prefix: str = "node",
+    ) -> None:
+        if n < 1:
+            raise ValueError(f"a cluster needs at least 1 broker, not {n}")
+        self.initial_size = n
+        self.settings: dict[str, str] = {
+            **DEFAULT_SETTINGS,
+            **{k: str(v) for k, v in (settings or {}).items()},
+        }
+        for key in self.settings:
+            if not key or "=" in key or key.strip() != key:
+                raise ValueError(f"bad configuration key {key!r} in settings")
+        self._own_data_root = data_root is None
+        self.data_root = data_root or tempfile.mkdtemp(prefix="skipmq-cluster-")
+        Path(self.data_root).mkdir(parents=True, exist_ok=True)
+        self.log_dir = log_dir or self.data_root
+        Path(self.log_dir).mkdir(parents=True, exist_ok=True)
+        self.keep_data = (not self._own_data_root) if keep_data is None else keep_data
+        self.python = python
+        self.progress = progress
+        self.node_id_prefix = node_id_prefix
+        self.brokers: list[BrokerProcess] = []
+        self.runtime_present: bool | None = None  # unknown until a broker answered GET /cluster
+        self._closed = False
+        self._lock = threading.RLock()
+
+    # ------------------------------------------------------------------ building blocks
+    def _say(self, text: str) -> None:
+        if self.progress is not None:
+            self.progress(text)
+
+    def _new_broker(self) -> BrokerProcess:
+        index = len(self.brokers)
+        mqtt_port, http_port, cluster_port = free_ports(3)
+        data_dir = os.path.join(self.data_root, f"broker-{index}")
+        Path(data_dir).mkdir(parents=True, exist_ok=True)
+        broker = BrokerProcess(
+            index=index,
+            node_id=f"{self.node_id_prefix}-{index}",
+            mqtt_port=mqtt_port,
+            http_port=http_port,
+            cluster_port=cluster_port,
+            data_dir=data_dir,
+            log_path=os.path.join(self.log_dir, f"broker-{index}.log"),
+        )
+        self.brokers.append(broker)
+        return broker
+
+    def _running_peers(self, excluding: BrokerProcess) -> list[str]:
+        return [b.peer_id for b in self.brokers if b is not excluding and b.alive()]
+
+    def _spawn(self, broker: BrokerProcess) -> None:
+        join = self._running_peers(broker)
+        broker.joined_through = join
+        cmd = broker.command(self.python, join, self.settings)
+        env = dict(os.environ)
+        env["PYTHONPATH"] = str(REPO_ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+        env["PYTHONUNBUFFERED"] = "1"
+        broker.starts += 1
+        with open(broker.log_path, "ab") as log:
+            log.write(f"{LAUNCHER_MARK}{broker.starts}: {' '.join(cmd)}\n".encode())
+            log.flush()
+            # Own session: a terminal's Ctrl-C reaches the launcher only, which then stops the
+            # brokers in order (graceful overlay leave) instead of all at once.
+            broker.process = subprocess.Popen(
+                cmd,
+                cwd=broker.data_dir,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=env,
+                start_new_session=True,
+            )
+
+    def _wait_healthy(self, broker: BrokerProcess, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        last_error = "no answer"
+        while time.monotonic() < deadline:
+            process = broker.process
+            if process is None or process.poll() is not None:
+                code = None if process is None else process.returncode
+                raise ClusterError(
+                    f"broker {broker.index} ({broker.node_id}) exited with status {code} while starting;"
+                    f" log tail:\n{broker.log_tail()}"
+                )
+            try:
+                status, body = http_get(broker.http_port, "/healthz", timeout_s=1.0)
+                if status == 200:
+                    return
+                last_error = f"/healthz answered {status}: {body[:200]!r}"
+            except OSError as exc:
+                last_error = str(exc)
+            time.sleep(POLL_INTERVAL_S)
+        raise ClusterError(
+            f"broker {broker.index} ({broker.node_id}) not healthy within {timeout_s} s ({last_error});"
+            f" log tail:\n{broker.log_tail()}"
+        )
+
+    def _wait_joined(self, broker: BrokerProcess, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        last_state: dict[str, Any] | str = "no answer"
+        while time.monotonic() < deadline:
+            if not broker.alive():
+                raise ClusterError(
+                    f"broker {broker.index} ({broker.node_id}) exited while joining;"
+                    f" log tail:\n{broker.log_tail()}"
+                )
+            try:
+                state = self.cluster_state(broker.index)
+                if state.get("joined"):
+                    return
+                last_state = state
+            except RuntimeMissingError:
+                raise
+            except (OSError, ClusterError) as exc:
+                last_state = str(exc)
+            time.sleep(POLL_INTERVAL_S)
+        raise ClusterError(
+            f"broker {broker.index} ({broker.node_id}) did not join within {timeout_s} s;"
+            f" last /cluster: {last_state}; log tail:\n{broker.log_tail()}"
+        )
+
+    def _start_broker(self, broker: BrokerProcess, timeout_s: float, *, fresh_ports: bool = False) -> None:
+        """Spawn, wait for /healthz, and (when the cluster runtime is there) for joined.
+
+        fresh_ports: the broker's ports were only picked, never used; if one of them was taken
+        meanwhile (another program bound it), pick new ones and try again (3 attempts)."""
+        for attempt in range(PORT_ATTEMPTS):
+            self._spawn(broker)
+            try:
+                self._wait_healthy(broker, timeout_s)
+                break
+            except ClusterError:
+                this_start = broker.log_text().rpartition(LAUNCHER_MARK)[2]
+                in_use = any(text in this_start for text in PORT_IN_USE_TEXTS)
+                if not (fresh_ports and in_use and attempt + 1 < PORT_ATTEMPTS) or broker.alive():
+                    raise
+                broker.mqtt_port, broker.http_port, broker.cluster_port = free_ports(3)
+                self._say(f"broker {broker.index}: a port was taken, retrying with new ports")
+        if self.runtime_present is False:
+            return
+        try:
+            self._wait_joined(broker, JOIN_TIMEOUT_S)
+            self.runtime_present = True
+        except RuntimeMissingError:
+            self.runtime_present = False
+
+    # ------------------------------------------------------------------ public API
+    def start(self, timeout_s: float = START_TIMEOUT_S) -> None:
+        """Start the brokers one after the other; broker i joins through brokers 0..i-1.
+
+        Each broker must answer /healthz within timeout_s and, when it has the cluster runtime,
+        report ``joined`` before the next one starts. On failure every broker is stopped.
+        """
+        with self._lock:
+            if self.brokers:
+                raise ClusterError("start() was already called; use add_broker() to grow the cluster")
+            if self not in _OPEN_CLUSTERS:
+                _OPEN_CLUSTERS.append(self)
+            try:
+                for position in range(self.initial_size):
+                    broker = self._new_broker()
+                    self._start_broker(broker, timeout_s, fresh_ports=True)
+                    verb = "joined" if self.runtime_present else "started"
+                    self._say(
+                        f"broker {position + 1}/{self.initial_size} {verb}: {broker.node_id}"
+                        f" mqtt={broker.mqtt_port} http={broker.http_port} cluster={broker.cluster_port}"
+                    )
+            except BaseException:
+                self.close()
+                raise
+
+    def wait_ready(self, timeout_s: float = 30) -> None:
+        """Wait (bounded) until every live broker's GET /cluster says ``"joined": true``."""
+        deadline = time.monotonic() + timeout_s
+        for broker in self.brokers:
+            if not broker.alive():
+                continue
+            remaining = max(0.1, deadline - time.monotonic())
+            self._wait_joined(broker, remaining)
+        self.runtime_present = True
+
+    def add_broker(self, timeout_s: float = START_TIMEOUT_S) -> BrokerProcess:
+        """Start one more broker that joins through every running one; returns it once joined."""
+        with self._lock:
+            broker = self._new_broker()
+            self._start_broker(broker, timeout_s, fresh_ports=True)
+            self._say(f"broker {broker.index + 1} added: {broker.node_id}")
+            return broker
+
+    def stop_broker(self, i: int, timeout_s: float = STOP_TIMEOUT_S) -> int:
+        """SIGTERM broker i (graceful overlay leave) and wait; returns its exit status.
+
+        After timeout_s the broker is killed (the status is then -SIGKILL) so nothing hangs.
+        """
+        broker = self.brokers[i]
+        process = broker.process
+        if process is None:
+            raise ClusterError(f"broker {i} was never started")
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+            process.send_signal(signal.SIGCONT)  # a frozen broker must see its SIGTERM
+            try:
+                process.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(timeout=STOP_TIMEOUT_S)
+        return int(process.returncode)
+
+    def kill_broker(self, i: int) -> None:
+        """kill -9 broker i: no leave, no flush; neighbours must detect the failure."""
+        process = self.brokers[i].process
+        if process is not None and process.poll() is None:
+            process.kill()
+            process.wait(timeout=STOP_TIMEOUT_S)
+
+    def freeze_broker(self, i: int) -> None:
+        """SIGSTOP broker i: its sockets stay open but it answers nothing (a silent failure that
+        only the overlay's liveness probes can detect, cluster.failure_timeout_ms)."""
+        process = self.brokers[i].process
+        if process is None or process.poll() is not None:
+            raise ClusterError(f"broker {i} is not running")
+        process.send_signal(signal.SIGSTOP)
+
+    def thaw_broker(self, i: int) -> None:
+        """SIGCONT broker i after freeze_broker."""
+        process = self.brokers[i].process
+        if process is not None and process.poll() is None:
+            process.send_signal(signal.SIGCONT)
+
+    def restart_broker(self, i: int, timeout_s: float = START_TIMEOUT_S) -> None:
+        """Start broker i again with the same ports, node id and data directory (stopping it first
+        if it still runs); it joins through the brokers running now."""
+        with self._lock:
+            broker = self.brokers[i]
+            if broker.alive():
+                self.stop_broker(i)
+            self._start_broker(broker, timeout_s)
+            self._say(f"broker {i} restarted: {broker.node_id}")
+
+    def cluster_state(self, i: int) -> dict[str, Any]:
+        """GET /cluster of broker i as a dict (see docs/cluster.md)."""
+        broker = self.brokers[i]
+        status, body = http_get(broker.http_port, "/cluster")
+        if status == 404:
+            raise RuntimeMissingError(
+                f"broker {i} ({broker.node_id}) answers 404 on GET /cluster: no cluster runtime"
+            )
+        if status != 200:
+            raise ClusterError(f"broker {i} GET /cluster answered {status}: {body[:300]!r}")
+        try:
+            state = json.loads(body)
+        except json.JSONDecodeError as exc:
+            raise ClusterError(f"broker {i} GET /cluster is not JSON: {body[:300]!r}") from exc
+        if not isinstance(state, dict):
+            raise ClusterError(f"broker {i} GET /cluster is not a JSON object: {state!r}")
+        return state
+
+    def metrics_text(self, i: int) -> str:
+        """GET /metrics of broker i (Prometheus text format)."""
+        status, body = http_get(self.brokers[i].http_port, "/metrics")
+        if status != 200:
+            raise ClusterError(f"broker {i} GET /metrics answered {status}: {body[:300]!r}")
+        return body.decode("utf-8", errors="replace")
+
+    def healthz(self, i: int) -> dict[str, Any]:
+        """GET /healthz of broker i (status code must be 200 or 503)."""
+        status, body = http_get(self.brokers[i].http_port, "/healthz")
+        if status not in (200, 503):
+            raise ClusterError(f"broker {i} GET /healthz answered {status}: {body[:300]!r}")
+        result = json.loads(body)
+        return result if isinstance(result, dict) else {"body": result}
+
+    def live_indexes(self) -> list[int]:
+        return [b.index for b in self.brokers if b.alive()]
+
+    def logs_tail(self, lines: int = 40, exclude: tuple[str, ...] = ()) -> str:
+        """The log tail of every broker (see BrokerProcess.log_tail), for failure reports."""
+        parts = []
+        for broker in self.brokers:
+            state = (
+                "running"
+                if broker.alive()
+                else f"exited {broker.process.returncode if broker.process else '-'}"
+            )
+            parts.append(f"---- broker {broker.index} {broker.node_id} ({state}) {broker.log_path}")
+            parts.append(broker.log_tail(lines, exclude))
+        return "\n".join(parts)
+
+    def close(self, timeout_s: float = STOP_TIMEOUT_S) -> None:
+        """SIGTERM every broker at once, wait (bounded), SIGKILL the rest; remove a temporary
+        data root unless keep_data."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            running = [b.process for b in self.brokers if b.process is not None and b.process.poll() is None]
+            for process in running:
+                with contextlib.suppress(ProcessLookupError):
+                    process.send_signal(signal.SIGTERM)
+                    process.send_signal(signal.SIGCONT)  # a frozen broker must see its SIGTERM
+            deadline = time.monotonic() + timeout_s
+            for process in running:
+                try:
+                    process.wait(timeout=max(0.05, deadline - time.monotonic()))
+                except subprocess.TimeoutExpired:
+                    process.kill()
+                    with contextlib.suppress(subprocess.TimeoutExpired):
+                        process.wait(timeout=STOP_TIMEOUT_S)
+            if self in _OPEN_CLUSTERS:
+                _OPEN_CLUSTERS.remove(self)
+            if self._own_data_root and not self.keep_data:
+                shutil.rmtree(self.data_root, ignore_errors=True)
+
+    def __enter__(self) -> LocalCluster:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def start_cluster(
+    n: int,
+    *,
+    settings: dict[str, str] | None = None,
+    data_root: str | None = None,
+    python: str = sys.executable,
+    log_dir: str | None = None,
+    keep_data: bool | None = None,
+    progress: ProgressCallback | None = None,
+    timeout_s: float = START_TIMEOUT_S,
+) -> LocalCluster:
+    """Start an n-broker cluster on loopback and return it (every broker healthy and, when the
+    cluster runtime is present, joined). The caller must close() it."""
+    cluster = LocalCluster(
+        n, settings=settings, data_root=data_root, python=python, log_dir=log_dir, keep_data=keep_data,
+        progress=progress,
+    )  # fmt: skip
+    cluster.start(timeout_s=timeout_s)
+    return cluster
+
+
+# ---------------------------------------------------------------------- command line
+CLI_DESCRIPTION = """\
+Start N SkipMQ brokers on this machine (127.0.0.1) as one cluster, for trying SkipMQ out
+and for tests. Every broker gets free MQTT, HTTP (/metrics, /healthz, /cluster) and cluster
+(gRPC) ports, its own data directory and a JSON log file. Broker 0 founds the overlay; each
+further broker joins through the ones already running. When all have joined, a table of the
+brokers is printed (one JSON line with --json) with example mosquitto_sub/mosquitto_pub
+commands against two different brokers. Ctrl-C (SIGINT) or SIGTERM stops every broker
+gracefully (each leaves the overlay) and exits 0.
+"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="skipmq cluster",
+        description=CLI_DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--brokers", type=int, default=3, metavar="N", help="number of brokers (default 3)")
+    parser.add_argument(
+        "--table-size", type=int, metavar="L", help="routing-table size per virtual node [cluster.table_size]"
+    )
+    parser.add_argument(
+        "--class-levels",
+        type=int,
+        metavar="K",
+        help="topic levels forming a topic class [cluster.class_levels]",
+    )
+    parser.add_argument(
+        "--data-dir",
+        metavar="DIR",
+        help="root directory for the brokers' data and logs (default: a new temporary directory)",
+    )
+    parser.add_argument(
+        "--keep-data",
+        action="store_true",
+        help="keep the data directory on exit (a --data-dir given is always kept)",
+    )
+    parser.add_argument(
+        "--set",
+        dest="settings",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="configuration key for every broker, e.g. --set cluster.failure_timeout_ms=2000 (repeatable)",
+    )
+    parser.add_argument("--json", action="store_true", help="print the broker table as one JSON line")
+    parser.add_argument(
+        "--start-timeout",
+        type=float,
+        default=START_TIMEOUT_S,
+        metavar="S",
+        help=f"seconds each broker has to become healthy (default {START_TIMEOUT_S:g})",
+    )
+    return parser
+
+
+def parse_settings(pairs: Iterable[str]) -> dict[str, str]:
+    """``KEY=VALUE`` strings to a dict; a missing ``=`` or empty key is a ValueError naming it."""
+    settings: dict[str, str] = {}
+    for text in pairs:
+        key, sep, value = text.partition("=")
+        if not sep or not key.strip():
+            raise ValueError(f"--set expects KEY=VALUE, got {text!r}")
+        settings[key.strip()] = value
+    return settings
+
+
+def format_table(brokers: list[BrokerProcess]) -> str:
+    headers = ("broker", "node id", "MQTT port", "HTTP port", "cluster port", "pid")
+    rows = [
+        (str(b.index), b.node_id, str(b.mqtt_port), str(b.http_port), str(b.cluster_port), str(b.pid))
+        for b in brokers
+    ]
+    widths = [max(len(h), *(len(r[c]) for r in rows)) for c, h in enumerate(headers)]
+    lines = ["  ".join(h.ljust(widths[c]) for c, h in enumerate(headers))]
+    lines += ["  ".join(cell.ljust(widths[c]) for c, cell in enumerate(row)) for row in rows]
+    return "\n".join(lines)
+
+
+def example_commands(brokers: list[BrokerProcess]) -> tuple[str, str]:
+    sub_broker = brokers[0]
+    pub_broker = brokers[1] if len(brokers) > 1 else brokers[0]
+    sub = f"mosquitto_sub -h {HOST} -p {sub_broker.mqtt_port} -t 'demo/#' -v"
+    pub = (
+        f"mosquitto_pub -h {HOST} -p {pub_broker.mqtt_port} -t demo/hello"
+        f" -m 'hello from broker {pub_broker.index}'"
+    )
+    return sub, pub
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
+    if args.brokers < 1:
+        print(f"skipmq cluster: --brokers must be at least 1, not {args.brokers}", file=sys.stderr)
+        return 2
+    try:
+        settings = parse_settings(args.settings)
+    except ValueError as exc:
+        print(f"skipmq cluster: {exc}", file=sys.stderr)
+        return 2
+    if args.table_size is not None:
+        settings["cluster.table_size"] = str(args.table_size)
+    if args.class_levels is not None:
+        settings["cluster.class_levels"] = str(args.class_levels)
+
+    stop = threading.Event()
+    received: list[int] = []
+
+    def on_signal(signum: int, _frame: Any) -> None:
+        received.append(signum)
+        stop.set()
+
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+
+    def progress(text: str) -> None:
+        print(f"skipmq cluster: {text}", file=sys.stderr, flush=True)
+
+    data_root = args.data_dir
+    cluster = LocalCluster(
+        args.brokers,
+        settings=settings,
+        data_root=data_root,
+        keep_data=True if data_root else args.keep_data,
+        progress=progress,
+    )
+    try:
+        try:
+            cluster.start(timeout_s=args.start_timeout)
+        except (ClusterError, OSError) as exc:
+            print(f"skipmq cluster: could not start the cluster: {exc}", file=sys.stderr)
+            return 1
+        if stop.is_set():
+            return 0
+        if cluster.runtime_present is False:
+            progress("warning: the brokers have no cluster runtime (GET /cluster is 404); they run unlinked")
+        sub, pub = example_commands(cluster.brokers)
+        if args.json:
+            line = {
+                "brokers": [b.as_row() for b in cluster.brokers],
+                "data_dir": cluster.data_root,
+                "settings": cluster.settings,
+                "joined": bool(cluster.runtime_present),
+                "example": {"subscribe": sub, "publish": pub},
+            }
+            print(json.dumps(line), flush=True)
+        else:
+            print(format_table(cluster.brokers))
+            print(f"try: {sub}    and in another terminal: {pub}")
+            print(f"data and logs: {cluster.data_root}; Ctrl-C stops the cluster", flush=True)
+        reported_dead: set[int] = set()
+        while not stop.wait(0.5):
+            for broker in cluster.brokers:
+                if broker.index not in reported_dead and not broker.alive():
+                    reported_dead.add(broker.index)
+                    code = broker.process.returncode if broker.process else None
+                    progress(f"broker {broker.index} ({broker.node_id}) exited with status {code}")
+        progress(f"signal {received[0] if received else '?'}: stopping {len(cluster.brokers)} brokers")
+        return 0
+    finally:
+        cluster.close()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
