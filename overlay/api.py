@@ -6,6 +6,9 @@ the clock, the network and the randomness seed; the core (``overlay.node.Overlay
 SG-TBPS Skip Graph with Flexible Routing Tables of seed 003 (Banno & Shudo) and never performs
 I/O.
 
+Driver promise (needed by ``PublishDone``): a ``Deliver`` is made durable before any ``Send``
+that follows it in the same action list is transmitted.
+
 Driver loop::
 
     actions = node.handle(event, now)          # carry out every action in order
@@ -133,7 +136,25 @@ class SubscriberPresence:
     present: bool
 
 
-Action = Send | Deliver | SubscriberPresence
+@dataclass(frozen=True, slots=True)
+class PublishDone:
+    """End-to-end outcome of one ``Publish`` event of this peer (only with
+    ``OverlayConfig.publish_done_enabled``; emitted exactly once per ``Publish``).
+
+    ``complete`` True: every delegation of the multicast tree reported DONE, i.e. every
+    subscriber peer reached has emitted its ``Deliver`` (and, by the driver's promise, made it
+    durable) - or the publisher knew there were no subscribers and sent nothing. False: a
+    delegation was given up, the pending-join queue overflowed, the publisher left, or
+    ``publish_done_timeout_s`` passed since the ``Publish``; the driver should treat the
+    message as not confirmed (e.g. keep the MQTT PUBACK back or retry).
+    """
+
+    topic: str
+    publication_id: int
+    complete: bool
+
+
+Action = Send | Deliver | SubscriberPresence | PublishDone
 
 
 class OverlayCore(Protocol):

@@ -33,6 +33,8 @@ class OverlayConfig:
     pub_ack_retries: int = 1  # retransmissions to the same receiver before delegating around it
     dedup_window: int = 4096  # per subscriber: remembered (publisher, publication id) pairs
     max_pending_publishes: int = 1024  # publishes queued while the publisher vnode is joining
+    publish_done_enabled: bool = False  # DONE per delegation + api.PublishDone per Publish (end to end)
+    publish_done_timeout_s: float = 5.0  # PublishDone(complete=False) if the tree is not done by then
 
     def __post_init__(self) -> None:
         if self.table_size < 2:
@@ -51,6 +53,7 @@ class OverlayConfig:
             "ping_interval_s",
             "failure_timeout_s",
             "pub_ack_timeout_s",
+            "publish_done_timeout_s",
         ):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
@@ -58,5 +61,9 @@ class OverlayConfig:
             raise ValueError("failure_timeout_s must exceed ping_interval_s")
         if self.pub_ack_retries < 0:
             raise ValueError(f"pub_ack_retries must be >= 0, got {self.pub_ack_retries}")
+        if self.publish_done_enabled and not self.pub_ack_enabled:
+            raise ValueError(
+                "publish_done_enabled needs pub_ack_enabled (DONE completes acknowledged delegations)"
+            )
         if self.dedup_window < 1:
             raise ValueError(f"dedup_window must be >= 1, got {self.dedup_window}")

@@ -13,11 +13,12 @@ NEW      sender: the node offered as a new routing-table entry candidate (§3.5.
 
 Range-multicast messages (EEXP to a range, PUB, UNSUB, PRESENCE) also carry the sub-range
 ``[lo, hi)`` delegated to the receiver (§3.5.1). Every message names the virtual node it is for
-(``dest``) except the per-peer ones (FOUND, SEARCH_FAIL, PING, PONG, GONE, ACK).
+(``dest``) except the per-peer ones (FOUND, SEARCH_FAIL, PING, PONG, GONE, ACK, DONE).
 
 Maintenance kinds decided by SkipMQ (docs/overlay.md): SEARCH/FOUND/SEARCH_FAIL (insert position),
 LINK (level-0 adoption), LEAVE (unlink), PRESENCE/PRESENCE_QUERY (rendezvous point, §3.2),
-PING/PONG (crash detection), GONE (no such virtual node here), ACK (per-hop PUB/UNSUB ack).
+PING/PONG (crash detection), GONE (no such virtual node here), ACK (per-hop PUB/UNSUB ack),
+DONE (end-to-end completion of a PUB delegation, ``publish_done_enabled``).
 
 All fields are plain data: str, int, bool, tuples of those, the opaque payload and peer ids.
 """
@@ -190,6 +191,15 @@ class ACK:
     ack_id: int
 
 
+@dataclass(frozen=True, slots=True)
+class DONE:
+    """The receiver of the PUB delegation ``ack_id`` has handled it (its ``Deliver``, if any, was
+    emitted) and every delegation it made for it, recursively, reported DONE as well."""
+
+    kind: ClassVar[str] = "DONE"
+    ack_id: int
+
+
 Message = (
     REXP
     | EEXP
@@ -207,4 +217,5 @@ Message = (
     | PONG
     | GONE
     | ACK
+    | DONE
 )

@@ -45,6 +45,7 @@ from overlay.api import (
     PeerId,
     PeerUnreachable,
     Publish,
+    PublishDone,
     Receive,
     Send,
     Shutdown,
@@ -79,6 +80,8 @@ _T_PING = 4
 _T_ACK = 5
 _T_LINK = 6
 _T_NOTICE = 7
+_T_DONE = 8
+_T_DONE_RETRY = 9
 
 
 def _check_topic(topic: object) -> None:
@@ -97,6 +100,10 @@ class VirtualNode:
         "last_publish_eexp",
         "left0",
         "link_tries",
+        "loose_left_from",
+        "loose_left_until",
+        "loose_right_from",
+        "loose_right_until",
         "mv",
         "random_rounds",
         "ref",
@@ -117,6 +124,14 @@ class VirtualNode:
         self.right0: Key | None = None
         self.confirmed: set[Key] = set()  # level-0 neighbours that answered our LINK/REXP
         self.link_tries = 0
+        # until then a level-0 neighbour that moved farther away (crash, give-up, GONE; not a
+        # graceful LEAVE, which names the replacement) may hide live nodes in between: the
+        # nodes behind a crashed one re-link only after their own failure detection
+        # (ends early when a neighbour at least as near as the lost one, ``*_from``, is back)
+        self.loose_left_until = float("-inf")
+        self.loose_right_until = float("-inf")
+        self.loose_left_from: Key | None = None
+        self.loose_right_from: Key | None = None
         self.rp_present: bool | None = None  # None: not the rendezvous point
         self.seen: dict[tuple[Key, int], None] = {}
         self.random_rounds = 0
@@ -132,6 +147,31 @@ class _PendingJoin:
         self.request_id = request_id
 
 
+class _PublishTask:
+    """End-to-end completion of one PUB handled here (``publish_done_enabled``).
+
+    ``upstream`` is (peer, ack id) of the delegation to answer with DONE, or None for this
+    peer's own ``Publish`` (answered with ``api.PublishDone``); ``also`` holds the ack ids of
+    retransmissions of the same delegation, answered together. ``waiting`` maps each open
+    delegation (slot = its first ack id) to its forwarding virtual node, its latest PUB and all
+    ack ids it was sent with (retransmissions get new ones). ``ident`` names the delegation
+    received (virtual node, publisher key, publication id, lo, hi)."""
+
+    __slots__ = ("also", "finished", "ident", "publication_id", "succeeded", "topic", "upstream", "waiting")
+
+    def __init__(
+        self, upstream: tuple[PeerId, int] | None, topic: str, publication_id: int, ident: Any = None
+    ) -> None:
+        self.upstream = upstream
+        self.also: list[tuple[PeerId, int]] = []
+        self.topic = topic
+        self.publication_id = publication_id
+        self.ident = ident
+        self.waiting: dict[int, tuple[VirtualNode, m.PUB, list[int]]] = {}
+        self.finished = False
+        self.succeeded = False
+
+
 class OverlayNode:
     """A physical node; see the module docstring and docs/overlay.md."""
 
@@ -145,18 +185,27 @@ class OverlayNode:
         self.deferred: list[Event] = []
         self.pending: dict[Key, _PendingJoin] = {}
         self.requests: dict[int, Key] = {}
-        self.pending_publishes: dict[str, list[Publish]] = {}
+        self.pending_publishes: dict[str, list[tuple[Publish, float]]] = {}  # (event, time queued)
+        self.done_slots: dict[int, tuple[_PublishTask, int]] = {}  # PUB ack id -> (task, slot)
+        self.done_tasks: dict[Any, _PublishTask] = {}  # received delegation -> its task (for a while)
         self.presence: dict[str, bool] = {}
         self.last_heard: dict[PeerId, float] = {}
         self.recent_peers: dict[PeerId, None] = {}  # fallback contacts for a later re-join
         self.probes: dict[PeerId, int] = {}  # PINGs sent since the peer was last heard
         self.dead: dict[PeerId, float] = {}
+        # entries removed when a peer was declared dead, restored if it turns out alive
+        self.buried: dict[PeerId, list[tuple[Key, NodeRef]]] = {}
+        # departed virtual nodes (GONE, LEAVE, UNSUB): hearsay about that incarnation (same
+        # membership vector) is ignored for dead_peer_memory_s, so two neighbours that both
+        # still list it cannot keep re-teaching it to each other (LINK/GONE/NEW storm)
+        self.tombstones: dict[Key, tuple[int, float]] = {}
         self.outstanding: dict[int, tuple[VirtualNode, Any, int]] = {}  # ack id -> (from, msg, tries)
         self.timers: list[tuple[float, int, int, Any]] = []
         self._seq = 0
         self._ids = 0
         self._ping_scheduled = False
         self.now = 0.0
+        self._graceful = False  # handling a LEAVE (its replacement is authoritative)
         self._out: list[Action] = []
         self._local: deque[Any] = deque()
         self._dispatch: dict[type, Callable[[PeerId, Any], None]] = {
@@ -176,6 +225,7 @@ class OverlayNode:
             m.PONG: self._on_pong,
             m.GONE: self._on_gone,
             m.ACK: self._on_ack,
+            m.DONE: self._on_done,
         }
 
     # ================================================================ driver interface
@@ -212,6 +262,8 @@ class OverlayNode:
                 self._leave(key)
             for key in sorted(self.vnodes, key=lambda k: k[0] == ANCHOR_TOPIC):
                 self._leave(key)
+            for task, _ in list(self.done_slots.values()):  # nobody will wait for the rest
+                self._fail_task(task)
         else:
             raise TypeError(f"unknown overlay event {event!r}")
         self._drain_local()
@@ -296,6 +348,7 @@ class OverlayNode:
                 del recent[next(iter(recent))]
         if sender in self.dead:
             del self.dead[sender]
+            self._exhume(sender)
         self._handle_message(sender, message)
 
     def _handle_message(self, sender: PeerId, message: Any) -> None:
@@ -323,6 +376,11 @@ class OverlayNode:
         peer = key[2]
         if peer in self.dead or (peer == self.peer_id and key not in self.vnodes):
             return
+        tomb = self.tombstones.get(key)
+        if tomb is not None:
+            if tomb[0] == ref[1] and self.now < tomb[1]:
+                return
+            del self.tombstones[key]  # expired, or a new incarnation (new membership vector)
         vnode.table.add(ref)
 
     def _after_change(self, vnode: VirtualNode) -> None:
@@ -352,6 +410,18 @@ class OverlayNode:
             self._send(old_right, notice)
             self._timer(self.now + self.config.link_retry_s, _T_NOTICE, notice)
         right_changed = right != old_right
+        config = self.config
+        until = self.now + config.failure_timeout_s + config.ping_interval_s + config.link_retry_s
+        if old_left is not None and (left is None or left < old_left):
+            if not self._graceful and vnode.loose_left_until < self.now:
+                vnode.loose_left_until, vnode.loose_left_from = until, old_left
+        elif left is not None and vnode.loose_left_from is not None and left >= vnode.loose_left_from:
+            vnode.loose_left_until, vnode.loose_left_from = float("-inf"), None  # it is back
+        if old_right is not None and (right is None or right > old_right):
+            if not self._graceful and vnode.loose_right_until < self.now:
+                vnode.loose_right_until, vnode.loose_right_from = until, old_right
+        elif right is not None and vnode.loose_right_from is not None and right <= vnode.loose_right_from:
+            vnode.loose_right_until, vnode.loose_right_from = float("-inf"), None
         vnode.left0, vnode.right0 = left, right
         vnode.confirmed.intersection_update((left, right))
         vnode.link_tries = 0
@@ -379,7 +449,22 @@ class OverlayNode:
             if index > 0 and keys[index - 1] > vnode.key:
                 self._send(sender_key, m.NEW(sender_key, table.ref(keys[index - 1])))
 
+    def _bury_key(self, key: Key, mv: int | None) -> None:
+        """Remember that the incarnation ``mv`` of ``key`` departed (see ``tombstones``)."""
+        if mv is None:
+            for vnode in self.vnodes.values():
+                if key in vnode.table:
+                    mv = vnode.table.mv_of(key)
+                    break
+            else:
+                return
+        tombstones = self.tombstones
+        tombstones[key] = (mv, self.now + self.config.dead_peer_memory_s)
+        if len(tombstones) > 4096:  # bounded: drop the oldest (dicts keep insertion order)
+            del tombstones[next(iter(tombstones))]
+
     def _forget_everywhere(self, key: Key) -> None:
+        self._bury_key(key, None)
         for vnode in list(self.vnodes.values()):
             if vnode.table.remove(key):
                 self._after_change(vnode)
@@ -390,11 +475,34 @@ class OverlayNode:
         self.dead[peer] = self.now + self.config.dead_peer_memory_s
         self.last_heard.pop(peer, None)
         self.probes.pop(peer, None)
+        # one last PING at once: a peer only suspected because of lost messages answers within a
+        # round trip and is forgiven (its entries restored, ``_exhume``) instead of a ping round later
+        self._send_peer(peer, m.PING(self._next_id()))
+        buried = self.buried.setdefault(peer, [])
         for vnode in list(self.vnodes.values()):
-            if vnode.table.remove_peer(peer):
+            table = vnode.table
+            refs = [table.ref(key) for key in table.keys if key[2] == peer]
+            if refs:
+                buried.extend((vnode.key, ref) for ref in refs)
+                table.remove_peer(peer)
                 self._after_change(vnode)
+        if self.done_slots:
+            self._redelegate_to_dead(peer)
 
     # ================================================================ bootstrap & join
+
+    def _exhume(self, peer: PeerId) -> None:
+        """A peer declared dead spoke again (lost PINGs made it look crashed): put back the
+        entries its declaration removed, so the level-0 links it held are restored at once
+        instead of waiting for the next REXP (docs/overlay.md §10, false suspicions)."""
+        changed: dict[Key, VirtualNode] = {}
+        for vnode_key, ref in self.buried.pop(peer, ()):
+            vnode = self.vnodes.get(vnode_key)
+            if vnode is not None:
+                self._learn(vnode, ref)
+                changed[vnode_key] = vnode
+        for vnode in changed.values():
+            self._after_change(vnode)
 
     def _bootstrap(self, contacts: tuple[PeerId, ...]) -> None:
         self.contacts = tuple(c for c in contacts if c != self.peer_id)
@@ -525,8 +633,8 @@ class OverlayNode:
             self._check_rendezvous(vnode)
             if vnode.rp_present is None and vnode.right0 is not None:
                 self._send(vnode.right0, m.PRESENCE_QUERY(vnode.right0, vnode.ref, topic))
-            for event in self.pending_publishes.pop(topic, []):
-                self._publish(event)
+            for event, queued_at in self.pending_publishes.pop(topic, []):
+                self._publish(event, queued_at)
 
     # ================================================================ leave
 
@@ -535,7 +643,7 @@ class OverlayNode:
         if join is not None:
             self.requests.pop(join.request_id, None)
             if key[1] == PUBLISHER:
-                self.pending_publishes.pop(key[0], None)
+                self._drop_pending_publishes(key[0])
             return
         vnode = self.vnodes.pop(key, None)
         if vnode is None:
@@ -553,7 +661,7 @@ class OverlayNode:
             self._send(right, m.LEAVE(right, vnode.ref, left_ref))
         if key[1] == PUBLISHER:
             self.presence.pop(key[0], None)
-            self.pending_publishes.pop(key[0], None)
+            self._drop_pending_publishes(key[0])
         for other in list(self.vnodes.values()):
             if other.table.remove(key):
                 self._after_change(other)
@@ -562,10 +670,13 @@ class OverlayNode:
         vnode = self.vnodes.get(msg.dest)
         if vnode is None:
             return
+        self._bury_key(msg.sender[0], msg.sender[1])
         vnode.table.remove(msg.sender[0])
         if msg.replacement is not None and msg.replacement[0] != vnode.key:
             self._learn(vnode, msg.replacement)
+        self._graceful = True  # the leaver named its replacement (None: it was at an end)
         self._after_change(vnode)
+        self._graceful = False
 
     # ================================================================ REXP / EEXP / NEW / LINK
 
@@ -705,9 +816,10 @@ class OverlayNode:
 
     # ================================================================ publish / PUB
 
-    def _publish(self, event: Publish) -> None:
+    def _publish(self, event: Publish, published_at: float | None = None) -> None:
         key = (event.topic, PUBLISHER, self.peer_id)
         vnode = self.vnodes.get(key)
+        config = self.config
         if vnode is None:
             if key in self.pending or (
                 not self.bootstrapped
@@ -717,21 +829,34 @@ class OverlayNode:
                 )
             ):
                 queue = self.pending_publishes.setdefault(event.topic, [])
-                if len(queue) >= self.config.max_pending_publishes:
+                if len(queue) >= config.max_pending_publishes:
+                    if config.publish_done_enabled:  # refused, and the driver is told so
+                        self._out.append(PublishDone(event.topic, event.publication_id, False))
+                        return
                     raise OverflowError(
-                        f"more than {self.config.max_pending_publishes} publishes queued for topic "
+                        f"more than {config.max_pending_publishes} publishes queued for topic "
                         f"{event.topic!r} while its publisher is still joining"
                     )
-                queue.append(event)
+                queue.append((event, self.now))
                 return
             raise ValueError(
                 f"Publish on topic {event.topic!r} without JoinTopic(topic, Role.PUBLISHER) first"
             )
-        if self.presence.get(event.topic) is False:
+        task: _PublishTask | None = None
+        if config.publish_done_enabled:
+            if self.presence.get(event.topic) is False:
+                self._out.append(PublishDone(event.topic, event.publication_id, True))
+                return
+            task = _PublishTask(None, event.topic, event.publication_id)
+            started = self.now if published_at is None else published_at
+            self._timer(started + config.publish_done_timeout_s, _T_DONE, task)
+        elif self.presence.get(event.topic) is False:
             return  # no subscriber: exhaust data is not forwarded (§3.2)
         lo, hi = run_bounds(event.topic, SUBSCRIBER)
-        self._pub_step(vnode, vnode.ref, event.topic, event.payload, event.publication_id, 0, lo, hi)
-        config = self.config
+        publication_id = event.publication_id
+        self._pub_step(vnode, vnode.ref, event.topic, event.payload, publication_id, 0, lo, hi, task=task)
+        if task is not None:
+            self._settle_task(task, vnode, lo, hi)
         if (
             config.frt_enabled
             and self.now - vnode.last_publish_eexp >= config.eexp_publish_min_interval_s
@@ -765,15 +890,27 @@ class OverlayNode:
         lo: Key,
         hi: Key,
         detour: bool = False,
-    ) -> None:
-        for dest, sub_lo, sub_hi in self._delegation_plan(vnode, lo, hi, detour=detour):
-            ack_id = self._next_id() if self.config.pub_ack_enabled and dest[2] != self.peer_id else m.NO_ACK
+        task: _PublishTask | None = None,
+    ) -> int:
+        """Delegate [lo, hi) of a PUB; with ``task``, every delegation (local ones too) gets an
+        ack id and is awaited for DONE. Returns the number of delegations made."""
+        plan = self._delegation_plan(vnode, lo, hi, detour=detour)
+        for dest, sub_lo, sub_hi in plan:
+            remote = dest[2] != self.peer_id
+            ack_id = self._next_id() if (self.config.pub_ack_enabled and remote) or task else m.NO_ACK
             msg = m.PUB(
                 dest, origin, topic, payload, publication_id, vnode.ref, hops + 1, sub_lo, sub_hi, ack_id
             )
-            if ack_id:
+            if task is not None:
+                task.waiting[ack_id] = (vnode, msg, [ack_id])
+                self.done_slots[ack_id] = (task, ack_id)
+                if remote:  # a lost DONE: the delegation is sent once more (dedup makes it safe)
+                    retry_at = self.now + self.config.publish_done_timeout_s / 3
+                    self._timer(retry_at, _T_DONE_RETRY, (task, ack_id))
+            if ack_id and remote:
                 self._expect_ack(vnode, msg, ack_id, 0)
             self._send(dest, msg)
+        return len(plan)
 
     def _detour(self, vnode: VirtualNode, lo: Key, hi: Key) -> Key | None:
         """A known node beyond the far end of [lo, hi) that can reach into it from there."""
@@ -788,11 +925,28 @@ class OverlayNode:
         vnode = self._vnode_for(sender, msg)
         if vnode is None:
             return
-        if msg.ack_id:
+        if msg.ack_id and sender != self.peer_id:
             self._send_peer(sender, m.ACK(msg.ack_id))
-        self._accept_pub(vnode, msg, msg.hops, detour=False)
+        task: _PublishTask | None = None
+        if msg.ack_id and self.config.publish_done_enabled:
+            ident = (vnode.key, msg.sender[0], msg.publication_id, msg.lo, msg.hi)
+            known = self.done_tasks.get(ident)
+            if known is not None:  # a retransmission (lost ACK or DONE): never re-run the subtree
+                if not known.finished:
+                    known.also.append((sender, msg.ack_id))
+                elif known.succeeded:
+                    self._send_peer(sender, m.DONE(msg.ack_id))
+                return  # (a failed subtree stays silent; the publisher times out)
+            task = _PublishTask((sender, msg.ack_id), msg.topic, msg.publication_id, ident)
+            self.done_tasks[ident] = task
+            self._timer(self.now + self.config.publish_done_timeout_s, _T_DONE, task)
+        self._accept_pub(vnode, msg, msg.hops, detour=False, task=task)
+        if task is not None:
+            self._settle_task(task, vnode, msg.lo, msg.hi)
 
-    def _accept_pub(self, vnode: VirtualNode, msg: m.PUB, hops: int, *, detour: bool) -> None:
+    def _accept_pub(
+        self, vnode: VirtualNode, msg: m.PUB, hops: int, *, detour: bool, task: _PublishTask | None = None
+    ) -> None:
         origin = msg.sender
         if origin[0] != vnode.key:
             self._learn(vnode, origin)
@@ -809,8 +963,134 @@ class OverlayNode:
                     del seen[next(iter(seen))]
                 self._out.append(Deliver(msg.topic, msg.payload, msg.publication_id, origin[0][2], hops))
         self._pub_step(
-            vnode, origin, msg.topic, msg.payload, msg.publication_id, hops, msg.lo, msg.hi, detour
+            vnode, origin, msg.topic, msg.payload, msg.publication_id, hops, msg.lo, msg.hi, detour, task
         )
+
+    # ================================================================ end-to-end completion (DONE)
+
+    def _task_progress(self, task: _PublishTask) -> None:
+        """Report a task whose delegations all reported DONE (its own Deliver is already out)."""
+        if task.finished or task.waiting:
+            return
+        task.finished = task.succeeded = True
+        if task.upstream is None:
+            self._out.append(PublishDone(task.topic, task.publication_id, True))
+        else:
+            for peer, ack_id in (task.upstream, *task.also):
+                self._send_peer(peer, m.DONE(ack_id))
+
+    def _settle_task(self, task: _PublishTask, vnode: VirtualNode, lo: Key, hi: Key) -> None:
+        """After handling [lo, hi) at ``vnode``: the range between ``vnode`` and its level-0
+        neighbour on a side the range extends to was covered by nobody but ``vnode``'s view of
+        that neighbour; while it is on probation after moving farther away (a crash being
+        repaired), subscribers may be hidden there, so the task cannot report DONE."""
+        now = self.now
+        if (hi > vnode.key and now < vnode.loose_right_until) or (
+            lo < vnode.key and now < vnode.loose_left_until
+        ):
+            self._fail_task(task)
+        else:
+            self._task_progress(task)
+
+    def _fail_task(self, task: _PublishTask) -> None:
+        """Give the task up: the publisher hears complete=False; a forwarder stays silent (its
+        upstream times out, since DONE carries no failure)."""
+        if task.finished:
+            return
+        task.finished = True
+        for _, _, ack_ids in task.waiting.values():
+            for ack_id in ack_ids:
+                self.done_slots.pop(ack_id, None)
+        task.waiting.clear()
+        if task.upstream is None:
+            self._out.append(PublishDone(task.topic, task.publication_id, False))
+
+    def _close_slot(self, ack_id: int) -> _PublishTask | None:
+        """Forget the delegation sent with ``ack_id``; returns its task if still open."""
+        entry = self.done_slots.pop(ack_id, None)
+        if entry is None:
+            return None
+        task, slot = entry
+        waiting = task.waiting.pop(slot, None)
+        if waiting is not None:
+            for other in waiting[2]:
+                self.done_slots.pop(other, None)
+        return None if task.finished else task
+
+    def _on_done(self, sender: PeerId, msg: m.DONE) -> None:
+        task = self._close_slot(msg.ack_id)
+        if task is not None:
+            self._task_progress(task)
+
+    def _redelegate(self, msg: m.PUB, task: _PublishTask | None) -> None:
+        """Carry on a PUB whose receiver is gone or given up, from its forwarder (detouring);
+        a tracked task fails if the sub-range can no longer be reached at all."""
+        vnode = self.vnodes.get(msg.forwarder[0])
+        if vnode is None:
+            if task is not None:
+                self._fail_task(task)
+            return
+        made = self._pub_step(
+            vnode,
+            msg.sender,
+            msg.topic,
+            msg.payload,
+            msg.publication_id,
+            msg.hops - 1,
+            msg.lo,
+            msg.hi,
+            detour=True,
+            task=task,
+        )
+        if task is not None:
+            if made == 0 and not msg.lo <= vnode.key < msg.hi:
+                self._fail_task(task)
+            else:
+                self._task_progress(task)
+
+    def _redelegate_to_dead(self, peer: PeerId) -> None:
+        """Delegations awaiting DONE from a peer declared dead go around it at once (the ACK
+        may have come before the crash, so no ack timeout would fire)."""
+        stranded = [
+            (task, slot)
+            for task, slot in self.done_slots.values()
+            if slot in task.waiting and task.waiting[slot][1].dest[2] == peer
+        ]
+        for task, slot in stranded:
+            if task.finished or slot not in task.waiting:
+                continue
+            _, msg, ack_ids = task.waiting[slot]
+            for ack_id in ack_ids:
+                self.outstanding.pop(ack_id, None)
+            self._close_slot(slot)
+            self._redelegate(msg, task)
+
+    def _done_timeout(self, task: _PublishTask) -> None:
+        self._fail_task(task)  # no-op when it finished in time
+        if task.ident is not None and self.done_tasks.get(task.ident) is task:
+            del self.done_tasks[task.ident]
+
+    def _retry_delegation(self, task: _PublishTask, slot: int) -> None:
+        """No DONE yet for a delegation (the DONE, or a DONE below it, may be lost): send the PUB
+        again under a new ack id; the receiver re-runs its subtree, subscribers deliver once."""
+        waiting = task.waiting.get(slot)
+        if task.finished or waiting is None:
+            return
+        vnode, msg, ack_ids = waiting
+        if self.vnodes.get(vnode.key) is not vnode or any(a in self.outstanding for a in ack_ids):
+            return  # gone, or the per-hop ACK machinery is still on it
+        retry = replace(msg, ack_id=self._next_id())
+        ack_ids.append(retry.ack_id)
+        task.waiting[slot] = (vnode, retry, ack_ids)
+        self.done_slots[retry.ack_id] = (task, slot)
+        self._expect_ack(vnode, retry, retry.ack_id, self.config.pub_ack_retries)
+        self._send(retry.dest, retry)
+
+    def _drop_pending_publishes(self, topic: str) -> None:
+        queued = self.pending_publishes.pop(topic, [])
+        if self.config.publish_done_enabled:
+            for event, _ in queued:
+                self._out.append(PublishDone(event.topic, event.publication_id, False))
 
     # ================================================================ UNSUB
 
@@ -833,6 +1113,7 @@ class OverlayNode:
         self._accept_unsub(vnode, msg, detour=False)
 
     def _accept_unsub(self, vnode: VirtualNode, msg: m.UNSUB, *, detour: bool) -> None:
+        self._bury_key(msg.sender[0], msg.sender[1])
         vnode.table.remove(msg.sender[0])  # never learned back (§3.5.6)
         if msg.forwarder[0] != msg.sender[0] and msg.forwarder[0] != vnode.key:
             self._learn(vnode, msg.forwarder)
@@ -924,22 +1205,14 @@ class OverlayNode:
                 if join is not None:
                     self._start_search(join)
             return
+        if isinstance(bounced, m.PUB):
+            task = self._close_slot(bounced.ack_id) if bounced.ack_id else None
+            self._redelegate(bounced, task)
+            return
         vnode = self.vnodes.get(forwarder[0])
         if vnode is None:
             return
-        if isinstance(bounced, m.PUB):
-            self._pub_step(
-                vnode,
-                bounced.sender,
-                bounced.topic,
-                bounced.payload,
-                bounced.publication_id,
-                bounced.hops - 1,
-                bounced.lo,
-                bounced.hi,
-                detour=True,
-            )
-        elif isinstance(bounced, m.UNSUB):
+        if isinstance(bounced, m.UNSUB):
             self._multicast_unsub(vnode, bounced.sender, bounced.topic, bounced.lo, bounced.hi, detour=True)
         elif isinstance(bounced, m.PRESENCE):
             self._presence_step(vnode, bounced.sender, bounced.topic, bounced.present, bounced.lo, bounced.hi)
@@ -960,10 +1233,21 @@ class OverlayNode:
             return
         vnode, msg, tries = entry
         if self.vnodes.get(vnode.key) is not vnode:
+            if isinstance(msg, m.PUB):
+                task = self._close_slot(ack_id)
+                if task is not None:
+                    self._fail_task(task)
             return
         if tries < self.config.pub_ack_retries:  # maybe just lost: same receiver, new ack id
             retry = replace(msg, ack_id=self._next_id())
             self._expect_ack(vnode, retry, retry.ack_id, tries + 1)
+            tracked = self.done_slots.get(ack_id)
+            if tracked is not None and tracked[1] in tracked[0].waiting:
+                task, slot = tracked
+                ack_ids = task.waiting[slot][2]
+                ack_ids.append(retry.ack_id)
+                task.waiting[slot] = (vnode, retry, ack_ids)
+                self.done_slots[retry.ack_id] = tracked
             self._send(retry.dest, retry)
             return
         if vnode.table.remove(msg.dest):  # suspected crashed: drop the entry, re-delegate around it
@@ -983,6 +1267,10 @@ class OverlayNode:
                 self._ack_timeout(arg)
             elif kind == _T_LINK:
                 self._relink(arg)
+            elif kind == _T_DONE:
+                self._done_timeout(arg)
+            elif kind == _T_DONE_RETRY:
+                self._retry_delegation(*arg)
             elif kind == _T_NOTICE:
                 if arg.dest[2] not in self.dead:
                     self._send(arg.dest, arg)
@@ -1035,6 +1323,7 @@ class OverlayNode:
         for peer, until in list(self.dead.items()):
             if until <= now:
                 del self.dead[peer]
+                self.buried.pop(peer, None)
             else:  # a wrongly suspected peer (lost pings) answers and is forgiven (see _receive)
                 self._send_peer(peer, m.PING(self._next_id()))
         watched: set[PeerId] = set()

@@ -17,6 +17,10 @@ Running checks (``DeliveryChecker``, an engine observer):
 * exhaust data (§3.2): once the rendezvous point's ``SubscriberPresence(False)`` reached a
   publisher, a ``Publish`` at that publisher sends no PUB for the topic until presence is True.
 
+``PublishDoneChecker`` (an engine observer, for ``publish_done_enabled``): every ``Publish`` gets
+exactly one ``PublishDone``, and one with ``complete=True`` comes after a ``Deliver`` at every
+peer whose subscriber virtual node existed at the ``Publish`` and still exists.
+
 Every violation raises ``InvariantViolation`` naming the seed, so the run can be replayed.
 """
 
@@ -35,6 +39,7 @@ from overlay.api import (
     LeaveTopic,
     PeerId,
     Publish,
+    PublishDone,
     Role,
     Send,
     Shutdown,
@@ -46,6 +51,7 @@ __all__ = [
     "DeliveryChecker",
     "InspectableOverlay",
     "InvariantViolation",
+    "PublishDoneChecker",
     "PublishRecord",
     "check_level0_ring",
     "check_tables",
@@ -281,3 +287,78 @@ class DeliveryChecker:
                 )
         _raise_if(problems, sim, "delivery")
         return len(self.checked)
+
+
+@dataclass(slots=True)
+class _DoneRecord:
+    subscribers: frozenset[PeerId]  # peers with a subscriber virtual node at the Publish
+    delivered: set[PeerId] = field(default_factory=set)
+    outcomes: list[tuple[float, bool, frozenset[PeerId]]] = field(default_factory=list)
+
+
+class PublishDoneChecker:
+    """Engine observer for end-to-end publish completion (``OverlayConfig.publish_done_enabled``).
+
+    ``check(sim, until_s)`` verifies, for every ``Publish`` injected before ``until_s``: exactly one
+    ``PublishDone``; and when it says ``complete=True``, a ``Deliver`` of that publication was
+    emitted earlier at every peer that held a subscriber virtual node of the topic when the
+    ``Publish`` was handled and still held it (alive) at the ``PublishDone``. ``complete`` counts the
+    outcomes (True, False) seen.
+    """
+
+    def __init__(self) -> None:
+        self.records: dict[tuple[PeerId, int], _DoneRecord] = {}
+        self.published_at: dict[tuple[PeerId, int], float] = {}
+        self.violations: list[str] = []
+        self.complete = {True: 0, False: 0}
+
+    def __call__(self, sim: Simulator, peer: PeerId, event: Event, actions: list[Action]) -> None:
+        if isinstance(event, Publish):
+            subscribers = frozenset(
+                node.peer_id
+                for node in _inspectable_nodes(sim)
+                if (event.topic, int(Role.SUBSCRIBER), node.peer_id) in node.virtual_keys()
+            )
+            ident = (peer, event.publication_id)
+            if ident in self.records:
+                self.violations.append(f"publication {ident!r} published twice (test setup error)")
+            self.records[ident] = _DoneRecord(subscribers)
+            self.published_at[ident] = sim.now
+        for action in actions:
+            if isinstance(action, Deliver):
+                record = self.records.get((action.publisher, action.publication_id))
+                if record is not None:
+                    record.delivered.add(peer)
+            elif isinstance(action, PublishDone):
+                record = self.records.get((peer, action.publication_id))
+                if record is None:
+                    self.violations.append(f"{peer!r}: PublishDone for unknown publication {action!r}")
+                    continue
+                self.complete[action.complete] += 1
+                record.outcomes.append((sim.now, action.complete, frozenset(record.delivered)))
+                if action.complete:
+                    key = (action.topic, int(Role.SUBSCRIBER))
+                    alive = {
+                        p
+                        for p in record.subscribers
+                        if p in sim.nodes and (*key, p) in sim.nodes[p].virtual_keys()  # type: ignore[attr-defined]
+                    }
+                    missed = alive - record.delivered
+                    if missed:
+                        self.violations.append(
+                            f"publication {(peer, action.publication_id)!r} reported complete before "
+                            f"a Deliver at {sorted(missed, key=repr)[:5]!r}"
+                        )
+
+    def check(self, sim: Simulator, until_s: float) -> int:
+        """Verify every publish injected before ``until_s``; returns how many were verified."""
+        problems = list(self.violations)
+        verified = 0
+        for ident, record in self.records.items():
+            if self.published_at[ident] >= until_s:
+                continue
+            verified += 1
+            if len(record.outcomes) != 1:
+                problems.append(f"publication {ident!r} got {len(record.outcomes)} PublishDone actions")
+        _raise_if(problems, sim, "publish completion")
+        return verified

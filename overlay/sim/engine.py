@@ -11,7 +11,7 @@ trace (``Simulator.trace_digest``). Failures raised by the engine carry the seed
 
 The driver loop is the one documented in ``overlay/api.py``: every action returned by
 ``handle`` is carried out in order (``Send`` becomes a ``Receive`` at the destination after
-the link latency; ``Deliver`` / ``SubscriberPresence`` are handed to observers) and the node
+the link latency; ``Deliver`` / ``SubscriberPresence`` / ``PublishDone`` are handed to observers) and the node
 is ticked at (never before) its ``next_deadline()``. A crashed node neither receives nor sends
 and says no goodbye; messages in flight to it are dropped on arrival.
 """
@@ -33,6 +33,7 @@ from overlay.api import (
     Event,
     OverlayCore,
     PeerId,
+    PublishDone,
     Receive,
     Send,
     Shutdown,
@@ -352,7 +353,7 @@ class Simulator:
         rng = self.rng
         for action in actions:
             if type(action) is not Send:
-                if not isinstance(action, Deliver | SubscriberPresence):
+                if not isinstance(action, Deliver | SubscriberPresence | PublishDone):
                     raise SimulationError(
                         f"peer {peer!r} returned an unknown action {action!r}", seed=self.seed, now_s=self.now
                     )

@@ -22,6 +22,7 @@ from overlay.api import (
     LeaveTopic,
     PeerUnreachable,
     Publish,
+    PublishDone,
     Receive,
     Role,
     Send,
@@ -50,6 +51,8 @@ class Cluster:
         self.in_flight: list[tuple[int, Send]] = []
         self.delivered: list[tuple[int, Deliver]] = []
         self.presence: list[tuple[int, SubscriberPresence]] = []
+        self.done: list[tuple[int, PublishDone]] = []
+        self.log: list[tuple[int, Any]] = []  # every non-Send action, in the order emitted
         self.trace: list[tuple[int, int, Any]] = []  # (src, dest, message) in delivery order
         self.crashed: set[int] = set()
 
@@ -57,6 +60,7 @@ class Cluster:
 
     def event(self, peer: int, event: Any) -> list[Any]:
         actions = self.nodes[peer].handle(event, self.now)
+        self.log.extend((peer, action) for action in actions if not isinstance(action, Send))
         for action in actions:
             if isinstance(action, Send):
                 assert action.dest != peer, "a node must handle its own virtual nodes locally"
@@ -65,6 +69,8 @@ class Cluster:
                 self.delivered.append((peer, action))
             elif isinstance(action, SubscriberPresence):
                 self.presence.append((peer, action))
+            elif isinstance(action, PublishDone):
+                self.done.append((peer, action))
             else:  # pragma: no cover - the API has no other action
                 raise AssertionError(f"unknown action {action!r}")
         return actions

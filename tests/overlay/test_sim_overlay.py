@@ -55,9 +55,11 @@ def churn_simulation(
     """Joins, then churn (crashes, leaves, newcomers) under 5 % loss, with the invariants checked.
 
     ``join_settle_s``: virtual time after the concurrent topic joins before the level-0 ring is
-    checked. Repair of concurrent joins under loss runs on the periodic REXP and pings, so it
-    grows with the overlay: 60 s suffice at 60 peers; at 1,000 peers 60 s do not (seed 42 leaves
-    two stale level-0 links) and 240 s do (docs/overlay.md § Known issues).
+    checked. At 1,000 peers under 5 % loss the ring is exact soon after the joins; what remains
+    are joins whose SEARCH (~20 hops) was lost and is retried only after ``search_timeout_s``,
+    and live peers falsely declared crashed because PINGs were lost (their entries are restored
+    as soon as they are heard again). 90 s (was 240 s) passed for seeds 42, 1 and 2
+    (docs/overlay.md § Known issues).
     """
     network = NetworkConfig(base_latency_s=0.01, link_spread_s=0.02, jitter_s=0.005, loss_rate=0.05)
     sim = Simulator(seed, network)
@@ -147,7 +149,7 @@ def test_invariants_under_churn_and_five_percent_loss() -> None:
 @pytest.mark.slow
 def test_invariants_under_churn_and_five_percent_loss_at_1000_peers() -> None:
     """The issue's CI-size run: N = 1,000 physical nodes, churn and 5 % loss, every invariant."""
-    sim, checker, publications = churn_simulation(42, peers=1000, join_settle_s=240.0)
+    sim, checker, publications = churn_simulation(42, peers=1000, join_settle_s=90.0)
     assert len(sim.nodes) >= 1000
     assert checker.check(sim) == publications
     assert checker.lenient_checked == 4
