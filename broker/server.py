@@ -88,6 +88,8 @@ class BrokerServer:
         broker = Broker(config, hooks=self.hooks, store=open_store(config), loop=loop)
         self.broker = broker
         broker.start()
+        if self.cluster is not None:  # in the overlay before the first client can connect
+            self.ports["cluster"] = await self.cluster.start(broker)
         listeners = config.listeners
         if listeners.tcp.enabled:
             server = await loop.create_server(
@@ -114,8 +116,6 @@ class BrokerServer:
             )
             self._servers.append(server)
             self.ports["http"] = server.sockets[0].getsockname()[1]
-        if self.cluster is not None:
-            self.ports["cluster"] = await self.cluster.start(broker)
         broker.log_event(logging.INFO, "listening", node_id=broker.node_id, **self.ports)
         return self.ports
 

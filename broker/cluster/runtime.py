@@ -66,6 +66,7 @@ log = logging.getLogger("skipmq.cluster")
 CONTROL_CLASS = "!ctl"  # every broker subscribes: retained updates and session claims
 SHARE_PREFIX = "!share/"  # "!share/<group>/<filter>": the run of brokers with members of a group
 RETAINED_SYNC_CHUNK = 256
+RETAINED_SYNC_TIMEOUT_S = 5.0  # then the next contact is asked for the retained store
 PUBLISHER_IDLE_S = 600.0  # a publisher virtual node unused this long leaves its class
 SWEEP_INTERVAL_S = 30.0
 STREAM_IDLE_S = 900.0  # receive-order state of a silent (origin, class) stream is dropped
@@ -159,6 +160,9 @@ class ClusterRuntime:
         # for its own claim's answers must not win against it)
         self._newest_remote_claims: dict[str, tuple[int, str]] = {}
         self._request_id = 0
+        self._retained_sync_contacts: list[str] = []
+        self._retained_sync_request = 0
+        self._retained_sync_timer: asyncio.TimerHandle | None = None
         self._deliver_pending_commit = False
 
     # ================================================================== lifecycle
@@ -192,13 +196,21 @@ class ClusterRuntime:
             self._handle(api.JoinTopic(cls, Role.SUBSCRIBER))
         for share in list(self._share_counts):
             self._handle(api.JoinTopic(share, Role.SUBSCRIBER))
-        if contacts:
-            self._request_id += 1
-            self._send_envelope(contacts[0], "", 0, RetainedSyncRequest(self._request_id))
+        self._retained_sync_contacts = list(contacts)
+        self._request_retained_copy()
         self._sweeper = self.loop.call_later(SWEEP_INTERVAL_S, self._sweep)
-        log.info("cluster_started peer_id=%s contacts=%s", self.peer_id, contacts)
         self.broker.log_event(logging.INFO, "cluster_started", peer_id=self.peer_id, contacts=contacts)
         return port
+
+    def _request_retained_copy(self) -> None:
+        """Ask the next contact for its retained store; try the one after if no answer comes."""
+        if self.stopped or not self._retained_sync_contacts or self.loop is None:
+            return
+        contact = self._retained_sync_contacts.pop(0)
+        self._request_id += 1
+        self._retained_sync_request = self._request_id
+        self._send_envelope(contact, "", 0, RetainedSyncRequest(self._request_id))
+        self._retained_sync_timer = self.loop.call_later(RETAINED_SYNC_TIMEOUT_S, self._request_retained_copy)
 
     async def stop(self) -> None:
         """Graceful leave: UNSUB/LEAVE every virtual node, drain the links, close."""
@@ -207,7 +219,7 @@ class ClusterRuntime:
         with contextlib.suppress(Exception):
             self._handle(api.Shutdown())
         self.stopped = True
-        for handle in (self._timer, self._sweeper):
+        for handle in (self._timer, self._sweeper, self._retained_sync_timer):
             if handle is not None:
                 handle.cancel()
         for wait in list(self._waits.values()):
@@ -660,6 +672,11 @@ class ClusterRuntime:
         elif isinstance(body, RetainedSyncReply):
             for update in body.updates:
                 self._apply_retained(update)
+            if body.last and body.request_id == self._retained_sync_request:
+                self._retained_sync_contacts = []
+                if self._retained_sync_timer is not None:
+                    self._retained_sync_timer.cancel()
+                    self._retained_sync_timer = None
 
     def _adopt_late_snapshot(self, snapshot: SessionSnapshot) -> None:
         """A session arrived after the client's CONNECT stopped waiting: queue its messages into the
