@@ -110,10 +110,9 @@ def overlay_config_for(cluster: Any) -> OverlayConfig:
         # for this long; one that comes back is taken back as soon as it sends us anything
         "dead_peer_memory_s": 600.0,
     }
-    fields_ = OverlayConfig.__dataclass_fields__
-    if "publish_done_enabled" in fields_:
-        kwargs["publish_done_enabled"] = True
-        kwargs["publish_done_timeout_s"] = max(0.5, cluster.publish_ack_wait_ms / 1000.0)
+    # end-to-end completion: the PUBACK of a QoS>0 publish waits for the overlay's PublishDone
+    kwargs["publish_done_enabled"] = True
+    kwargs["publish_done_timeout_s"] = max(0.5, cluster.publish_ack_wait_ms / 1000.0)
     return OverlayConfig(**kwargs)
 
 
@@ -285,8 +284,8 @@ class ClusterRuntime:
                 self._on_deliver(action)
             elif isinstance(action, api.SubscriberPresence):
                 pass  # read back with node.subscriber_presence when publishing
-            elif type(action).__name__ == "PublishDone":
-                self._on_publish_done(action.publication_id, bool(action.complete))
+            elif isinstance(action, api.PublishDone):
+                self._on_publish_done(action.publication_id, action.complete)
 
     def _arm_timer(self) -> None:
         node = self.node
@@ -416,7 +415,7 @@ class ClusterRuntime:
         node = self.node
         now = self._now()
         wait: _PublishWait | None = None
-        if message.qos and _overlay_reports_done():
+        if message.qos:
             assert self.loop is not None
             # registered before the overlay sees the Publish: its PublishDone may come at once
             wait = _PublishWait(self.loop.create_future(), set(), sealed=False)
@@ -738,10 +737,6 @@ class ClusterRuntime:
 
     def collector(self) -> ClusterCollector:
         return ClusterCollector(self.stats, self.gauges)
-
-
-def _overlay_reports_done() -> bool:
-    return "publish_done_enabled" in OverlayConfig.__dataclass_fields__
 
 
 def _is_ip(host: str) -> bool:
