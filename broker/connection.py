@@ -130,8 +130,9 @@ class MQTTConnection(asyncio.Protocol):
         self.out: list[bytes] | None = None
         # packets that arrived behind CONNECT while its password check runs in a worker thread
         self.auth_pending: list[Packet] | None = None
-        # (cluster future or None, ack bytes) of QoS>0 publishes waiting for the cluster, in order
-        self.cluster_acks: deque[tuple[Any, bytes]] | None = None
+        # (cluster future or None, QoS, ack bytes) of QoS>0 publishes waiting for the cluster (or
+        # behind one that does), in PUBLISH order
+        self.cluster_acks: deque[tuple[Any, int, bytes]] | None = None
 
     # ------------------------------------------------------------------ asyncio.Protocol
     def connection_made(self, transport: Any) -> None:
@@ -443,11 +444,18 @@ class MQTTConnection(asyncio.Protocol):
         replay the packets that arrived meanwhile."""
         pending = self.auth_pending or []
         self.auth_pending = None
-        if self.state == STATE_CLOSED:
-            return
         broker = self.broker
+        snapshot = None if done.cancelled() or done.exception() is not None else done.result()
+        if self.state == STATE_CLOSED:
+            if snapshot is not None:
+                # the other broker already ended its copy: keep the session here as a stored one
+                # (its queued messages were acknowledged to their publishers)
+                try:
+                    broker.import_session(snapshot)
+                except Exception:
+                    log.exception("cannot keep a session handed over to a closed connection")
+            return
         try:
-            snapshot = None if done.cancelled() or done.exception() is not None else done.result()
             if snapshot is not None:
                 broker.import_session(snapshot)
             self.attach(packet, client_id, assigned, server_keep_alive)
@@ -546,12 +554,13 @@ class MQTTConnection(asyncio.Protocol):
         packet_id = packet.packet_id or 0
         if qos == 2 and packet_id in session.incoming_qos2:
             # a re-sent PUBLISH whose PUBREL has not arrived: acknowledge, do not deliver again
-            self.send_ack(_ack4(0x50, packet_id))
+            # (behind any ack still held for the cluster: acks leave in PUBLISH order)
+            self._send_ordered_ack(2, _ack4(0x50, packet_id))
             return
         if (
             qos
             and self.protocol_level == MQTT_5
-            and len(session.incoming_qos2) + self.qos1_unacked + len(self.cluster_acks or ())
+            and len(session.incoming_qos2) + self.qos1_unacked + self._held_qos1_acks()
             >= broker.limits.receive_maximum
         ):
             # v5 flow control (§4.9): unacknowledged QoS 1 (acks waiting for the group commit) and
@@ -568,11 +577,11 @@ class MQTTConnection(asyncio.Protocol):
                 return
             code = ReasonCode.NOT_AUTHORIZED if self.protocol_level == MQTT_5 else 0
             if qos == 1:
-                self.send_ack(self._ack_bytes(Puback, packet_id, code))
+                self._send_ordered_ack(1, self._ack_bytes(Puback, packet_id, code))
             else:
                 if code == 0:
                     self._remember_qos2(session, packet_id)
-                self.send_ack(self._ack_bytes(Pubrec, packet_id, code))
+                self._send_ordered_ack(2, self._ack_bytes(Pubrec, packet_id, code))
             return
         expiry_at = None
         if props:
@@ -594,14 +603,29 @@ class MQTTConnection(asyncio.Protocol):
         else:
             self._remember_qos2(session, packet_id)
             ack = self._ack_bytes(Pubrec, packet_id, code)
-        if wait is not None or self.cluster_acks:
-            # held until the cluster confirmed storage at the subscribers' brokers; acks leave in
-            # the order their PUBLISHes arrived
-            if self.cluster_acks is None:
-                self.cluster_acks = deque()
-            self.cluster_acks.append((wait, ack))
-            if wait is not None:
-                wait.add_done_callback(self._release_cluster_acks)
+        if wait is not None:
+            # held until the cluster confirmed storage at the subscribers' brokers
+            self._hold_ack(wait, qos, ack)
+            wait.add_done_callback(self._release_cluster_acks)
+            return
+        self._send_ordered_ack(qos, ack)
+
+    def _hold_ack(self, wait: Any, qos: int, ack: bytes) -> None:
+        if self.cluster_acks is None:
+            self.cluster_acks = deque()
+        self.cluster_acks.append((wait, qos, ack))
+
+    def _held_qos1_acks(self) -> int:
+        """QoS 1 acks held for the cluster (held QoS 2 ones are already in incoming_qos2)."""
+        acks = self.cluster_acks
+        if not acks:
+            return 0
+        return sum(1 for _wait, qos, _ack in acks if qos == 1)
+
+    def _send_ordered_ack(self, qos: int, ack: bytes) -> None:
+        """Send an ack now, or behind the acks still held for the cluster (PUBLISH order)."""
+        if self.cluster_acks:
+            self._hold_ack(None, qos, ack)
             return
         if qos == 1:
             self.qos1_unacked += 1
@@ -615,9 +639,14 @@ class MQTTConnection(asyncio.Protocol):
             return
         sent = False
         while acks and (acks[0][0] is None or acks[0][0].done()):
-            self.send_ack(acks.popleft()[1])
+            _wait, qos, ack = acks.popleft()
+            if qos == 1:
+                self.qos1_unacked += 1  # until the group commit lets it leave (receive maximum)
+            self.send_ack(ack)
             sent = True
         if sent:
+            if self.deferred is None:
+                self.qos1_unacked = 0
             self.broker.after_batch()
 
     def _remember_qos2(self, session: Session, packet_id: int) -> None:

@@ -1199,8 +1199,13 @@ class Broker:
         return True, snapshot
 
     def adopt_entries(self, session: Session, entries: list[OutEntry]) -> None:
-        """Queue messages of a session handed over too late (after its client reconnected here)."""
+        """Queue messages of a session handed over too late (after its client reconnected here).
+
+        A QoS 2 message whose PUBREC already came (PUBREL sent) reached the client: it is not
+        queued again (that would deliver it twice, MQTT-4.3.3); everything else is re-sent."""
         for entry in entries:
+            if entry.qos == 2 and entry.state == STATE_PUBREL_SENT:
+                continue
             self._enqueue(
                 session,
                 OutEntry(entry.message, entry.qos, entry.retain, list(entry.subscription_identifiers)),

@@ -70,6 +70,9 @@ RETAINED_SYNC_TIMEOUT_S = 5.0  # then the next contact is asked for the retained
 PUBLISHER_IDLE_S = 600.0  # a publisher virtual node unused this long leaves its class
 SWEEP_INTERVAL_S = 30.0
 STREAM_IDLE_S = 900.0  # receive-order state of a silent (origin, class) stream is dropped
+# sequence numbers below a stream's first received one that were delivered late (out of order)
+# are remembered so their retransmissions are dropped; the oldest are forgotten beyond this
+LATE_SEEN_LIMIT = 1024
 
 
 @dataclass
@@ -77,6 +80,9 @@ class _Stream:
     """Receive order of one (origin incarnation, class) stream."""
 
     next_seq: int = 0  # 0 = nothing received yet
+    first_seq: int = 0  # the sequence number the stream started at here
+    # earlier messages that arrived after the first one (they overtook nothing: delivered late)
+    late_seen: set[int] = field(default_factory=set)
     held: SortedDict = field(default_factory=SortedDict)  # seq -> (ForwardedMessage, hops)
     hold_timer: asyncio.TimerHandle | None = None
     last_seen: float = 0.0
@@ -221,11 +227,16 @@ class ClusterRuntime:
         for handle in (self._timer, self._sweeper, self._retained_sync_timer):
             if handle is not None:
                 handle.cancel()
+        self._timer = self._sweeper = self._retained_sync_timer = None
+        self._timer_at = None
         for wait in list(self._waits.values()):
             self._finish_wait(wait, False)
-        for claim in list(self._claims.values()):
-            if not claim.future.done():
-                claim.future.set_result(None)
+        for claim_id in list(self._claims):
+            self._finish_claim(claim_id, None)
+        for stream in self._streams.values():  # nothing is delivered after stop
+            if stream.hold_timer is not None:
+                stream.hold_timer.cancel()
+                stream.hold_timer = None
         if self.transport is not None:
             await self.transport.stop(drain_timeout_s=2.0)
 
@@ -261,31 +272,40 @@ class ClusterRuntime:
         node = self.node
         if node is None or (self.stopped and not isinstance(event, api.Shutdown)):
             return
-        actions = node.handle(event, self._now())
-        self._carry_out(actions)
-        self._arm_timer()
+        try:
+            self._carry_out(node.handle(event, self._now()))
+        finally:
+            self._arm_timer()  # the overlay's deadline may have moved even if handling failed
 
     def _carry_out(self, actions: list[Any]) -> None:
         for action in actions:
-            if isinstance(action, api.Send):
-                if self._deliver_pending_commit:
-                    # a Deliver before this Send must be durable first: the Send may be the DONE
-                    # that lets the publisher's broker acknowledge its client
-                    self._deliver_pending_commit = False
-                    if self.broker.store_pending():
-                        self.broker.commit_now()
-                try:
-                    self.transport.send(action.dest, action.message)
-                except (ValueError, RuntimeError) as exc:  # WireError is a ValueError
-                    log.error(
-                        "cluster: cannot send %s to %s: %s", type(action.message).__name__, action.dest, exc
-                    )
-            elif isinstance(action, api.Deliver):
-                self._on_deliver(action)
-            elif isinstance(action, api.SubscriberPresence):
-                pass  # read back with node.subscriber_presence when publishing
-            elif isinstance(action, api.PublishDone):
-                self._on_publish_done(action.publication_id, action.complete)
+            try:
+                self._carry_out_one(action)
+            except Exception:
+                # one bad action (a malformed payload from a peer, a bug) must not drop the ones
+                # behind it: they may be the DONE a publisher's broker waits for
+                log.exception("cluster: failed to carry out %s", type(action).__name__)
+
+    def _carry_out_one(self, action: Any) -> None:
+        if isinstance(action, api.Send):
+            if self._deliver_pending_commit:
+                # a Deliver before this Send must be durable first: the Send may be the DONE
+                # that lets the publisher's broker acknowledge its client
+                self._deliver_pending_commit = False
+                if self.broker.store_pending():
+                    self.broker.commit_now()
+            try:
+                self.transport.send(action.dest, action.message)
+            except (ValueError, RuntimeError) as exc:  # WireError is a ValueError
+                log.error(
+                    "cluster: cannot send %s to %s: %s", type(action.message).__name__, action.dest, exc
+                )
+        elif isinstance(action, api.Deliver):
+            self._on_deliver(action)
+        elif isinstance(action, api.SubscriberPresence):
+            pass  # read back with node.subscriber_presence when publishing
+        elif isinstance(action, api.PublishDone):
+            self._on_publish_done(action.publication_id, action.complete)
 
     def _arm_timer(self) -> None:
         node = self.node
@@ -319,6 +339,8 @@ class ClusterRuntime:
         self.broker.after_batch()
 
     def _on_peer_down(self, peer: str) -> None:
+        if self.stopped:
+            return
         self._handle(api.PeerUnreachable(peer))
         self.transport.drop_queued(peer)  # the overlay re-sends what matters around it
         for claim_id, claim in list(self._claims.items()):
@@ -328,6 +350,8 @@ class ClusterRuntime:
 
     def _sweep(self) -> None:
         """Leave idle publisher classes; forget silent receive streams."""
+        if self.stopped:
+            return
         now = self._now()
         for cls, last in list(self._published.items()):
             if now - last > PUBLISHER_IDLE_S and cls != CONTROL_CLASS:
@@ -471,7 +495,14 @@ class ClusterRuntime:
         wait.future.set_result(complete)
 
     def _publish_retained(self, message: Message) -> None:
-        version = (time.time_ns() // 1_000_000, self.peer_id)
+        # this write follows every version of the topic seen here: stamp it above all of them
+        # (two writes in one millisecond, or after an update from a broker whose clock runs
+        # ahead), or other brokers would keep the older value while this one holds the newer
+        version_ms = time.time_ns() // 1_000_000
+        current = self._retained_versions.get(message.topic)
+        if current is not None and current[0] >= version_ms:
+            version_ms = current[0] + 1
+        version = (version_ms, self.peer_id)
         self._retained_versions[message.topic] = version
         update = RetainedUpdate(self.peer_id, version[0], message)
         self._publish_control(update)
@@ -501,7 +532,16 @@ class ClusterRuntime:
         stream.last_seen = self._now()
         seq = forwarded.seq
         if stream.next_seq == 0:
-            stream.next_seq = seq  # the first message of a stream sets its start
+            stream.next_seq = stream.first_seq = seq  # the first message of a stream sets its start
+        if seq < stream.first_seq and seq not in stream.late_seen:
+            # earlier than the message that started the stream here and never seen: it was
+            # overtaken (one-hop / multi-hop switch as this broker joined); late beats lost
+            stream.late_seen.add(seq)
+            if len(stream.late_seen) > LATE_SEEN_LIMIT:
+                stream.late_seen.discard(min(stream.late_seen))
+            self.stats.reordered += 1
+            self._deliver_forwarded(forwarded, hops)
+            return
         if seq < stream.next_seq or seq in stream.held:
             self.stats.duplicates_dropped += 1
             return
@@ -535,7 +575,7 @@ class ClusterRuntime:
     def _skip_gap(self, key: tuple[str, str]) -> None:
         """An earlier message never came within reorder_hold_ms: continue after the gap."""
         stream = self._streams.get(key)
-        if stream is None:
+        if stream is None or self.stopped:
             return
         stream.hold_timer = None
         if not stream.held:
@@ -616,11 +656,11 @@ class ClusterRuntime:
         if (
             mine is not None
             and mine > (claim.claim_id, claim.origin)
-            and session is not None
-            and session.connection is not None
+            and ((session is not None and session.connection is not None) or mine[0] in self._claims)
         ):
-            # our connection is the newer one: it keeps the client; the claimant's connection
-            # is closed when our own claim reaches it
+            # our connection is the newer one (attached, or its CONNECT still waiting for its own
+            # claim's answers): it keeps the client and the session; the claimant's connection is
+            # closed when our own claim reaches it
             self._send_envelope(
                 claim.origin,
                 claim.client_id,
@@ -660,7 +700,7 @@ class ClusterRuntime:
                 if body.snapshot is not None:  # came after the wait ended: keep its messages anyway
                     self._adopt_late_snapshot(body.snapshot)
                 return
-            claim.waiting_for.discard(sender)
+            claim.waiting_for.discard(envelope.orig)  # the answering broker (sender may be a relay)
             if body.snapshot is not None:
                 self.stats.sessions_received += 1
                 self._finish_claim(body.claim_id, body.snapshot)
@@ -701,6 +741,16 @@ class ClusterRuntime:
                     dest, "", request_id, RetainedSyncReply(request_id, tuple(updates), False)
                 )
                 updates = []
+        # deletions too: a broker that was down when a topic was deleted still holds it on disk
+        for topic, (version_ms, origin) in list(self._retained_versions.items()):
+            if retained.get(topic) is None:
+                tombstone = Message(topic, b"", qos=0, retain=True, origin=origin)
+                updates.append(RetainedUpdate(origin, version_ms, tombstone))
+                if len(updates) == RETAINED_SYNC_CHUNK:
+                    self._send_envelope(
+                        dest, "", request_id, RetainedSyncReply(request_id, tuple(updates), False)
+                    )
+                    updates = []
         self._send_envelope(dest, "", request_id, RetainedSyncReply(request_id, tuple(updates), True))
 
     # ================================================================== introspection
