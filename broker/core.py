@@ -124,15 +124,20 @@ class Broker:
         if interval > 0:
             self._sys_handle = self.loop.call_later(0, self._publish_sys)
 
+    def disconnect_all(self) -> None:
+        """First step of a graceful stop: refuse new CONNECTs, disconnect every client (v5 0x8B),
+        publishing their wills (a cluster forwards them before it leaves)."""
+        self.shutting_down = True
+        for conn in list(self.connections):
+            conn.disconnect(ReasonCode.SERVER_SHUTTING_DOWN, "server shutting down", fire_will=True)
+
     async def shutdown(self) -> None:
         """Graceful stop: v5 clients get DISCONNECT 0x8B, everyone is closed, the store committed.
 
         A server-initiated close is not a client DISCONNECT, so wills are published (MQTT-3.1.2-8,
         v5 §3.1.2.5); wills with a delay on a continuing session are persisted and fire later.
         """
-        self.shutting_down = True
-        for conn in list(self.connections):
-            conn.disconnect(ReasonCode.SERVER_SHUTTING_DOWN, "server shutting down", fire_will=True)
+        self.disconnect_all()
         for handle in (self._sweep_handle, self._sys_handle):
             if handle is not None:
                 handle.cancel()

@@ -256,7 +256,12 @@ class BrokerServer:
             server.close()
         if self._ws_server is not None:
             self._ws_server.close(close_connections=False)
-        if self.cluster is not None:  # graceful leave while the store still takes deliveries
+        if self.cluster is not None:
+            # clients first, so their wills still reach the other brokers; then the graceful
+            # leave, while the store still takes deliveries for persistent sessions
+            if self.broker is not None:
+                self.broker.disconnect_all()
+                await asyncio.sleep(0.05)  # let the overlay send the wills
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self.cluster.stop(), timeout=5.0)
         if self.broker is not None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 
 import pytest
-from cluster_support import ClientFactory, numbers, probe_route, unique_id
+from cluster_support import ClientFactory, ClusterFactory, numbers, probe_route, unique_id
 
 from broker.cluster.launcher import LocalCluster
 
@@ -124,3 +124,19 @@ def test_the_newest_connection_wins_right_after_the_old_one_connected(
         if new.client.socket() is None or new.disconnected.is_set():
             both_kicked.append(f"{client_id} (reason {new.disconnect_reason})")
     assert not both_kicked, f"the newer connection was disconnected too: {both_kicked}"
+
+
+def test_wills_of_a_broker_shutting_down_reach_the_other_brokers(
+    cluster_factory: ClusterFactory, client_factory: ClientFactory
+) -> None:
+    """SIGTERM disconnects the clients (their wills are published) before the broker leaves the
+    overlay, so the wills reach subscribers on the other brokers."""
+    cluster = cluster_factory(2)
+    will_topic = f"{unique_id('bye')}/status"
+    watcher = client_factory(cluster, 1)
+    watcher.subscribe(will_topic, 1)
+    probe_route(cluster, 0, watcher, will_topic)
+    client_factory(cluster, 0, will=(will_topic, b"broker went away", 1, False))
+    assert cluster.stop_broker(0) == 0
+    msg = watcher.wait_message(15)
+    assert (msg.topic, msg.payload) == (will_topic, b"broker went away")
