@@ -120,6 +120,7 @@ CLUSTER_PANELS: list[tuple[str, str, list[tuple[str, str]], int]] = [
         [
             ("sum by (instance) (rate(skipmq_cluster_forwarded_total[1m]))", "forwarded {{instance}}"),
             ("sum by (instance) (rate(skipmq_cluster_received_total[1m]))", "received {{instance}}"),
+            ("sum by (instance) (rate(skipmq_cluster_wasted_total[1m]))", "wasted {{instance}}"),
         ],
         12,
     ),

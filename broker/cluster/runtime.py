@@ -598,6 +598,8 @@ class ClusterRuntime:
             accept_filter=lambda flt: self.class_of(flt) == stream_class,
             store_retained=False,
         )
+        if not self.broker.route_matched:
+            self.stats.wasted += 1  # the class reached us, no local filter matched the topic
         self._deliver_pending_commit = True
 
     def _apply_retained(self, update: RetainedUpdate) -> None:

@@ -2,8 +2,9 @@
 
 Names (docs/operations.md, dashboards/): ``skipmq_cluster_forwarded_total`` (messages this broker
 published into the overlay, per topic-class publication), ``skipmq_cluster_received_total``
-(forwarded messages delivered here), ``skipmq_cluster_delivery_hops`` (histogram of overlay hops
-of those, 1 = direct from the publisher's broker; seed 003 path length),
+(forwarded messages delivered here), ``skipmq_cluster_wasted_total`` (of those, the ones no local
+filter matched: the cost of routing on topic classes), ``skipmq_cluster_delivery_hops``
+(histogram of overlay hops of those, 1 = direct from the publisher's broker; seed 003 path length),
 ``skipmq_cluster_publish_done_total{complete}`` (QoS>0 publishes whose cluster-wide storage was
 confirmed, or not within ``cluster.publish_ack_wait_ms``), reorder and claim counters, and
 gauges for peers and virtual nodes.
@@ -25,6 +26,7 @@ class ClusterStats:
     def __init__(self) -> None:
         self.forwarded = 0
         self.received = 0
+        self.wasted = 0  # received on a subscribed class but matching no local filter
         self.duplicates_dropped = 0
         self.reordered = 0  # messages that waited for an earlier one of their stream
         self.gaps_skipped = 0  # missing sequence numbers given up after cluster.reorder_hold_ms
@@ -59,6 +61,11 @@ class ClusterCollector(Collector):
         )
         yield CounterMetricFamily(
             "skipmq_cluster_received", "Forwarded messages delivered to this broker", stats.received
+        )
+        yield CounterMetricFamily(
+            "skipmq_cluster_wasted",
+            "Forwarded messages of a subscribed topic class that matched no local filter (docs/cluster.md)",
+            stats.wasted,
         )
         yield CounterMetricFamily(
             "skipmq_cluster_duplicates_dropped",

@@ -99,3 +99,18 @@ def test_a_message_is_delivered_only_to_subscriptions_of_its_class(
     for packet in packets:
         client.ack(packet)
     client.expect_nothing()
+
+
+def test_a_class_message_no_local_filter_matches_counts_as_wasted(start_broker: Start) -> None:
+    threaded = _clustered(start_broker, hold_ms=10_000)
+    client = RawClient(threaded.ports["tcp"])
+    client.connect("narrow")
+    client.subscribe("order/other", 1)  # class =order, but not the topic order/t
+    _forward(threaded, "peer-d/1", [1, 2])
+    client.expect_nothing()
+    stats = threaded.server.cluster.stats
+    assert (stats.received, stats.wasted) == (2, 2)
+    client.subscribe("order/t", 1, packet_id=2)
+    _forward(threaded, "peer-d/1", [3])
+    assert _received(client, 1) == [3]
+    assert (stats.received, stats.wasted) == (3, 2)
