@@ -47,6 +47,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from broker.config import parse_override
+
 HOST = "127.0.0.1"
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_SETTINGS: dict[str, str] = {"sys.interval_s": "0"}
@@ -625,10 +627,9 @@ def parse_settings(pairs: Iterable[str]) -> dict[str, str]:
     """``KEY=VALUE`` strings to a dict; a missing ``=`` or empty key is a ValueError naming it."""
     settings: dict[str, str] = {}
     for text in pairs:
-        key, sep, value = text.partition("=")
-        if not sep or not key.strip():
-            raise ValueError(f"--set expects KEY=VALUE, got {text!r}")
-        settings[key.strip()] = value
+        # the brokers' own parser: an unknown key or a bad value is refused before any starts
+        key, _value = parse_override(text)
+        settings[key] = text.partition("=")[2]
     return settings
 
 

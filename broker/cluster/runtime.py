@@ -33,11 +33,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
 import logging
 import os
 import random
+import socket
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -59,6 +61,7 @@ from broker.mqtt.session import Message, SessionSnapshot
 from overlay import api
 from overlay.api import Role
 from overlay.config import OverlayConfig
+from overlay.keys import ANCHOR_TOPIC, PUBLISHER, SUBSCRIBER, make_key
 from overlay.node import OverlayNode
 
 log = logging.getLogger("skipmq.cluster")
@@ -108,18 +111,17 @@ class _Claim:
 
 def overlay_config_for(cluster: Any) -> OverlayConfig:
     """The overlay tunables a broker uses (faster crash detection than the simulator's defaults)."""
-    kwargs: dict[str, Any] = {
-        "table_size": cluster.table_size,
-        "ping_interval_s": cluster.ping_interval_ms / 1000.0,
-        "failure_timeout_s": cluster.failure_timeout_ms / 1000.0,
+    return OverlayConfig(
+        table_size=cluster.table_size,
+        ping_interval_s=cluster.ping_interval_ms / 1000.0,
+        failure_timeout_s=cluster.failure_timeout_ms / 1000.0,
         # a crashed or departed broker is not re-learned from other brokers' stale routing entries
         # for this long; one that comes back is taken back as soon as it sends us anything
-        "dead_peer_memory_s": 600.0,
-    }
-    # end-to-end completion: the PUBACK of a QoS>0 publish waits for the overlay's PublishDone
-    kwargs["publish_done_enabled"] = True
-    kwargs["publish_done_timeout_s"] = max(0.5, cluster.publish_ack_wait_ms / 1000.0)
-    return OverlayConfig(**kwargs)
+        dead_peer_memory_s=600.0,
+        # end-to-end completion: the PUBACK of a QoS>0 publish waits for the overlay's PublishDone
+        publish_done_enabled=True,
+        publish_done_timeout_s=max(0.5, cluster.publish_ack_wait_ms / 1000.0),
+    )
 
 
 class ClusterRuntime:
@@ -380,42 +382,39 @@ class ClusterRuntime:
             return  # a replaced subscription: same class
         cls = self.class_of(topic_filter)
         self._subscriptions[key] = cls
-        count = self._class_counts.get(cls, 0)
-        self._class_counts[cls] = count + 1
-        if count == 0:
-            self._handle(api.JoinTopic(cls, Role.SUBSCRIBER))
+        self._count_up(self._class_counts, cls)
         if share_group is not None:
-            share = f"{SHARE_PREFIX}{share_group}/{topic_filter}"
-            members = self._share_counts.get(share, 0)
-            self._share_counts[share] = members + 1
-            if members == 0:
-                self._handle(api.JoinTopic(share, Role.SUBSCRIBER))
+            self._count_up(self._share_counts, f"{SHARE_PREFIX}{share_group}/{topic_filter}")
 
     def on_unsubscribe(self, client_id: str, topic_filter: str, share_group: str | None) -> None:
         cls = self._subscriptions.pop((client_id, share_group, topic_filter), None)
         if cls is None:
             return
-        count = self._class_counts.get(cls, 0) - 1
-        if count <= 0:
-            self._class_counts.pop(cls, None)
-            self._handle(api.LeaveTopic(cls, Role.SUBSCRIBER))
-        else:
-            self._class_counts[cls] = count
+        self._count_down(self._class_counts, cls)
         if share_group is not None:
-            share = f"{SHARE_PREFIX}{share_group}/{topic_filter}"
-            members = self._share_counts.get(share, 0) - 1
-            if members <= 0:
-                self._share_counts.pop(share, None)
-                self._handle(api.LeaveTopic(share, Role.SUBSCRIBER))
-            else:
-                self._share_counts[share] = members
+            self._count_down(self._share_counts, f"{SHARE_PREFIX}{share_group}/{topic_filter}")
+
+    def _count_up(self, counts: dict[str, int], topic: str) -> None:
+        """SIONet-style aggregation: only the first local subscriber joins the overlay topic."""
+        counts[topic] = counts.get(topic, 0) + 1
+        if counts[topic] == 1:
+            self._handle(api.JoinTopic(topic, Role.SUBSCRIBER))
+
+    def _count_down(self, counts: dict[str, int], topic: str) -> None:
+        """... and only the last one leaving sends UNSUB (seed 003 §3.5.3)."""
+        left = counts.get(topic, 0) - 1
+        if left > 0:
+            counts[topic] = left
+            return
+        counts.pop(topic, None)
+        self._handle(api.LeaveTopic(topic, Role.SUBSCRIBER))
 
     def owns_share_group(self, group: str, topic_filter: str) -> bool:
         """The head of the group's level-0 run delivers (one delivery per group per cluster)."""
         node = self.node
         if node is None or self.stopped:
             return True
-        key = (f"{SHARE_PREFIX}{group}/{topic_filter}", int(Role.SUBSCRIBER), self.peer_id)
+        key = make_key(f"{SHARE_PREFIX}{group}/{topic_filter}", SUBSCRIBER, self.peer_id)
         if key not in node.vnodes:
             return True  # still joining: deliver rather than risk losing the message
         left, _right = node.level0_neighbors(key)
@@ -730,30 +729,25 @@ class ClusterRuntime:
         self.broker.adopt_entries(session, snapshot.pending)
 
     def _send_retained_copy(self, dest: str, request_id: int) -> None:
+        updates = list(self._retained_updates())
+        chunks = [updates[i : i + RETAINED_SYNC_CHUNK] for i in range(0, len(updates), RETAINED_SYNC_CHUNK)]
+        for index, chunk in enumerate(chunks or [[]]):
+            last = index == max(0, len(chunks) - 1)
+            self._send_envelope(dest, "", request_id, RetainedSyncReply(request_id, tuple(chunk), last))
+
+    def _retained_updates(self) -> Iterator[RetainedUpdate]:
+        """Every retained message held here, and a deletion for every topic known to be deleted
+        (a broker that was down when a topic was deleted still holds it on disk)."""
         retained = self.broker.retained
-        updates: list[RetainedUpdate] = []
         for topic in list(retained.topics()):
             message = retained.get(topic)
-            if message is None:
-                continue
-            version = self._retained_versions.get(topic, (0, ""))
-            updates.append(RetainedUpdate(version[1] or self.peer_id, version[0], message))
-            if len(updates) == RETAINED_SYNC_CHUNK:
-                self._send_envelope(
-                    dest, "", request_id, RetainedSyncReply(request_id, tuple(updates), False)
-                )
-                updates = []
-        # deletions too: a broker that was down when a topic was deleted still holds it on disk
+            if message is not None:
+                version_ms, origin = self._retained_versions.get(topic, (0, ""))
+                yield RetainedUpdate(origin or self.peer_id, version_ms, message)
         for topic, (version_ms, origin) in list(self._retained_versions.items()):
             if retained.get(topic) is None:
                 tombstone = Message(topic, b"", qos=0, retain=True, origin=origin)
-                updates.append(RetainedUpdate(origin, version_ms, tombstone))
-                if len(updates) == RETAINED_SYNC_CHUNK:
-                    self._send_envelope(
-                        dest, "", request_id, RetainedSyncReply(request_id, tuple(updates), False)
-                    )
-                    updates = []
-        self._send_envelope(dest, "", request_id, RetainedSyncReply(request_id, tuple(updates), True))
+                yield RetainedUpdate(origin, version_ms, tombstone)
 
     # ================================================================== introspection
     def state(self) -> dict[str, Any]:
@@ -762,7 +756,7 @@ class ClusterRuntime:
         presence: dict[str, bool | None] = {}
         vnodes = 0
         if node is not None:
-            anchor = ("", int(Role.PUBLISHER), self.peer_id)
+            anchor = make_key(ANCHOR_TOPIC, PUBLISHER, self.peer_id)
             joined = anchor in node.vnodes and anchor not in node.joining_keys()
             vnodes = len(node.vnodes)
             for cls in self._published:
@@ -792,8 +786,6 @@ class ClusterRuntime:
 
 
 def _is_ip(host: str) -> bool:
-    import ipaddress
-
     try:
         ipaddress.ip_address(host)
     except ValueError:
@@ -802,6 +794,4 @@ def _is_ip(host: str) -> bool:
 
 
 def _hostname() -> str:
-    import socket
-
     return socket.gethostname()
