@@ -86,18 +86,20 @@ def test_a_local_retained_publish_wins_over_a_remote_one_from_a_clock_ahead(star
 
 
 def test_two_retained_publishes_in_one_millisecond_get_increasing_versions(start_broker: Start) -> None:
+    """The earlier write is stamped with a millisecond that has not passed yet (as when a set and a
+    delete happen within one millisecond): the later write must still get a higher version, or
+    other brokers would keep "set" after the delete. Deterministic: no reliance on timing."""
     threaded = _clustered(start_broker)
     runtime = threaded.server.cluster
 
-    def publish_twice() -> list[tuple[int, str]]:
-        versions = []
-        for payload in (b"set", b""):  # set, then delete, back to back
-            runtime._publish_retained(Message("fast/x", payload, qos=0, retain=True))
-            versions.append(runtime._retained_versions["fast/x"])
-        return versions
+    def publish_after_a_write_in_this_millisecond() -> tuple[tuple[int, str], tuple[int, str]]:
+        earlier = (time.time_ns() // 1_000_000 + 5, runtime.peer_id)
+        runtime._retained_versions["fast/x"] = earlier
+        runtime._publish_retained(Message("fast/x", b"", qos=0, retain=True))
+        return earlier, runtime._retained_versions["fast/x"]
 
-    first, second = threaded.call(publish_twice)
-    assert second > first  # equal versions: other brokers would keep "set" after the delete
+    earlier, later = threaded.call(publish_after_a_write_in_this_millisecond)
+    assert later > earlier
 
 
 def test_nothing_is_delivered_after_stop(start_broker: Start) -> None:
