@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs everything SkipMQ and its tests need, from nothing: a virtualenv in .venv with the
-# package and its [dev] extra, and Debian's mosquitto clients for the CLI interop tests.
+# package and its [dev] extra, and Debian's mosquitto clients (mosquitto_pub/sub, for the CLI
+# interop tests) and mosquitto itself (mosquitto_passwd, for the password-file compatibility test).
 # Idempotent: a second run only checks.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -10,13 +11,17 @@ if [ ! -x .venv/bin/python ]; then
 fi
 .venv/bin/python -m pip install -q --upgrade pip >/dev/null
 .venv/bin/python -m pip install -q -e '.[dev]'
-if ! command -v mosquitto_pub >/dev/null 2>&1; then
+missing=""
+command -v mosquitto_pub >/dev/null 2>&1 || missing="$missing mosquitto-clients"
+command -v mosquitto_passwd >/dev/null 2>&1 || missing="$missing mosquitto"
+if [ -n "$missing" ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-    echo "setup: installing Debian mosquitto-clients (for the CLI interop tests)"
+    echo "setup: installing Debian$missing (for the interop and password-file tests)"
     apt-get update -qq >/dev/null
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq mosquitto-clients >/dev/null
+    # shellcheck disable=SC2086
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $missing >/dev/null
   else
-    echo "setup: mosquitto_pub not found and cannot apt-get; the mosquitto CLI tests will fail" >&2
+    echo "setup: missing$missing and cannot apt-get; the mosquitto tests will fail" >&2
   fi
 fi
 echo "setup: ready (.venv)"
