@@ -1,4 +1,4 @@
-"""Micro-benchmark of broker.store group commit: µs per enqueue+commit at 1, 10, 100 messages per commit.
+"""Micro-benchmark of broker.adapters.sqlite_store group commit: µs per enqueue+commit at 1, 10, 100 messages per commit.
 
 Reports the best of --repeat runs (the machine may be shared; the best run is the least disturbed).
 
@@ -14,7 +14,8 @@ import os
 import tempfile
 import time
 
-from broker.store import Store, StoredMessage
+from broker.adapters.sqlite_store import Store
+from broker.core.records import StoredMessage
 
 
 def bench(batch_size: int, total_messages: int, synchronous: str, fanout: int) -> float:

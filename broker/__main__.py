@@ -162,7 +162,7 @@ def run(argv: list[str]) -> int:
     from broker.logs import setup_logging
 
     setup_logging(config.logging.level, config.logging.format)
-    from broker.server import serve_until_signal
+    from broker.adapters.server import serve_until_signal
 
     if config.uvloop:
         try:

@@ -26,6 +26,7 @@ import secrets
 import tempfile
 import threading
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from broker.mqtt.packets import ReasonCode
 from broker.mqtt.topics import (
@@ -35,6 +36,9 @@ from broker.mqtt.topics import (
     parse_shared,
     validate_topic_filter,
 )
+
+if TYPE_CHECKING:
+    from broker.config import AuthConfig
 
 SCRYPT_N = 16384
 SCRYPT_R = 8
@@ -562,3 +566,11 @@ def _parse_rule(keyword: str, rest: str, path: str, line_no: int) -> _Rule:
     except TopicError as exc:
         raise AuthFileError(path, line_no, f"invalid topic filter: {exc}")
     return _Rule(access, topic_filter)
+
+
+def build_access(auth: AuthConfig) -> tuple[Authenticator, Acl | None]:
+    """The authenticator and the ACL (None when no ACL file is configured) of ``auth``."""
+    authenticator = Authenticator(
+        allow_anonymous=auth.allow_anonymous, password_file=auth.password_file or None
+    )
+    return authenticator, (Acl.load(auth.acl_file) if auth.acl_file else None)

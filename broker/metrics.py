@@ -1,10 +1,11 @@
 """Prometheus metrics for the broker with zero cost on the publish path.
 
-The broker core mutates plain ints in a ``BrokerStats`` (no locks, no prometheus_client calls
-on the hot path: ``stats.messages_received[qos] += 1``). ``BrokerCollector`` turns the stats into
-metric families only when ``/metrics`` is scraped. ``make_registry`` builds a fresh
-``CollectorRegistry`` per broker (several brokers can live in one process, e.g. in tests) that
-also carries prometheus_client's process collector (CPU seconds, resident memory, open fds).
+The broker core mutates plain ints in a ``broker.core.stats.BrokerStats`` (no locks, no
+prometheus_client calls on the hot path: ``stats.messages_received[qos] += 1``).
+``BrokerCollector`` turns the stats into metric families only when ``/metrics`` is scraped.
+``make_registry`` builds a fresh ``CollectorRegistry`` per broker (several brokers can live in one
+process, e.g. in tests) that also carries prometheus_client's process collector (CPU seconds,
+resident memory, open fds).
 
 Metric names are documented in docs/configuration.md ("Metrics"); the pipeline and the
 dashboards depend on them, so treat them as a public interface.
@@ -13,57 +14,18 @@ dashboards depend on them, so treat them as a public interface.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator
 
 from prometheus_client import CollectorRegistry, ProcessCollector
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.exposition import generate_latest
 from prometheus_client.registry import Collector
 
-from broker.mqtt.packets import PacketType
+from broker.cluster.stats import HOP_BUCKETS, ClusterStats
+from broker.core.stats import BrokerStats
 
 # The classic text format generate_latest() writes; every Prometheus version understands it.
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
-
-# Drop reasons that always appear (as 0) so dashboards and rate() see the series from the start.
-DROP_REASONS = (
-    "queue_full",
-    "expired",
-    "no_subscribers",
-    "acl_denied",
-    "packet_too_large",
-    "slow_consumer",
-)
-# Packet-type label values: PacketType names, e.g. "PUBLISH".
-PACKET_TYPE_NAMES = tuple(packet_type.name for packet_type in PacketType)
-
-
-def _zeroes(names: tuple[str, ...]) -> dict[str, int]:
-    return dict.fromkeys(names, 0)
-
-
-@dataclass(slots=True)
-class BrokerStats:
-    """Plain counters and gauges the broker core updates directly (no locks, no calls)."""
-
-    connections_current: int = 0
-    connections_total: int = 0
-    messages_received: list[int] = field(default_factory=lambda: [0, 0, 0])  # index: QoS 0..2
-    messages_sent: list[int] = field(default_factory=lambda: [0, 0, 0])  # index: QoS 0..2
-    bytes_received: int = 0
-    bytes_sent: int = 0
-    messages_dropped: dict[str, int] = field(default_factory=lambda: _zeroes(DROP_REASONS))  # reason -> n
-    # packet type name -> malformed packets / protocol errors
-    packet_errors: dict[str, int] = field(default_factory=lambda: _zeroes(PACKET_TYPE_NAMES))
-    packets_received: dict[str, int] = field(default_factory=lambda: _zeroes(PACKET_TYPE_NAMES))
-    packets_sent: dict[str, int] = field(default_factory=lambda: _zeroes(PACKET_TYPE_NAMES))
-    retained_messages: int = 0
-    subscriptions: int = 0
-    queued_messages: int = 0
-    sessions: int = 0
-    inflight_messages: int = 0
-    uptime_started_at: float = field(default_factory=time.time)  # unix time the broker started
 
 
 def _labelled_counter(name: str, doc: str, label: str, values: dict[str, int]) -> CounterMetricFamily:
@@ -134,11 +96,96 @@ class BrokerCollector(Collector):
         yield _gauge(
             "skipmq_uptime_seconds",
             "Seconds since the broker started",
-            max(0.0, time.time() - stats.uptime_started_at),
+            max(0.0, time.time() - stats.uptime_started_at) if stats.uptime_started_at else 0.0,
         )
 
     def describe(self) -> Iterator[Metric]:
         # Describing by collecting lets the registry detect duplicate names at register time.
+        return self.collect()
+
+
+class ClusterCollector(Collector):
+    """Builds the skipmq_cluster_* metric families from a ``ClusterStats`` and the engine's gauges."""
+
+    def __init__(self, stats: ClusterStats, gauges: Callable[[], dict[str, int]]) -> None:
+        self.stats = stats
+        self.gauges = gauges
+
+    def collect(self) -> Iterator[Metric]:
+        stats = self.stats
+        yield CounterMetricFamily(
+            "skipmq_cluster_forwarded",
+            "Messages published into the overlay (per topic class)",
+            stats.forwarded,
+        )
+        yield CounterMetricFamily(
+            "skipmq_cluster_received", "Forwarded messages delivered to this broker", stats.received
+        )
+        yield CounterMetricFamily(
+            "skipmq_cluster_wasted",
+            "Forwarded messages of a subscribed topic class that matched no local filter (docs/cluster.md)",
+            stats.wasted,
+        )
+        yield CounterMetricFamily(
+            "skipmq_cluster_duplicates_dropped",
+            "Forwarded messages received twice and dropped",
+            stats.duplicates_dropped,
+        )
+        yield CounterMetricFamily(
+            "skipmq_cluster_reordered",
+            "Forwarded messages held for an earlier one of their stream",
+            stats.reordered,
+        )
+        yield CounterMetricFamily(
+            "skipmq_cluster_gaps_skipped",
+            "Missing forwarded messages given up after reorder_hold_ms",
+            stats.gaps_skipped,
+        )
+        done = CounterMetricFamily(
+            "skipmq_cluster_publish_done",
+            "QoS>0 publishes: storage at every subscriber broker confirmed (true) or not in time (false)",
+            labels=["complete"],
+        )
+        for label, value in stats.publish_done.items():
+            done.add_metric([label], value)
+        yield done
+        yield CounterMetricFamily(
+            "skipmq_cluster_claims_sent", "Session claims sent for CONNECTs", stats.claims_sent
+        )
+        yield CounterMetricFamily(
+            "skipmq_cluster_sessions_handed_over",
+            "Sessions handed to another broker",
+            stats.sessions_handed_over,
+        )
+        yield CounterMetricFamily(
+            "skipmq_cluster_sessions_received",
+            "Sessions received from another broker",
+            stats.sessions_received,
+        )
+        yield CounterMetricFamily(
+            "skipmq_cluster_retained_updates_applied",
+            "Retained messages taken from other brokers",
+            stats.retained_updates_applied,
+        )
+        buckets: list[tuple[str, float]] = []
+        running = 0
+        for bound, count in zip(HOP_BUCKETS, stats.hop_counts, strict=False):
+            running += count
+            buckets.append((str(bound), running))
+        running += stats.hop_counts[-1]
+        buckets.append(("+Inf", running))
+        yield HistogramMetricFamily(
+            "skipmq_cluster_delivery_hops",
+            "Overlay hops of forwarded messages delivered here (1 = direct from the publisher's broker)",
+            buckets=buckets,
+            sum_value=stats.hop_sum,
+        )
+        for name, value in self.gauges().items():
+            yield GaugeMetricFamily(
+                f"skipmq_cluster_{name}", f"Cluster: {name.replace('_', ' ')}", value=value
+            )
+
+    def describe(self) -> Iterator[Metric]:
         return self.collect()
 
 

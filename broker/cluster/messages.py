@@ -1,6 +1,6 @@
 """Plain-data records exchanged between the brokers of a cluster (besides the overlay queries).
 
-Two families, both carried by the gRPC transport (``broker.transport``, the only module that
+Two families, both carried by the gRPC transport (``broker.adapters.transport``, the only module that
 knows the protobuf schema in ``protos/skipmq/v1/``):
 
 * **Overlay payloads** ride inside the overlay's PUB query (seed 003 §3.5.4, ``PUB.payload``):
@@ -11,7 +11,7 @@ knows the protobuf schema in ``protos/skipmq/v1/``):
   002 (to client, dest broker, from client, orig broker, ref, TTL against cycles):
   :class:`ClaimReply`, :class:`RetainedSyncRequest` and :class:`RetainedSyncReply`.
 
-MQTT messages and sessions are the broker's own types (``broker.mqtt.session.Message`` and
+MQTT messages and sessions are the broker's own types (``broker.core.session.Message`` and
 ``SessionSnapshot``), so nothing is copied field by field on the way in or out.
 """
 
@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from broker.mqtt.session import Message, SessionSnapshot
+from broker.core.session import Message, SessionSnapshot
 
 DEFAULT_ENVELOPE_TTL = 8  # relays a directed message may take before it is dropped (seed 002)
 

@@ -1,0 +1,105 @@
+"""The cluster runtime: runs the cluster engine (``broker.cluster.engine``) over gRPC on asyncio.
+
+Thin by design: it starts the gRPC transport (``broker.adapters.transport``), binds the engine to
+the core and the transport, resolves ``cluster.join`` (a DNS name may stand for several brokers,
+e.g. a Kubernetes headless service), starts the engine, and on stop leaves the overlay and drains
+the links. Everything the cluster decides happens in the engine and its pure cores.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ipaddress
+import os
+import random
+import socket
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from broker.cluster.engine import ClusterEngine
+from broker.metrics import ClusterCollector
+
+if TYPE_CHECKING:
+    from broker.config import BrokerConfig
+    from broker.core.ports import BrokerApi, Scheduler
+
+
+class ClusterRuntime:
+    """The engine of one broker process and its gRPC transport."""
+
+    def __init__(
+        self,
+        config: BrokerConfig,
+        scheduler: Scheduler,
+        *,
+        transport_factory: Callable[..., Any] | None = None,
+    ) -> None:
+        self.cluster = config.cluster
+        self.engine = ClusterEngine(
+            config.cluster, scheduler, rng=random.Random(int.from_bytes(os.urandom(8), "big"))
+        )
+        self._transport_factory = transport_factory
+        self.transport: Any = None
+
+    async def start(self, broker: BrokerApi) -> int:
+        """Bind the cluster port, enter the overlay through ``cluster.join``; returns the port."""
+        cluster = self.cluster
+        advertise = cluster.advertise_host or (
+            cluster.host if cluster.host not in ("0.0.0.0", "::", "") else socket.gethostname()
+        )
+        factory = self._transport_factory
+        if factory is None:
+            from broker.adapters.transport import GrpcTransport
+
+            factory = GrpcTransport
+        engine = self.engine
+        self.transport = factory(
+            advertise_host=advertise, on_receive=engine.on_receive, on_peer_down=engine.on_peer_down
+        )
+        port = int(await self.transport.start(cluster.host, cluster.port))
+        engine.bind(broker, self.transport, self.transport.self_id)
+        engine.start(await resolve_contacts(cluster.join, engine.peer_id))
+        return port
+
+    async def stop(self) -> None:
+        """Graceful leave: UNSUB/LEAVE every virtual node, drain the links, close."""
+        self.engine.stop()
+        if self.transport is not None:
+            await self.transport.stop(drain_timeout_s=2.0)
+
+    def state(self) -> dict[str, Any]:
+        return self.engine.state()
+
+    def collector(self) -> ClusterCollector:
+        return ClusterCollector(self.engine.stats, self.engine.gauges)
+
+
+async def resolve_contacts(join: str, self_id: str) -> list[str]:
+    """host:port entries; a DNS name resolving to several addresses gives several contacts."""
+    loop = asyncio.get_running_loop()
+    contacts: list[str] = []
+    for entry in (item.strip() for item in join.split(",")):
+        if not entry:
+            continue
+        host, _, port_text = entry.rpartition(":")
+        host = host.strip("[]")
+        addresses = [host]
+        with contextlib.suppress(OSError):
+            infos = await loop.getaddrinfo(host, int(port_text), type=0, proto=6)
+            resolved = sorted({str(info[4][0]) for info in infos if info[0].name in ("AF_INET", "AF_INET6")})
+            if resolved and not _is_ip(host):
+                addresses = resolved
+        for address in addresses:
+            peer = f"[{address}]:{port_text}" if ":" in address else f"{address}:{port_text}"
+            if peer != self_id and peer not in contacts:
+                contacts.append(peer)
+    return contacts
+
+
+def _is_ip(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True

@@ -1,0 +1,183 @@
+"""Client listeners: MQTT over TCP and TLS (asyncio protocols) and over WebSocket.
+
+Each accepted socket gets a core ``ClientConnection`` (``BrokerApi.new_client``) and this module
+only moves bytes: ``data_received`` -> ``ClientConnection.receive``, ``connection_lost`` ->
+``ClientConnection.lost``; the connection writes back through the asyncio transport. MQTT over
+WebSocket (RFC 6455, subprotocol "mqtt", MQTT 5 §6 / 3.1.1 §6) uses the ``websockets`` library and
+:class:`WebSocketTransport`, which gives the connection the same transport interface.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from broker.config import WebSocketListenerConfig
+    from broker.core.broker import Broker
+    from broker.core.client import ClientConnection
+
+log = logging.getLogger("skipmq.listeners")
+
+
+def peer_name(peer: Any) -> str:
+    return f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) and len(peer) >= 2 else str(peer or "")
+
+
+def certificate_common_name(cert: Any) -> str | None:
+    """The CN of a peer certificate as returned by ``SSLObject.getpeercert()``."""
+    if not cert:
+        return None
+    for rdn in cert.get("subject", ()):
+        for key, value in rdn:
+            if key == "commonName":
+                return str(value)
+    return None
+
+
+class MqttProtocol(asyncio.Protocol):
+    """One TCP or TLS client socket."""
+
+    __slots__ = ("broker", "client", "listener")
+
+    def __init__(self, broker: Broker, listener: str = "tcp") -> None:
+        self.broker = broker
+        self.listener = listener
+        self.client: ClientConnection | None = None
+
+    def connection_made(self, transport: Any) -> None:
+        broker = self.broker
+        cert_username = None
+        if self.listener == "tls" and broker.tls_identity_as_username:
+            cert_username = certificate_common_name(transport.get_extra_info("peercert"))
+        self.client = broker.new_client(
+            transport,
+            self.listener,
+            peer=peer_name(transport.get_extra_info("peername")),
+            cert_username=cert_username,
+        )
+
+    def data_received(self, data: bytes) -> None:
+        client = self.client
+        if client is not None:
+            client.receive(data)
+
+    def eof_received(self) -> bool | None:
+        return None
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.client is not None:
+            self.client.lost()
+
+
+class WebSocketTransport:
+    """Adapts a ``websockets`` server connection to the client transport interface.
+
+    Writes are buffered and sent as binary frames by one writer task per WebSocket connection
+    (WebSocket clients are not the high-fan-out path; TCP is).
+    """
+
+    __slots__ = ("_buffer", "_buffered_bytes", "_closing", "_wakeup", "_ws")
+
+    def __init__(self, ws: Any) -> None:
+        self._ws = ws
+        self._buffer: list[bytes] = []
+        self._buffered_bytes = 0
+        self._wakeup = asyncio.Event()
+        self._closing = False
+
+    def write(self, data: bytes) -> None:
+        if self._closing:
+            return
+        self._buffer.append(data)
+        self._buffered_bytes += len(data)
+        self._wakeup.set()
+
+    def close(self) -> None:
+        self._closing = True
+        self._wakeup.set()
+
+    def is_closing(self) -> bool:
+        return self._closing
+
+    def get_write_buffer_size(self) -> int:
+        return self._buffered_bytes
+
+    async def writer(self) -> None:
+        """Send buffered output until closed; then flush and close the WebSocket."""
+        ws = self._ws
+        try:
+            while True:
+                await self._wakeup.wait()
+                self._wakeup.clear()
+                if self._buffer:
+                    chunk = b"".join(self._buffer)
+                    self._buffer.clear()
+                    self._buffered_bytes = 0
+                    await ws.send(chunk)
+                if self._closing:
+                    break
+        except Exception:  # the peer went away; the reader side reports the loss
+            pass
+        finally:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(ws.close(), timeout=2.0)
+
+
+async def serve_websocket(broker: Broker, ws_config: WebSocketListenerConfig) -> Any:
+    """Start the WebSocket listener; returns the ``websockets`` server."""
+    from websockets.asyncio.server import serve
+    from websockets.http11 import Response
+    from websockets.typing import Subprotocol
+
+    path = ws_config.path
+
+    def check_request(connection: Any, request: Any) -> Response | None:
+        if request.path.split("?", 1)[0] != path:
+            return connection.respond(404, f"no WebSocket endpoint at {request.path}; use {path}\n")
+        return None
+
+    async def handler(ws: Any) -> None:
+        if ws.subprotocol != "mqtt":
+            await ws.close(1002, 'the WebSocket subprotocol "mqtt" is required')
+            return
+        transport = WebSocketTransport(ws)
+        client = broker.new_client(transport, "websocket", peer=peer_name(ws.remote_address))
+        if client is None:
+            return
+        writer = asyncio.create_task(transport.writer())
+        try:
+            async for frame in ws:
+                if isinstance(frame, str):
+                    broker.log_event(
+                        logging.WARNING,
+                        "protocol_error",
+                        client_id=client.client_id,
+                        peer=client.peer,
+                        reason_code=0x81,
+                        statement="MQTT-6.0.0-1",
+                        message="text WebSocket frame",
+                    )
+                    break
+                client.receive(frame)
+                if transport.is_closing():
+                    break
+        except Exception:  # connection reset etc.: handled as an abnormal close below
+            pass
+        finally:
+            transport.close()
+            client.lost()
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(writer, timeout=3.0)
+
+    return await serve(
+        handler,
+        ws_config.host,
+        ws_config.port,
+        subprotocols=[Subprotocol("mqtt")],
+        process_request=check_request,
+        max_size=broker.max_packet_size + 8,
+        compression=None,
+    )

@@ -1,0 +1,235 @@
+"""A broker process: the core on an asyncio loop, its listeners, store, cluster runtime and stop.
+
+``BrokerServer.start()`` builds everything in one explicit order - scheduler, cluster runtime
+(its engine is the core's cluster port), store, core (``Broker.start`` restores the store, so
+restored subscriptions reach the cluster's interest counters), the cluster (in the overlay before
+the first client can connect), then the listeners - and logs one ``event="listening"`` line
+(port 0 gives an ephemeral port; ``ports`` has the real ones). ``serve_until_signal(config)`` runs
+until SIGTERM/SIGINT, then stops accepting, disconnects clients (v5: DISCONNECT 0x8B), leaves the
+cluster, commits the store and returns 0; SIGHUP re-reads the password and ACL files.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+import os
+import signal
+import socket
+import ssl
+import threading
+from typing import TYPE_CHECKING, Any
+
+from broker.adapters.http import HttpEndpoint
+from broker.adapters.listeners import MqttProtocol, serve_websocket
+from broker.adapters.scheduler import AsyncioScheduler
+from broker.auth import Acl, build_access
+from broker.core.broker import Broker
+
+if TYPE_CHECKING:
+    from broker.adapters.cluster_runtime import ClusterRuntime
+    from broker.adapters.sqlite_store import Store
+    from broker.config import BrokerConfig, TlsListenerConfig
+    from broker.core.ports import ClusterPort
+
+log = logging.getLogger("skipmq.server")
+
+
+def open_store(config: BrokerConfig) -> Store | None:
+    """The SQLite store of ``config`` (None when persistence is off)."""
+    if not config.store.persistence:
+        return None
+    from broker.adapters.sqlite_store import Store
+
+    path = config.store.path
+    if not path:
+        os.makedirs(config.data_dir, exist_ok=True)
+        path = os.path.join(config.data_dir, "skipmq.db")
+    elif path != ":memory:":
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    return Store(path, synchronous=config.store.synchronous)
+
+
+def make_tls_context(tls: TlsListenerConfig) -> ssl.SSLContext:
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(tls.certfile, tls.keyfile)
+    if tls.cafile:
+        context.load_verify_locations(cafile=tls.cafile)
+        context.verify_mode = ssl.CERT_REQUIRED if tls.require_client_cert else ssl.CERT_OPTIONAL
+    else:
+        context.verify_mode = ssl.CERT_NONE
+    return context
+
+
+class BrokerServer:
+    """A broker with its listeners; create and use inside a running event loop.
+
+    ``cluster`` replaces the cluster port (tests that stand in for "the cluster has not answered
+    yet"); otherwise a clustered config gets the real cluster runtime.
+    """
+
+    def __init__(self, config: BrokerConfig, *, cluster: ClusterPort | None = None) -> None:
+        if not config.node_id:
+            config = dataclasses.replace(config, node_id=socket.gethostname() or "skipmq")
+        self.config = config
+        self._cluster_port = cluster
+        self.broker: Broker | None = None
+        self.runtime: ClusterRuntime | None = None
+        self.ports: dict[str, int] = {}
+        self._servers: list[Any] = []
+        self._ws_server: Any = None
+        self.stopping = False  # /healthz answers 503 from now on
+        self._stop_started = False
+
+    async def start(self) -> dict[str, int]:
+        config = self.config
+        loop = asyncio.get_running_loop()
+        scheduler = AsyncioScheduler(loop)
+        cluster = self._cluster_port
+        if cluster is None and config.cluster.enabled:
+            from broker.adapters.cluster_runtime import ClusterRuntime
+
+            self.runtime = ClusterRuntime(config, scheduler)
+            cluster = self.runtime.engine
+        authenticator, acl = build_access(config.auth)
+        broker = Broker(
+            config, scheduler, authenticator=authenticator, acl=acl, store=open_store(config), cluster=cluster
+        )
+        self.broker = broker
+        broker.start()
+        if self.runtime is not None:  # in the overlay before the first client can connect
+            self.ports["cluster"] = await self.runtime.start(broker)
+        listeners = config.listeners
+        if listeners.tcp.enabled:
+            server = await loop.create_server(
+                lambda: MqttProtocol(broker, "tcp"), listeners.tcp.host, listeners.tcp.port, backlog=4096
+            )
+            self._servers.append(server)
+            self.ports["tcp"] = server.sockets[0].getsockname()[1]
+        if listeners.tls.enabled:
+            server = await loop.create_server(
+                lambda: MqttProtocol(broker, "tls"),
+                listeners.tls.host,
+                listeners.tls.port,
+                ssl=make_tls_context(listeners.tls),
+                backlog=1024,
+            )
+            self._servers.append(server)
+            self.ports["tls"] = server.sockets[0].getsockname()[1]
+        if listeners.websocket.enabled:
+            self._ws_server = await serve_websocket(broker, listeners.websocket)
+            self.ports["websocket"] = next(iter(self._ws_server.sockets)).getsockname()[1]
+        if config.http.enabled:
+            runtime = self.runtime
+            endpoint = HttpEndpoint(
+                broker,
+                stopping=lambda: self.stopping,
+                cluster_state=runtime.state if runtime is not None else None,
+                cluster_collector=runtime.collector() if runtime is not None else None,
+            )
+            server = await endpoint.start(config.http.host, config.http.port)
+            self._servers.append(server)
+            self.ports["http"] = server.sockets[0].getsockname()[1]
+        broker.log_event(logging.INFO, "listening", node_id=broker.node_id, **self.ports)
+        return self.ports
+
+    def reload_auth(self) -> bool:
+        """Re-read the password file and the ACL file (SIGHUP); on an error keep the old ones."""
+        broker = self.broker
+        assert broker is not None
+        auth = self.config.auth
+        try:
+            acl = Acl.load(auth.acl_file) if auth.acl_file else None
+            broker.authenticator.reload()
+        except Exception as exc:
+            broker.log_event(logging.ERROR, "auth_reload_failed", message=str(exc))
+            return False
+        broker.set_acl(acl)
+        broker.log_event(logging.INFO, "auth_reloaded")
+        return True
+
+    async def stop(self) -> None:
+        """Stop accepting, disconnect everyone (v5: 0x8B), leave the cluster, close the store."""
+        if self._stop_started:
+            return
+        self._stop_started = True
+        self.stopping = True
+        for server in self._servers:
+            server.close()
+        if self._ws_server is not None:
+            self._ws_server.close(close_connections=False)
+        broker = self.broker
+        if broker is not None:
+            # clients first, so their wills still reach the other brokers; then the graceful
+            # leave, while the store still takes deliveries for persistent sessions
+            broker.disconnect_all()
+            await asyncio.sleep(0.05)  # let the transports flush the DISCONNECTs (and the overlay the wills)
+        if self.runtime is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self.runtime.stop(), timeout=5.0)
+        if broker is not None:
+            broker.close()
+        if self._ws_server is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._ws_server.wait_closed(), timeout=2.0)
+        for server in self._servers:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(server.wait_closed(), timeout=1.0)
+
+
+async def serve_until_signal(config: BrokerConfig) -> int:
+    """Run a broker until SIGTERM or SIGINT; return the exit status (0)."""
+    server = BrokerServer(config)
+    await server.start()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+    loop.add_signal_handler(signal.SIGHUP, server.reload_auth)  # re-read password and ACL files
+    await stop.wait()
+    broker = server.broker
+    assert broker is not None
+    broker.log_event(logging.INFO, "shutting_down")
+    await server.stop()
+    broker.log_event(logging.INFO, "stopped")
+    return 0
+
+
+class ThreadedBroker:
+    """A broker serving from a background thread with its own event loop (tests, embedding)."""
+
+    def __init__(self, config: BrokerConfig, *, cluster: ClusterPort | None = None) -> None:
+        self.config = config
+        self.loop = asyncio.new_event_loop()
+        self.server = BrokerServer(config, cluster=cluster)
+        self._thread = threading.Thread(target=self.loop.run_forever, name="skipmq-broker", daemon=True)
+        self.ports: dict[str, int] = {}
+
+    def start(self, timeout_s: float = 10.0) -> dict[str, int]:
+        self._thread.start()
+        self.ports = asyncio.run_coroutine_threadsafe(self.server.start(), self.loop).result(timeout_s)
+        return self.ports
+
+    @property
+    def broker(self) -> Broker:
+        assert self.server.broker is not None
+        return self.server.broker
+
+    def call(self, func: Any, *args: Any, timeout_s: float = 5.0) -> Any:
+        """Run ``func(*args)`` on the broker's loop thread and return its result."""
+
+        async def _call() -> Any:
+            return func(*args)
+
+        return asyncio.run_coroutine_threadsafe(_call(), self.loop).result(timeout_s)
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        if not self._thread.is_alive():
+            return
+        with contextlib.suppress(Exception):
+            asyncio.run_coroutine_threadsafe(self.server.stop(), self.loop).result(timeout_s)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(timeout_s)
+        self.loop.close()

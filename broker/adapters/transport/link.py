@@ -1,0 +1,630 @@
+"""The gRPC transport between brokers: ``service PeerLink { rpc Open(stream Frame) ... }``.
+
+One long-lived bidirectional stream per broker pair carries overlay messages (seed 003 Table 1
+queries and maintenance) and seed 002 envelopes in both directions, in batches (``Frame``) of
+items encoded by :mod:`broker.adapters.transport.wire` (protos/skipmq/v1/cluster.proto).
+
+Link life cycle:
+
+* Dial: the dialer opens ``Open`` and writes a ``Hello`` frame (its peer id, schema version,
+  batch cap); the acceptor answers with its own ``Hello``; both have ``connect_timeout_s``.
+  Only then do data frames flow, so a stream never carries data that a tie-break could discard.
+* Tie-break: if both sides dial at once, the acceptor whose id is smaller than the dialer's and
+  which is dialing itself (or holds a link it dialed) rejects with ``ALREADY_EXISTS``; the
+  larger side accepts and abandons its own dial. The stream dialed by the smaller id remains.
+  A ``Hello`` from a peer that already has a link otherwise replaces the old link (the peer
+  restarted and knows nothing of it).
+* Per peer, one queue (bounded; the oldest item is dropped beyond ``send_queue_limit``) and one
+  drain task: it takes everything queued up to ``max_batch_items`` into one frame and awaits the
+  stream write (HTTP/2 flow control is the backpressure). With no link it dials, retrying with
+  jittered exponential backoff while items wait. Items are queued as encoded bytes, so order is
+  per-direction FIFO across reconnects; a frame written to a stream that then breaks may be
+  lost (at-most-once, like any datagram the overlay sends; the overlay acks what matters).
+* ``on_peer_down`` fires once per outage: on a failed dial or a broken established link, and
+  again only after a link to that peer has been up again.
+
+The standard health service ``grpc.health.v1.Health`` runs on the same server: SERVING after
+:meth:`GrpcTransport.start`, NOT_SERVING once :meth:`GrpcTransport.stop` begins.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, fields
+from typing import Any
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+
+from broker.adapters.transport import wire
+
+log = logging.getLogger("skipmq.transport")
+
+_FRAME_HEADROOM_BYTES = 64  # bytes kept free below max_message_bytes for the frame's own framing
+
+
+@dataclass(frozen=True)
+class TransportConfig:
+    max_batch_items: int = 256  # items per Frame
+    send_queue_limit: int = 100_000  # per peer; beyond it the OLDEST queued item is dropped (counted)
+    connect_timeout_s: float = 3.0  # deadline of dial + Hello
+    reconnect_backoff_initial_s: float = 0.05
+    reconnect_backoff_max_s: float = 2.0
+    keepalive_time_s: float = 10.0  # gRPC keepalive pings on the long-lived stream
+    max_message_bytes: int = 64 * 1024 * 1024
+
+    def __post_init__(self) -> None:
+        if self.max_batch_items < 1:
+            raise ValueError(f"max_batch_items must be >= 1, got {self.max_batch_items}")
+        if self.send_queue_limit < 1:
+            raise ValueError(f"send_queue_limit must be >= 1, got {self.send_queue_limit}")
+        for name in ("connect_timeout_s", "reconnect_backoff_initial_s", "keepalive_time_s"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
+        if self.reconnect_backoff_max_s < self.reconnect_backoff_initial_s:
+            raise ValueError("reconnect_backoff_max_s must be >= reconnect_backoff_initial_s")
+        if self.max_message_bytes < 1024:
+            raise ValueError(f"max_message_bytes must be >= 1024, got {self.max_message_bytes}")
+
+
+@dataclass
+class TransportStats:
+    items_sent: int = 0
+    items_received: int = 0
+    frames_sent: int = 0
+    frames_received: int = 0
+    items_dropped: int = 0  # oldest items pushed out of a full send queue (or unsent at stop)
+    reconnects: int = 0  # links established to a peer that had had a link before
+    peer_down_events: int = 0
+    bytes_sent: int = 0  # frame bytes (gRPC/HTTP2 overhead excluded)
+    bytes_received: int = 0
+    items_malformed: int = 0  # received items that did not decode (logged and skipped)
+
+    def as_dict(self) -> dict[str, int]:
+        return {field.name: getattr(self, field.name) for field in fields(self)}
+
+
+class _LinkRejected(Exception):
+    """The peer keeps the stream it dialed itself (tie-break); not a failure of the peer."""
+
+
+class _Link:
+    """One established PeerLink stream, dialed by us or accepted from the peer."""
+
+    def __init__(self, peer_id: str, dialed: bool) -> None:
+        self.peer_id = peer_id
+        self.dialed = dialed
+        self.closed = asyncio.Event()
+        self.reader_task: asyncio.Task[None] | None = None
+
+    async def read(self) -> bytes | None:
+        raise NotImplementedError
+
+    async def write(self, data: bytes) -> None:
+        raise NotImplementedError
+
+    async def finish_writing(self) -> None:
+        """Graceful end of our direction (the peer reads end-of-stream)."""
+
+    def close(self) -> None:
+        self.closed.set()
+        task = self.reader_task
+        if task is not None and task is not asyncio.current_task() and not task.done():
+            task.cancel()
+
+
+class _DialedLink(_Link):
+    def __init__(
+        self, peer_id: str, channel: grpc.aio.Channel, call: Any, background: set[asyncio.Task[None]]
+    ) -> None:
+        super().__init__(peer_id, dialed=True)
+        self.channel = channel
+        self.call = call
+        self.background = background  # the transport's set of channel-closing tasks (awaited by stop)
+
+    async def read(self) -> bytes | None:
+        data = await self.call.read()
+        return None if data is grpc.aio.EOF else bytes(data)
+
+    async def write(self, data: bytes) -> None:
+        await self.call.write(data)
+
+    async def finish_writing(self) -> None:
+        await self.call.done_writing()
+
+    def close(self) -> None:
+        if not self.closed.is_set():
+            self.call.cancel()
+            task = asyncio.get_running_loop().create_task(self.channel.close())
+            self.background.add(task)
+            task.add_done_callback(self.background.discard)
+        super().close()
+
+
+class _AcceptedLink(_Link):
+    def __init__(self, peer_id: str, context: Any) -> None:
+        super().__init__(peer_id, dialed=False)
+        self.context = context
+
+    async def read(self) -> bytes | None:
+        data = await self.context.read()
+        return None if data is grpc.aio.EOF else bytes(data)
+
+    async def write(self, data: bytes) -> None:
+        await self.context.write(data)
+
+    async def finish_writing(self) -> None:
+        self.closed.set()  # the handler returns: the RPC ends with OK after the written frames
+
+
+class _Peer:
+    __slots__ = (
+        "backoff_failures",
+        "dialing",
+        "down_reported",
+        "drop_logged",
+        "ever_up",
+        "id",
+        "link",
+        "link_changed",
+        "pending_accepts",
+        "queue",
+        "sender_task",
+        "wakeup",
+        "writing",
+    )
+
+    def __init__(self, peer_id: str) -> None:
+        self.id = peer_id
+        self.queue: deque[bytes] = deque()
+        self.wakeup = asyncio.Event()  # queue grew, or the link changed
+        self.link_changed = asyncio.Event()  # cuts a reconnect backoff short
+        self.link: _Link | None = None
+        self.dialing = False
+        self.pending_accepts = 0  # incoming Hellos being answered right now
+        self.writing = False
+        self.down_reported = False
+        self.ever_up = False
+        self.drop_logged = False
+        self.backoff_failures = 0
+        self.sender_task: asyncio.Task[None] | None = None
+
+
+def _format_peer_id(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host and not host.startswith("[") else f"{host}:{port}"
+
+
+class GrpcTransport:
+    """Carries overlay messages and envelopes between brokers (see the module docstring).
+
+    Every method runs on the event loop thread; the callbacks are called on it too, in order.
+    ``self_id`` (``advertise_host:port``, IPv6 hosts in brackets) is valid after :meth:`start`.
+    """
+
+    def __init__(
+        self,
+        *,
+        advertise_host: str,
+        on_receive: Callable[[str, object], None],
+        on_peer_down: Callable[[str], None],
+        config: TransportConfig | None = None,
+    ) -> None:
+        if not advertise_host:
+            raise ValueError("advertise_host must name this broker's address as its peers reach it")
+        self.advertise_host = advertise_host
+        self.config = config or TransportConfig()
+        self.stats = TransportStats()
+        self.self_id = ""
+        self._on_receive = on_receive
+        self._on_peer_down = on_peer_down
+        self._peers: dict[str, _Peer] = {}
+        self._server: grpc.aio.Server | None = None
+        self._health: Any = None
+        self._closing = False
+        self._stopped = False
+        self._background: set[asyncio.Task[None]] = set()
+        self._max_item_bytes = self.config.max_message_bytes - _FRAME_HEADROOM_BYTES
+
+    # ------------------------------------------------------------------ public API
+
+    async def start(self, bind_host: str, bind_port: int) -> int:
+        """Bind (``bind_port`` 0 = ephemeral), serve PeerLink and health; returns the port."""
+        if self._server is not None:
+            raise RuntimeError("GrpcTransport.start() called twice")
+        server = grpc.aio.server(options=self._server_options())
+        handler = grpc.method_handlers_generic_handler(
+            "skipmq.v1.PeerLink", {"Open": grpc.stream_stream_rpc_method_handler(self._serve_open)}
+        )
+        server.add_generic_rpc_handlers((handler,))
+        self._health = health.aio.HealthServicer()
+        health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
+        address = _format_peer_id(bind_host, bind_port)
+        try:
+            port = server.add_insecure_port(address)
+        except RuntimeError as exc:
+            raise OSError(f"transport cannot bind {address}: {exc}") from None
+        if port == 0:
+            raise OSError(f"transport cannot bind {address}")
+        await server.start()
+        self._server = server
+        self.self_id = _format_peer_id(self.advertise_host, port)
+        for service in ("", "skipmq.v1.PeerLink"):
+            await self._health.set(service, health_pb2.HealthCheckResponse.SERVING)
+        log.info("transport listening on %s as %s", address, self.self_id)
+        return port
+
+    def send(self, peer: str, item: object) -> None:
+        """Queue ``item`` (overlay message or Envelope) for ``peer``; never blocks.
+
+        Raises WireError if the item cannot be encoded, ValueError for a bad peer id and
+        RuntimeError before start() or after stop().
+        """
+        if self._server is None or self._stopped:
+            raise RuntimeError("GrpcTransport.send() needs a started, not stopped transport")
+        data = wire.encode_item(item)
+        if len(data) > self._max_item_bytes:
+            raise wire.WireError(
+                f"item {type(item).__name__} is {len(data)} bytes; "
+                f"max_message_bytes allows {self._max_item_bytes}"
+            )
+        if peer == self.self_id:
+            decoded = wire.decode_item(data)  # a copy, as a remote peer would see it
+            asyncio.get_running_loop().call_soon(self._deliver, peer, decoded)
+            return
+        state = self._peer(peer)
+        queue = state.queue
+        if len(queue) >= self.config.send_queue_limit:
+            queue.popleft()
+            self.stats.items_dropped += 1
+            if not state.drop_logged:
+                state.drop_logged = True
+                log.warning(
+                    "send queue to %s is full (%d items): dropping the oldest",
+                    peer,
+                    self.config.send_queue_limit,
+                )
+        queue.append(data)
+        state.wakeup.set()
+
+    def queued(self, peer: str) -> int:
+        state = self._peers.get(peer)
+        return len(state.queue) if state is not None else 0
+
+    def drop_queued(self, peer: str) -> int:
+        """Forget what is queued for ``peer`` while it has no link (it left or crashed), so the
+        transport stops redialing it until something new is sent; returns the items dropped."""
+        state = self._peers.get(peer)
+        if state is None or state.link is not None:
+            return 0
+        dropped = len(state.queue)
+        state.queue.clear()
+        self.stats.items_dropped += dropped
+        return dropped
+
+    def connected_peers(self) -> frozenset[str]:
+        return frozenset(peer_id for peer_id, state in self._peers.items() if state.link is not None)
+
+    async def stop(self, drain_timeout_s: float = 2.0) -> None:
+        """NOT_SERVING, send what is queued (bounded by ``drain_timeout_s``), close every link."""
+        if self._server is None or self._stopped:
+            return
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + max(0.0, drain_timeout_s)
+        self._closing = True
+        with contextlib.suppress(Exception):
+            await self._health.enter_graceful_shutdown()
+        while loop.time() < deadline and any(
+            (state.queue or state.writing) and not state.down_reported for state in self._peers.values()
+        ):
+            await asyncio.sleep(0.005)
+        self._stopped = True
+        for state in self._peers.values():
+            if state.sender_task is not None:
+                state.sender_task.cancel()
+        for state in self._peers.values():
+            if state.sender_task is not None:
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await state.sender_task
+            if state.queue:
+                log.warning("transport stopping: %d items for %s not sent", len(state.queue), state.id)
+                self.stats.items_dropped += len(state.queue)
+                state.queue.clear()
+        links = [state.link for state in self._peers.values() if state.link is not None]
+        for link in links:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(link.finish_writing(), max(0.0, deadline - loop.time()))
+        readers = [link.reader_task for link in links if link.reader_task is not None]
+        if readers:  # the peers answer our end-of-stream with theirs
+            await asyncio.wait(readers, timeout=max(0.01, deadline - loop.time()))
+        for link in links:
+            link.close()
+        await self._server.stop(grace=max(0.0, deadline - loop.time()))
+        if self._background:
+            await asyncio.wait(set(self._background), timeout=1.0)
+        log.info("transport %s stopped", self.self_id)
+
+    # ------------------------------------------------------------------ per-peer sending
+
+    def _peer(self, peer_id: str) -> _Peer:
+        state = self._peers.get(peer_id)
+        if state is None:
+            if not isinstance(peer_id, str) or ":" not in peer_id:
+                raise ValueError(f"peer id must be 'host:port', got {peer_id!r}")
+            state = _Peer(peer_id)
+            self._peers[peer_id] = state
+            state.sender_task = asyncio.get_running_loop().create_task(
+                self._sender(state), name=f"skipmq-transport-send-{peer_id}"
+            )
+        return state
+
+    async def _sender(self, state: _Peer) -> None:
+        config = self.config
+        while not self._stopped:
+            state.wakeup.clear()
+            link = state.link
+            if link is None:
+                if not state.queue or state.pending_accepts:
+                    await state.wakeup.wait()
+                    continue
+                if await self._connect(state):
+                    continue
+                state.link_changed.clear()
+                delay = min(
+                    config.reconnect_backoff_max_s,
+                    config.reconnect_backoff_initial_s * 2 ** min(state.backoff_failures, 30),
+                )
+                state.backoff_failures += 1
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(state.link_changed.wait(), delay * random.uniform(0.5, 1.0))
+                continue
+            if not state.queue:
+                await state.wakeup.wait()
+                continue
+            encoded = self._take_batch(state.queue)
+            frame = wire.encode_frame_from_items(encoded)
+            state.writing = True
+            try:
+                await link.write(frame)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                log.info("write to %s failed: %s; %d items lost with the link", state.id, exc, len(encoded))
+                self._link_lost(state, link, f"write failed: {exc}")
+                continue
+            finally:
+                state.writing = False
+            stats = self.stats
+            stats.frames_sent += 1
+            stats.items_sent += len(encoded)
+            stats.bytes_sent += len(frame)
+
+    def _take_batch(self, queue: deque[bytes]) -> list[bytes]:
+        batch = [queue.popleft()]
+        size = wire.frame_item_overhead_bytes(batch[0])
+        cap = self.config.max_batch_items
+        while queue and len(batch) < cap:
+            extra = wire.frame_item_overhead_bytes(queue[0])
+            if size + extra > self._max_item_bytes:
+                break
+            batch.append(queue.popleft())
+            size += extra
+        return batch
+
+    async def _connect(self, state: _Peer) -> bool:
+        """One dial + Hello exchange; True when a link to the peer exists afterwards."""
+        state.dialing = True
+        channel = grpc.aio.insecure_channel(state.id, options=self._channel_options())
+        call = channel.stream_stream(wire.PEER_LINK_OPEN_METHOD)()
+        link: _DialedLink | None = None
+        try:
+            async with asyncio.timeout(self.config.connect_timeout_s):
+                await call.write(wire.encode_hello(self.self_id, self.config.max_batch_items))
+                reply = await call.read()
+            if reply is grpc.aio.EOF:
+                raise ConnectionError("the peer ended the stream before its Hello")
+            hello = wire.decode_hello(bytes(reply))
+            if hello.schema_version != wire.SCHEMA_VERSION:
+                raise ConnectionError(
+                    f"schema version {hello.schema_version}, this broker speaks {wire.SCHEMA_VERSION}"
+                )
+            if hello.peer_id != state.id:
+                raise ConnectionError(f"the broker at {state.id} calls itself {hello.peer_id!r}")
+            link = _DialedLink(state.id, channel, call, self._background)
+        except asyncio.CancelledError:
+            call.cancel()
+            await channel.close()
+            raise
+        except Exception as exc:
+            call.cancel()
+            await channel.close()
+            if isinstance(exc, grpc.aio.AioRpcError) and exc.code() == grpc.StatusCode.ALREADY_EXISTS:
+                log.debug("dial to %s: the peer keeps its own stream", state.id)
+                return state.link is not None
+            reason = "timed out" if isinstance(exc, TimeoutError) else _describe(exc)
+            if state.link is not None:
+                return True
+            log.info("dial to %s failed: %s", state.id, reason)
+            self._report_down(state)
+            return False
+        finally:
+            state.dialing = False
+        if state.link is not None:  # the peer's own dial was accepted meanwhile; it has the smaller id
+            link.close()
+            return True
+        self._install(state, link)
+        return True
+
+    # ------------------------------------------------------------------ accepting
+
+    async def _serve_open(self, request_iterator: Any, context: Any) -> None:
+        try:
+            async with asyncio.timeout(self.config.connect_timeout_s):
+                first = await context.read()
+        except TimeoutError:
+            await context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, "no Hello within connect_timeout_s")
+            return
+        if first is grpc.aio.EOF:
+            return
+        try:
+            hello = wire.decode_hello(bytes(first))
+        except wire.WireError as exc:
+            log.warning("rejecting a PeerLink stream from %s: %s", context.peer(), exc)
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+            return
+        if hello.schema_version != wire.SCHEMA_VERSION:
+            await context.abort(
+                grpc.StatusCode.FAILED_PRECONDITION,
+                f"schema version {hello.schema_version} not supported; "
+                f"this broker speaks {wire.SCHEMA_VERSION}",
+            )
+            return
+        if self._closing:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, "broker is stopping")
+            return
+        if ":" not in hello.peer_id or hello.peer_id == self.self_id:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"bad peer id {hello.peer_id!r} in Hello")
+            return
+        state = self._peer(hello.peer_id)
+        own_link_dialed = state.link is not None and state.link.dialed
+        if self.self_id < state.id and (state.dialing or own_link_dialed):
+            await context.abort(
+                grpc.StatusCode.ALREADY_EXISTS, "the smaller peer id keeps the stream it dialed"
+            )
+            return
+        state.pending_accepts += 1
+        try:
+            await context.write(wire.encode_hello(self.self_id, self.config.max_batch_items))
+        except Exception as exc:
+            log.info("Hello to %s failed: %s", state.id, _describe(exc))
+            return
+        finally:
+            state.pending_accepts -= 1
+            state.wakeup.set()
+        link = _AcceptedLink(state.id, context)
+        self._install(state, link)
+        await link.closed.wait()
+
+    # ------------------------------------------------------------------ link up / down
+
+    def _install(self, state: _Peer, link: _Link) -> None:
+        old = state.link
+        state.link = link
+        if old is not None:
+            log.info(
+                "link to %s replaced by a new %s stream", state.id, "dialed" if link.dialed else "accepted"
+            )
+            old.close()
+        if state.ever_up:
+            self.stats.reconnects += 1
+        state.ever_up = True
+        state.down_reported = False
+        state.drop_logged = False
+        state.backoff_failures = 0
+        link.reader_task = asyncio.get_running_loop().create_task(
+            self._read_loop(state, link), name=f"skipmq-transport-read-{state.id}"
+        )
+        state.wakeup.set()
+        state.link_changed.set()
+        log.info("link up: %s <-> %s (%s)", self.self_id, state.id, "dialed" if link.dialed else "accepted")
+
+    def _link_lost(self, state: _Peer, link: _Link, reason: str) -> None:
+        link.close()
+        if state.link is not link:
+            return
+        state.link = None
+        state.wakeup.set()
+        if self._closing:
+            log.info("link closed: %s (%s)", state.id, reason)
+            return
+        log.warning("link down: %s (%s)", state.id, reason)
+        self._report_down(state)
+
+    def _report_down(self, state: _Peer) -> None:
+        if state.down_reported or self._closing:
+            return
+        state.down_reported = True
+        self.stats.peer_down_events += 1
+        try:
+            self._on_peer_down(state.id)
+        except Exception:
+            log.exception("on_peer_down(%s) raised", state.id)
+
+    async def _read_loop(self, state: _Peer, link: _Link) -> None:
+        reason = "end of stream"
+        stats = self.stats
+        try:
+            while True:
+                data = await link.read()
+                if data is None:
+                    break
+                stats.frames_received += 1
+                stats.bytes_received += len(data)
+                try:
+                    raw_items = wire.decode_frame_items(data)
+                except wire.WireError as exc:
+                    log.error("malformed frame from %s: %s; closing the link", state.id, exc)
+                    reason = f"malformed frame: {exc}"
+                    break
+                for raw in raw_items:
+                    if state.link is not link:
+                        return  # replaced: the peer resent nothing of this stream on the new one
+                    try:
+                        item = wire.item_from_proto(raw)
+                    except wire.WireError as exc:
+                        stats.items_malformed += 1
+                        log.error("skipping a malformed item from %s: %s", state.id, exc)
+                        continue
+                    stats.items_received += 1
+                    self._deliver(state.id, item)
+        except asyncio.CancelledError:
+            reason = "closed"
+            raise
+        except Exception as exc:
+            reason = _describe(exc)
+        finally:
+            self._link_lost(state, link, reason)
+
+    def _deliver(self, peer_id: str, item: object) -> None:
+        try:
+            self._on_receive(peer_id, item)
+        except Exception:
+            log.exception("on_receive raised for %s from %s", type(item).__name__, peer_id)
+
+    # ------------------------------------------------------------------ gRPC options
+
+    def _common_options(self) -> list[tuple[str, Any]]:
+        keepalive_ms = max(1, int(self.config.keepalive_time_s * 1000))
+        return [
+            ("grpc.max_send_message_length", self.config.max_message_bytes),
+            ("grpc.max_receive_message_length", self.config.max_message_bytes),
+            ("grpc.keepalive_time_ms", keepalive_ms),
+            ("grpc.keepalive_timeout_ms", max(1000, keepalive_ms // 2)),
+            ("grpc.keepalive_permit_without_calls", 1),
+            ("grpc.http2.max_pings_without_data", 0),
+        ]
+
+    def _channel_options(self) -> list[tuple[str, Any]]:
+        # a private subchannel pool: a restarted peer is dialed afresh, not through the
+        # process-wide pool's cached connection backoff
+        return [*self._common_options(), ("grpc.use_local_subchannel_pool", 1)]
+
+    def _server_options(self) -> list[tuple[str, Any]]:
+        keepalive_ms = max(1, int(self.config.keepalive_time_s * 1000))
+        return [
+            *self._common_options(),
+            ("grpc.so_reuseport", 0),  # a port in use is an error, not a shared listener
+            ("grpc.http2.min_recv_ping_interval_without_data_ms", max(1, keepalive_ms // 2)),
+            ("grpc.http2.min_ping_interval_without_data_ms", max(1, keepalive_ms // 2)),
+            ("grpc.http2.max_ping_strikes", 0),
+        ]
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, grpc.aio.AioRpcError):
+        return f"{exc.code().name}: {exc.details()}"
+    return f"{type(exc).__name__}: {exc}"

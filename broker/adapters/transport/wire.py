@@ -1,0 +1,696 @@
+"""Dataclass <-> protobuf conversion of the inter-broker wire contract (protos/skipmq/v1).
+
+Maps every overlay message of ``overlay/messages.py`` (the REXP, EEXP, PUB, UNSUB, NEW queries
+of seed 003 Table 1 and the Skip Graph maintenance messages), the PUB payloads and directed
+messages of ``broker/cluster/messages.py`` (seed 002 envelope) and the link's ``Hello`` /
+``Frame`` to and from the generated classes. Together with ``link.py`` this is the only module
+that imports generated code.
+
+Overlay messages are mapped field by field *by name*: a dataclass field ``x`` is the proto field
+``x`` of the message whose oneof case in ``OverlayMessage`` is the dataclass's ``kind`` in lower
+case; the field's annotation ("Key", "NodeRef | None", "tuple[Key, ...]", "int", ...) picks the
+converter. Adding an overlay kind therefore takes: the message and its oneof case in
+``cluster.proto``, ``scripts/gen_protos.py``, and one entry in ``OVERLAY_KINDS`` below.
+
+MQTT properties travel as the MQTT 5 property block of a PUBLISH (``broker/mqtt/codec.py``).
+Every problem (wrong type, value out of range, missing required field, undecodable bytes)
+raises :class:`WireError` naming the message and field.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+from google.protobuf.message import DecodeError
+
+from broker.adapters.transport._pb.skipmq.v1 import cluster_pb2 as pb
+from broker.cluster.messages import (
+    ClaimReply,
+    Envelope,
+    ForwardedMessage,
+    RetainedSyncReply,
+    RetainedSyncRequest,
+    RetainedUpdate,
+    SessionClaim,
+)
+from broker.core.session import Message, OutEntry, SessionSnapshot, SubOptions
+from broker.mqtt import codec
+from broker.mqtt.packets import MQTTProtocolError, PacketType
+from overlay import messages as om
+
+SCHEMA_VERSION = 1  # the "v1" of package skipmq.v1; Hello.schema_version
+PEER_LINK_OPEN_METHOD = "/skipmq.v1.PeerLink/Open"
+
+# Every overlay message kind the wire knows: dataclass -> oneof case name in OverlayMessage.
+OVERLAY_KINDS: dict[type, str] = {
+    om.REXP: "rexp",
+    om.EEXP: "eexp",
+    om.PUB: "pub",
+    om.UNSUB: "unsub",
+    om.NEW: "new",
+    om.SEARCH: "search",
+    om.FOUND: "found",
+    om.SEARCH_FAIL: "search_fail",
+    om.LINK: "link",
+    om.LEAVE: "leave",
+    om.PRESENCE: "presence",
+    om.PRESENCE_QUERY: "presence_query",
+    om.PING: "ping",
+    om.PONG: "pong",
+    om.GONE: "gone",
+    om.ACK: "ack",
+    om.DONE: "done",
+}
+
+
+class WireError(ValueError):
+    """A value cannot be put on the wire, or received bytes are not a valid skipmq.v1 message."""
+
+
+# ---------------------------------------------------------------------------- keys and refs
+
+
+def _put_key(out: Any, key: Any, where: str) -> None:
+    if not isinstance(key, tuple) or len(key) > 3:
+        raise WireError(
+            f"{where}: a key must be a tuple (topic, role, peer_id) or a prefix of it, got {key!r}"
+        )
+    out.SetInParent()  # present even when empty: () is a valid (empty) range bound
+    if len(key) >= 1:
+        if not isinstance(key[0], str):
+            raise WireError(f"{where}: key topic must be a str, got {key[0]!r}")
+        out.topic = key[0]
+    if len(key) >= 2:
+        role = key[1]
+        if isinstance(role, bool) or not isinstance(role, int) or not 0 <= role < 2**32:
+            raise WireError(f"{where}: key role must be an int in 0..2**32-1, got {role!r}")
+        out.role = role
+    if len(key) == 3:
+        if not isinstance(key[2], str):
+            raise WireError(f"{where}: key peer_id must be a str (host:port), got {key[2]!r}")
+        out.peer_id = key[2]
+
+
+def _get_key(src: Any, where: str) -> tuple[Any, ...]:
+    has_topic, has_role, has_peer = src.HasField("topic"), src.HasField("role"), src.HasField("peer_id")
+    if (has_peer and not has_role) or (has_role and not has_topic):
+        raise WireError(f"{where}: key fields must form a prefix of (topic, role, peer_id)")
+    if has_peer:
+        return (src.topic, src.role, src.peer_id)
+    if has_role:
+        return (src.topic, src.role)
+    if has_topic:
+        return (src.topic,)
+    return ()
+
+
+def _put_ref(out: Any, ref: Any, where: str) -> None:
+    if not isinstance(ref, tuple) or len(ref) != 2:
+        raise WireError(f"{where}: a NodeRef must be a (key, membership_vector) pair, got {ref!r}")
+    key, mv = ref
+    if isinstance(mv, bool) or not isinstance(mv, int) or not 0 <= mv < 2**64:
+        raise WireError(f"{where}: membership vector must be an int in 0..2**64-1, got {mv!r}")
+    _put_key(out.key, key, f"{where}.key")
+    out.membership_vector = mv
+
+
+def _get_ref(src: Any, where: str) -> tuple[Any, int]:
+    if not src.HasField("key"):
+        raise WireError(f"{where}: NodeRef without a key")
+    return (_get_key(src.key, f"{where}.key"), src.membership_vector)
+
+
+# ---------------------------------------------------------------------------- field converters
+# (annotation string of the dataclass field) -> (put(pb_msg, name, value, where), get(pb_msg, name, where))
+
+_Put = Callable[[Any, str, Any, str], None]
+_Get = Callable[[Any, str, str], Any]
+
+
+def _require(src: Any, name: str, where: str) -> Any:
+    if not src.HasField(name):
+        raise WireError(f"{where}: required field missing")
+    return getattr(src, name)
+
+
+def _put_scalar(kind: type) -> _Put:
+    def put(out: Any, name: str, value: Any, where: str) -> None:
+        if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+            raise WireError(f"{where}: expected {kind.__name__}, got {value!r}")
+        try:
+            setattr(out, name, value)
+        except (ValueError, TypeError) as exc:
+            raise WireError(f"{where}: {value!r} does not fit the wire field ({exc})") from None
+
+    return put
+
+
+def _get_scalar(src: Any, name: str, where: str) -> Any:
+    return getattr(src, name)
+
+
+def _put_key_field(out: Any, name: str, value: Any, where: str) -> None:
+    _put_key(getattr(out, name), value, where)
+
+
+def _get_key_field(src: Any, name: str, where: str) -> Any:
+    return _get_key(_require(src, name, where), where)
+
+
+def _put_opt_key_field(out: Any, name: str, value: Any, where: str) -> None:
+    if value is not None:
+        _put_key(getattr(out, name), value, where)
+
+
+def _get_opt_key_field(src: Any, name: str, where: str) -> Any:
+    return _get_key(getattr(src, name), where) if src.HasField(name) else None
+
+
+def _put_ref_field(out: Any, name: str, value: Any, where: str) -> None:
+    _put_ref(getattr(out, name), value, where)
+
+
+def _get_ref_field(src: Any, name: str, where: str) -> Any:
+    return _get_ref(_require(src, name, where), where)
+
+
+def _put_opt_ref_field(out: Any, name: str, value: Any, where: str) -> None:
+    if value is not None:
+        _put_ref(getattr(out, name), value, where)
+
+
+def _get_opt_ref_field(src: Any, name: str, where: str) -> Any:
+    return _get_ref(getattr(src, name), where) if src.HasField(name) else None
+
+
+def _put_keys_field(out: Any, name: str, value: Any, where: str) -> None:
+    if not isinstance(value, tuple):
+        raise WireError(f"{where}: expected a tuple of keys, got {value!r}")
+    repeated = getattr(out, name)
+    for index, key in enumerate(value):
+        _put_key(repeated.add(), key, f"{where}[{index}]")
+
+
+def _get_keys_field(src: Any, name: str, where: str) -> Any:
+    return tuple(_get_key(key, f"{where}[{index}]") for index, key in enumerate(getattr(src, name)))
+
+
+def _put_peer_id_field(out: Any, name: str, value: Any, where: str) -> None:
+    if not isinstance(value, str):
+        raise WireError(f"{where}: a peer id must be a str (host:port), got {value!r}")
+    setattr(out, name, value)
+
+
+def _put_payload_field(out: Any, name: str, value: Any, where: str) -> None:
+    payload_to_proto(value, getattr(out, name), where)
+
+
+def _get_payload_field(src: Any, name: str, where: str) -> Any:
+    return payload_from_proto(_require(src, name, where), where)
+
+
+def _put_bounced_field(out: Any, name: str, value: Any, where: str) -> None:
+    if value is not None:
+        overlay_to_proto(value, getattr(out, name), where)
+
+
+def _get_bounced_field(src: Any, name: str, where: str) -> Any:
+    return overlay_from_proto(getattr(src, name), where) if src.HasField(name) else None
+
+
+_BY_ANNOTATION: dict[str, tuple[_Put, _Get]] = {
+    "int": (_put_scalar(int), _get_scalar),
+    "bool": (_put_scalar(bool), _get_scalar),
+    "str": (_put_scalar(str), _get_scalar),
+    "Key": (_put_key_field, _get_key_field),
+    "Key | None": (_put_opt_key_field, _get_opt_key_field),
+    "NodeRef": (_put_ref_field, _get_ref_field),
+    "NodeRef | None": (_put_opt_ref_field, _get_opt_ref_field),
+    "tuple[Key, ...]": (_put_keys_field, _get_keys_field),
+}
+# Fields typed Any in overlay/messages.py, by (kind, field name).
+_BY_FIELD: dict[tuple[str, str], tuple[_Put, _Get]] = {
+    ("pub", "payload"): (_put_payload_field, _get_payload_field),
+    ("search", "origin"): (_put_peer_id_field, _get_scalar),
+    ("gone", "bounced"): (_put_bounced_field, _get_bounced_field),
+}
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _KindCodec:
+    cls: type
+    case: str
+    fields: tuple[tuple[str, _Put, _Get], ...]
+
+
+def _build_codecs() -> dict[type, _KindCodec]:
+    codecs: dict[type, _KindCodec] = {}
+    oneof_cases = {field.name for field in pb.OverlayMessage.DESCRIPTOR.oneofs_by_name["kind"].fields}
+    for cls, case in OVERLAY_KINDS.items():
+        if case not in oneof_cases:
+            raise RuntimeError(
+                f"OverlayMessage has no oneof case {case!r} for {cls.__name__}: update the proto"
+            )
+        proto_fields = set(pb.OverlayMessage.DESCRIPTOR.fields_by_name[case].message_type.fields_by_name)
+        entries: list[tuple[str, _Put, _Get]] = []
+        for field in dataclasses.fields(cls):
+            if field.name not in proto_fields:
+                raise RuntimeError(f"{cls.__name__}.{field.name} has no field in the proto message {case!r}")
+            pair = _BY_FIELD.get((case, field.name)) or _BY_ANNOTATION.get(str(field.type))
+            if pair is None:
+                raise RuntimeError(f"no wire converter for {cls.__name__}.{field.name}: {field.type}")
+            entries.append((field.name, pair[0], pair[1]))
+        codecs[cls] = _KindCodec(cls, case, tuple(entries))
+    return codecs
+
+
+_CODECS = _build_codecs()
+_CODECS_BY_CASE = {codec_.case: codec_ for codec_ in _CODECS.values()}
+
+
+def overlay_to_proto(message: Any, out: Any | None = None, where: str = "overlay") -> Any:
+    """An ``overlay.messages`` dataclass as ``pb.OverlayMessage`` (written into ``out`` if given)."""
+    kind_codec = _CODECS.get(type(message))
+    if kind_codec is None:
+        raise WireError(f"{where}: not an overlay message kind the wire knows: {type(message).__name__}")
+    if out is None:
+        out = pb.OverlayMessage()
+    body = getattr(out, kind_codec.case)
+    body.SetInParent()
+    for name, put, _get in kind_codec.fields:
+        put(body, name, getattr(message, name), f"{where}.{kind_codec.cls.__name__}.{name}")
+    return out
+
+
+def overlay_from_proto(src: Any, where: str = "overlay") -> Any:
+    case = src.WhichOneof("kind")
+    if case is None:
+        raise WireError(f"{where}: OverlayMessage without a kind (unknown to this schema version?)")
+    kind_codec = _CODECS_BY_CASE[case]
+    body = getattr(src, case)
+    values = {
+        name: get(body, name, f"{where}.{kind_codec.cls.__name__}.{name}")
+        for name, _put, get in kind_codec.fields
+    }
+    return kind_codec.cls(**values)
+
+
+# ---------------------------------------------------------------------------- broker messages
+
+
+def _check_int(value: Any, where: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise WireError(f"{where}: expected int, got {value!r}")
+    return value
+
+
+def _set(out: Any, name: str, value: Any, where: str) -> None:
+    try:
+        setattr(out, name, value)
+    except (ValueError, TypeError) as exc:
+        raise WireError(f"{where}.{name}: {value!r} does not fit the wire field ({exc})") from None
+
+
+def mqtt_message_to_proto(message: Message, out: Any, where: str = "message") -> None:
+    if not isinstance(message, Message):
+        raise WireError(f"{where}: expected broker.core.session.Message, got {type(message).__name__}")
+    _set(out, "topic", message.topic, where)
+    _set(out, "payload", bytes(message.payload), where)
+    _set(out, "qos", _check_int(message.qos, f"{where}.qos"), where)
+    _set(out, "retain", bool(message.retain), where)
+    try:
+        out.properties = codec._encode_properties(message.properties, PacketType.PUBLISH)
+    except (ValueError, TypeError, KeyError) as exc:
+        raise WireError(f"{where}.properties: {exc}") from None
+    if message.expiry_at is not None:
+        _set(out, "expiry_at", float(message.expiry_at), where)
+    _set(out, "origin", message.origin, where)
+    if message.publisher_id is not None:
+        _set(out, "publisher_id", message.publisher_id, where)
+
+
+def mqtt_message_from_proto(src: Any, where: str = "message") -> Message:
+    block = src.properties or b"\x00"
+    try:
+        properties, end = codec._decode_properties(block, 0, len(block), PacketType.PUBLISH, "client")
+    except MQTTProtocolError as exc:
+        raise WireError(f"{where}.properties: {exc}") from None
+    if end != len(block):
+        raise WireError(f"{where}.properties: {len(block) - end} bytes after the property block")
+    return Message(
+        topic=src.topic,
+        payload=src.payload,
+        qos=src.qos,
+        retain=src.retain,
+        properties=properties,
+        expiry_at=src.expiry_at if src.HasField("expiry_at") else None,
+        origin=src.origin,
+        publisher_id=src.publisher_id if src.HasField("publisher_id") else None,
+    )
+
+
+def _retained_to_proto(update: RetainedUpdate, out: Any, where: str) -> None:
+    if not isinstance(update, RetainedUpdate):
+        raise WireError(f"{where}: expected RetainedUpdate, got {type(update).__name__}")
+    _set(out, "origin", update.origin, where)
+    _set(out, "version_ms", _check_int(update.version_ms, f"{where}.version_ms"), where)
+    mqtt_message_to_proto(update.message, out.message, f"{where}.message")
+
+
+def _retained_from_proto(src: Any, where: str) -> RetainedUpdate:
+    message = mqtt_message_from_proto(_require(src, "message", f"{where}.message"), f"{where}.message")
+    return RetainedUpdate(src.origin, src.version_ms, message)
+
+
+def payload_to_proto(payload: Any, out: Any | None = None, where: str = "payload") -> Any:
+    """A ``broker.cluster.messages.OverlayPayload`` as ``pb.OverlayPayload``."""
+    if out is None:
+        out = pb.OverlayPayload()
+    if isinstance(payload, ForwardedMessage):
+        body = out.forwarded
+        _set(body, "origin", payload.origin, f"{where}.ForwardedMessage")
+        _set(body, "stream", payload.stream, f"{where}.ForwardedMessage")
+        _set(body, "seq", _check_int(payload.seq, f"{where}.seq"), f"{where}.ForwardedMessage")
+        mqtt_message_to_proto(payload.message, body.message, f"{where}.ForwardedMessage.message")
+    elif isinstance(payload, RetainedUpdate):
+        _retained_to_proto(payload, out.retained, f"{where}.RetainedUpdate")
+    elif isinstance(payload, SessionClaim):
+        body = out.session_claim
+        where = f"{where}.SessionClaim"
+        _set(body, "origin", payload.origin, where)
+        _set(body, "client_id", payload.client_id, where)
+        _set(body, "claim_id", _check_int(payload.claim_id, f"{where}.claim_id"), where)
+        _set(body, "clean_start", bool(payload.clean_start), where)
+    else:
+        raise WireError(
+            f"{where}: a PUB payload must be ForwardedMessage, RetainedUpdate or SessionClaim, "
+            f"got {type(payload).__name__}"
+        )
+    return out
+
+
+def payload_from_proto(src: Any, where: str = "payload") -> Any:
+    case = src.WhichOneof("kind")
+    if case == "forwarded":
+        body = src.forwarded
+        message = mqtt_message_from_proto(
+            _require(body, "message", f"{where}.ForwardedMessage.message"),
+            f"{where}.ForwardedMessage.message",
+        )
+        return ForwardedMessage(body.origin, body.stream, body.seq, message)
+    if case == "retained":
+        return _retained_from_proto(src.retained, f"{where}.RetainedUpdate")
+    if case == "session_claim":
+        body = src.session_claim
+        return SessionClaim(body.origin, body.client_id, body.claim_id, body.clean_start)
+    raise WireError(f"{where}: OverlayPayload without a kind (unknown to this schema version?)")
+
+
+def snapshot_to_proto(snapshot: SessionSnapshot, out: Any, where: str = "snapshot") -> None:
+    if not isinstance(snapshot, SessionSnapshot):
+        raise WireError(f"{where}: expected SessionSnapshot, got {type(snapshot).__name__}")
+    _set(out, "client_id", snapshot.client_id, where)
+    _set(out, "protocol_level", _check_int(snapshot.protocol_level, f"{where}.protocol_level"), where)
+    _set(
+        out, "expiry_interval_s", _check_int(snapshot.expiry_interval_s, f"{where}.expiry_interval_s"), where
+    )
+    if snapshot.username is not None:
+        _set(out, "username", snapshot.username, where)
+    for index, sub in enumerate(snapshot.subscriptions):
+        sub_where = f"{where}.subscriptions[{index}]"
+        if not isinstance(sub, SubOptions):
+            raise WireError(f"{sub_where}: expected SubOptions, got {type(sub).__name__}")
+        item = out.subscriptions.add()
+        _set(item, "topic_filter", sub.topic_filter, sub_where)
+        _set(item, "qos", _check_int(sub.qos, f"{sub_where}.qos"), sub_where)
+        _set(item, "no_local", bool(sub.no_local), sub_where)
+        _set(item, "retain_as_published", bool(sub.retain_as_published), sub_where)
+        _set(
+            item,
+            "retain_handling",
+            _check_int(sub.retain_handling, f"{sub_where}.retain_handling"),
+            sub_where,
+        )
+        if sub.subscription_identifier is not None:
+            _set(item, "subscription_identifier", sub.subscription_identifier, sub_where)
+        if sub.share_group is not None:
+            _set(item, "share_group", sub.share_group, sub_where)
+        _set(item, "match_filter", sub.match_filter, sub_where)
+    for index, entry in enumerate(snapshot.pending):
+        entry_where = f"{where}.pending[{index}]"
+        if not isinstance(entry, OutEntry):
+            raise WireError(f"{entry_where}: expected OutEntry, got {type(entry).__name__}")
+        item = out.pending.add()
+        mqtt_message_to_proto(entry.message, item.message, f"{entry_where}.message")
+        _set(item, "qos", _check_int(entry.qos, f"{entry_where}.qos"), entry_where)
+        _set(item, "retain", bool(entry.retain), entry_where)
+        try:
+            item.subscription_identifiers.extend(entry.subscription_identifiers)
+        except (ValueError, TypeError) as exc:
+            raise WireError(f"{entry_where}.subscription_identifiers: {exc}") from None
+        if entry.seq is not None:
+            _set(item, "seq", entry.seq, entry_where)
+        if entry.packet_id is not None:
+            _set(item, "packet_id", entry.packet_id, entry_where)
+        _set(item, "state", _check_int(entry.state, f"{entry_where}.state"), entry_where)
+        if entry.share_key is not None:
+            group, topic_filter = entry.share_key
+            _set(item.share_key, "group", group, f"{entry_where}.share_key")
+            _set(item.share_key, "filter", topic_filter, f"{entry_where}.share_key")
+    try:
+        out.incoming_qos2.extend(sorted(snapshot.incoming_qos2))
+    except (ValueError, TypeError) as exc:
+        raise WireError(f"{where}.incoming_qos2: {exc}") from None
+    _set(out, "next_packet_id", _check_int(snapshot.next_packet_id, f"{where}.next_packet_id"), where)
+
+
+def snapshot_from_proto(src: Any, where: str = "snapshot") -> SessionSnapshot:
+    subscriptions = [
+        SubOptions(
+            topic_filter=sub.topic_filter,
+            qos=sub.qos,
+            no_local=sub.no_local,
+            retain_as_published=sub.retain_as_published,
+            retain_handling=sub.retain_handling,
+            subscription_identifier=(
+                sub.subscription_identifier if sub.HasField("subscription_identifier") else None
+            ),
+            share_group=sub.share_group if sub.HasField("share_group") else None,
+            match_filter=sub.match_filter,
+        )
+        for sub in src.subscriptions
+    ]
+    pending = []
+    for index, entry in enumerate(src.pending):
+        entry_where = f"{where}.pending[{index}]"
+        pending.append(
+            OutEntry(
+                message=mqtt_message_from_proto(
+                    _require(entry, "message", f"{entry_where}.message"), f"{entry_where}.message"
+                ),
+                qos=entry.qos,
+                retain=entry.retain,
+                subscription_identifiers=list(entry.subscription_identifiers),
+                seq=entry.seq if entry.HasField("seq") else None,
+                packet_id=entry.packet_id if entry.HasField("packet_id") else None,
+                state=entry.state,
+                share_key=(entry.share_key.group, entry.share_key.filter)
+                if entry.HasField("share_key")
+                else None,
+            )
+        )
+    return SessionSnapshot(
+        client_id=src.client_id,
+        protocol_level=src.protocol_level,
+        expiry_interval_s=src.expiry_interval_s,
+        username=src.username if src.HasField("username") else None,
+        subscriptions=subscriptions,
+        pending=pending,
+        incoming_qos2=set(src.incoming_qos2),
+        next_packet_id=src.next_packet_id,
+    )
+
+
+def envelope_to_proto(envelope: Envelope, out: Any | None = None, where: str = "envelope") -> Any:
+    """A seed 002 :class:`Envelope` (with its directed body) as ``pb.Envelope``."""
+    if out is None:
+        out = pb.Envelope()
+    for name in ("orig", "dest", "from_client", "to_client"):
+        _set(out, name, getattr(envelope, name), where)
+    _set(out, "ref", _check_int(envelope.ref, f"{where}.ref"), where)
+    _set(out, "ttl", _check_int(envelope.ttl, f"{where}.ttl"), where)
+    body = envelope.body
+    if isinstance(body, ClaimReply):
+        reply = out.claim_reply
+        body_where = f"{where}.ClaimReply"
+        _set(reply, "claim_id", _check_int(body.claim_id, f"{body_where}.claim_id"), body_where)
+        _set(reply, "client_id", body.client_id, body_where)
+        _set(reply, "had_client", bool(body.had_client), body_where)
+        if body.snapshot is not None:
+            snapshot_to_proto(body.snapshot, reply.snapshot, f"{body_where}.snapshot")
+        else:
+            reply.SetInParent()
+    elif isinstance(body, RetainedSyncRequest):
+        body_where = f"{where}.RetainedSyncRequest"
+        out.retained_sync_request.SetInParent()
+        _set(out.retained_sync_request, "request_id", _check_int(body.request_id, body_where), body_where)
+    elif isinstance(body, RetainedSyncReply):
+        body_where = f"{where}.RetainedSyncReply"
+        sync = out.retained_sync_reply
+        sync.SetInParent()
+        _set(sync, "request_id", _check_int(body.request_id, f"{body_where}.request_id"), body_where)
+        for index, update in enumerate(body.updates):
+            _retained_to_proto(update, sync.updates.add(), f"{body_where}.updates[{index}]")
+        _set(sync, "last", bool(body.last), body_where)
+    else:
+        raise WireError(
+            f"{where}.body: must be ClaimReply, RetainedSyncRequest or RetainedSyncReply, "
+            f"got {type(body).__name__}"
+        )
+    return out
+
+
+def envelope_from_proto(src: Any, where: str = "envelope") -> Envelope:
+    case = src.WhichOneof("body")
+    body: ClaimReply | RetainedSyncRequest | RetainedSyncReply
+    if case == "claim_reply":
+        reply = src.claim_reply
+        snapshot = (
+            snapshot_from_proto(reply.snapshot, f"{where}.ClaimReply.snapshot")
+            if reply.HasField("snapshot")
+            else None
+        )
+        body = ClaimReply(reply.claim_id, reply.client_id, reply.had_client, snapshot)
+    elif case == "retained_sync_request":
+        body = RetainedSyncRequest(src.retained_sync_request.request_id)
+    elif case == "retained_sync_reply":
+        sync = src.retained_sync_reply
+        updates = tuple(
+            _retained_from_proto(update, f"{where}.RetainedSyncReply.updates[{index}]")
+            for index, update in enumerate(sync.updates)
+        )
+        body = RetainedSyncReply(sync.request_id, updates, sync.last)
+    else:
+        raise WireError(f"{where}: Envelope without a body (unknown to this schema version?)")
+    return Envelope(src.orig, src.dest, src.from_client, src.to_client, src.ref, src.ttl, body)
+
+
+# ---------------------------------------------------------------------------- items and frames
+
+
+def item_to_proto(item: object) -> Any:
+    """An overlay message or an :class:`Envelope` as ``pb.Item``."""
+    out = pb.Item()
+    if isinstance(item, Envelope):
+        envelope_to_proto(item, out.envelope)
+    else:
+        overlay_to_proto(item, out.overlay, "item")
+    return out
+
+
+def item_from_proto(src: Any) -> object:
+    case = src.WhichOneof("kind")
+    if case == "overlay":
+        return overlay_from_proto(src.overlay, "item")
+    if case == "envelope":
+        return envelope_from_proto(src.envelope)
+    raise WireError("item: Item without a kind (unknown to this schema version?)")
+
+
+def encode_item(item: object) -> bytes:
+    """The serialized ``pb.Item`` of an overlay message or envelope (raises WireError)."""
+    return bytes(item_to_proto(item).SerializeToString())
+
+
+def decode_item(data: bytes) -> object:
+    return item_from_proto(_parse(pb.Item, data, "Item"))
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while value > 0x7F:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+_FRAME_ITEMS_TAG = bytes(((2 << 3) | 2,))  # Frame.items: field 2, length-delimited
+
+
+def frame_item_overhead_bytes(encoded_item: bytes) -> int:
+    """Bytes an encoded item adds to a Frame (tag + length + item)."""
+    return 1 + len(_varint(len(encoded_item))) + len(encoded_item)
+
+
+def encode_frame_from_items(encoded_items: Iterable[bytes]) -> bytes:
+    """A serialized ``Frame`` holding already-encoded items (``encode_item``) in order.
+
+    Equal to ``Frame(items=[...]).SerializeToString()``: a repeated message field is the
+    concatenation of its tagged, length-prefixed elements.
+    """
+    parts: list[bytes] = []
+    for data in encoded_items:
+        parts.append(_FRAME_ITEMS_TAG)
+        parts.append(_varint(len(data)))
+        parts.append(data)
+    return b"".join(parts)
+
+
+def encode_frame(items: Sequence[object]) -> bytes:
+    return encode_frame_from_items(encode_item(item) for item in items)
+
+
+def encode_hello(peer_id: str, max_batch_items: int) -> bytes:
+    frame = pb.Frame()
+    frame.hello.peer_id = peer_id
+    frame.hello.schema_version = SCHEMA_VERSION
+    frame.hello.max_batch_items = max_batch_items
+    return bytes(frame.SerializeToString())
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Hello:
+    peer_id: str
+    schema_version: int
+    max_batch_items: int
+
+
+def _parse(cls: Any, data: bytes, what: str) -> Any:
+    if not isinstance(data, bytes | bytearray | memoryview):
+        raise WireError(f"{what}: expected bytes, got {type(data).__name__}")
+    message = cls()
+    try:
+        message.ParseFromString(bytes(data))
+    except DecodeError as exc:
+        raise WireError(f"{what}: {len(data)} bytes are not a valid skipmq.v1.{what} ({exc})") from None
+    return message
+
+
+def decode_hello(data: bytes) -> Hello:
+    """The Hello of a link's first frame; WireError if the frame is not a Hello."""
+    frame = _parse(pb.Frame, data, "Frame")
+    if not frame.HasField("hello") or len(frame.items):
+        raise WireError("Frame: the first frame of a link must hold a Hello and nothing else")
+    hello = frame.hello
+    if not hello.peer_id:
+        raise WireError("Hello: empty peer_id")
+    return Hello(hello.peer_id, hello.schema_version, hello.max_batch_items)
+
+
+def decode_frame(data: bytes) -> list[object]:
+    """The items of a data frame, in order; WireError for bad bytes, a Hello here or a bad item."""
+    frame = _parse(pb.Frame, data, "Frame")
+    if frame.HasField("hello"):
+        raise WireError("Frame: a Hello after the link's first frame")
+    return [item_from_proto(item) for item in frame.items]
+
+
+def decode_frame_items(data: bytes) -> list[Any]:
+    """The raw ``pb.Item`` messages of a data frame (decode each with ``item_from_proto``)."""
+    frame = _parse(pb.Frame, data, "Frame")
+    if frame.HasField("hello"):
+        raise WireError("Frame: a Hello after the link's first frame")
+    return list(frame.items)

@@ -1,0 +1,121 @@
+"""Cluster-wide retained messages: last writer wins, and a copy for a broker that joins (pure core).
+
+Every retained write (a payload, or an empty payload = delete, MQTT §3.3.1.3) accepted by a broker
+is replicated to every broker on the control class as a ``RetainedUpdate`` stamped with a version
+``(wall-clock ms, origin peer id)``; a broker applies an update only if its version is newer than
+the newest it has seen for the topic, so every broker ends with the same value whatever the order
+updates arrive in. A local write is stamped above every version seen for its topic (two writes in
+one millisecond, or after an update from a broker whose clock runs ahead). A broker that joins asks
+one contact for its whole retained store, deletions included (tombstones: a broker that was down
+when a topic was deleted still holds it on disk); without an answer within ``request_timeout_s``
+it asks the next contact.
+
+Events in (a local write with the wall clock, an update, a copy request / reply, ``tick``);
+decisions, updates and directed messages out. No I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from broker.cluster.messages import RetainedSyncReply, RetainedSyncRequest, RetainedUpdate
+from broker.core.session import Message
+
+RETAINED_SYNC_CHUNK = 256
+Version = tuple[int, str]  # (wall-clock ms, origin peer id)
+
+
+@dataclass(frozen=True, slots=True)
+class CopyRequest:
+    """Send ``request`` to ``dest`` (the next contact to copy the retained store from)."""
+
+    dest: str
+    request: RetainedSyncRequest
+
+
+class RetainedSync:
+    """Versions of every retained topic seen, and the state of this broker's copy request."""
+
+    def __init__(self, peer_id: str, *, request_timeout_s: float) -> None:
+        self.peer_id = peer_id
+        self.request_timeout_s = request_timeout_s
+        self.versions: dict[str, Version] = {}
+        self._contacts: list[str] = []
+        self._request_id = 0
+        self._current_request = 0
+        self._request_deadline: float | None = None
+
+    # ------------------------------------------------------------------ replication
+    def local_write(self, message: Message, wall_ms: int) -> RetainedUpdate:
+        """A retained write accepted here: the update to replicate."""
+        current = self.versions.get(message.topic)
+        if current is not None and current[0] >= wall_ms:
+            wall_ms = current[0] + 1
+        self.versions[message.topic] = (wall_ms, self.peer_id)
+        return RetainedUpdate(self.peer_id, wall_ms, message)
+
+    def accept(self, update: RetainedUpdate) -> bool:
+        """Whether ``update`` is newer than anything seen for its topic (then it is applied)."""
+        topic = update.message.topic
+        version = (update.version_ms, update.origin)
+        current = self.versions.get(topic)
+        if current is not None and current >= version:
+            return False
+        self.versions[topic] = version
+        return True
+
+    # ------------------------------------------------------------------ the copy for a new broker
+    def start_copy(self, contacts: Iterable[str], now: float) -> CopyRequest | None:
+        self._contacts = list(contacts)
+        return self._next_request(now)
+
+    def copy_for(self, request_id: int, retained: Iterable[Message]) -> list[RetainedSyncReply]:
+        """The chunks answering another broker's copy request: every retained message held here
+        and a deletion for every topic known to be deleted."""
+        updates: list[RetainedUpdate] = []
+        held: set[str] = set()
+        for message in retained:
+            held.add(message.topic)
+            version_ms, origin = self.versions.get(message.topic, (0, ""))
+            updates.append(RetainedUpdate(origin or self.peer_id, version_ms, message))
+        for topic, (version_ms, origin) in list(self.versions.items()):
+            if topic not in held:
+                tombstone = Message(topic, b"", qos=0, retain=True, origin=origin)
+                updates.append(RetainedUpdate(origin, version_ms, tombstone))
+        chunks = [updates[i : i + RETAINED_SYNC_CHUNK] for i in range(0, len(updates), RETAINED_SYNC_CHUNK)]
+        last = max(0, len(chunks) - 1)
+        return [
+            RetainedSyncReply(request_id, tuple(chunk), index == last)
+            for index, chunk in enumerate(chunks or [[]])
+        ]
+
+    def reply_received(self, reply: RetainedSyncReply) -> list[RetainedUpdate]:
+        """A chunk of our copy: the updates to consider (``accept``); the last chunk of the current
+        request ends the copy."""
+        if reply.last and reply.request_id == self._current_request:
+            self._contacts = []
+            self._request_deadline = None
+        return list(reply.updates)
+
+    def tick(self, now: float) -> CopyRequest | None:
+        if self._request_deadline is None or self._request_deadline > now:
+            return None
+        return self._next_request(now)
+
+    def next_deadline(self) -> float | None:
+        return self._request_deadline
+
+    def stop(self) -> None:
+        self._contacts = []
+        self._request_deadline = None
+
+    def _next_request(self, now: float) -> CopyRequest | None:
+        if not self._contacts:
+            self._request_deadline = None
+            return None
+        contact = self._contacts.pop(0)
+        self._request_id += 1
+        self._current_request = self._request_id
+        self._request_deadline = now + self.request_timeout_s
+        return CopyRequest(contact, RetainedSyncRequest(self._request_id))

@@ -1,0 +1,162 @@
+"""Session takeover across brokers: claims, their order, and the wait for a hand-over (pure core).
+
+MQTT allows one connection per client id (MQTT-3.1.4-3: a new CONNECT takes over the old one,
+0x8E). In a cluster the two connections may be on different brokers: a CONNECT makes its broker
+publish a ``SessionClaim`` on the control class; the broker holding the client disconnects it and
+answers (seed 002 envelope) with a ``ClaimReply`` carrying the session unless the claim asked for a
+clean start. The CONNECT waits for the replies of every connected broker, at most ``wait_s``.
+
+Claims are ordered by ``(claim id, peer id)``, the claim id being wall-clock nanoseconds (strictly
+increasing per broker): with the peer id as tie-breaker every broker orders two CONNECTs of one
+client id the same way, and an older claim never takes the client from a newer connection - its
+broker answers "no" and its own claim, arriving at the other broker, closes the older one. A
+local CONNECT that already attached while a newer claim for its client id arrived from
+elsewhere yields to it (:meth:`Takeover.yields`).
+
+Events in, decisions and finished claims out; the claimant's wait is identified by its claim id.
+No I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from broker.cluster.messages import ClaimReply, SessionClaim
+from broker.core.session import SessionSnapshot
+
+ClaimOrder = tuple[int, str]  # (claim id = wall-clock ns, peer id)
+
+
+@dataclass(frozen=True, slots=True)
+class Refuse:
+    """Answer ``claim`` with "no": our connection of the client is the newer one."""
+
+    claim: SessionClaim
+
+
+@dataclass(frozen=True, slots=True)
+class HandOver:
+    """Disconnect the client here and answer ``claim`` (with the session when ``transfer``)."""
+
+    claim: SessionClaim
+    transfer: bool
+
+
+Decision = Refuse | HandOver
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimFinished:
+    """The CONNECT of claim ``claim_id`` may attach (with the session, if one was handed over)."""
+
+    claim_id: int
+    snapshot: SessionSnapshot | None
+
+
+@dataclass(frozen=True, slots=True)
+class LateSession:
+    """A session handed over after its claim stopped waiting: keep its messages."""
+
+    snapshot: SessionSnapshot
+
+
+@dataclass
+class _Claim:
+    waiting_for: set[str]
+    deadline: float
+
+
+class Takeover:
+    """This broker's claims and what it knows of other brokers' claims."""
+
+    def __init__(self, peer_id: str, *, wait_s: float) -> None:
+        self.peer_id = peer_id
+        self.wait_s = wait_s
+        self._last_claim_id = 0
+        self._claims: dict[int, _Claim] = {}
+        # client id -> the claim its current local connection made (a newer claim wins)
+        self._connection_claims: dict[str, ClaimOrder] = {}
+        # client id -> the newest claim seen from another broker (a local CONNECT still waiting
+        # for its own claim's answers must not win against it)
+        self._newest_remote: dict[str, ClaimOrder] = {}
+
+    def claim(
+        self, client_id: str, clean_start: bool, peers: Iterable[str], now: float, wall_ns: int
+    ) -> tuple[SessionClaim, bool]:
+        """A local CONNECT for ``client_id``: the claim to publish, and whether the CONNECT waits
+        for the replies of ``peers`` (not for a clean start: there is nothing to hand over)."""
+        self._last_claim_id = claim_id = max(self._last_claim_id + 1, wall_ns)
+        self._connection_claims[client_id] = (claim_id, self.peer_id)
+        peers = set(peers)
+        waits = bool(peers) and not clean_start and self.wait_s > 0
+        if waits:
+            self._claims[claim_id] = _Claim(peers, now + self.wait_s)
+        return SessionClaim(self.peer_id, client_id, claim_id, clean_start), waits
+
+    def on_claim(self, claim: SessionClaim, *, connected_here: bool) -> Decision | None:
+        """Another broker's claim arrived (``connected_here``: the client has a live connection here)."""
+        if claim.origin == self.peer_id:
+            return None
+        incoming = (claim.claim_id, claim.origin)
+        if incoming > self._newest_remote.get(claim.client_id, (0, "")):
+            self._newest_remote[claim.client_id] = incoming
+        mine = self._connection_claims.get(claim.client_id)
+        if mine is not None and mine > incoming and (connected_here or mine[0] in self._claims):
+            # our connection is the newer one (attached, or its CONNECT still waiting for its own
+            # claim's answers): it keeps the client; the claimant's connection is closed when our
+            # own claim reaches it
+            return Refuse(claim)
+        return HandOver(claim, transfer=not claim.clean_start)
+
+    def on_reply(self, replier: str, reply: ClaimReply) -> ClaimFinished | LateSession | None:
+        """A reply to one of our claims from broker ``replier``."""
+        claim = self._claims.get(reply.claim_id)
+        if claim is None:
+            return LateSession(reply.snapshot) if reply.snapshot is not None else None
+        claim.waiting_for.discard(replier)
+        if reply.snapshot is not None:
+            del self._claims[reply.claim_id]
+            return ClaimFinished(reply.claim_id, reply.snapshot)
+        if not claim.waiting_for:
+            del self._claims[reply.claim_id]
+            return ClaimFinished(reply.claim_id, None)
+        return None
+
+    def peer_down(self, peer: str) -> list[ClaimFinished]:
+        """A broker went away: claims waiting only for it finish without a session."""
+        finished = []
+        for claim_id, claim in list(self._claims.items()):
+            claim.waiting_for.discard(peer)
+            if not claim.waiting_for:
+                del self._claims[claim_id]
+                finished.append(ClaimFinished(claim_id, None))
+        return finished
+
+    def yields(self, client_id: str) -> bool:
+        """A local CONNECT of ``client_id`` attached: True if a newer claim for it came from another
+        broker meanwhile (the newer connection wins: disconnect ours with 0x8E)."""
+        mine = self._connection_claims.get(client_id)
+        newer = self._newest_remote.get(client_id)
+        return mine is not None and newer is not None and newer > mine
+
+    def tick(self, now: float) -> list[ClaimFinished]:
+        due = [claim_id for claim_id, claim in self._claims.items() if claim.deadline <= now]
+        for claim_id in due:
+            del self._claims[claim_id]
+        return [ClaimFinished(claim_id, None) for claim_id in due]
+
+    def next_deadline(self) -> float | None:
+        return min((claim.deadline for claim in self._claims.values()), default=None)
+
+    def forget(self, has_session: Callable[[str], bool]) -> None:
+        """Periodic clean-up: claim records of clients with no session here any more, and remote
+        claims (only races within a clean-up period matter)."""
+        for client_id in [c for c in self._connection_claims if not has_session(c)]:
+            del self._connection_claims[client_id]
+        self._newest_remote.clear()
+
+    def abort_all(self) -> list[ClaimFinished]:
+        finished = [ClaimFinished(claim_id, None) for claim_id in self._claims]
+        self._claims.clear()
+        return finished

@@ -1,0 +1,283 @@
+"""Outbound: messages towards clients - QoS 0 writes, QoS 1/2 queues and in-flight windows.
+
+MQTT 3.1.1 / 5.0 §4.3 (QoS 1/2 delivery), §4.4 (re-delivery with DUP=1 and the original packet
+id on a resumed session), §4.9 (flow control: at most ``min(max_inflight_messages, the client's
+Receive Maximum)`` unacknowledged PUBLISHes), §3.3.2.3.3 (message expiry), §3.3.2.3.4 (topic
+aliases towards the client) and the client's Maximum Packet Size (MQTT-3.1.2-24, dropped and
+counted as ``packet_too_large``).
+
+QoS 0 output of one event-loop iteration is coalesced per connection: the fan-out path appends
+the encoded PUBLISH to ``conn.out`` and :meth:`Outbound.flush_writes` hands each dirty
+connection's output to its transport once (one send() for many messages). A subscriber whose
+transport buffer is above ``SLOW_CONSUMER_HIGH_WATER_BYTES`` gets no QoS 0 messages (counted as
+``slow_consumer``); QoS>0 messages wait in its bounded queue instead (``limits.max_queued_messages``,
+``limits.queue_overflow``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from typing import TYPE_CHECKING, Any
+
+from broker.core.session import STATE_PUBLISH_SENT, STATE_PUBREL_SENT, Message, OutEntry, Session
+from broker.mqtt import codec
+from broker.mqtt.packets import MQTT_5
+
+if TYPE_CHECKING:
+    from broker.config import LimitsConfig
+    from broker.core.durability import Durability
+    from broker.core.ports import ClientPort, Scheduler
+    from broker.core.stats import BrokerStats
+
+SLOW_CONSUMER_HIGH_WATER_BYTES = 4 * 1024 * 1024
+
+
+class Outbound:
+    """Per-session outgoing queues and in-flight windows, and the per-iteration write coalescing."""
+
+    __slots__ = (
+        "_dirty",
+        "_drop_oldest",
+        "_durability",
+        "_flush_scheduled",
+        "_max_queued",
+        "_scheduler",
+        "_window_cap",
+        "stats",
+    )
+
+    def __init__(
+        self, limits: LimitsConfig, durability: Durability, stats: BrokerStats, scheduler: Scheduler
+    ) -> None:
+        self._window_cap: int = limits.max_inflight_messages
+        self._max_queued: int = limits.max_queued_messages
+        self._drop_oldest: bool = limits.queue_overflow == "drop_oldest"
+        self._durability = durability
+        self.stats = stats
+        self._scheduler = scheduler
+        self._dirty: list[ClientPort] = []
+        self._flush_scheduled = False
+
+    # ================================================================== write coalescing
+    def mark_dirty(self, conn: ClientPort) -> None:
+        """``conn`` has queued output: flush it (with all others) at the end of this loop iteration."""
+        self._dirty.append(conn)
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            self._scheduler.call_soon(self.flush_writes)
+
+    def flush_writes(self) -> None:
+        self._flush_scheduled = False
+        dirty = self._dirty
+        self._dirty = []
+        for conn in dirty:
+            conn.flush()
+
+    # ================================================================== QoS 0
+    def send_qos0(
+        self,
+        session: Session,
+        message: Message,
+        retain: bool,
+        sub_ids: list[int],
+        cache: dict[Any, bytes],
+    ) -> int:
+        """Write a QoS 0 PUBLISH to a connected session now; the encoding is shared through
+        ``cache`` by every subscriber with the same (protocol family, retain) form."""
+        conn = session.connection
+        if conn is None:
+            return 0
+        if conn.transport.get_write_buffer_size() > SLOW_CONSUMER_HIGH_WATER_BYTES:
+            self.stats.count_drop("slow_consumer")
+            return 0
+        if session.protocol_level != MQTT_5:
+            key: Any = retain
+        elif not sub_ids and message.expiry_at is None and not session.client_topic_alias_maximum:
+            key = (5, retain)
+        else:
+            key = None
+        data = cache.get(key) if key is not None else None
+        if data is None:
+            data = self.encode_for(session, message, 0, retain, False, None, sub_ids)
+            if data is None:
+                return 0
+            if key is not None:
+                cache[key] = data
+        elif session.protocol_level == MQTT_5 and len(data) > session.client_max_packet_size:
+            self.stats.count_drop("packet_too_large")
+            return 0
+        out = conn.out  # inlined ClientConnection.write
+        if out is None:
+            conn.out = [data]
+            self.mark_dirty(conn)
+        else:
+            out.append(data)
+        stats = self.stats
+        stats.bytes_sent += len(data)
+        stats.messages_sent[0] += 1
+        return 1
+
+    def encode_for(
+        self,
+        session: Session,
+        message: Message,
+        qos: int,
+        retain: bool,
+        dup: bool,
+        packet_id: int | None,
+        sub_ids: list[int],
+    ) -> bytes | None:
+        """The PUBLISH for this session; None if the message expired or is too large for it."""
+        if session.protocol_level != MQTT_5:
+            # MQTT-3.3.2-5 applies to every subscriber: an expired message is deleted for 3.1.1 too
+            if message.expiry_at is not None and message.expiry_at <= self._scheduler.wall_time():
+                self.stats.count_drop("expired")
+                return None
+            return codec.encode_publish(message.topic, message.payload, qos, retain, dup, packet_id, None, 4)
+        props = message.properties
+        topic = message.topic
+        new_alias: int | None = None
+        if sub_ids or message.expiry_at is not None or session.client_topic_alias_maximum:
+            props = dict(props)
+            if sub_ids:
+                props["subscription_identifier"] = list(sub_ids)
+            if message.expiry_at is not None:
+                remaining = math.ceil(message.expiry_at - self._scheduler.wall_time())
+                if remaining <= 0:
+                    self.stats.count_drop("expired")
+                    return None
+                props["message_expiry_interval"] = remaining
+            alias_max = session.client_topic_alias_maximum
+            if alias_max:
+                aliases = session.out_aliases
+                if aliases is None:
+                    aliases = session.out_aliases = {}
+                alias = aliases.get(topic)
+                if alias is not None:
+                    props["topic_alias"] = alias
+                    topic = ""
+                elif len(aliases) < alias_max:
+                    new_alias = len(aliases) + 1
+                    aliases[topic] = new_alias
+                    props["topic_alias"] = new_alias
+        data = codec.encode_publish(
+            topic, message.payload, qos, retain, dup, packet_id, props or None, MQTT_5
+        )
+        if len(data) > session.client_max_packet_size:
+            if new_alias is not None and session.out_aliases is not None:
+                del session.out_aliases[message.topic]
+            self.stats.count_drop("packet_too_large")
+            return None
+        return data
+
+    # ================================================================== QoS 1/2
+    def window(self, session: Session) -> int:
+        cap = self._window_cap
+        return cap if cap < session.client_receive_maximum else session.client_receive_maximum
+
+    def enqueue(self, session: Session, entry: OutEntry) -> int:
+        """Queue a QoS>0 message for ``session`` (sent at once when its window has room);
+        1 if accepted, 0 if the full queue refused it (``queue_overflow = "reject"``)."""
+        queue = session.queue
+        conn = session.connection
+        direct = conn is not None and not queue and len(session.inflight) < self.window(session)
+        if not direct and len(queue) >= self._max_queued:
+            self.stats.count_drop("queue_full")
+            if not self._drop_oldest:
+                return 0
+            self._durability.ack(session, queue.popleft())
+        self._durability.enqueue(session, entry)
+        if direct:
+            self._send_entry(session, entry)
+        else:
+            queue.append(entry)
+        return 1
+
+    def _send_entry(self, session: Session, entry: OutEntry) -> bool:
+        conn = session.connection
+        assert conn is not None
+        packet_id = session.allocate_packet_id()
+        data = self.encode_for(
+            session, entry.message, entry.qos, entry.retain, False, packet_id, entry.subscription_identifiers
+        )
+        if data is None:
+            self._durability.ack(session, entry)
+            return False
+        entry.packet_id = packet_id
+        entry.state = STATE_PUBLISH_SENT
+        session.inflight[packet_id] = entry
+        self._durability.set_inflight(session, entry)
+        conn.write(data)
+        self.stats.messages_sent[entry.qos] += 1
+        return True
+
+    def _resend(self, session: Session, entry: OutEntry) -> bool:
+        """Re-send an unacknowledged PUBLISH with DUP=1 and its original packet id (MQTT-4.4.0-1);
+        False if it can no longer be sent (expired / too large: completed as if acknowledged)."""
+        packet_id = entry.packet_id
+        assert packet_id is not None and session.connection is not None
+        data = self.encode_for(
+            session, entry.message, entry.qos, entry.retain, True, packet_id, entry.subscription_identifiers
+        )
+        if data is None:
+            del session.inflight[packet_id]
+            self._durability.ack(session, entry)
+            return False
+        session.connection.write(data)
+        self.stats.messages_sent[entry.qos] += 1
+        return True
+
+    def pump(self, session: Session) -> None:
+        window = self.window(session)
+        unsent = session.unsent
+        if unsent is not None:  # re-sends waiting since the reconnect go first (original order)
+            inflight = session.inflight
+            while unsent and session.connection is not None and len(inflight) - len(unsent) < window:
+                entry = unsent.popleft()
+                if entry.packet_id is not None and inflight.get(entry.packet_id) is entry:
+                    self._resend(session, entry)
+            if unsent:
+                return
+            session.unsent = None
+        queue = session.queue
+        while queue and session.connection is not None and len(session.inflight) < window:
+            self._send_entry(session, queue.popleft())
+
+    def resume(self, session: Session) -> None:
+        """After CONNACK: re-send unacknowledged messages (DUP=1 / PUBREL), then queued ones.
+
+        PUBRELs are always re-sent; unacknowledged PUBLISHes only as far as this connection's
+        window allows (the client's Receive Maximum may be smaller now, MQTT-3.3.4-9), the rest
+        wait in ``session.unsent`` and go out, in order, as acknowledgements arrive.
+        """
+        conn = session.connection
+        if conn is None:
+            return
+        session.unsent = None
+        window = self.window(session)
+        on_wire = 0
+        for packet_id, entry in list(session.inflight.items()):
+            if entry.state == STATE_PUBREL_SENT:
+                conn.write(bytes((0x62, 2, packet_id >> 8, packet_id & 0xFF)))
+                on_wire += 1
+            elif on_wire >= window:
+                if session.unsent is None:
+                    session.unsent = deque()
+                session.unsent.append(entry)
+            elif self._resend(session, entry):
+                on_wire += 1
+        self.pump(session)
+
+    def complete(self, session: Session, entry: OutEntry) -> None:
+        """PUBACK / PUBCOMP received (or PUBREC with a failure code): forget it and send more."""
+        self._durability.ack(session, entry)
+        unsent = session.unsent
+        if unsent:  # drop it if it was acknowledged before it was re-sent on this connection
+            session.unsent = unsent = deque(e for e in unsent if e is not entry)
+        if session.queue or unsent:
+            self.pump(session)
+
+    def state_changed(self, session: Session, entry: OutEntry) -> None:
+        """An in-flight QoS 2 entry moved on (PUBREC received, PUBREL sent)."""
+        self._durability.set_inflight(session, entry)

@@ -1,0 +1,55 @@
+"""The broker's plain counters and gauges (no locks, no calls on the hot path).
+
+The core mutates them directly (``stats.messages_received[qos] += 1``); the Prometheus collector
+(``broker.metrics``) turns them into metric families only when ``/metrics`` is scraped. Metric
+names are documented in docs/configuration.md ("Metrics").
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from broker.mqtt.packets import PacketType
+
+# Drop reasons that always appear (as 0) so dashboards and rate() see the series from the start.
+DROP_REASONS = (
+    "queue_full",
+    "expired",
+    "no_subscribers",
+    "acl_denied",
+    "packet_too_large",
+    "slow_consumer",
+)
+# Packet-type label values: PacketType names, e.g. "PUBLISH".
+PACKET_TYPE_NAMES = tuple(packet_type.name for packet_type in PacketType)
+
+
+def _zeroes(names: tuple[str, ...]) -> dict[str, int]:
+    return dict.fromkeys(names, 0)
+
+
+@dataclass(slots=True)
+class BrokerStats:
+    """Plain counters and gauges the broker core updates directly (no locks, no calls)."""
+
+    connections_current: int = 0
+    connections_total: int = 0
+    messages_received: list[int] = field(default_factory=lambda: [0, 0, 0])  # index: QoS 0..2
+    messages_sent: list[int] = field(default_factory=lambda: [0, 0, 0])  # index: QoS 0..2
+    bytes_received: int = 0
+    bytes_sent: int = 0
+    messages_dropped: dict[str, int] = field(default_factory=lambda: _zeroes(DROP_REASONS))  # reason -> n
+    # packet type name -> malformed packets / protocol errors
+    packet_errors: dict[str, int] = field(default_factory=lambda: _zeroes(PACKET_TYPE_NAMES))
+    packets_received: dict[str, int] = field(default_factory=lambda: _zeroes(PACKET_TYPE_NAMES))
+    packets_sent: dict[str, int] = field(default_factory=lambda: _zeroes(PACKET_TYPE_NAMES))
+    retained_messages: int = 0
+    subscriptions: int = 0
+    queued_messages: int = 0
+    sessions: int = 0
+    inflight_messages: int = 0
+    uptime_started_at: float = 0.0  # unix time the broker started (set by the broker at start)
+
+    def count_drop(self, reason: str) -> None:
+        dropped = self.messages_dropped
+        dropped[reason] = dropped.get(reason, 0) + 1

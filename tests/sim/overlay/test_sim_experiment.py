@@ -1,0 +1,120 @@
+"""Tests of the paper-experiment functions (overlay/sim/experiment.py) and the sweep CLI's helpers."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+from overlay.sim.engine import SimulationError
+from overlay.sim.experiment import (
+    ExperimentConfig,
+    PathSample,
+    aggregate,
+    delay_model_ms,
+    make_node_factory,
+    run_series,
+    single_broker_delay_ms,
+    system_label,
+)
+from overlay.sim.scribe import ScribeNode
+
+
+def load_sweep() -> ModuleType:
+    path = Path(__file__).resolve().parents[3] / "bench" / "paper_sweep.py"
+    spec = importlib.util.spec_from_file_location("paper_sweep", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["paper_sweep"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def sample(system: str, size: int | None, seed: int, count: int, avg: float, top: int) -> PathSample:
+    return PathSample(system, size, seed, count, avg, top, count, 0, 0.0, 0, ())
+
+
+def test_delay_model_follows_section_4_1() -> None:
+    # single hop: one link + 1 ms + 0.1 ms per subscriber (the publisher sends to all)
+    assert delay_model_ms(1.0, 10) == pytest.approx(10 + 1 + 1.0)
+    assert delay_model_ms(1.0, 80) == pytest.approx(10 + 1 + 8.0)
+    # multi-hop: every hop costs 10 + 1 + 10 * 0.1 ms
+    assert delay_model_ms(3.0, 5120) == pytest.approx(3 * 12.0)
+    assert single_broker_delay_ms(10) == pytest.approx(2.0)
+    assert single_broker_delay_ms(5120) == pytest.approx(513.0)
+    # the paper's qualitative claims of Fig. 7 hold for the model itself
+    assert delay_model_ms(6.0, 10) > single_broker_delay_ms(10)  # multi-hop loses at few subscribers
+    assert delay_model_ms(8.0, 5120) < single_broker_delay_ms(5120)  # and wins at many
+
+
+def test_aggregate_means_over_seeds() -> None:
+    points = aggregate(
+        [
+            sample("sgtbps", None, 1, 10, 2.0, 4),
+            sample("sgtbps", None, 2, 10, 3.0, 6),
+            sample("proposed", 60, 1, 10, 1.0, 1),
+        ]
+    )
+    assert [(p.system, p.subscribers, p.seeds) for p in points] == [("proposed", 10, 1), ("sgtbps", 10, 2)]
+    assert points[1].avg_hops == pytest.approx(2.5) and points[1].max_hops == pytest.approx(5.0)
+    assert points[1].delay_ms == pytest.approx(delay_model_ms(2.5, 10))
+    assert system_label("proposed", 60) == "proposed L=60" and system_label("sgtbps", None) == "SG-TBPS"
+
+
+def test_config_rejects_bad_values() -> None:
+    with pytest.raises(ValueError, match="subscriber_counts"):
+        ExperimentConfig(nodes=100, subscriber_counts=(20, 10))
+    with pytest.raises(ValueError, match=r"1\.\.nodes-1"):
+        ExperimentConfig(nodes=100, subscriber_counts=(10, 100))
+    with pytest.raises(ValueError, match="unknown system"):
+        make_node_factory("chord", None, ExperimentConfig(nodes=100, subscriber_counts=(10,)))
+    with pytest.raises(ValueError, match="table size"):
+        make_node_factory("proposed", None, ExperimentConfig(nodes=100, subscriber_counts=(10,)))
+
+
+def test_scribe_series_reaches_every_subscriber() -> None:
+    cfg = ExperimentConfig(nodes=400, subscriber_counts=(10, 40, 160), step_settle_s=5.0, build_settle_s=20.0)
+    result = run_series("scribe", None, 3, cfg)
+    assert [s.subscribers for s in result.samples] == [10, 40, 160]
+    for s in result.samples:
+        assert s.delivered == s.subscribers and s.duplicates == 0
+        assert 2.0 <= s.avg_hops <= s.max_hops <= 10
+        assert 1.0 <= s.route_hops < s.avg_hops  # publisher -> root, then down the tree
+    kinds = dict(result.build_messages_by_kind)
+    assert kinds["JOIN"] >= 399 and kinds["SUBSCRIBE"] > 0
+
+
+def test_a_series_fails_loudly_with_the_seed_when_nothing_is_delivered() -> None:
+    class Deaf(ScribeNode):
+        def _on_multicast(self, message: object, out: list[object]) -> None:  # type: ignore[override]
+            return
+
+    cfg = ExperimentConfig(nodes=60, subscriber_counts=(10,), step_settle_s=2.0, build_settle_s=10.0)
+    with pytest.raises(SimulationError, match=r"reached no subscriber.*seed=5"):
+        run_series("scribe", None, 5, cfg, factory=lambda peer, rng: Deaf(peer, rng=rng))
+
+
+def test_sweep_cli_pieces(tmp_path: Path) -> None:
+    sweep = load_sweep()
+    tasks = sweep.build_tasks(["proposed", "sgtbps", "scribe"], [60, 120], 2)
+    assert len(tasks) == 8 and tasks[0] == ("proposed", 120, 1)
+    points = aggregate(
+        [sample("proposed", 120, 1, c, 1.0, 1) for c in (10, 20, 40, 80)]
+        + [sample("proposed", 120, 1, 160, 1.5, 3)]
+        + [sample("proposed", 60, 1, c, 1.0, 1) for c in (10, 80)]
+        + [sample("proposed", 60, 1, 160, 2.0, 4)]
+        + [sample("sgtbps", None, 1, c, 3.6, 7) for c in (10, 80, 160)]
+    )
+    rows = {paper: (ours, verdict) for paper, ours, verdict in sweep.comparison(points)}
+    single_hop = rows["L=120: single hop up to 80 subscribers"]
+    assert single_hop == ("single hop (avg = max = 1) up to 80", "matches")
+    assert rows["L=60: reduction vs SG-TBPS 63-77 % at <= 80 subscribers"][0] == "72-72 %"
+    assert rows["L=60: reduction vs SG-TBPS 22-47 % at >= 160 subscribers"] == ("44-44 %", "matches")
+    files = sweep.plot(tmp_path, points, " (test)")
+    assert [f.name for f in files] == ["fig5_avg_path.png", "fig6_max_path.png", "fig7_delay.png"]
+    assert all(f.stat().st_size > 10_000 for f in files)
+    with pytest.raises(SystemExit, match="unknown"):
+        sweep.main(["--systems", "chord", "--out", str(tmp_path)])

@@ -1,0 +1,45 @@
+"""Review of issue #4: a session handed over after its client reconnected (docs/cluster.md
+"Session takeover across brokers": a late session is merged, its queued messages kept;
+``Broker.adopt_entries`` in broker/core.py) while QoS 2 deliveries were half-way.
+
+A real broker and a real MQTT client: a QoS 2 message the client already acknowledged with PUBREC
+on the old broker (PUBREL sent) must not be delivered again; queued and unacknowledged ones are.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from tests.support.core import RawClient, start_broker
+
+from broker.mqtt.session import STATE_PUBLISH_SENT, STATE_PUBREL_SENT, Message, OutEntry
+from broker.server import ThreadedBroker
+
+__all__ = ["start_broker"]  # the fixture
+Start = Callable[..., ThreadedBroker]
+
+
+def test_a_late_session_does_not_redeliver_a_qos2_message_the_client_already_received(
+    start_broker: Start,
+) -> None:
+    threaded = start_broker()
+    client = RawClient(threaded.ports["tcp"])
+    client.connect("late-merge", clean=False)
+
+    def message(payload: bytes, qos: int) -> Message:
+        return Message("moved/t", payload, qos=qos, origin="old-broker", publisher_id="p")
+
+    entries = [
+        OutEntry(message(b"received", 2), 2, False, [], None, 11, STATE_PUBREL_SENT),
+        OutEntry(message(b"unconfirmed", 2), 2, False, [], None, 12, STATE_PUBLISH_SENT),
+        OutEntry(message(b"queued", 1), 1, False, []),
+    ]
+    broker = threaded.broker
+    threaded.call(lambda: broker.adopt_entries(broker.sessions["late-merge"], entries))
+    got = []
+    for _ in range(2):
+        publish = client.expect_publish()
+        got.append(publish.payload)
+        client.ack(publish)
+    assert got == [b"unconfirmed", b"queued"]
+    client.expect_nothing()

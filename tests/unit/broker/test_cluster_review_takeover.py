@@ -1,0 +1,112 @@
+"""Review of issue #4 with two brokers: crossing session claims (broker/cluster/runtime.py ``_on_claim``;
+docs/cluster.md "Session takeover across brokers": claims are ordered, an older claim never
+takes the client from a newer connection).
+
+Two real clustered brokers in this process (real gRPC links). Broker A holds a stored session;
+the client reconnects to A, whose claim waits for B's answer (B's event loop is kept busy, a
+slow broker). Meanwhile an *older* claim of the same client id from B reaches A (the two claims
+crossed in the overlay). A's waiting CONNECT is the newer connection: A must keep the session,
+not hand it to B's losing connection (which would leave the client without its subscriptions).
+Also: the retained-store copy a (re)joining broker asks for carries deletions.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from tests.support.core import RawClient, start_broker
+
+from broker.cluster.messages import RetainedSyncRequest, RetainedUpdate, SessionClaim
+from broker.mqtt.packets import MQTT_3_1_1, Connack, Connect
+from broker.mqtt.session import Message
+from broker.server import ThreadedBroker
+
+__all__ = ["start_broker"]  # the fixture
+Start = Callable[..., ThreadedBroker]
+WAIT_S = 10.0
+
+
+def _wait_for(predicate: Callable[[], bool], what: str, timeout_s: float = WAIT_S) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.02)
+
+
+def test_a_waiting_newer_connect_keeps_its_session_against_an_older_crossing_claim(
+    start_broker: Start, tmp_path: Path
+) -> None:
+    common = {"cluster__enabled": True, "cluster__port": 0, "cluster__host": "127.0.0.1"}
+    broker_a = start_broker(cluster__takeover_wait_ms=5_000, **common)
+    runtime_a = broker_a.server.cluster
+    broker_b = start_broker(
+        data_dir=tmp_path / "b",
+        cluster__join=runtime_a.peer_id,
+        **common,
+    )
+    runtime_b = broker_b.server.cluster
+    _wait_for(
+        lambda: runtime_b.peer_id in broker_a.call(runtime_a.transport.connected_peers), "A linked to B"
+    )
+
+    first = RawClient(broker_a.ports["tcp"])
+    first.connect("crossing", clean=False)
+    first.subscribe("keep/#", 1)
+    first.disconnect()
+    _wait_for(
+        lambda: broker_a.call(lambda: broker_a.broker.sessions["crossing"].connection is None),
+        "the stored session",
+    )
+
+    # B is slow: its loop is busy, so A's claim for the reconnect stays unanswered for a while
+    busy = threading.Thread(target=broker_b.call, args=(time.sleep, 1.5), kwargs={"timeout_s": 5.0})
+    busy.start()
+    time.sleep(0.1)
+    again = RawClient(broker_a.ports["tcp"])
+    again.send(
+        Connect(
+            client_id="crossing",
+            protocol_level=MQTT_3_1_1,
+            protocol_name="MQTT",
+            clean_start=False,
+            keep_alive_s=60,
+        )
+    )
+    _wait_for(lambda: broker_a.call(lambda: len(runtime_a._claims)) == 1, "A's pending claim")
+    mine = broker_a.call(lambda: runtime_a._connection_claims["crossing"])
+    older = SessionClaim(runtime_b.peer_id, "crossing", mine[0] - 1_000_000, False)
+    broker_a.call(runtime_a._on_claim, older)  # B's claim, made a millisecond earlier, crossed ours
+
+    connack = again.expect(Connack, timeout_s=WAIT_S)
+    busy.join(5.0)
+    assert connack.session_present  # the newer connection kept the session and its subscription
+    publisher = RawClient(broker_a.ports["tcp"])
+    publisher.connect("keep-publisher")
+    publisher.publish_acked("keep/a", b"still subscribed", qos=1)
+    assert again.expect_publish().payload == b"still subscribed"
+
+
+def test_a_retained_copy_carries_deletions(start_broker: Start, tmp_path: Path) -> None:
+    """docs/cluster.md "Retained messages": a broker that asks for the retained store also learns
+    the topics deleted while it was away (it may still hold them from its own disk)."""
+    common = {"cluster__enabled": True, "cluster__port": 0, "cluster__host": "127.0.0.1"}
+    broker_a = start_broker(**common)
+    runtime_a = broker_a.server.cluster
+    broker_b = start_broker(data_dir=tmp_path / "b", cluster__join=runtime_a.peer_id, **common)
+    runtime_b = broker_b.server.cluster
+    _wait_for(
+        lambda: runtime_b.peer_id in broker_a.call(runtime_a.transport.connected_peers), "A linked to B"
+    )
+    stale = Message("gone/x", b"stale", qos=0, retain=True, origin="old")
+    broker_b.call(broker_b.broker.set_retained, stale)  # B's copy from before it went down
+    deleted_ms = time.time_ns() // 1_000_000
+    deletion = RetainedUpdate("peer-q:1", deleted_ms, Message("gone/x", b"", qos=0, retain=True))
+    broker_a.call(runtime_a._apply_retained, deletion)  # deleted cluster-wide while B was away
+    request = RetainedSyncRequest(9_999)
+    broker_b.call(runtime_b._send_envelope, runtime_a.peer_id, "", 9_999, request)
+    _wait_for(lambda: broker_b.call(broker_b.broker.retained.get, "gone/x") is None, "the deletion on B")
+    assert broker_b.call(lambda: runtime_b._retained_versions["gone/x"]) == (deleted_ms, "peer-q:1")
