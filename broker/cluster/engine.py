@@ -238,15 +238,19 @@ class ClusterEngine:
         node = self.node
         if node is None or self.stopped:
             return
-        candidates = [
-            node.next_deadline(),
+        # runs after every event (every forwarded message): a plain loop, no generator or list
+        deadline = node.next_deadline()
+        takeover = self.takeover
+        retained_sync = self.retained_sync
+        for candidate in (
             self.ordering.next_deadline(),
             self.publish_acks.next_deadline(),
-            self.takeover.next_deadline() if self.takeover is not None else None,
-            self.retained_sync.next_deadline() if self.retained_sync is not None else None,
+            takeover.next_deadline() if takeover is not None else None,
+            retained_sync.next_deadline() if retained_sync is not None else None,
             self._next_sweep,
-        ]
-        deadline = min((d for d in candidates if d is not None), default=None)
+        ):
+            if candidate is not None and (deadline is None or candidate < deadline):
+                deadline = candidate
         if deadline == self._timer_at:
             return
         if self._timer is not None:

@@ -114,6 +114,8 @@ class FifoOrdering:
         return ready
 
     def next_deadline(self) -> float | None:
+        if not self._holding:  # the common case, asked after every event: nothing held
+            return None
         deadlines = [self._streams[key].hold_until for key in self._holding]
         return min((d for d in deadlines if d is not None), default=None)
 

@@ -147,7 +147,9 @@ class Takeover:
         return [ClaimFinished(claim_id, None) for claim_id in due]
 
     def next_deadline(self) -> float | None:
-        return min((claim.deadline for claim in self._claims.values()), default=None)
+        if not self._claims:  # the common case, asked after every event: no claim waiting
+            return None
+        return min(claim.deadline for claim in self._claims.values())
 
     def forget(self, has_session: Callable[[str], bool]) -> None:
         """Periodic clean-up: claim records of clients with no session here any more, and remote
