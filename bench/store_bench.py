@@ -1,4 +1,5 @@
-"""Micro-benchmark of broker.adapters.sqlite_store group commit: µs per enqueue+commit at 1, 10, 100 messages per commit.
+"""Micro-benchmark of broker.adapters.sqlite_store group commit: µs per enqueue+commit at 1, 10 and
+100 messages per commit.
 
 Reports the best of --repeat runs (the machine may be shared; the best run is the least disturbed).
 

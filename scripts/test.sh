@@ -4,8 +4,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-.venv/bin/ruff check broker overlay tests bench dashboards
-.venv/bin/ruff format --check -q broker overlay tests bench dashboards
+.venv/bin/ruff check broker overlay simulation tests bench dashboards
+.venv/bin/ruff format --check -q broker overlay simulation tests bench dashboards
 .venv/bin/mypy
 set +e
 .venv/bin/python -m pytest -q "$@"

@@ -413,6 +413,13 @@ class ClusterEngine:
         elif isinstance(payload, SessionClaim):
             self._on_claim(payload)
 
+    def receive_forwarded(self, forwarded: ForwardedMessage, hops: int) -> None:
+        """A forwarded message the overlay delivered here after ``hops`` hops: restore its
+        stream's order (``ordering``), then deliver what is ready to local subscribers (what the
+        overlay's ``Deliver`` action does; an entry point for tests and tools)."""
+        self._deliver(self.ordering.receive(forwarded, hops, self._now()))
+        self._after_event()
+
     def _deliver(self, ready: list[tuple[ForwardedMessage, int]]) -> None:
         broker = self.broker
         assert broker is not None

@@ -20,6 +20,7 @@ import pytest
 from paho.mqtt.enums import CallbackAPIVersion
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
+from broker.adapters.server import ThreadedBroker  # noqa: E402
 from broker.config import load_config  # noqa: E402
 from broker.mqtt import codec  # noqa: E402
 from broker.mqtt.packets import (  # noqa: E402
@@ -39,7 +40,6 @@ from broker.mqtt.packets import (  # noqa: E402
     Subscription,
     Will,
 )
-from broker.adapters.server import ThreadedBroker  # noqa: E402
 
 WAIT_S = 5.0
 

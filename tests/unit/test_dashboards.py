@@ -12,6 +12,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from broker.adapters.cluster_runtime import ClusterRuntime
 from broker.config import load_config
 from broker.metrics import BrokerStats, make_registry, render
+from simulation.world import ProcessScheduler, World
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "dashboards"))
@@ -36,7 +37,9 @@ PROMQL_WORDS = {
 
 def exported_sample_names() -> set[str]:
     registry = make_registry(BrokerStats())
-    registry.register(ClusterRuntime(load_config(None, env={})).collector())  # not started: zero values
+    registry.register(
+        ClusterRuntime(load_config(None, env={}), ProcessScheduler(World(0))).collector()
+    )  # not started: zero values
     body, _content_type = render(registry)
     names: set[str] = set()
     for family in text_string_to_metric_families(body.decode()):
@@ -87,7 +90,7 @@ def test_every_exported_metric_family_is_documented() -> None:
     """docs/configuration.md § Metrics lists every family /metrics serves (broker and cluster)."""
     text = (ROOT / "docs" / "configuration.md").read_text()
     registry = make_registry(BrokerStats())
-    registry.register(ClusterRuntime(load_config(None, env={})).collector())
+    registry.register(ClusterRuntime(load_config(None, env={}), ProcessScheduler(World(0))).collector())
     body, _content_type = render(registry)
     families = [f.name for f in text_string_to_metric_families(body.decode()) if f.name.startswith("skipmq_")]
     assert families, "no families parsed: the test would pass vacuously"

@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.support.cluster import LIVE_CLUSTERS, ClientFactory, ClusterClient, ClusterFactory
 
 from broker.cluster.launcher import LocalCluster, start_cluster
+from tests.support.cluster import LIVE_CLUSTERS, ClientFactory, ClusterClient, ClusterFactory
 
 READY_TIMEOUT_S = 30.0
 # Left out of failure reports (repeated reconnect attempts would push everything else out).

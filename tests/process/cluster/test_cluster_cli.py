@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.support.cluster import MosquittoSub, mosquitto_pub, unique_id, wait_until
 
 from broker.cluster.launcher import REPO_ROOT
+from tests.support.cluster import MosquittoSub, mosquitto_pub, unique_id, wait_until
 
 START_S = 90.0
 

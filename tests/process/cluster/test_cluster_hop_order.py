@@ -15,6 +15,7 @@ from __future__ import annotations
 import itertools
 
 import pytest
+
 from tests.support.cluster import (
     ClientFactory,
     ClusterClient,

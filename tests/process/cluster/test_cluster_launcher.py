@@ -11,9 +11,9 @@ import socket
 from pathlib import Path
 
 import pytest
-from tests.support.cluster import ClusterClient, unique_id, wait_until
 
 from broker.cluster.launcher import LocalCluster, main, parse_settings, start_cluster
+from tests.support.cluster import ClusterClient, unique_id, wait_until
 
 
 def test_brokers_start_with_distinct_ports_and_join_through_the_earlier_ones(tmp_path: Path) -> None:

@@ -9,6 +9,7 @@ still connected), in per-publisher order.
 from __future__ import annotations
 
 import pytest
+
 from tests.support.cluster import (
     ClientFactory,
     ClusterClient,

@@ -12,6 +12,8 @@ import asyncio
 
 import pytest
 from amqtt.client import MQTTClient
+
+from broker.cluster.launcher import LocalCluster
 from tests.support.cluster import (
     PROBE_PREFIX,
     ClientFactory,
@@ -23,8 +25,6 @@ from tests.support.cluster import (
     unique_id,
     wait_until,
 )
-
-from broker.cluster.launcher import LocalCluster
 
 
 def wait_all_acked(client: ClusterClient, timeout_s: float = 30.0) -> None:

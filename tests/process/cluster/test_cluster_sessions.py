@@ -11,9 +11,9 @@ from __future__ import annotations
 import time
 
 import pytest
-from tests.support.cluster import ClientFactory, ClusterFactory, numbers, probe_route, unique_id
 
 from broker.cluster.launcher import LocalCluster
+from tests.support.cluster import ClientFactory, ClusterFactory, numbers, probe_route, unique_id
 
 SESSION_TAKEN_OVER = 0x8E
 

@@ -8,9 +8,8 @@ from __future__ import annotations
 
 from collections import Counter
 
-from tests.support.cluster import ClientFactory, ClusterClient, probe_route, unique_id, wait_until
-
 from broker.cluster.launcher import LocalCluster
+from tests.support.cluster import ClientFactory, ClusterClient, probe_route, unique_id, wait_until
 
 MESSAGES = 100
 

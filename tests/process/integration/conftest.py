@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from tests.support.interop_broker import LIVE_BROKERS, TARGET, BrokerOptions, BrokerProcess
 from tests.support.interop_clients import PahoClient
 

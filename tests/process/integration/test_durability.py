@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import pytest
+
 from tests.support.interop_broker import IS_MOSQUITTO, BrokerProcess
 from tests.support.interop_clients import PahoClient, unique_id
 from tests.support.interop_raw import PUBACK, RawClient, ack_packet, publish_packet

@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+
 from tests.support.interop_broker import IS_MOSQUITTO, REPO_ROOT, BrokerOptions, BrokerProcess
 from tests.support.interop_clients import PahoClient, unique_id
 from tests.support.interop_raw import PUBACK, RawClient, publish_packet

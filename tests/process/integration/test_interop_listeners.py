@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
 from tests.support.interop_broker import BrokerOptions, BrokerProcess
 from tests.support.interop_clients import PahoClient, unique_id
 

@@ -15,10 +15,11 @@ import urllib.request
 from collections.abc import Callable
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
 from tests.support.interop_broker import IS_MOSQUITTO, BrokerProcess
 from tests.support.interop_clients import PahoClient, unique_id
 from tests.support.interop_raw import DISCONNECT, RawClient
-from prometheus_client.parser import text_string_to_metric_families
 
 PahoFactory = Callable[..., PahoClient]
 skipmq_only = pytest.mark.skipif(

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 from amqtt.client import MQTTClient
+
 from tests.support.interop_broker import BrokerProcess
 from tests.support.interop_clients import MosquittoSub, PahoClient, mosquitto_pub, run_amqtt, unique_id
 from tests.support.interop_raw import RawClient

@@ -11,10 +11,18 @@ from collections.abc import Callable
 
 import pytest
 from amqtt.client import MQTTClient
-from tests.support.interop_broker import BrokerProcess
-from tests.support.interop_clients import MosquittoSub, PahoClient, mosquitto_pub, run_amqtt, unique_id, v5_props
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.subscribeoptions import SubscribeOptions
+
+from tests.support.interop_broker import BrokerProcess
+from tests.support.interop_clients import (
+    MosquittoSub,
+    PahoClient,
+    mosquitto_pub,
+    run_amqtt,
+    unique_id,
+    v5_props,
+)
 
 PahoFactory = Callable[..., PahoClient]
 

@@ -15,6 +15,8 @@ from collections.abc import Callable
 
 import pytest
 from amqtt.client import MQTTClient
+from paho.mqtt.packettypes import PacketTypes
+
 from tests.support.interop_broker import IS_MOSQUITTO, BrokerProcess
 from tests.support.interop_clients import PahoClient, run_amqtt, unique_id, v5_props
 from tests.support.interop_raw import (
@@ -31,7 +33,6 @@ from tests.support.interop_raw import (
     connect_packet,
     disconnect_packet,
 )
-from paho.mqtt.packettypes import PacketTypes
 
 PahoFactory = Callable[..., PahoClient]
 
@@ -216,7 +217,7 @@ def test_keepalive_timeout_closes_and_fires_will(
 
 
 def test_pingreq_keeps_connection_alive(broker: BrokerProcess) -> None:
-    from interop_raw import PINGREQ, PINGRESP, packet
+    from tests.support.interop_raw import PINGREQ, PINGRESP, packet
 
     with RawClient(broker.host, broker.port) as raw:
         raw.connect(unique_id("ping"), keepalive_s=1)

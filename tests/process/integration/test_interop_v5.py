@@ -15,6 +15,9 @@ from collections import Counter
 from collections.abc import Callable
 
 import pytest
+from paho.mqtt.packettypes import PacketTypes
+from paho.mqtt.subscribeoptions import SubscribeOptions
+
 from tests.support.interop_broker import IS_MOSQUITTO, IS_SKIPMQ, BrokerOptions, BrokerProcess
 from tests.support.interop_clients import PahoClient, unique_id, v5_props
 from tests.support.interop_raw import (
@@ -24,8 +27,6 @@ from tests.support.interop_raw import (
     RawClient,
     publish_packet,
 )
-from paho.mqtt.packettypes import PacketTypes
-from paho.mqtt.subscribeoptions import SubscribeOptions
 
 PahoFactory = Callable[..., PahoClient]
 BrokerFactory = Callable[[BrokerOptions], BrokerProcess]

@@ -11,10 +11,11 @@ import time
 from collections.abc import Callable
 
 import pytest
+from paho.mqtt.packettypes import PacketTypes
+
 from tests.support.interop_broker import BrokerProcess
 from tests.support.interop_clients import PahoClient, unique_id, v5_props
 from tests.support.interop_raw import RawClient, disconnect_packet
-from paho.mqtt.packettypes import PacketTypes
 
 PahoFactory = Callable[..., PahoClient]
 

@@ -17,6 +17,7 @@ import struct
 from collections.abc import Callable
 
 import pytest
+
 from tests.support.interop_broker import IS_SKIPMQ, BrokerProcess
 from tests.support.interop_clients import PahoClient, unique_id
 from tests.support.interop_raw import (

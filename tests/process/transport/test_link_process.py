@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
+from broker.adapters.transport import GrpcTransport, TransportConfig
 from broker.cluster.messages import ClaimReply, Envelope, ForwardedMessage
 from broker.core.session import Message, OutEntry, SessionSnapshot, SubOptions
-from broker.adapters.transport import GrpcTransport, TransportConfig
 from overlay import messages as om
 
 pytestmark = pytest.mark.slow

@@ -11,13 +11,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from tests.support.core import (
-    MQTT_5,
-    PahoClient,
-    RawClient,
-    start_broker,
-)
 
+from broker.adapters.server import ThreadedBroker
 from broker.auth import PasswordFile
 from broker.logs import record_fields
 from broker.mqtt import codec
@@ -35,7 +30,12 @@ from broker.mqtt.packets import (
     Subscription,
     Will,
 )
-from broker.adapters.server import ThreadedBroker
+from tests.support.core import (
+    MQTT_5,
+    PahoClient,
+    RawClient,
+    start_broker,
+)
 
 __all__ = ["start_broker"]
 Start = Callable[..., ThreadedBroker]

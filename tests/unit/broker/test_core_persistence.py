@@ -18,11 +18,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.support.core import MQTT_5, RawClient, start_broker
 
+from broker.adapters.server import ThreadedBroker
 from broker.mqtt.codec import encode_publish
 from broker.mqtt.packets import Connect, Puback, Publish, Will
-from broker.adapters.server import ThreadedBroker
+from tests.support.core import MQTT_5, RawClient, start_broker
 
 __all__ = ["start_broker"]
 Start = Callable[..., ThreadedBroker]

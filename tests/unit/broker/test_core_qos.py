@@ -10,10 +10,9 @@ import threading
 import time
 from collections.abc import Callable
 
-from tests.support.core import MQTT_5, RawClient, start_broker, wait_for
-
-from broker.mqtt.packets import Disconnect, Puback, Pubcomp, Publish, Pubrec, Pubrel, ReasonCode
 from broker.adapters.server import ThreadedBroker
+from broker.mqtt.packets import Disconnect, Puback, Pubcomp, Publish, Pubrec, Pubrel, ReasonCode
+from tests.support.core import MQTT_5, RawClient, start_broker, wait_for
 
 __all__ = ["start_broker"]
 Start = Callable[..., ThreadedBroker]

@@ -18,8 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from tests.support.core import MQTT_3_1_1, MQTT_5, RawClient, start_broker, wait_for
-
+from broker.adapters.server import ThreadedBroker
 from broker.mqtt import codec
 from broker.mqtt.packets import (
     Connack,
@@ -35,7 +34,7 @@ from broker.mqtt.packets import (
     Subscription,
     Will,
 )
-from broker.adapters.server import ThreadedBroker
+from tests.support.core import MQTT_3_1_1, MQTT_5, RawClient, start_broker, wait_for
 
 __all__ = ["start_broker"]
 Start = Callable[..., ThreadedBroker]

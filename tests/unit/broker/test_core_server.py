@@ -17,13 +17,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.support.core import MQTT_5, PahoClient, RawClient, start_broker, wait_for
 from websockets.typing import Subprotocol
 
-from broker.core.broker import Broker
-from broker.mqtt.packets import Disconnect, ReasonCode, Unsuback, Unsubscribe
-from broker.core.session import Message
 from broker.adapters.server import ThreadedBroker
+from broker.core.broker import Broker
+from broker.core.session import Message
+from broker.mqtt.packets import Disconnect, ReasonCode, Unsuback, Unsubscribe
+from tests.support.core import MQTT_5, PahoClient, RawClient, start_broker, wait_for
 
 __all__ = ["start_broker"]
 Start = Callable[..., ThreadedBroker]
@@ -255,8 +255,8 @@ def test_sys_topics_published(start_broker: Start) -> None:
     assert topics["$SYS/broker/version"].startswith(b"skipmq")
 
 
-class RecordingHooks:
-    """A real ClusterHooks implementation that records what the broker reports."""
+class RecordingCluster:
+    """A real ClusterPort implementation that records what the broker reports."""
 
     def __init__(self) -> None:
         self.events: list[tuple[Any, ...]] = []
@@ -283,11 +283,11 @@ class RecordingHooks:
         self.events.append(("disconnected", client_id))
 
 
-def test_cluster_hooks_and_remote_delivery(tmp_path: Path) -> None:
-    from test_core_support import make_config
+def test_cluster_port_and_remote_delivery(tmp_path: Path) -> None:
+    from tests.support.core import make_config
 
-    hooks = RecordingHooks()
-    threaded = ThreadedBroker(make_config(tmp_path / "d"), hooks=hooks)
+    hooks = RecordingCluster()
+    threaded = ThreadedBroker(make_config(tmp_path / "d"), cluster=hooks)
     threaded.start()
     try:
         port = threaded.ports["tcp"]
@@ -301,14 +301,17 @@ def test_cluster_hooks_and_remote_delivery(tmp_path: Path) -> None:
         assert local.payload == b"local"
         broker: Broker = threaded.broker
         remote = Message("h/t", b"remote", qos=1, retain=True, origin="node-b", publisher_id="elsewhere")
-        delivered = threaded.call(broker.deliver_remote, remote, "node-b")
-        assert delivered == 2  # the plain subscription and the shared group
+        assert threaded.call(broker.deliver_remote, remote) is True  # the subscription and the group
         first, second = client.expect_publish(), client.expect_publish()
         assert {first.payload, second.payload} == {b"remote"}
         assert first.retain is False  # retain flag cleared on normal forwarding
         client.ack(first)
         client.ack(second)
-        assert threaded.call(lambda: broker.retained.get("h/t") is not None)
+        # retained state travels separately (cluster retained sync): delivery does not store it
+        assert threaded.call(lambda: broker.retained.get("h/t") is None)
+        only_group = Message("h/x", b"group", qos=1, origin="node-b", publisher_id="elsewhere")
+        assert threaded.call(broker.deliver_remote, only_group, lambda flt: flt == "h/t") is False
+        client.expect_nothing()  # the accept filter kept it from the shared group's h/#
         client.send(Unsubscribe(3, ["h/t"]))
         client.take(Unsuback)
         client.close()

@@ -8,10 +8,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from tests.support.core import MQTT_5, PahoClient, RawClient, start_broker
-
-from broker.mqtt.packets import Disconnect, Puback, Pubrec, ReasonCode, Unsuback, Unsubscribe
 from broker.adapters.server import ThreadedBroker
+from broker.mqtt.packets import Disconnect, Puback, Pubrec, ReasonCode, Unsuback, Unsubscribe
+from tests.support.core import MQTT_5, PahoClient, RawClient, start_broker
 
 __all__ = ["start_broker"]
 Start = Callable[..., ThreadedBroker]

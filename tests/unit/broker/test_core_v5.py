@@ -9,10 +9,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from tests.support.core import MQTT_5, PahoClient, RawClient, start_broker
-
-from broker.mqtt.packets import Disconnect, Puback, ReasonCode
 from broker.adapters.server import ThreadedBroker
+from broker.mqtt.packets import Disconnect, Puback, ReasonCode
+from tests.support.core import MQTT_5, PahoClient, RawClient, start_broker
 
 __all__ = ["start_broker"]
 Start = Callable[..., ThreadedBroker]

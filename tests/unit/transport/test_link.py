@@ -18,9 +18,9 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from broker.adapters.transport import GrpcTransport, TransportConfig, WireError, wire
 from broker.cluster.messages import Envelope, RetainedSyncRequest, RetainedUpdate
 from broker.core.session import Message
-from broker.adapters.transport import GrpcTransport, TransportConfig, WireError, wire
 from overlay import messages as om
 
 HOST = "127.0.0.1"

@@ -15,6 +15,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from broker.adapters.transport import wire
+from broker.adapters.transport._pb.skipmq.v1 import cluster_pb2 as pb
 from broker.cluster.messages import (
     ClaimReply,
     Envelope,
@@ -32,8 +34,6 @@ from broker.core.session import (
     SessionSnapshot,
     SubOptions,
 )
-from broker.adapters.transport import wire
-from broker.adapters.transport._pb.skipmq.v1 import cluster_pb2 as pb
 from overlay import messages as om
 
 # ------------------------------------------------------------------------------- strategies

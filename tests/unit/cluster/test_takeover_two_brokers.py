@@ -1,6 +1,6 @@
-"""Review of issue #4 with two brokers: crossing session claims (broker/cluster/runtime.py ``_on_claim``;
-docs/cluster.md "Session takeover across brokers": claims are ordered, an older claim never
-takes the client from a newer connection).
+"""Review of issue #4 with two brokers: crossing session claims (broker/cluster/engine.py
+``_on_claim`` and takeover.py; docs/cluster.md "Session takeover across brokers": claims are
+ordered, an older claim never takes the client from a newer connection).
 
 Two real clustered brokers in this process (real gRPC links). Broker A holds a stored session;
 the client reconnects to A, whose claim waits for B's answer (B's event loop is kept busy, a
@@ -17,16 +17,22 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from tests.support.core import RawClient, start_broker
-
+from broker.adapters.server import ThreadedBroker
+from broker.cluster.engine import ClusterEngine
 from broker.cluster.messages import RetainedSyncRequest, RetainedUpdate, SessionClaim
+from broker.core.session import Message
 from broker.mqtt.packets import MQTT_3_1_1, Connack, Connect
-from broker.mqtt.session import Message
-from broker.server import ThreadedBroker
+from tests.support.core import RawClient, start_broker
 
 __all__ = ["start_broker"]  # the fixture
 Start = Callable[..., ThreadedBroker]
 WAIT_S = 10.0
+
+
+def _engine(threaded: ThreadedBroker) -> ClusterEngine:
+    runtime = threaded.server.runtime
+    assert runtime is not None
+    return runtime.engine
 
 
 def _wait_for(predicate: Callable[[], bool], what: str, timeout_s: float = WAIT_S) -> None:
@@ -42,16 +48,14 @@ def test_a_waiting_newer_connect_keeps_its_session_against_an_older_crossing_cla
 ) -> None:
     common = {"cluster__enabled": True, "cluster__port": 0, "cluster__host": "127.0.0.1"}
     broker_a = start_broker(cluster__takeover_wait_ms=5_000, **common)
-    runtime_a = broker_a.server.cluster
+    runtime_a = _engine(broker_a)
     broker_b = start_broker(
         data_dir=tmp_path / "b",
         cluster__join=runtime_a.peer_id,
         **common,
     )
-    runtime_b = broker_b.server.cluster
-    _wait_for(
-        lambda: runtime_b.peer_id in broker_a.call(runtime_a.transport.connected_peers), "A linked to B"
-    )
+    runtime_b = _engine(broker_b)
+    _wait_for(lambda: runtime_b.peer_id in broker_a.call(_peers, runtime_a), "A linked to B")
 
     first = RawClient(broker_a.ports["tcp"])
     first.connect("crossing", clean=False)
@@ -76,8 +80,8 @@ def test_a_waiting_newer_connect_keeps_its_session_against_an_older_crossing_cla
             keep_alive_s=60,
         )
     )
-    _wait_for(lambda: broker_a.call(lambda: len(runtime_a._claims)) == 1, "A's pending claim")
-    mine = broker_a.call(lambda: runtime_a._connection_claims["crossing"])
+    _wait_for(lambda: broker_a.call(runtime_a.takeover.next_deadline) is not None, "A's pending claim")
+    mine = broker_a.call(lambda: runtime_a.takeover._connection_claims["crossing"])
     older = SessionClaim(runtime_b.peer_id, "crossing", mine[0] - 1_000_000, False)
     broker_a.call(runtime_a._on_claim, older)  # B's claim, made a millisecond earlier, crossed ours
 
@@ -95,12 +99,10 @@ def test_a_retained_copy_carries_deletions(start_broker: Start, tmp_path: Path) 
     the topics deleted while it was away (it may still hold them from its own disk)."""
     common = {"cluster__enabled": True, "cluster__port": 0, "cluster__host": "127.0.0.1"}
     broker_a = start_broker(**common)
-    runtime_a = broker_a.server.cluster
+    runtime_a = _engine(broker_a)
     broker_b = start_broker(data_dir=tmp_path / "b", cluster__join=runtime_a.peer_id, **common)
-    runtime_b = broker_b.server.cluster
-    _wait_for(
-        lambda: runtime_b.peer_id in broker_a.call(runtime_a.transport.connected_peers), "A linked to B"
-    )
+    runtime_b = _engine(broker_b)
+    _wait_for(lambda: runtime_b.peer_id in broker_a.call(_peers, runtime_a), "A linked to B")
     stale = Message("gone/x", b"stale", qos=0, retain=True, origin="old")
     broker_b.call(broker_b.broker.set_retained, stale)  # B's copy from before it went down
     deleted_ms = time.time_ns() // 1_000_000
@@ -109,4 +111,9 @@ def test_a_retained_copy_carries_deletions(start_broker: Start, tmp_path: Path) 
     request = RetainedSyncRequest(9_999)
     broker_b.call(runtime_b._send_envelope, runtime_a.peer_id, "", 9_999, request)
     _wait_for(lambda: broker_b.call(broker_b.broker.retained.get, "gone/x") is None, "the deletion on B")
-    assert broker_b.call(lambda: runtime_b._retained_versions["gone/x"]) == (deleted_ms, "peer-q:1")
+    assert broker_b.call(lambda: runtime_b.retained_sync.versions["gone/x"]) == (deleted_ms, "peer-q:1")
+
+
+def _peers(engine: ClusterEngine) -> frozenset[str]:
+    assert engine.transport is not None
+    return engine.transport.connected_peers()

@@ -1,6 +1,6 @@
 """Review of issue #4: a session handed over after its client reconnected (docs/cluster.md
 "Session takeover across brokers": a late session is merged, its queued messages kept;
-``Broker.adopt_entries`` in broker/core.py) while QoS 2 deliveries were half-way.
+``SessionRegistry.adopt_entries`` in broker/core/sessions.py) while QoS 2 deliveries were half-way.
 
 A real broker and a real MQTT client: a QoS 2 message the client already acknowledged with PUBREC
 on the old broker (PUBREL sent) must not be delivered again; queued and unacknowledged ones are.
@@ -10,10 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from broker.adapters.server import ThreadedBroker
+from broker.core.session import STATE_PUBLISH_SENT, STATE_PUBREL_SENT, Message, OutEntry
 from tests.support.core import RawClient, start_broker
-
-from broker.mqtt.session import STATE_PUBLISH_SENT, STATE_PUBREL_SENT, Message, OutEntry
-from broker.server import ThreadedBroker
 
 __all__ = ["start_broker"]  # the fixture
 Start = Callable[..., ThreadedBroker]
@@ -35,7 +34,7 @@ def test_a_late_session_does_not_redeliver_a_qos2_message_the_client_already_rec
         OutEntry(message(b"queued", 1), 1, False, []),
     ]
     broker = threaded.broker
-    threaded.call(lambda: broker.adopt_entries(broker.sessions["late-merge"], entries))
+    threaded.call(lambda: broker.registry.adopt_entries(broker.sessions["late-merge"], entries))
     got = []
     for _ in range(2):
         publish = client.expect_publish()

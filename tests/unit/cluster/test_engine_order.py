@@ -1,9 +1,9 @@
-"""The cluster runtime's receive order (broker/cluster/runtime.py, docs/cluster.md "Forwarding,
+"""The cluster engine's receive order (broker/cluster/engine.py + ordering.py, docs/cluster.md "Forwarding,
 order and duplicates"): forwarded messages of one stream reach local subscribers in sequence
 order, once, and a gap is skipped after cluster.reorder_hold_ms.
 
 A real clustered broker (real gRPC listener, no peers) with a real MQTT subscriber; the test
-hands ForwardedMessages to the runtime exactly as the overlay's Deliver action would, in a
+hands ForwardedMessages to the engine exactly as the overlay's Deliver action would, in a
 scrambled order.
 """
 
@@ -12,21 +12,27 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from tests.support.core import RawClient, start_broker
-
+from broker.adapters.server import ThreadedBroker
+from broker.cluster.engine import ClusterEngine
 from broker.cluster.messages import ForwardedMessage
 from broker.core.session import Message
-from broker.adapters.server import ThreadedBroker
+from tests.support.core import RawClient, start_broker
 
 __all__ = ["start_broker"]  # the fixture
 Start = Callable[..., ThreadedBroker]
 
 
 def _forward(threaded: ThreadedBroker, origin: str, seqs: list[int], stream: str = "=order") -> None:
-    runtime = threaded.server.cluster
+    engine = _engine(threaded)
     for seq in seqs:
         message = Message("order/t", str(seq).encode(), qos=1, origin="elsewhere", publisher_id="p")
-        threaded.call(runtime._receive_forwarded, ForwardedMessage(origin, stream, seq, message), 1)
+        threaded.call(engine.receive_forwarded, ForwardedMessage(origin, stream, seq, message), 1)
+
+
+def _engine(threaded: ThreadedBroker) -> ClusterEngine:
+    runtime = threaded.server.runtime
+    assert runtime is not None
+    return runtime.engine
 
 
 def _clustered(start: Callable[..., ThreadedBroker], hold_ms: int) -> ThreadedBroker:
@@ -55,7 +61,7 @@ def test_out_of_order_and_duplicate_messages_are_delivered_in_sequence_once(
     _forward(threaded, "peer-a/1", [7, 6, 6, 9, 5, 8, 7])
     assert _received(client, 5) == [5, 6, 7, 8, 9]
     client.expect_nothing()  # the duplicates were dropped
-    stats = threaded.server.cluster.stats
+    stats = _engine(threaded).stats
     assert stats.duplicates_dropped == 3
     assert stats.received == 5
 
@@ -70,7 +76,7 @@ def test_a_gap_is_skipped_after_the_hold_time(start_broker: Start) -> None:
     assert _received(client, 1) == [1]
     assert _received(client, 2) == [3, 4]
     assert time.monotonic() - started >= 0.25
-    assert threaded.server.cluster.stats.gaps_skipped == 1
+    assert _engine(threaded).stats.gaps_skipped == 1
 
 
 def test_streams_of_two_origins_are_independent(start_broker: Start) -> None:
@@ -108,7 +114,7 @@ def test_a_class_message_no_local_filter_matches_counts_as_wasted(start_broker: 
     client.subscribe("order/other", 1)  # class =order, but not the topic order/t
     _forward(threaded, "peer-d/1", [1, 2])
     client.expect_nothing()
-    stats = threaded.server.cluster.stats
+    stats = _engine(threaded).stats
     assert (stats.received, stats.wasted) == (2, 2)
     client.subscribe("order/t", 1, packet_id=2)
     _forward(threaded, "peer-d/1", [3])

@@ -1,0 +1,384 @@
+"""Scenarios of the whole-cluster simulation: brokers, clients, faults, and the run that checks them.
+
+A :class:`Run` is one seeded world: N :class:`~simulation.process.SimBroker` processes joined into
+one cluster on a :class:`~simulation.network.Network`, :class:`~simulation.clients.SimClient`
+subscribers (persistent sessions, QoS 1) and publishers (numbered QoS 1 messages, some retained on a
+topic every publisher writes), and faults at seeded times: broker crashes (``kill -9``) with restart
+on the same data directory, network partitions and heals, sessions moving to another broker.
+After the last publish the run goes quiet long enough for every retry and timeout to play out, then
+``simulation.checkers`` look at what the clients saw. Everything random comes from the seed.
+
+:func:`random_scenario` draws a scenario from a seed (what the sweep runs); the ``known_*``
+functions script the three faults the issue "Broker architecture" asks the simulation to reproduce
+(they are fixed by the reliable-delivery issue, not here).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from typing import Any
+
+from simulation.checkers import History, Violation, check_all
+from simulation.clients import SimClient
+from simulation.network import Network, NetworkConfig
+from simulation.process import SimBroker
+from simulation.world import SimulationFailure, World
+
+FAULTS = ("crash", "partition", "move")
+RETAINED_TOPIC = "cfg/shared"
+
+
+@dataclass(frozen=True)
+class Scenario:
+    brokers: int = 3
+    publishers: int = 2
+    subscribers: int = 3
+    messages: int = 20  # per publisher
+    publish_interval_s: float = 0.05
+    network: NetworkConfig = field(default_factory=NetworkConfig)
+    crashes: int = 0
+    partitions: int = 0
+    moves: int = 0
+    join_s: float = 2.0  # brokers join, then subscribers connect
+    settle_s: float = 4.0  # subscriptions settle, then publishers start
+    quiet_s: float = 15.0  # after the last publish, before the checkers look
+    topics: tuple[str, ...] = ("plant/a/temp", "plant/b/temp", "plant/b/load")
+    filters: tuple[str, ...] = ("plant/#", "plant/a/temp", "plant/+/temp", "plant/b/#")
+    settings: tuple[tuple[str, Any], ...] = ()
+    title: str = ""  # a scripted scenario's name (its script, not the random one, runs)
+
+    def describe(self) -> str:
+        if self.title:
+            return f"{self.title} ({self.brokers} brokers, scripted)"
+        net = self.network
+        return (
+            f"{self.brokers} brokers, {self.publishers} pub x {self.messages} msgs, {self.subscribers} subs; "
+            f"loss {net.loss_rate:.0%} dup {net.duplicate_rate:.0%} reorder {net.reorder_rate:.0%}; "
+            f"crashes {self.crashes} partitions {self.partitions} moves {self.moves}"
+        )
+
+
+def random_scenario(
+    seed: int,
+    *,
+    brokers: tuple[int, int] = (3, 5),
+    loss: float = 0.0,
+    duplicate: float = 0.05,
+    reorder: float = 0.05,
+    faults: frozenset[str] = frozenset(),
+) -> Scenario:
+    """The scenario of ``seed``: sizes, network fault rates and fault counts drawn from it."""
+    rng = random.Random(f"scenario/{seed}")
+    network = NetworkConfig(
+        latency_s=rng.uniform(0.0005, 0.005),
+        jitter_s=rng.uniform(0.0, 0.002),
+        loss_rate=loss * rng.random(),
+        duplicate_rate=duplicate * rng.random(),
+        reorder_rate=reorder * rng.random(),
+        reorder_delay_s=0.02,
+    )
+    return Scenario(
+        brokers=rng.randint(*brokers),
+        publishers=rng.randint(1, 3),
+        subscribers=rng.randint(1, 4),
+        messages=rng.randint(10, 30),
+        network=network,
+        crashes=rng.randint(1, 2) if "crash" in faults else 0,
+        partitions=1 if "partition" in faults else 0,
+        moves=rng.randint(1, 2) if "move" in faults else 0,
+    )
+
+
+@dataclass
+class Result:
+    seed: int
+    scenario: Scenario
+    violations: list[Violation]
+    digest: str
+    events: int
+    history: History
+    replay: str = ""  # the command that replays this run
+
+    @property
+    def ok(self) -> bool:
+        return not self.violations
+
+    def report(self, trace_lines: int = 40) -> str:
+        lines = [f"seed {self.seed}: {self.scenario.describe()}"]
+        lines += [f"  {v.kind}: {v.detail}" for v in self.violations[:20]]
+        if len(self.violations) > 20:
+            lines.append(f"  ... and {len(self.violations) - 20} more")
+        if self.violations and trace_lines:
+            lines.append(f"  last {trace_lines} client events (virtual s, event, ...):")
+            lines += [f"    {event}" for event in self.history.events[-trace_lines:]]
+        replay = self.replay or "python -m simulation --known"
+        lines.append(f"  replay: {replay} (digest {self.digest})")
+        return "\n".join(lines)
+
+
+class Run:
+    """One seeded simulation. Build it, script it (or call :meth:`script_random`), :meth:`finish`."""
+
+    def __init__(self, seed: int, scenario: Scenario, workdir: str | None = None) -> None:
+        self.seed = seed
+        self.scenario = scenario
+        self.world = World(seed)
+        self.rng = self.world.rng_for("scenario")
+        self.network = Network(self.world, scenario.network)
+        self.history = History(clock=lambda: self.world.now)
+        self._own_workdir = workdir is None
+        self.workdir = workdir or tempfile.mkdtemp(prefix=f"skipmq-sim-{seed}-")
+        self.peer_ids = [f"10.0.0.{index + 1}:7883" for index in range(scenario.brokers)]
+        self.brokers: dict[str, SimBroker] = {}
+        self._incarnations: dict[str, int] = {}
+        self.clients: dict[str, SimClient] = {}
+        self.home: dict[str, str] = {}  # client id -> the broker it (re)connects to
+        self.last_publish_s = scenario.settle_s
+
+    # ------------------------------------------------------------------ brokers
+    def start_broker(self, peer_id: str) -> SimBroker:
+        incarnation = self._incarnations.get(peer_id, 0) + 1
+        self._incarnations[peer_id] = incarnation
+        sim = SimBroker(
+            self.world,
+            self.network,
+            peer_id,
+            os.path.join(self.workdir, peer_id.replace(":", "_")),
+            incarnation=incarnation,
+            settings=dict(self.scenario.settings),
+            clock_offset_s=self.rng.uniform(-0.05, 0.05),
+        )
+        contacts = [p for p, b in self.brokers.items() if b.alive and p != peer_id]
+        self.brokers[peer_id] = sim
+        sim.start(contacts)
+        self.history.trace("broker_start", peer_id, incarnation)
+        return sim
+
+    def crash(self, peer_id: str) -> None:
+        sim = self.brokers[peer_id]
+        if sim.alive:
+            self.history.trace("crash", peer_id)
+            sim.crash()
+
+    def restart(self, peer_id: str) -> None:
+        if not self.brokers[peer_id].alive:
+            self.start_broker(peer_id)
+
+    def partition(self, group: list[str]) -> None:
+        self.history.trace("partition", tuple(group))
+        self.network.partition([group])
+
+    def heal(self) -> None:
+        self.history.trace("heal")
+        self.network.heal()
+
+    # ------------------------------------------------------------------ clients
+    def add_client(self, client_id: str, home: str, *, persistent: bool) -> SimClient:
+        client = SimClient(self.world, self.history, client_id, clean_start=not persistent)
+        client.on_lost = self._reconnect_later
+        self.clients[client_id] = client
+        self.home[client_id] = home
+        return client
+
+    def connect(self, client_id: str, broker: str | None = None) -> None:
+        client = self.clients[client_id]
+        if broker is not None:
+            self.home[client_id] = broker
+        target = self.brokers.get(self.home[client_id])
+        if target is None or not target.alive or not client.connect(target):
+            self._reconnect_later(client)
+
+    def _reconnect_later(self, client: SimClient) -> None:
+        self.world.after(0.5, self._reconnect, client.client_id)
+
+    def _reconnect(self, client_id: str) -> None:
+        client = self.clients[client_id]
+        if client.socket is not None:
+            return
+        if not client.clean_start:
+            self.connect(client_id)  # a persistent session waits for its broker
+            return
+        live = [p for p in self.peer_ids if p in self.brokers and self.brokers[p].alive]
+        if live:
+            self.connect(client_id, self.rng.choice(live))
+
+    def publish_stream(
+        self, client_id: str, count: int, interval_s: float, start_s: float, topic: str | None = None
+    ) -> None:
+        """``count`` QoS 1 publishes from ``start_s`` on: on ``topic``, or on the scenario's topics
+        with every seventh one retained on the topic every publisher writes."""
+        client = self.clients[client_id]
+        topics = self.scenario.topics
+        for index in range(count):
+            at = start_s + index * interval_s
+            retain = topic is None and index % 7 == 3
+            if topic is not None:
+                chosen = topic
+            else:
+                chosen = RETAINED_TOPIC if retain else topics[self.rng.randrange(len(topics))]
+            self.world.at(at, client.publish, chosen, retain)
+            self.last_publish_s = max(self.last_publish_s, at)
+
+    # ------------------------------------------------------------------ the random script
+    def script_random(self) -> None:
+        scenario = self.scenario
+        rng = self.rng
+        world = self.world
+        for index, peer_id in enumerate(self.peer_ids):
+            world.at(0.2 * index, self.start_broker, peer_id)
+        for index in range(scenario.subscribers):
+            client_id = f"sub{index}"
+            self.add_client(client_id, rng.choice(self.peer_ids), persistent=True)
+            topic_filter = rng.choice(scenario.filters)
+            self.clients[client_id].on_connack = _subscribe_once(topic_filter)
+            world.at(scenario.join_s + 0.05 * index, self.connect, client_id)
+        for index in range(scenario.publishers):
+            client_id = f"pub{index}"
+            self.add_client(client_id, rng.choice(self.peer_ids), persistent=False)
+            world.at(scenario.settle_s - 0.5, self.connect, client_id)
+            self.publish_stream(client_id, scenario.messages, scenario.publish_interval_s, scenario.settle_s)
+        window = (scenario.settle_s, max(self.last_publish_s, scenario.settle_s + 1.0))
+        for _ in range(scenario.crashes):
+            peer_id = rng.choice(self.peer_ids)
+            at = rng.uniform(*window)
+            world.at(at, self.crash, peer_id)
+            world.at(at + rng.uniform(0.5, 3.0), self.restart, peer_id)
+        for _ in range(scenario.partitions):
+            group = rng.sample(self.peer_ids, max(1, len(self.peer_ids) // 2))
+            at = rng.uniform(*window)
+            world.at(at, self.partition, group)
+            world.at(at + rng.uniform(1.0, 5.0), self.heal)
+        for _ in range(scenario.moves):
+            subscriber = f"sub{rng.randrange(scenario.subscribers)}"
+            world.at(rng.uniform(*window), self._move, subscriber)
+
+    def _move(self, client_id: str) -> None:
+        client = self.clients[client_id]
+        others = [p for p in self.peer_ids if p != self.home[client_id]]
+        client.disconnect()
+        self.world.after(0.05, self.connect, client_id, self.rng.choice(others))
+
+    # ------------------------------------------------------------------ the end
+    def finish(self, *, end_s: float | None = None) -> Result:
+        end = end_s if end_s is not None else self.last_publish_s + self.scenario.quiet_s
+        for peer_id in self.peer_ids:  # every broker is up for the end state
+            self.world.at(end - self.scenario.quiet_s / 2, self.restart, peer_id)
+        self.world.at(end - self.scenario.quiet_s / 2, self.heal)
+        try:
+            self.world.run_until(end)
+            live = {p: b for p, b in self.brokers.items() if b.alive}
+            connected = {cid: [p for p, b in live.items() if b.connected(cid)] for cid in self.clients}
+            retained = {p: b.retained() for p, b in live.items()}
+            violations = check_all(self.history, connected, retained)
+        except SimulationFailure as exc:
+            violations = [Violation("stuck", str(exc))]
+        finally:
+            for sim in self.brokers.values():
+                if sim.alive:
+                    sim.crash()  # releases the SQLite file; the run is over
+            if self._own_workdir:
+                shutil.rmtree(self.workdir, ignore_errors=True)
+        return Result(
+            self.seed, self.scenario, violations, self.history.digest(), self.world.events, self.history
+        )
+
+
+def _subscribe_once(topic_filter: str) -> Any:
+    def on_connack(client: SimClient, session_present: bool) -> None:
+        if not session_present:
+            client.subscribe(topic_filter)
+
+    return on_connack
+
+
+def run_seed(seed: int, scenario: Scenario | None = None, **random_options: Any) -> Result:
+    """Run the random script of ``seed`` (its own scenario unless one is given)."""
+    run = Run(seed, scenario if scenario is not None else random_scenario(seed, **random_options))
+    run.script_random()
+    result = run.finish()
+    result.replay = replay_command(seed, **random_options)
+    return result
+
+
+def replay_command(seed: int, **options: Any) -> str:
+    words = ["python -m simulation", f"--seed {seed}"]
+    faults = options.get("faults")
+    if faults:
+        words.append("--faults " + ",".join(sorted(faults)))
+    for name in ("loss", "duplicate", "reorder"):
+        if name in options:
+            words.append(f"--{name} {options[name]}")
+    if "brokers" in options:
+        low, high = options["brokers"]
+        if low == high:
+            words.append(f"--brokers {low}")
+    return " ".join(words)
+
+
+# ====================================================================== the three known faults
+def known_suback_then_publish(seed: int = 1) -> Result:
+    """A subscriber gets SUBACK on broker B for a fresh topic class; a publisher on broker A
+    publishes QoS 1 right after it: the first messages are acknowledged and never delivered."""
+    run = Run(seed, Scenario(brokers=3, quiet_s=8.0, title="SUBACK on B, then publish on A"))
+    a, b, _c = run.peer_ids
+    for index, peer_id in enumerate(run.peer_ids):
+        run.world.at(0.2 * index, run.start_broker, peer_id)
+    run.add_client("pub", a, persistent=False)
+    subscriber = run.add_client("sub", b, persistent=True)
+    subscriber.on_connack = _subscribe_once("fresh/x")
+
+    def on_suback(client: SimClient, topic_filter: str) -> None:
+        run.publish_stream("pub", 10, 0.01, run.world.now, "fresh/x")  # right after the SUBACK
+
+    subscriber.on_suback = on_suback
+    run.world.at(2.0, run.connect, "pub")
+    run.world.at(3.0, run.connect, "sub")
+    return run.finish(end_s=15.0)
+
+
+def known_publish_after_session_move(seed: int = 1) -> Result:
+    """A persistent session on A reconnects to B (session present); a QoS 1 message published from
+    C right after the CONNACK is acknowledged and never delivered."""
+    run = Run(seed, Scenario(brokers=3, quiet_s=8.0, title="session moves A -> B, publish from C"))
+    a, b, c = run.peer_ids
+    for index, peer_id in enumerate(run.peer_ids):
+        run.world.at(0.2 * index, run.start_broker, peer_id)
+    run.add_client("pub", c, persistent=False)
+    subscriber = run.add_client("sub", a, persistent=True)
+    moved = {"done": False}
+
+    def on_connack(client: SimClient, session_present: bool) -> None:
+        if not session_present:
+            client.subscribe("move/x")
+        elif not moved["done"]:
+            moved["done"] = True
+            run.publish_stream("pub", 5, 0.01, run.world.now, "move/x")  # right after the CONNACK on B
+
+    subscriber.on_connack = on_connack
+    run.world.at(2.0, run.connect, "pub")
+    run.world.at(2.5, run.connect, "sub")
+    run.world.at(6.0, subscriber.disconnect)
+    run.world.at(6.1, run.connect, "sub", b)
+    return run.finish(end_s=20.0)
+
+
+def known_kill_subscriber_broker(seed: int = 1) -> Result:
+    """kill -9 of the subscriber's broker during a QoS 1 stream, restart on its data directory:
+    messages acknowledged to the publisher while the broker was down or dying are lost."""
+    run = Run(seed, Scenario(brokers=3, quiet_s=10.0, title="kill -9 of the subscriber's broker"))
+    a, b, _c = run.peer_ids
+    for index, peer_id in enumerate(run.peer_ids):
+        run.world.at(0.2 * index, run.start_broker, peer_id)
+    run.add_client("pub", a, persistent=False)
+    subscriber = run.add_client("sub", b, persistent=True)
+    subscriber.on_connack = _subscribe_once("kill/x")
+    run.world.at(2.0, run.connect, "sub")
+    run.world.at(2.5, run.connect, "pub")
+    run.publish_stream("pub", 400, 0.005, 4.0, "kill/x")
+    run.world.at(4.5, run.crash, b)
+    run.world.at(6.0, run.restart, b)
+    return run.finish(end_s=25.0)

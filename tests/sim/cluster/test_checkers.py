@@ -1,0 +1,70 @@
+"""The whole-cluster simulation's invariant checkers fail on histories that break them (and pass
+on ones that keep them): fabricated histories, no simulation run."""
+
+from __future__ import annotations
+
+from simulation.checkers import (
+    Acked,
+    History,
+    Received,
+    check_all,
+    lost_acknowledged,
+    one_owner,
+    publisher_order,
+    retained_converged,
+)
+
+
+def _history() -> History:
+    history = History()
+    history.subscribed("sub", "plant/#", at=1.0)
+    history.acked.append(Acked("pub", 1, 1, "plant/a", published_at=2.0, acked_at=2.1))
+    history.acked.append(Acked("pub", 1, 2, "plant/a", published_at=2.2, acked_at=2.3))
+    history.received.append(Received("sub", "plant/a", "pub", 1, 1, at=2.05))
+    history.received.append(Received("sub", "plant/a", "pub", 1, 2, at=2.25))
+    return history
+
+
+def test_a_complete_history_passes_every_checker() -> None:
+    assert check_all(_history(), {"sub": ["b1"], "pub": ["b2"]}, {"b1": {"r": b"x"}, "b2": {"r": b"x"}}) == []
+
+
+def test_a_lost_acknowledged_message_is_reported() -> None:
+    history = _history()
+    history.received.pop()  # message 2 never arrived
+    violations = lost_acknowledged(history)
+    assert [v.kind for v in violations] == ["lost"]
+    assert "pub:1:2" in violations[0].detail
+
+
+def test_messages_published_before_the_suback_or_not_matching_or_unacked_do_not_count() -> None:
+    history = _history()
+    history.acked.append(Acked("pub", 1, 3, "plant/b", published_at=0.5, acked_at=0.6))  # before SUBACK
+    history.acked.append(Acked("pub", 1, 4, "other/x", published_at=3.0, acked_at=3.1))  # no match
+    history.acked.append(Acked("pub", 1, 5, "plant/c", published_at=3.0, acked_at=None))  # no PUBACK
+    assert lost_acknowledged(history) == []
+
+
+def test_an_order_violation_is_reported_but_a_duplicate_is_not() -> None:
+    history = _history()
+    history.received.append(Received("sub", "plant/a", "pub", 1, 1, at=2.4))  # a QoS 1 duplicate
+    assert publisher_order(history) == []
+    history.received[0], history.received[1] = history.received[1], history.received[0]
+    assert [v.kind for v in publisher_order(history)] == ["order"]
+
+
+def test_order_is_per_publisher_connection() -> None:
+    history = _history()
+    history.received.append(Received("sub", "plant/a", "pub", 2, 1, at=3.0))  # a new connection
+    assert publisher_order(history) == []
+
+
+def test_two_owners_of_one_client_id_are_reported() -> None:
+    assert one_owner({"c": ["b1"], "d": []}) == []
+    assert [v.kind for v in one_owner({"c": ["b1", "b2"]})] == ["owners"]
+
+
+def test_diverging_retained_values_are_reported() -> None:
+    assert retained_converged({"b1": {"t": b"1"}, "b2": {"t": b"1"}}) == []
+    assert [v.kind for v in retained_converged({"b1": {"t": b"1"}, "b2": {"t": b"2"}})] == ["retained"]
+    assert [v.kind for v in retained_converged({"b1": {"t": b"1"}, "b2": {}})] == ["retained"]
