@@ -4,6 +4,7 @@ WORKDIR /app
 COPY pyproject.toml README.md ./
 COPY broker ./broker
 COPY overlay ./overlay
+COPY tools ./tools
 RUN pip install --no-cache-dir '.[fast]'
 EXPOSE 1883 9090
 ENTRYPOINT ["skipmq"]

@@ -44,6 +44,11 @@ from pathlib import Path
 from typing import Any
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
+if str(REPO_ROOT) not in sys.path:
+    sys.path.insert(0, str(REPO_ROOT))
+
+from tools.ports import free_port  # noqa: E402
+
 DOCS = REPO_ROOT / "docs"
 HOST = "127.0.0.1"
 PAYLOAD_BYTES = 64
@@ -529,10 +534,6 @@ async def measure_idle_rss(port: int, pid: int, count: int) -> dict[str, Any]:
 
 
 # ---- brokers -------------------------------------------------------------------------------
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind((HOST, 0))
-        return int(sock.getsockname()[1])
 
 
 def wait_port(port: int, proc: subprocess.Popen[bytes], timeout_s: float = 20.0) -> None:

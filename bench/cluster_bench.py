@@ -25,7 +25,7 @@ What it follows:
 
 Clients are a small asyncio raw-socket MQTT 3.1.1 client (hand-encoded CONNECT/SUBSCRIBE/
 PUBLISH/PUBACK, MQTT 3.1.1 §3.1, §3.3, §3.4, §3.8) so client-side parsing stays cheap on the
-2-core machine; brokers are started with ``broker.cluster.launcher.start_cluster``.
+2-core machine; brokers are started with ``tools.launcher.start_cluster``.
 
     .venv/bin/python bench/cluster_bench.py --help
     .venv/bin/python bench/cluster_bench.py --quick                 # ~1 min smoke run
@@ -59,7 +59,7 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
-from broker.cluster.launcher import LocalCluster, free_ports, start_cluster  # noqa: E402
+from tools.launcher import LocalCluster, free_ports, start_cluster  # noqa: E402
 
 DOCS = REPO_ROOT / "docs"
 FIGURES = DOCS / "figures"

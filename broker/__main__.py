@@ -181,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
 
         return passwd_main(arguments[1:])
     if arguments and arguments[0] == "cluster":
-        from broker.cluster.launcher import main as cluster_main
+        from tools.launcher import main as cluster_main
 
         return cluster_main(arguments[1:])
     if arguments and arguments[0] == "run":

@@ -22,6 +22,11 @@ randomness is the ``rng`` passed in). A physical node holds many virtual nodes k
   re-delegated on timeout or GONE; subscribers drop duplicate publications.
 
 Everything the paper leaves open is decided in docs/overlay.md.
+
+Size: the OverlayNode of seed 003 - join (REXP/EEXP/NEW), publish (PUB with the FRT multicast
+and end-to-end DONE) and maintenance (ping, repair, UNSUB/LEAVE) share the virtual nodes' state
+and the action list; design.md proposes splitting it by concern, left for the overlay-fidelity
+issue (its scripted and simulated tests pin the behaviour first).
 """
 
 from __future__ import annotations

@@ -23,6 +23,9 @@ count of the ``queue`` rows pointing at it, and a trigger deletes the message wh
 row goes (ack, drop, session deletion).
 
 The store is not thread-safe: use it from one thread at a time (the event-loop thread).
+
+Size: one class per store (the StorePort on SQLite): the schema, its migrations and every
+statement of the port live together so that a reader sees each table's writes and reads in one place.
 """
 
 from __future__ import annotations

@@ -14,6 +14,10 @@ There are no per-connection timers: keep alive and the CONNECT timeout are check
 broker's shared sweep (:meth:`check_timeouts`). Acknowledgements that depend on the store
 (PUBACK/PUBREC of messages that went into a persistent queue) are held in ``deferred`` until the
 group commit has run (``Durability.flush_commit``).
+
+Size: one handler per MQTT control packet of the server side (CONNECT with authentication and
+the cluster claim, PUBLISH, the four QoS acks, SUBSCRIBE, UNSUBSCRIBE, PINGREQ, DISCONNECT,
+AUTH); the per-connection protocol state itself is the pure broker.mqtt.protocol.
 """
 
 from __future__ import annotations

@@ -43,6 +43,10 @@ direction/order) -> 0x82; wildcard in a topic name -> 0x90; topic alias 0 -> 0x9
 or configuration (topic alias maximum, receive maximum, client id length in 3.1.1/5, payload
 format validation - a MAY) are the core's. MQTT 3.1 (MQIsdp) additionally limits client ids to
 1-23 characters (identifier rejected).
+
+Size: the whole MQTT 3.1/3.1.1/5.0 wire format, encoder and decoder of all 15 packet types and
+the property table, with the statement id of every check; split by packet type it would scatter
+the shared grammar (strings, varints, properties) the checks depend on.
 """
 
 from __future__ import annotations

@@ -30,7 +30,7 @@ from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 from prometheus_client.parser import text_string_to_metric_families
 
-from broker.cluster.launcher import LocalCluster
+from tools.launcher import LocalCluster
 
 WAIT_S = 10.0
 PROBE_PREFIX = b"__probe__"

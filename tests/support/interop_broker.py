@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tools.ports import free_port
+
 TARGET = os.environ.get("SKIPMQ_TEST_TARGET", "skipmq").strip().lower()
 if TARGET not in ("skipmq", "mosquitto"):
     raise RuntimeError(f"SKIPMQ_TEST_TARGET must be 'skipmq' or 'mosquitto', not {TARGET!r}")
@@ -33,12 +35,6 @@ STOP_TIMEOUT_S = 5.0
 
 # Every live broker, so a failing test's report can show the brokers' stderr tails.
 LIVE_BROKERS: list[BrokerProcess] = []
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((HOST, 0))
-        return int(sock.getsockname()[1])
 
 
 @dataclass

@@ -25,6 +25,9 @@ Link life cycle:
 
 The standard health service ``grpc.health.v1.Health`` runs on the same server: SERVING after
 :meth:`GrpcTransport.start`, NOT_SERVING once :meth:`GrpcTransport.stop` begins.
+
+Size: one gRPC stream per peer pair with its whole life cycle (dial, handshake, the crossing-dial
+rule, batching, backpressure, reconnect, drain); splitting it would spread one state machine.
 """
 
 from __future__ import annotations

@@ -15,6 +15,10 @@ converter. Adding an overlay kind therefore takes: the message and its oneof cas
 MQTT properties travel as the MQTT 5 property block of a PUBLISH (``broker/mqtt/codec.py``).
 Every problem (wrong type, value out of range, missing required field, undecodable bytes)
 raises :class:`WireError` naming the message and field.
+
+Size: one mapping function pair per record of protos/skipmq/v1 (Table 1 queries, maintenance,
+payloads, envelope); the pairs are small and alike, and keeping them together keeps the
+self-check (every overlay message has a mapping) next to them.
 """
 
 from __future__ import annotations

@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from broker.cluster.launcher import LocalCluster, start_cluster
 from tests.support.cluster import LIVE_CLUSTERS, ClientFactory, ClusterClient, ClusterFactory
+from tools.launcher import LocalCluster, start_cluster
 
 READY_TIMEOUT_S = 30.0
 # Left out of failure reports (repeated reconnect attempts would push everything else out).

@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from broker.cluster.launcher import REPO_ROOT
 from tests.support.cluster import MosquittoSub, mosquitto_pub, unique_id, wait_until
+from tools.launcher import REPO_ROOT
 
 START_S = 90.0
 

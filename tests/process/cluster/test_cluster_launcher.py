@@ -1,4 +1,4 @@
-"""The local-cluster launcher (broker/cluster/launcher.py): ports, processes, stop/kill/restart.
+"""The local-cluster launcher (tools/launcher.py): ports, processes, stop/kill/restart.
 
 Real broker processes started with clustering flags; the last test checks the GET /cluster
 contract of docs/cluster.md (peer id "127.0.0.1:<cluster_port>", joined, connected peers).
@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from broker.cluster.launcher import LocalCluster, main, parse_settings, start_cluster
 from tests.support.cluster import ClusterClient, unique_id, wait_until
+from tools.launcher import LocalCluster, main, parse_settings, start_cluster
 
 
 def test_brokers_start_with_distinct_ports_and_join_through_the_earlier_ones(tmp_path: Path) -> None:
@@ -134,7 +134,7 @@ def test_a_port_taken_after_it_was_picked_is_replaced(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Other programs may grab a picked port before the broker binds it: the launcher retries."""
-    import broker.cluster.launcher as launcher
+    import tools.launcher as launcher
 
     real_free_ports = launcher.free_ports
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as squatter:

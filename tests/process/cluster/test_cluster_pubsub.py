@@ -13,7 +13,6 @@ import asyncio
 import pytest
 from amqtt.client import MQTTClient
 
-from broker.cluster.launcher import LocalCluster
 from tests.support.cluster import (
     PROBE_PREFIX,
     ClientFactory,
@@ -25,6 +24,7 @@ from tests.support.cluster import (
     unique_id,
     wait_until,
 )
+from tools.launcher import LocalCluster
 
 
 def wait_all_acked(client: ClusterClient, timeout_s: float = 30.0) -> None:

@@ -8,8 +8,8 @@ payload deletes it cluster-wide. Propagation is awaited by polling with fresh su
 
 from __future__ import annotations
 
-from broker.cluster.launcher import LocalCluster
 from tests.support.cluster import ClusterClient, Received, probe_route, unique_id, wait_until
+from tools.launcher import LocalCluster
 
 PROPAGATION_S = 15.0
 

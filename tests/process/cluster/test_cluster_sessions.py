@@ -12,8 +12,8 @@ import time
 
 import pytest
 
-from broker.cluster.launcher import LocalCluster
 from tests.support.cluster import ClientFactory, ClusterFactory, numbers, probe_route, unique_id
+from tools.launcher import LocalCluster
 
 SESSION_TAKEN_OVER = 0x8E
 

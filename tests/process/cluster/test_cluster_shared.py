@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from collections import Counter
 
-from broker.cluster.launcher import LocalCluster
 from tests.support.cluster import ClientFactory, ClusterClient, probe_route, unique_id, wait_until
+from tools.launcher import LocalCluster
 
 MESSAGES = 100
 

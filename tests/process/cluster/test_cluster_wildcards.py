@@ -8,8 +8,8 @@ not receive another class's messages.
 
 from __future__ import annotations
 
-from broker.cluster.launcher import LocalCluster
 from tests.support.cluster import ClientFactory, ClusterClient, probe_route, unique_id
+from tools.launcher import LocalCluster
 
 
 def topics_of(client: ClusterClient, count: int, prefixes: tuple[str, ...]) -> list[tuple[str, bytes]]:

@@ -22,6 +22,7 @@ from broker.adapters.transport import GrpcTransport, TransportConfig, WireError,
 from broker.cluster.messages import Envelope, RetainedSyncRequest, RetainedUpdate
 from broker.core.session import Message
 from overlay import messages as om
+from tools.ports import free_port
 
 HOST = "127.0.0.1"
 FAST = TransportConfig(connect_timeout_s=2.0, reconnect_backoff_initial_s=0.02, reconnect_backoff_max_s=0.2)
@@ -80,12 +81,6 @@ def _both_received(x: Node, y: Node, count: int) -> Callable[[], bool]:
 
 def _linked_only_to_each_other(x: Node, y: Node) -> Callable[[], bool]:
     return lambda: x.transport.connected_peers() == {y.id} and y.transport.connected_peers() == {x.id}
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind((HOST, 0))
-        return int(sock.getsockname()[1])
 
 
 async def health_status(port: int) -> int:

@@ -23,6 +23,9 @@ Programmatic API (used by tests/cluster and the benchmark)::
 Command line: ``skipmq cluster --brokers N [...]`` starts the brokers, prints a table (or one
 JSON line with --json) and example mosquitto_sub/mosquitto_pub commands, and runs until
 SIGINT/SIGTERM, then stops every broker gracefully (SIGTERM = overlay leave) and exits 0.
+
+Size: the programmatic LocalCluster API (start, wait, kill, freeze, restart, add, close) and the
+``skipmq cluster`` command line share the broker-process records and their bounded waits.
 """
 
 from __future__ import annotations
@@ -34,7 +37,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -48,9 +50,10 @@ from pathlib import Path
 from typing import Any
 
 from broker.config import parse_override
+from tools.ports import free_ports
 
 HOST = "127.0.0.1"
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_SETTINGS: dict[str, str] = {"sys.interval_s": "0"}
 START_TIMEOUT_S = 20.0
 JOIN_TIMEOUT_S = 30.0
@@ -70,27 +73,6 @@ class ClusterError(RuntimeError):
 
 class RuntimeMissingError(ClusterError):
     """The broker answers 404 on GET /cluster: it was built without the cluster runtime."""
-
-
-def free_port(host: str = HOST) -> int:
-    """A TCP port that was free a moment ago (bind port 0, read it, close)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
-
-
-def free_ports(count: int, host: str = HOST) -> list[int]:
-    """``count`` distinct free ports (all sockets held open together so none repeats)."""
-    sockets: list[socket.socket] = []
-    try:
-        for _ in range(count):
-            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            sockets.append(sock)
-            sock.bind((host, 0))
-        return [int(sock.getsockname()[1]) for sock in sockets]
-    finally:
-        for sock in sockets:
-            sock.close()
 
 
 def http_get(port: int, path: str, timeout_s: float = HTTP_TIMEOUT_S) -> tuple[int, bytes]:
@@ -208,7 +190,17 @@ def _close_open_clusters() -> None:
             cluster.close(timeout_s=5.0)
 
 
-atexit.register(_close_open_clusters)
+_EXIT_HOOK: list[bool] = []
+
+
+def _track(cluster: LocalCluster) -> None:
+    """Remember an open cluster; the first one registers the clean-up at interpreter exit (so
+    importing this module has no side effect)."""
+    if not _EXIT_HOOK:
+        atexit.register(_close_open_clusters)
+        _EXIT_HOOK.append(True)
+    if cluster not in _OPEN_CLUSTERS:
+        _OPEN_CLUSTERS.append(cluster)
 
 
 class LocalCluster:
@@ -381,8 +373,7 @@ class LocalCluster:
         with self._lock:
             if self.brokers:
                 raise ClusterError("start() was already called; use add_broker() to grow the cluster")
-            if self not in _OPEN_CLUSTERS:
-                _OPEN_CLUSTERS.append(self)
+            _track(self)
             try:
                 for position in range(self.initial_size):
                     broker = self._new_broker()

@@ -1,0 +1,6 @@
+"""The cluster: MQTT semantics across brokers on the SG-TBPS overlay (seed 003), I/O-free.
+
+``engine.ClusterEngine`` is the broker core's cluster port; it composes the overlay node and the
+pure protocol cores (``interest``, ``ordering``, ``publish_acks``, ``takeover``, ``retained_sync``).
+The gRPC runtime that drives it in a broker process is ``broker.adapters.cluster_runtime``.
+"""
