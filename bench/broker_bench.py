@@ -34,7 +34,6 @@ import resource
 import shutil
 import signal
 import socket
-import struct
 import subprocess
 import sys
 import tempfile
@@ -47,6 +46,7 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
+from tools import mqtt_raw as raw  # noqa: E402
 from tools.ports import free_port  # noqa: E402
 
 DOCS = REPO_ROOT / "docs"
@@ -68,37 +68,7 @@ def log(message: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {message}", flush=True)
 
 
-# ---- MQTT 3.1.1 encoding (client side) -------------------------------------------------------
-def _varint(value: int) -> bytes:
-    out = bytearray()
-    while True:
-        byte, value = value % 128, value // 128
-        out.append(byte | (0x80 if value else 0))
-        if not value:
-            return bytes(out)
-
-
-def _str(text: str) -> bytes:
-    raw = text.encode()
-    return struct.pack("!H", len(raw)) + raw
-
-
-def connect_packet(client_id: str, keepalive_s: int = 600) -> bytes:
-    body = _str("MQTT") + bytes([4, 0x02]) + struct.pack("!H", keepalive_s) + _str(client_id)
-    return b"\x10" + _varint(len(body)) + body
-
-
-def subscribe_packet(packet_id: int, filters: list[str], qos: int) -> bytes:
-    body = struct.pack("!H", packet_id) + b"".join(_str(f) + bytes([qos]) for f in filters)
-    return b"\x82" + _varint(len(body)) + body
-
-
-def publish_packet(topic: str, payload: bytes, qos: int, packet_id: int = 0) -> bytes:
-    body = _str(topic) + (struct.pack("!H", packet_id) if qos else b"") + payload
-    return bytes([0x30 | (qos << 1)]) + _varint(len(body)) + body
-
-
-DISCONNECT = b"\xe0\x00"
+DISCONNECT = raw.disconnect_packet()
 
 
 # ---- the load client protocol ----------------------------------------------------------------
@@ -254,7 +224,7 @@ async def open_client(port: int, client_id: str, cls: type[Client] = Client) -> 
     _, proto = await loop.create_connection(lambda: cls(None), HOST, port)
     client = proto
     fut = client.wait_packet(2)
-    client.write(connect_packet(client_id))
+    client.write(raw.connect_packet(client_id, keepalive_s=600))
     body = await asyncio.wait_for(fut, 20)
     if body[1] != 0:
         raise ConnectionError(f"CONNACK refused {client_id}: return code {body[1]}")
@@ -263,7 +233,7 @@ async def open_client(port: int, client_id: str, cls: type[Client] = Client) -> 
 
 async def subscribe(client: Client, filters: list[str], qos: int, packet_id: int = 1) -> None:
     fut = client.wait_suback(packet_id)
-    client.write(subscribe_packet(packet_id, filters, qos))
+    client.write(raw.subscribe_packet(packet_id, [(f, qos) for f in filters]))
     body = await asyncio.wait_for(fut, 30)
     if any(code == 0x80 for code in body[2:]):
         raise ConnectionError(f"SUBACK refused {filters[:3]}...")
@@ -412,10 +382,13 @@ async def run_throughput(port: int, pid: int, sc: Scenario, duration_s: float, t
     payload = _payload()
     if sc.qos:
         # QoS 1: distinct packet ids 1..4096 (the window keeps far fewer than that in flight)
-        packets = [b"".join(publish_packet(t, payload, 1, i + 1) for i in range(4096)) for t in topics]
+        packets = [
+            b"".join(raw.publish_packet(t, payload, qos=1, packet_id=i + 1) for i in range(4096))
+            for t in topics
+        ]
     else:
-        packets = [publish_packet(t, payload, 0) * 1024 for t in topics]
-    packet_len = len(publish_packet(topics[0], payload, sc.qos, 1))
+        packets = [raw.publish_packet(t, payload) * 1024 for t in topics]
+    packet_len = len(raw.publish_packet(topics[0], payload, qos=sc.qos, packet_id=1))
     for sub in subs:
         sub.fixed_len = packet_len
         sub.fixed_first = 0x30 | (sc.qos << 1)
@@ -470,7 +443,7 @@ async def run_latency(port: int, rate: int, duration_s: float, tag: str) -> dict
         if due > sent:
             pub.write(
                 b"".join(
-                    publish_packet(f"{base}/t", time.perf_counter_ns().to_bytes(8, "big") + pad, 0)
+                    raw.publish_packet(f"{base}/t", time.perf_counter_ns().to_bytes(8, "big") + pad)
                     for _ in range(due - sent)
                 )
             )

@@ -59,7 +59,9 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
-from tools.launcher import LocalCluster, free_ports, start_cluster  # noqa: E402
+from tools import mqtt_raw as raw  # noqa: E402
+from tools.launcher import LocalCluster, start_cluster  # noqa: E402
+from tools.ports import free_ports  # noqa: E402
 
 DOCS = REPO_ROOT / "docs"
 FIGURES = DOCS / "figures"
@@ -99,43 +101,11 @@ def log(message: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {message}", flush=True)
 
 
-# ---- MQTT 3.1.1 encoding (client side) -------------------------------------------------------
-def _varint(value: int) -> bytes:
-    out = bytearray()
-    while True:
-        byte, value = value % 128, value // 128
-        out.append(byte | (0x80 if value else 0))
-        if not value:
-            return bytes(out)
-
-
-def _utf8(text: str) -> bytes:
-    raw = text.encode()
-    return struct.pack("!H", len(raw)) + raw
-
-
-def connect_packet(client_id: str, keepalive_s: int = 0) -> bytes:
-    """CONNECT, MQTT 3.1.1 §3.1, clean session, no will, no credentials."""
-    body = _utf8("MQTT") + bytes([4, 0x02]) + struct.pack("!H", keepalive_s) + _utf8(client_id)
-    return b"\x10" + _varint(len(body)) + body
-
-
-def subscribe_packet(packet_id: int, topic_filter: str, qos: int) -> bytes:
-    body = struct.pack("!H", packet_id) + _utf8(topic_filter) + bytes([qos])
-    return b"\x82" + _varint(len(body)) + body
-
-
-def publish_prefix(topic: str, qos: int, payload_size_bytes: int) -> bytes:
-    """Fixed header + topic of a PUBLISH (§3.3); the packet id (QoS > 0) and payload follow."""
-    remaining = 2 + len(topic.encode()) + (2 if qos else 0) + payload_size_bytes
-    return bytes([0x30 | (qos << 1)]) + _varint(remaining) + _utf8(topic)
-
-
 def make_payload(kind: bytes, run_tag: int, seq: int, sent_ns: int) -> bytes:
     return PAYLOAD_HEAD.pack(kind, run_tag, seq, sent_ns) + PAYLOAD_PAD
 
 
-DISCONNECT = b"\xe0\x00"
+DISCONNECT = raw.disconnect_packet()
 
 
 # ---- the load client ---------------------------------------------------------------------------
@@ -279,7 +249,7 @@ async def connect_client(name: str, port: int, progress: asyncio.Event) -> Bench
     _transport, client = await asyncio.wait_for(
         loop.create_connection(lambda: BenchClient(name, progress), HOST, port), CONNECT_TIMEOUT_S
     )
-    client.write(connect_packet(name))
+    client.write(raw.connect_packet(name, keepalive_s=0))
     code = await asyncio.wait_for(client.connack, CONNECT_TIMEOUT_S)
     if code != 0:
         raise ConnectionError(f"{name}: CONNACK return code {code} from port {port}")
@@ -287,7 +257,7 @@ async def connect_client(name: str, port: int, progress: asyncio.Event) -> Bench
 
 
 async def subscribe(client: BenchClient, topic_filter: str, qos: int) -> None:
-    client.write(subscribe_packet(1, topic_filter, qos))
+    client.write(raw.subscribe_packet(1, [(topic_filter, qos)]))
     granted = await asyncio.wait_for(client.suback, CONNECT_TIMEOUT_S)
     if granted not in (0, 1, 2):
         raise ConnectionError(f"{client.name}: SUBACK refused {topic_filter!r} (code {granted:#x})")
@@ -522,7 +492,7 @@ async def warm_up(setup: Setup) -> float:
     for sub in setup.subscribers:
         sub.probe_tag = tag_bytes
         sub.probe_seen = False
-    prefix = publish_prefix(TOPIC, 0, PAYLOAD_BYTES)
+    prefix = raw.publish_prefix(TOPIC, 0, PAYLOAD_BYTES)
     start = time.monotonic()
     settle_until: float | None = None
     seq = 0
@@ -551,7 +521,7 @@ async def publish_probes(setup: Setup, duration_s: float, rate_per_s: float) -> 
     """Keep the topic in use: probes (not counted as data) at rate_per_s for duration_s."""
     publisher = setup.publisher
     assert publisher is not None
-    prefix = publish_prefix(TOPIC, 0, PAYLOAD_BYTES)
+    prefix = raw.publish_prefix(TOPIC, 0, PAYLOAD_BYTES)
     tag = next_tag()
     end = time.monotonic() + duration_s
     sent = 0
@@ -599,7 +569,7 @@ async def measure_latency(setup: Setup, rate_per_s: float, duration_s: float) ->
         sub.begin_run(tag, record_latency=True)
     count = max(1, int(rate_per_s * duration_s))
     interval_ns = int(1e9 / rate_per_s)
-    prefix = publish_prefix(TOPIC, 0, PAYLOAD_BYTES)
+    prefix = raw.publish_prefix(TOPIC, 0, PAYLOAD_BYTES)
     hops_before = await asyncio.to_thread(setup.scrape_hops)
     start_ns = time.perf_counter_ns()
     for seq in range(count):
@@ -656,7 +626,7 @@ async def measure_throughput(
     sent_at: dict[bytes, int] = {}
     publisher.puback_sent_ns = sent_at if qos else None
     publisher.puback_rtt_ns = []
-    prefix = publish_prefix(TOPIC, qos, PAYLOAD_BYTES)
+    prefix = raw.publish_prefix(TOPIC, qos, PAYLOAD_BYTES)
     payload = make_payload(KIND_DATA, tag, 0, 0)
     qos0_packet = prefix + payload
     packet_id = 0

@@ -14,7 +14,8 @@ import pytest
 
 from tests.support.interop_broker import IS_MOSQUITTO, BrokerProcess
 from tests.support.interop_clients import PahoClient, unique_id
-from tests.support.interop_raw import PUBACK, RawClient, ack_packet, publish_packet
+from tests.support.interop_raw import RawClient
+from tools.mqtt_raw import PUBACK, ack_packet, publish_packet
 
 PahoFactory = Callable[..., PahoClient]
 skipmq_only = pytest.mark.skipif(

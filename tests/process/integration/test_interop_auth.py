@@ -18,7 +18,8 @@ import pytest
 
 from tests.support.interop_broker import IS_MOSQUITTO, REPO_ROOT, BrokerOptions, BrokerProcess
 from tests.support.interop_clients import PahoClient, unique_id
-from tests.support.interop_raw import PUBACK, RawClient, publish_packet
+from tests.support.interop_raw import RawClient
+from tools.mqtt_raw import PUBACK, publish_packet
 
 pytestmark = pytest.mark.skipif(
     IS_MOSQUITTO, reason="uses SkipMQ's password tool (skipmq passwd) and its ACL reason codes"

@@ -19,7 +19,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.support.interop_broker import IS_MOSQUITTO, BrokerProcess
 from tests.support.interop_clients import PahoClient, unique_id
-from tests.support.interop_raw import DISCONNECT, RawClient
+from tests.support.interop_raw import RawClient
+from tools.mqtt_raw import DISCONNECT
 
 PahoFactory = Callable[..., PahoClient]
 skipmq_only = pytest.mark.skipif(

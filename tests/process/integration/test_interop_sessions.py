@@ -19,7 +19,8 @@ from paho.mqtt.packettypes import PacketTypes
 
 from tests.support.interop_broker import IS_MOSQUITTO, BrokerProcess
 from tests.support.interop_clients import PahoClient, run_amqtt, unique_id, v5_props
-from tests.support.interop_raw import (
+from tests.support.interop_raw import ConnectionClosed, RawClient
+from tools.mqtt_raw import (
     CONNACK,
     DISCONNECT,
     PUBACK,
@@ -27,8 +28,6 @@ from tests.support.interop_raw import (
     PUBLISH,
     PUBREC,
     PUBREL,
-    ConnectionClosed,
-    RawClient,
     ack_packet,
     connect_packet,
     disconnect_packet,
@@ -217,7 +216,7 @@ def test_keepalive_timeout_closes_and_fires_will(
 
 
 def test_pingreq_keeps_connection_alive(broker: BrokerProcess) -> None:
-    from tests.support.interop_raw import PINGREQ, PINGRESP, packet
+    from tools.mqtt_raw import PINGREQ, PINGRESP, packet
 
     with RawClient(broker.host, broker.port) as raw:
         raw.connect(unique_id("ping"), keepalive_s=1)

@@ -20,13 +20,8 @@ from paho.mqtt.subscribeoptions import SubscribeOptions
 
 from tests.support.interop_broker import IS_MOSQUITTO, IS_SKIPMQ, BrokerOptions, BrokerProcess
 from tests.support.interop_clients import PahoClient, unique_id, v5_props
-from tests.support.interop_raw import (
-    DISCONNECT,
-    PUBACK,
-    PUBREC,
-    RawClient,
-    publish_packet,
-)
+from tests.support.interop_raw import RawClient
+from tools.mqtt_raw import DISCONNECT, PUBACK, PUBREC, publish_packet
 
 PahoFactory = Callable[..., PahoClient]
 BrokerFactory = Callable[[BrokerOptions], BrokerProcess]

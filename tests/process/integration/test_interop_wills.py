@@ -15,7 +15,8 @@ from paho.mqtt.packettypes import PacketTypes
 
 from tests.support.interop_broker import BrokerProcess
 from tests.support.interop_clients import PahoClient, unique_id, v5_props
-from tests.support.interop_raw import RawClient, disconnect_packet
+from tests.support.interop_raw import RawClient
+from tools.mqtt_raw import disconnect_packet
 
 PahoFactory = Callable[..., PahoClient]
 

@@ -20,13 +20,12 @@ import pytest
 
 from tests.support.interop_broker import IS_SKIPMQ, BrokerProcess
 from tests.support.interop_clients import PahoClient, unique_id
-from tests.support.interop_raw import (
+from tests.support.interop_raw import RawClient, RawPacket
+from tools.mqtt_raw import (
     CONNACK,
     DISCONNECT,
     PUBLISH,
     SUBSCRIBE,
-    RawClient,
-    RawPacket,
     connect_packet,
     mqtt_str,
     packet,
