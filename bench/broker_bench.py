@@ -46,7 +46,9 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
+from tools import loadclient  # noqa: E402
 from tools import mqtt_raw as raw  # noqa: E402
+from tools.loadclient import LoadClient  # noqa: E402
 from tools.ports import free_port  # noqa: E402
 
 DOCS = REPO_ROOT / "docs"
@@ -68,61 +70,24 @@ def log(message: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {message}", flush=True)
 
 
-DISCONNECT = raw.disconnect_packet()
-
-
 # ---- the load client protocol ----------------------------------------------------------------
-class Client(asyncio.Protocol):
-    """One MQTT connection of the load generator.
+class Client(LoadClient):
+    """One MQTT connection of the load generator (tools.loadclient does the set-up).
 
-    Setup (CONNACK, SUBACK) goes through a generic parser and futures; during a run a subscriber
-    counts fixed-size PUBLISH packets with C-level slicing (fast path) and falls back to the
-    generic parser when the stream is not uniform.
+    Setup (CONNACK, SUBACK) goes through a generic parser; during a run a subscriber counts
+    fixed-size PUBLISH packets with C-level slicing (fast path) and falls back to the generic
+    parser when the stream is not uniform.
     """
 
-    def __init__(self, run: Run | None = None) -> None:
-        self.transport: asyncio.Transport | None = None
-        self.buf = bytearray()
+    def __init__(self, run: Run | None = None, name: str = "") -> None:
+        super().__init__(name)
         self.run = run
-        self.waiters: dict[int, asyncio.Future[bytes]] = {}  # packet type -> future of body
-        self.suback_waiters: dict[int, asyncio.Future[bytes]] = {}
-        self.closed = asyncio.get_running_loop().create_future()
         # subscriber fast path: (packet length, first byte) of the expected PUBLISH
         self.fixed_len = 0
         self.fixed_first = 0
         self.delivered = 0
         self.latencies_ns: list[int] | None = None
         self.pid_offset = 0  # where the packet id sits in a fixed-size QoS 1 PUBLISH
-        # publisher state
-        self.unacked = 0
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]  # uvloop's TCPTransport is not a subclass
-        sock = transport.get_extra_info("socket")
-        if sock is not None:
-            with contextlib.suppress(OSError):
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        if not self.closed.done():
-            self.closed.set_result(None)
-        for fut in list(self.waiters.values()) + list(self.suback_waiters.values()):
-            if not fut.done():
-                fut.set_exception(ConnectionError("connection closed by the broker"))
-
-    def write(self, data: bytes) -> None:
-        assert self.transport is not None
-        self.transport.write(data)
-
-    def wait_packet(self, ptype: int) -> asyncio.Future[bytes]:
-        fut = asyncio.get_running_loop().create_future()
-        self.waiters[ptype] = fut
-        return fut
-
-    def wait_suback(self, packet_id: int) -> asyncio.Future[bytes]:
-        fut = asyncio.get_running_loop().create_future()
-        self.suback_waiters[packet_id] = fut
-        return fut
 
     def data_received(self, data: bytes) -> None:
         buf = self.buf
@@ -185,14 +150,9 @@ class Client(asyncio.Protocol):
                 if self.run is not None:
                     self.run.on_puback()
             elif ptype == 9:
-                pid = (buf[i] << 8) | buf[i + 1]
-                fut = self.suback_waiters.pop(pid, None)
-                if fut is not None and not fut.done():
-                    fut.set_result(bytes(buf[i : i + length]))
-            else:
-                fut = self.waiters.pop(ptype, None)
-                if fut is not None and not fut.done():
-                    fut.set_result(bytes(buf[i : i + length]))
+                self.suback_received((buf[i] << 8) | buf[i + 1], bytes(buf[i : i + length]))
+            elif ptype == 2:
+                self.connack_received(buf[i + 1])
             pos = i + length
         del buf[:pos]
         if acks:
@@ -220,31 +180,16 @@ class Publisher(Client):
 
 
 async def open_client(port: int, client_id: str, cls: type[Client] = Client) -> Client:
-    loop = asyncio.get_running_loop()
-    _, proto = await loop.create_connection(lambda: cls(None), HOST, port)
-    client = proto
-    fut = client.wait_packet(2)
-    client.write(raw.connect_packet(client_id, keepalive_s=600))
-    body = await asyncio.wait_for(fut, 20)
-    if body[1] != 0:
-        raise ConnectionError(f"CONNACK refused {client_id}: return code {body[1]}")
-    return client
+    return await loadclient.open_client(lambda: cls(None, client_id), port, client_id, keepalive_s=600)
 
 
 async def subscribe(client: Client, filters: list[str], qos: int, packet_id: int = 1) -> None:
-    fut = client.wait_suback(packet_id)
-    client.write(raw.subscribe_packet(packet_id, [(f, qos) for f in filters]))
-    body = await asyncio.wait_for(fut, 30)
-    if any(code == 0x80 for code in body[2:]):
-        raise ConnectionError(f"SUBACK refused {filters[:3]}...")
+    await loadclient.subscribe(client, filters, qos, packet_id=packet_id)
 
 
 async def close_clients(clients: list[Client]) -> None:
     for client in clients:
-        if client.transport is not None and not client.transport.is_closing():
-            with contextlib.suppress(Exception):
-                client.write(DISCONNECT)
-            client.transport.close()
+        client.close()
     await asyncio.sleep(0.05)
 
 

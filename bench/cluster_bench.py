@@ -59,8 +59,10 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
+from tools import loadclient  # noqa: E402
 from tools import mqtt_raw as raw  # noqa: E402
 from tools.launcher import LocalCluster, start_cluster  # noqa: E402
+from tools.loadclient import LoadClient  # noqa: E402
 from tools.ports import free_ports  # noqa: E402
 
 DOCS = REPO_ROOT / "docs"
@@ -105,23 +107,15 @@ def make_payload(kind: bytes, run_tag: int, seq: int, sent_ns: int) -> bytes:
     return PAYLOAD_HEAD.pack(kind, run_tag, seq, sent_ns) + PAYLOAD_PAD
 
 
-DISCONNECT = raw.disconnect_packet()
-
-
 # ---- the load client ---------------------------------------------------------------------------
-class BenchClient(asyncio.Protocol):
-    """One MQTT connection: a subscriber counts the data messages of the current run (and their
-    latencies when asked) and acknowledges QoS 1; the publisher counts its PUBACKs."""
+class BenchClient(LoadClient):
+    """One MQTT connection (tools.loadclient does the set-up): a subscriber counts the data
+    messages of the current run (and their latencies when asked) and acknowledges QoS 1; the
+    publisher counts its PUBACKs."""
 
     def __init__(self, name: str, progress: asyncio.Event) -> None:
-        self.name = name
+        super().__init__(name)
         self.progress = progress
-        self.transport: asyncio.Transport | None = None
-        self.buf = bytearray()
-        loop = asyncio.get_running_loop()
-        self.connack: asyncio.Future[int] = loop.create_future()
-        self.suback: asyncio.Future[int] = loop.create_future()
-        self.closed: asyncio.Future[None] = loop.create_future()
         # subscriber state
         self.run_tag = b""  # 4 bytes: only data of this run is counted
         self.received = 0
@@ -130,28 +124,12 @@ class BenchClient(asyncio.Protocol):
         self.probe_seen = False
         self.protocol_errors = 0
         # publisher state
-        self.unacked = 0
         self.acked = 0
         self.puback_sent_ns: dict[bytes, int] | None = None  # packet id -> send time, when timed
         self.puback_rtt_ns: list[int] = []
 
-    # asyncio.Protocol
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]  # uvloop's transport is not a subclass
-        sock = transport.get_extra_info("socket")
-        if sock is not None:
-            import socket
-
-            with contextlib.suppress(OSError):
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-
     def connection_lost(self, exc: Exception | None) -> None:
-        if not self.closed.done():
-            self.closed.set_result(None)
-        for fut in (self.connack, self.suback):
-            if not fut.done():
-                fut.set_exception(ConnectionError(f"{self.name}: connection closed by the broker"))
-                fut.exception()  # an awaiter still gets it; nobody awaiting is not an error
+        super().connection_lost(exc)
         self.progress.set()
 
     def data_received(self, data: bytes) -> None:
@@ -208,11 +186,9 @@ class BenchClient(asyncio.Protocol):
                     if sent_ns >= 0:
                         self.puback_rtt_ns.append(now_ns - sent_ns)
             elif ptype == 2:
-                if not self.connack.done():
-                    self.connack.set_result(buf[index + 1] if length >= 2 else 255)
+                self.connack_received(buf[index + 1] if length >= 2 else 255)
             elif ptype == 9:
-                if not self.suback.done():
-                    self.suback.set_result(buf[index + 2] if length >= 3 else 0x80)
+                self.suback_received((buf[index] << 8) | buf[index + 1], bytes(buf[index:end]))
             elif ptype != 13:  # PINGRESP is harmless; anything else is unexpected
                 self.protocol_errors += 1
             pos = end
@@ -227,40 +203,21 @@ class BenchClient(asyncio.Protocol):
             self.progress.set()
 
     # helpers
-    def write(self, data: bytes) -> None:
-        if self.transport is None or self.transport.is_closing():
-            raise ConnectionError(f"{self.name}: not connected")
-        self.transport.write(data)
-
     def begin_run(self, run_tag: int, *, record_latency: bool) -> None:
         self.run_tag = struct.pack("!I", run_tag)
         self.received = 0
         self.latencies_ns = [] if record_latency else None
 
-    def close(self) -> None:
-        if self.transport is not None and not self.transport.is_closing():
-            with contextlib.suppress(Exception):
-                self.transport.write(DISCONNECT)
-            self.transport.close()
-
 
 async def connect_client(name: str, port: int, progress: asyncio.Event) -> BenchClient:
-    loop = asyncio.get_running_loop()
-    _transport, client = await asyncio.wait_for(
-        loop.create_connection(lambda: BenchClient(name, progress), HOST, port), CONNECT_TIMEOUT_S
-    )
-    client.write(raw.connect_packet(name, keepalive_s=0))
-    code = await asyncio.wait_for(client.connack, CONNECT_TIMEOUT_S)
-    if code != 0:
-        raise ConnectionError(f"{name}: CONNACK return code {code} from port {port}")
-    return client
+    def factory() -> BenchClient:
+        return BenchClient(name, progress)
+
+    return await loadclient.open_client(factory, port, name, timeout_s=CONNECT_TIMEOUT_S)
 
 
 async def subscribe(client: BenchClient, topic_filter: str, qos: int) -> None:
-    client.write(raw.subscribe_packet(1, [(topic_filter, qos)]))
-    granted = await asyncio.wait_for(client.suback, CONNECT_TIMEOUT_S)
-    if granted not in (0, 1, 2):
-        raise ConnectionError(f"{client.name}: SUBACK refused {topic_filter!r} (code {granted:#x})")
+    await loadclient.subscribe(client, [topic_filter], qos, timeout_s=CONNECT_TIMEOUT_S)
 
 
 # ---- brokers -----------------------------------------------------------------------------------

@@ -120,7 +120,7 @@ class SimBroker:
         self.alive = False
         self.scheduler.kill()
         self.network.process_died(self.peer_id)
-        self.store._db.close()  # no commit: SQLite rolls the open transaction back
+        self.store.abandon()  # no commit: SQLite rolls the open transaction back
         for socket in list(self.sockets):
             socket.reset()
         self.sockets.clear()

@@ -295,6 +295,14 @@ class Store:
         self._db.close()
         self._closed = True
 
+    def abandon(self) -> None:
+        """Close the database without committing: the open transaction is rolled back, as a
+        ``kill -9`` of the broker leaves it (the whole-cluster simulation's crash). Idempotent."""
+        if self._closed:
+            return
+        self._db.close()
+        self._closed = True
+
     def __enter__(self) -> Store:
         return self
 

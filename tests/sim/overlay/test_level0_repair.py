@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from overlay import messages as m
 from overlay.api import LeaveTopic, PeerUnreachable, Receive
-from tests.unit.overlay.test_node_scripted import PUB_ROLE, SUB_ROLE, Cluster, joined, small_config
+from tests.support.overlay_harness import PUB_ROLE, SUB_ROLE, Cluster, joined, small_config
 
 
 def test_falsely_suspected_peer_is_restored_as_soon_as_it_answers() -> None:

@@ -31,7 +31,7 @@ from overlay.config import OverlayConfig
 from overlay.node import OverlayNode
 from overlay.sim.checkers import DeliveryChecker, PublishDoneChecker, check_level0_ring
 from overlay.sim.engine import NetworkConfig, Simulator
-from tests.unit.overlay.test_node_scripted import PUB_ROLE, SUB_ROLE, Cluster, joined, small_config
+from tests.support.overlay_harness import PUB_ROLE, SUB_ROLE, Cluster, joined, small_config
 
 
 def done_config(**overrides: Any) -> OverlayConfig:

@@ -530,6 +530,19 @@ def test_context_manager_commits(db_path: str) -> None:
         assert store.queue_depth("c") == 1
 
 
+def test_abandon_loses_exactly_the_uncommitted_work(db_path: str) -> None:
+    """``abandon`` is what a crash does (the whole-cluster simulation's kill -9)."""
+    store = Store(db_path)
+    open_session(store, "c")
+    kept = store.enqueue("c", message())
+    store.commit()
+    store.enqueue("c", message())  # not committed
+    store.abandon()
+    store.abandon()  # idempotent
+    with Store(db_path) as again:
+        assert [entry.seq for entry in again.load_queue("c")] == [kept]
+
+
 CHILD_SCRIPT = textwrap.dedent(
     """
     import os, signal, sys
