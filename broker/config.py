@@ -222,13 +222,63 @@ class ClusterConfig:
     )
     publish_ack_wait_ms: int = _key(
         5000,
-        "longest a QoS>0 PUBACK/PUBREC waits for the subscribers' brokers to confirm storage",
+        "longest the overlay waits for a forwarded publication's completion (every subscriber "
+        "broker stored it) before the send log publishes it again; PUBACKs never wait for it",
         min_value=0,
         max_value=600_000,
     )
     reorder_hold_ms: int = _key(
+        200,
+        "how long a forwarded message waits for an earlier one of its stream before the receiver "
+        "asks the sender for it (RET); a gap is never skipped on a timer",
+        min_value=0,
+        max_value=600_000,
+    )
+    retransmit_ms: int = _key(
+        1000,
+        "the send log resends what a receiver broker has not acknowledged, and a receiver repeats "
+        "its RET, after this long",
+        min_value=10,
+        max_value=600_000,
+    )
+    ack_delay_ms: int = _key(
+        20,
+        "a receiver broker acknowledges its streams this long after the first change",
+        min_value=0,
+        max_value=60_000,
+    )
+    send_log_retention_s: int = _key(
+        3600,
+        "a receiver broker silent this long (removed from the cluster) is given up: the send log "
+        "stops keeping messages for it (counted in skipmq_cluster_receivers_given_up_total)",
+        min_value=1,
+        max_value=30 * 86400,
+    )
+    send_log_min_retention_ms: int = _key(
+        10000,
+        "a QoS>=1 message stays in the send log at least this long after it was delivered everywhere "
+        "known, for a receiver broker that was cut off before the sender learned of it",
+        min_value=0,
+        max_value=3_600_000,
+    )
+    presence_grace_ms: int = _key(
+        2000,
+        "messages of a class without subscribers are kept this long and forwarded if a subscription "
+        "appears meanwhile (the rendezvous point's notification delay)",
+        min_value=0,
+        max_value=600_000,
+    )
+    retained_anti_entropy_ms: int = _key(
+        2000,
+        "every this long a broker compares a digest of its retained versions with the next peer "
+        "and copies the peer's retained store when they differ (0 = off)",
+        min_value=0,
+        max_value=3_600_000,
+    )
+    subscribe_wait_ms: int = _key(
         3000,
-        "how long a forwarded message waits for an earlier one of its stream before the gap is skipped",
+        "longest a SUBACK (and the CONNACK of a session that moved here) waits for its topic classes "
+        "to be reachable in the overlay",
         min_value=0,
         max_value=600_000,
     )

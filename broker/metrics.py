@@ -138,8 +138,31 @@ class ClusterCollector(Collector):
         )
         yield CounterMetricFamily(
             "skipmq_cluster_gaps_skipped",
-            "Missing forwarded messages given up after reorder_hold_ms",
+            "Missing forwarded messages given up because their sender no longer had them",
             stats.gaps_skipped,
+        )
+        yield CounterMetricFamily(
+            "skipmq_cluster_republished",
+            "Send-log messages published through the overlay again (publication not completed)",
+            stats.republished,
+        )
+        yield CounterMetricFamily(
+            "skipmq_cluster_resent",
+            "Send-log messages sent again directly to a receiver broker (RET or unacknowledged)",
+            stats.resent,
+        )
+        yield CounterMetricFamily(
+            "skipmq_cluster_rets_sent", "Retransmission requests (RET) sent for gaps", stats.rets_sent
+        )
+        yield CounterMetricFamily(
+            "skipmq_cluster_receivers_given_up",
+            "Receiver brokers silent for send_log_retention_s that the send log stopped waiting for",
+            stats.receivers_given_up,
+        )
+        yield CounterMetricFamily(
+            "skipmq_cluster_subscribe_waits_timed_out",
+            "SUBACKs or CONNACKs that waited subscribe_wait_ms for their classes to join the overlay",
+            stats.subscribe_waits_timed_out,
         )
         done = CounterMetricFamily(
             "skipmq_cluster_publish_done",

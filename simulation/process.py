@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any
 
+from broker.adapters.cluster_store import SqliteClusterStore
 from broker.adapters.sqlite_store import Store
 from broker.auth import build_access
 from broker.cluster.engine import ClusterEngine
@@ -91,7 +92,7 @@ class SimBroker:
         """Restore the store, enter the overlay through ``contacts`` (the start-up order of
         ``BrokerServer.start``: core first, then the cluster, then clients may connect)."""
         self.broker.start()
-        self.engine.bind(self.broker, self.endpoint, self.peer_id)
+        self.engine.bind(self.broker, self.endpoint, self.peer_id, SqliteClusterStore(self.store))
         self.engine.start(contacts)
 
     def accept(self, socket: SimSocket) -> ClientConnection | None:

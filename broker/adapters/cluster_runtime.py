@@ -17,10 +17,12 @@ import socket
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from broker.adapters.cluster_store import SqliteClusterStore
 from broker.cluster.engine import ClusterEngine
 from broker.metrics import ClusterCollector
 
 if TYPE_CHECKING:
+    from broker.adapters.sqlite_store import Store
     from broker.config import BrokerConfig
     from broker.core.ports import BrokerApi, Scheduler
 
@@ -42,7 +44,7 @@ class ClusterRuntime:
         self._transport_factory = transport_factory
         self.transport: Any = None
 
-    async def start(self, broker: BrokerApi) -> int:
+    async def start(self, broker: BrokerApi, store: Store | None = None) -> int:
         """Bind the cluster port, enter the overlay through ``cluster.join``; returns the port."""
         cluster = self.cluster
         advertise = cluster.advertise_host or (
@@ -58,7 +60,9 @@ class ClusterRuntime:
             advertise_host=advertise, on_receive=engine.on_receive, on_peer_down=engine.on_peer_down
         )
         port = int(await self.transport.start(cluster.host, cluster.port))
-        engine.bind(broker, self.transport, self.transport.self_id)
+        # the send log and stream positions live in the broker's store (none: persistence off)
+        cluster_store = SqliteClusterStore(store) if store is not None else None
+        engine.bind(broker, self.transport, self.transport.self_id, cluster_store)
         engine.start(await resolve_contacts(cluster.join, engine.peer_id))
         return port
 

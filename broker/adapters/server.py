@@ -94,13 +94,12 @@ class BrokerServer:
             self.runtime = ClusterRuntime(config, scheduler)
             cluster = self.runtime.engine
         authenticator, acl = build_access(config.auth)
-        broker = Broker(
-            config, scheduler, authenticator=authenticator, acl=acl, store=open_store(config), cluster=cluster
-        )
+        store = open_store(config)
+        broker = Broker(config, scheduler, authenticator=authenticator, acl=acl, store=store, cluster=cluster)
         self.broker = broker
         broker.start()
         if self.runtime is not None:  # in the overlay before the first client can connect
-            self.ports["cluster"] = await self.runtime.start(broker)
+            self.ports["cluster"] = await self.runtime.start(broker, store)
         listeners = config.listeners
         if listeners.tcp.enabled:
             server = await loop.create_server(

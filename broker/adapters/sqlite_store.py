@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -232,6 +233,8 @@ class Store:
         self._create_schema()
         self._counters = _Counters()
         self._last_message: _MessageCacheEntry | None = None
+        # called inside the open transaction right before COMMIT (the cluster store's batched rows)
+        self.before_commit: list[Callable[[], None]] = []
 
     # --- schema and transactions ------------------------------------------------------------------
 
@@ -254,6 +257,15 @@ class Store:
             self._closed = True
             raise
 
+    @property
+    def db(self) -> sqlite3.Connection:
+        """The connection, for adapters that keep their own tables in this store's transactions."""
+        return self._db
+
+    def begin(self) -> None:
+        """Join (or open) the group-commit transaction."""
+        self._begin()
+
     def _begin(self) -> None:
         if self._closed:
             raise StoreError("store is closed")
@@ -269,6 +281,8 @@ class Store:
         """End the open transaction, making everything since the last commit durable."""
         if self._closed or not self._db.in_transaction:
             return
+        for hook in self.before_commit:
+            hook()
         counters = self._counters
         if counters.dirty:
             self._db.executemany(

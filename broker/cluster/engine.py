@@ -16,12 +16,15 @@ Mapping MQTT onto the overlay:
 
 * **Topic classes** (``broker.cluster.classes``): the overlay routes on classes, each broker
   matches filters exactly; local subscriptions aggregate per class (SIONet, seed 000).
-* **Forwarding**: a local publish is published on each of its classes whose rendezvous point
-  reports subscribers, as a ``ForwardedMessage`` numbered per (this broker incarnation, class);
-  receivers restore that order and drop duplicates.
-* **QoS 1/2**: the publisher's PUBACK/PUBREC waits for the overlay's ``PublishDone`` of every
-  publication (every subscriber broker stored it: the engine commits the store after a Deliver
-  before it sends anything else), at most ``cluster.publish_ack_wait_ms``.
+* **Forwarding with store and forward** (seed 004, ``stream_sender`` / ``stream_receiver``): a
+  local publish is published on each of its classes whose rendezvous point reports subscribers,
+  as a ``ForwardedMessage`` numbered per (this broker incarnation, class) and kept in the durable
+  send log until the overlay completed it and every receiver broker acknowledged it; receivers
+  restore the order, drop duplicates and ask for gaps (RET) instead of skipping them.
+* **QoS 1/2**: the publisher's PUBACK/PUBREC leaves once the message is committed here, in the
+  send log included: this broker then owns its delivery (docs/cluster.md).
+* **Subscriptions and moved sessions**: a SUBACK, and the CONNACK of a session that moved here,
+  wait until their classes' virtual nodes joined the overlay (``subscriptions_ready``).
 * **Control class** ``!ctl``: every broker subscribes it; retained updates and session claims.
 * **Session takeover**: a CONNECT publishes a claim; the holder answers with a directed
   ``Envelope`` carrying the session (seed 002 envelope).
@@ -48,11 +51,16 @@ from broker.cluster.messages import (
     RetainedSyncRequest,
     RetainedUpdate,
     SessionClaim,
+    StreamAck,
+    StreamPosition,
+    StreamResend,
+    StreamRet,
 )
-from broker.cluster.ordering import FifoOrdering, StreamKey
-from broker.cluster.publish_acks import Finished, PublishAcks
 from broker.cluster.retained_sync import CopyRequest, RetainedSync
 from broker.cluster.stats import ClusterStats
+from broker.cluster.stream_receiver import SendAck, SendRet, StreamReceiver, origin_peer
+from broker.cluster.stream_sender import Forget, GaveUp, ReceiverAt, Republish, Resend, StreamSender
+from broker.cluster.subscribe_waits import SubscribeWaits
 from broker.cluster.takeover import ClaimFinished, HandOver, LateSession, Refuse, Takeover
 from broker.core.ports import Completion
 from overlay import api
@@ -72,7 +80,8 @@ CONTROL_CLASS = "!ctl"  # every broker subscribes: retained updates and session 
 RETAINED_SYNC_TIMEOUT_S = 5.0  # then the next contact is asked for the retained store
 PUBLISHER_IDLE_S = 600.0  # a publisher virtual node unused this long leaves its class
 SWEEP_INTERVAL_S = 30.0
-STREAM_IDLE_S = 900.0  # receive-order state of a silent (origin, class) stream is dropped
+STREAM_IDLE_S = 900.0  # receive state of a silent (origin, class) stream is dropped
+ACK_REFRESH_RETRANSMITS = 2  # receivers acknowledge recent streams again every 2 x retransmit_ms
 
 __all__ = ["CONTROL_CLASS", "SHARE_PREFIX", "ClusterEngine", "PeerTransport", "overlay_config_for"]
 
@@ -88,6 +97,63 @@ class PeerTransport(Protocol):
     def drop_queued(self, peer: str) -> int: ...
 
 
+class ClusterStore(Protocol):
+    """The cluster's durable state (``broker.adapters.cluster_store``): the send log, the
+    receivers' positions it waits for, and this broker's receive positions. Writes join the
+    broker store's group-commit transaction."""
+
+    def log_append(self, forwarded: ForwardedMessage) -> None: ...
+
+    def log_forget(self, key: tuple[str, str], below_seq: int) -> None: ...
+
+    def load_log(self) -> list[ForwardedMessage]: ...
+
+    def set_receiver(self, key: tuple[str, str], peer: str, next_seq: int | None) -> None: ...
+
+    def load_receivers(self) -> list[tuple[tuple[str, str], str, int]]: ...
+
+    def set_position(self, key: tuple[str, str], next_seq: int) -> None: ...
+
+    def load_positions(self) -> list[tuple[tuple[str, str], int]]: ...
+
+
+class MemoryClusterStore:
+    """A ``ClusterStore`` that keeps nothing across a restart (tests of the engine alone)."""
+
+    def __init__(self) -> None:
+        self.log: dict[tuple[str, str, int], ForwardedMessage] = {}
+        self.receivers: dict[tuple[tuple[str, str], str], int] = {}
+        self.positions: dict[tuple[str, str], int] = {}
+
+    def log_append(self, forwarded: ForwardedMessage) -> None:
+        self.log[(forwarded.origin, forwarded.stream, forwarded.seq)] = forwarded
+
+    def log_forget(self, key: tuple[str, str], below_seq: int) -> None:
+        for entry in [k for k in self.log if k[:2] == key and k[2] < below_seq]:
+            del self.log[entry]
+
+    def load_log(self) -> list[ForwardedMessage]:
+        return [self.log[k] for k in sorted(self.log)]
+
+    def set_receiver(self, key: tuple[str, str], peer: str, next_seq: int | None) -> None:
+        if next_seq is None:
+            self.receivers.pop((key, peer), None)
+        else:
+            self.receivers[(key, peer)] = next_seq
+
+    def load_receivers(self) -> list[tuple[tuple[str, str], str, int]]:
+        return [(key, peer, seq) for (key, peer), seq in sorted(self.receivers.items())]
+
+    def set_position(self, key: tuple[str, str], next_seq: int) -> None:
+        if next_seq:
+            self.positions[key] = next_seq
+        else:
+            self.positions.pop(key, None)
+
+    def load_positions(self) -> list[tuple[tuple[str, str], int]]:
+        return sorted(self.positions.items())
+
+
 def overlay_config_for(cluster: ClusterConfig) -> OverlayConfig:
     """The overlay tunables a broker uses (faster crash detection than the simulator's defaults)."""
     return OverlayConfig(
@@ -97,6 +163,8 @@ def overlay_config_for(cluster: ClusterConfig) -> OverlayConfig:
         # a crashed or departed broker is not re-learned from other brokers' stale routing entries
         # for this long; one that comes back is taken back as soon as it sends us anything
         dead_peer_memory_s=600.0,
+        # a join whose search was lost is retried soon: a SUBACK waits for its class to be joined
+        search_timeout_s=1.0,
         # end-to-end completion: the PUBACK of a QoS>0 publish waits for the overlay's PublishDone
         publish_done_enabled=True,
         publish_done_timeout_s=max(0.5, cluster.publish_ack_wait_ms / 1000.0),
@@ -116,10 +184,17 @@ class ClusterEngine:
         self.stats = ClusterStats()
         self.incarnation = f"{self.rng.getrandbits(48):012x}"
         self.interest = Interest(cluster.class_levels)
-        self.ordering = FifoOrdering(
-            cluster.reorder_hold_ms / 1000.0, stats=self.stats, on_gap=self._gap_skipped
+        retransmit_s = cluster.retransmit_ms / 1000.0
+        self.receiver = StreamReceiver(
+            ret_delay_s=cluster.reorder_hold_ms / 1000.0,
+            retransmit_s=retransmit_s,
+            ack_delay_s=cluster.ack_delay_ms / 1000.0,
+            refresh_s=ACK_REFRESH_RETRANSMITS * retransmit_s,
+            stats=self.stats,
         )
-        self.publish_acks = PublishAcks(cluster.publish_ack_wait_ms / 1000.0)
+        self.sender: StreamSender | None = None
+        self.subscribe_waits = SubscribeWaits(cluster.subscribe_wait_ms / 1000.0)
+        self.store: ClusterStore = MemoryClusterStore()
         self.peer_id = ""
         self.broker: BrokerApi | None = None
         self.transport: PeerTransport | None = None
@@ -131,36 +206,69 @@ class ClusterEngine:
         self._timer_at: float | None = None
         self._next_sweep: float | None = None
         self._published: dict[str, float] = {}  # class -> last publish (scheduler time)
-        self._send_seq: dict[str, int] = {}
         self._publication_id = 0
-        self._publish_waits: dict[int, Completion[bool]] = {}  # wait id -> its completion
+        self._ready_waits: dict[int, Completion[bool]] = {}  # subscribe wait id -> its completion
         self._claim_waits: dict[int, Completion[SessionSnapshot | None]] = {}  # claim id -> completion
+        # sessions moved here: where their old broker stood in their classes' streams
+        self._moved_positions: dict[str, tuple[StreamPosition, ...]] = {}
+        self._down_peers: set[str] = set()  # reported down; repeated claims go to them when back
+        self._heard_from: set[str] = set()  # peers this incarnation has heard from
+        # (origin, class) -> [(next seq, end seq, client)]: messages a moved session still needs
+        self._catch_ups: dict[tuple[str, str], list[list[Any]]] = {}
         self._deliver_pending_commit = False
 
     # ================================================================== lifecycle
-    def bind(self, broker: BrokerApi, transport: PeerTransport, peer_id: str) -> None:
-        """Attach the core and the transport; ``peer_id`` is this broker's address in the cluster."""
+    def bind(
+        self, broker: BrokerApi, transport: PeerTransport, peer_id: str, store: ClusterStore | None = None
+    ) -> None:
+        """Attach the core, the transport and the cluster's durable state; ``peer_id`` is this
+        broker's address in the cluster."""
         if self.broker is not None:
             raise RuntimeError("ClusterEngine.bind() called twice")
         self.broker = broker
         self.transport = transport
         self.peer_id = peer_id
+        if store is not None:
+            self.store = store
+        cluster = self.cluster
+        self.sender = StreamSender(
+            f"{peer_id}/{self.incarnation}",
+            retransmit_s=cluster.retransmit_ms / 1000.0,
+            retention_s=float(cluster.send_log_retention_s),
+            presence_grace_s=cluster.presence_grace_ms / 1000.0,
+            min_retention_s=cluster.send_log_min_retention_ms / 1000.0,
+        )
         seed = self.rng.getrandbits(64)
         self.node = OverlayNode(peer_id, rng=random.Random(seed), config=overlay_config_for(self.cluster))
-        self.takeover = Takeover(peer_id, wait_s=self.cluster.takeover_wait_ms / 1000.0)
-        self.retained_sync = RetainedSync(peer_id, request_timeout_s=RETAINED_SYNC_TIMEOUT_S)
+        self.takeover = Takeover(
+            peer_id,
+            wait_s=self.cluster.takeover_wait_ms / 1000.0,
+            repeat_s=self.cluster.retransmit_ms / 1000.0,
+        )
+        self.retained_sync = RetainedSync(
+            peer_id,
+            request_timeout_s=RETAINED_SYNC_TIMEOUT_S,
+            anti_entropy_s=self.cluster.retained_anti_entropy_ms / 1000.0,
+        )
 
     def start(self, contacts: list[str]) -> None:
         """Enter the overlay through ``contacts`` (none: found a new cluster)."""
         assert self.broker is not None and self.retained_sync is not None, "bind() first"
+        assert self.sender is not None
         self.stopped = False
+        now = self._now()
+        # resume the streams a previous incarnation left: what it had not delivered everywhere is
+        # published again, and our positions tell the senders what we missed while down
+        self.sender.restore(self.store.load_log(), self.store.load_receivers(), now)
+        self.receiver.restore(self.store.load_positions(), now)
         self._handle(api.Bootstrap(tuple(contacts)))
         self._handle(api.JoinTopic(CONTROL_CLASS, Role.SUBSCRIBER))
         self._handle(api.JoinTopic(CONTROL_CLASS, Role.PUBLISHER))
         for topic in self.interest.topics():  # subscriptions restored from the store before start
             self._handle(api.JoinTopic(topic, Role.SUBSCRIBER))
         self._next_sweep = self._now() + SWEEP_INTERVAL_S
-        self._send_copy_request(self.retained_sync.start_copy(contacts, self._now()))
+        self._send_copy_request(self.retained_sync.start_copy(contacts, now))
+        self.retained_sync.anti_entropy((), now)  # arms the first round
         self._arm_timer()
         self.broker.log_event(logging.INFO, "cluster_started", peer_id=self.peer_id, contacts=contacts)
 
@@ -176,12 +284,12 @@ class ClusterEngine:
         if self._timer is not None:
             self._timer.cancel()
         self._timer = self._timer_at = None
-        self._finish_publish_waits(self.publish_acks.abort_all())
+        self._finish_ready_waits(self.subscribe_waits.abort_all())
         if self.takeover is not None:
             self._finish_claims(self.takeover.abort_all())
         if self.retained_sync is not None:
             self.retained_sync.stop()
-        self.ordering.clear_deadlines()
+        self.receiver.clear_deadlines()
 
     # ================================================================== driving the overlay
     def _now(self) -> float:
@@ -218,8 +326,13 @@ class ClusterEngine:
         elif isinstance(action, api.Deliver):
             self._on_deliver(action)
         elif isinstance(action, api.PublishDone):
-            self._finish_publish_waits(self.publish_acks.done(action.publication_id, action.complete))
-        # SubscriberPresence: read back with node.subscriber_presence when publishing
+            self.stats.publish_done["true" if action.complete else "false"] += 1
+            if self.sender is not None:
+                self._sender_actions(self.sender.done(action.publication_id, action.complete, self._now()))
+        elif isinstance(action, api.SubscriberPresence) and action.present and self.sender is not None:
+            # a subscription elsewhere just became reachable: what was kept goes out first
+            for message in self.sender.presence_on(action.topic, self._now()):
+                self._forward(action.topic, message)
 
     def _send(self, dest: str, item: object) -> None:
         assert self.transport is not None
@@ -242,9 +355,11 @@ class ClusterEngine:
         deadline = node.next_deadline()
         takeover = self.takeover
         retained_sync = self.retained_sync
+        sender = self.sender
         for candidate in (
-            self.ordering.next_deadline(),
-            self.publish_acks.next_deadline(),
+            self.receiver.next_deadline(),
+            sender.next_deadline() if sender is not None else None,
+            self.subscribe_waits.next_deadline(),
             takeover.next_deadline() if takeover is not None else None,
             retained_sync.next_deadline() if retained_sync is not None else None,
             self._next_sweep,
@@ -270,15 +385,23 @@ class ClusterEngine:
         deadline = node.next_deadline()
         if deadline is not None and deadline <= now:
             self._handle(api.Tick())
-        self._deliver(self.ordering.tick(now))
-        self._finish_publish_waits(self.publish_acks.tick(now))
+        assert self.sender is not None
+        self._receiver_actions(self.receiver.tick(now))
+        self._sender_actions(self.sender.tick(now))
+        self._finish_ready_waits(self.subscribe_waits.tick(now))
         self._finish_claims(self.takeover.tick(now))
+        for peer, claim in self.takeover.repeats(now):
+            self._send_envelope(peer, claim.client_id, claim.claim_id, claim)
         self._send_copy_request(self.retained_sync.tick(now))
+        assert self.transport is not None
+        self._send_copy_request(self.retained_sync.anti_entropy(self.transport.connected_peers(), now))
         if self._next_sweep is not None and self._next_sweep <= now:
             self._sweep(now)
         self._after_event()
 
     def _after_event(self) -> None:
+        if self.subscribe_waits.waiting():
+            self._finish_ready_waits(self.subscribe_waits.poll(self._topic_ready))
         self._arm_timer()
         if self.broker is not None:
             self.broker.after_batch()
@@ -288,6 +411,9 @@ class ClusterEngine:
         """A message from broker ``sender`` (an overlay query, or a directed envelope)."""
         if self.stopped:
             return
+        if sender not in self._heard_from or sender in self._down_peers:
+            self._heard_from.add(sender)
+            self._peer_back(sender)
         try:
             if isinstance(item, Envelope):
                 self._on_envelope(item)
@@ -302,10 +428,25 @@ class ClusterEngine:
         if self.stopped:
             return
         self._handle(api.PeerUnreachable(peer))
+        self._down_peers.add(peer)
         assert self.transport is not None and self.takeover is not None
         self.transport.drop_queued(peer)  # the overlay re-sends what matters around it
         self._finish_claims(self.takeover.peer_down(peer))
         self._after_event()
+
+    def _peer_back(self, peer: str) -> None:
+        """Broker ``peer`` talks to us for the first time, or again after it was reported down (it
+        started or restarted - perhaps holding stored sessions of clients now connected here - or
+        a partition healed): the claims of our connected clients are repeated to it, so each client
+        id ends with one owner, the newest connection (an older session and what was queued for it
+        move here)."""
+        self._down_peers.discard(peer)
+        takeover = self.takeover
+        broker = self.broker
+        if takeover is None or broker is None:
+            return
+        for claim in takeover.claims_to_repeat(broker.client_connected):
+            self._send_envelope(peer, claim.client_id, claim.claim_id, claim)
 
     def _sweep(self, now: float) -> None:
         """Leave idle publisher classes; forget silent receive streams and old claims."""
@@ -316,7 +457,8 @@ class ClusterEngine:
                 self._handle(api.LeaveTopic(cls, Role.PUBLISHER))
         assert self.takeover is not None and self.broker is not None
         self.takeover.forget(self.broker.has_session)
-        self.ordering.forget_idle(now, STREAM_IDLE_S)
+        for key in self.receiver.forget_idle(now, STREAM_IDLE_S):
+            self.store.set_position(key, 0)
 
     # ================================================================== ClusterPort: subscriptions
     def class_of(self, topic_filter: str) -> str:
@@ -334,7 +476,47 @@ class ClusterEngine:
         for change in changes:
             event = api.JoinTopic if change.joined else api.LeaveTopic
             self._handle(event(change.topic, Role.SUBSCRIBER))
+            if not change.joined:
+                # no subscriber of the class here any more: its senders stop keeping messages for us
+                for positions in self.receiver.leave_class(change.topic):
+                    self._send_stream(positions.peer, positions.ack)
+                    for left in positions.ack.left:
+                        self.store.set_position((left.origin, left.stream), 0)
         self._arm_timer()
+
+    def subscriptions_ready(self, topic_filters: list[tuple[str, str | None]]) -> Completion[bool] | None:
+        """A completion done once the classes of ``topic_filters`` ((filter, share group) pairs)
+        are joined in the overlay (at most ``cluster.subscribe_wait_ms``), or None when they are."""
+        if self.stopped or self.node is None:
+            return None
+        topics = set()
+        for topic_filter, group in topic_filters:
+            topics.add(self.interest.class_of(topic_filter))
+            if group is not None:
+                topics.add(share_topic(group, topic_filter))
+        pending = [topic for topic in sorted(topics) if not self._topic_ready(topic)]
+        if not pending:
+            return None
+        wait_id = self.subscribe_waits.add(pending, self._now())
+        completion: Completion[bool] = Completion()
+        self._ready_waits[wait_id] = completion
+        self._arm_timer()
+        return completion
+
+    def _topic_ready(self, topic: str) -> bool:
+        node = self.node
+        if node is None:
+            return True
+        key = make_key(topic, SUBSCRIBER, self.peer_id)
+        return key in node.vnodes and key not in node.pending
+
+    def _finish_ready_waits(self, finished: list[tuple[int, bool]]) -> None:
+        for wait_id, ready in finished:
+            if not ready:
+                self.stats.subscribe_waits_timed_out += 1
+            completion = self._ready_waits.pop(wait_id, None)
+            if completion is not None:
+                self.scheduler.call_soon(completion.set_result, ready)
 
     def owns_share_group(self, group: str, topic_filter: str) -> bool:
         """The head of the group's level-0 run delivers (one delivery per group per cluster)."""
@@ -349,47 +531,90 @@ class ClusterEngine:
 
     # ================================================================== ClusterPort: publishing
     def on_publish(self, message: Message, from_client_id: str | None) -> Completion[bool] | None:
+        """Forward ``message`` on each of its classes; the PUBACK waits only for the local commit
+        (the send log joins it), never for other brokers."""
         if self.stopped or self.node is None or message.topic.startswith("$SYS"):
             return None
         node = self.node
+        sender = self.sender
+        assert sender is not None
         now = self._now()
-        acks = self.publish_acks
-        wait_id = acks.open() if message.qos else 0
-        published = self._published
         for cls in topic_classes(message.topic, self.interest.class_levels):
-            if cls not in published:
-                self._handle(api.JoinTopic(cls, Role.PUBLISHER))
-            published[cls] = now
+            self._publishing(cls, now)
             if node.subscriber_presence(cls) is False:
-                continue  # the rendezvous point says nobody subscribes (exhaust data, §3.2)
-            seq = self._send_seq.get(cls, 0) + 1
-            self._send_seq[cls] = seq
-            self._publication_id += 1
-            pid = self._publication_id
-            self.stats.forwarded += 1
-            if wait_id:
-                acks.add(wait_id, pid)  # before the overlay sees it: its PublishDone may come at once
-            payload = ForwardedMessage(f"{self.peer_id}/{self.incarnation}", cls, seq, message)
-            self._handle(api.Publish(cls, payload, pid))
+                if sender.has_receivers(cls):
+                    # the overlay sees no subscriber, but a receiver that crashed or is cut off
+                    # still expects the stream: logged, it gets it by resend when it is back
+                    self._forward(cls, message, overlay=False)
+                else:
+                    sender.skip(cls, message, now)  # nobody subscribes (exhaust data, seed 003 §3.2)
+                continue
+            self._forward(cls, message)
         if message.retain:
             self._publish_retained(message)
         self._arm_timer()
-        if not wait_id:
-            return None
-        self._finish_publish_waits(acks.close(wait_id, now))  # all done already: counted, no wait
-        if not acks.is_open(wait_id):
-            return None
-        completion: Completion[bool] = Completion()
-        self._publish_waits[wait_id] = completion
-        return completion
+        return None
 
-    def _finish_publish_waits(self, finished: list[Finished]) -> None:
-        for wait_id, complete in finished:
-            self.stats.publish_done["true" if complete else "false"] += 1
-            completion = self._publish_waits.pop(wait_id, None)
-            if completion is not None:  # (none yet when it finished inside on_publish)
-                # resolved from a scheduled call: its callbacks re-enter the core
-                self.scheduler.call_soon(completion.set_result, complete)
+    def _forward(self, cls: str, message: Message, *, overlay: bool = True) -> None:
+        sender = self.sender
+        assert sender is not None
+        forwarded = sender.append(cls, message, self._now(), confirmed=not overlay)
+        if message.qos:
+            self.store.log_append(forwarded)  # in this publish's commit, before its PUBACK
+        if overlay:
+            self._publish_forwarded(forwarded)
+
+    def _publishing(self, cls: str, now: float) -> None:
+        """This broker publishes on ``cls`` (joins it as a publisher the first time)."""
+        if cls not in self._published:
+            self._handle(api.JoinTopic(cls, Role.PUBLISHER))
+        self._published[cls] = now
+
+    def _publish_forwarded(self, forwarded: ForwardedMessage) -> None:
+        sender = self.sender
+        assert sender is not None
+        self._publishing(forwarded.stream, self._now())
+        self._publication_id += 1
+        pid = self._publication_id
+        self.stats.forwarded += 1
+        if forwarded.message.qos:
+            sender.published(pid, forwarded)  # before the overlay sees it: PublishDone may come at once
+        self._handle(api.Publish(forwarded.stream, forwarded, pid))
+
+    def _sender_actions(self, actions: list[Any]) -> None:
+        store = self.store
+        for action in actions:
+            if isinstance(action, Forget):
+                store.log_forget(action.key, action.below_seq)
+            elif isinstance(action, ReceiverAt):
+                store.set_receiver(action.key, action.peer, action.next_seq)
+            elif isinstance(action, Republish):
+                self.stats.republished += 1
+                self._publish_forwarded(action.forwarded)
+            elif isinstance(action, Resend):
+                self.stats.resent += len(action.resend.messages)
+                self._send_stream(action.peer, action.resend)
+            elif isinstance(action, GaveUp):
+                self.stats.receivers_given_up += 1
+                log.warning(
+                    "cluster_receiver_given_up stream=%s receiver=%s missing=%d",
+                    action.key,
+                    action.peer,
+                    action.missing,
+                )
+
+    def _receiver_actions(self, actions: list[Any]) -> None:
+        for action in actions:
+            if isinstance(action, SendRet):
+                self.stats.rets_sent += 1
+                self._send_stream(action.peer, action.request)
+            elif isinstance(action, SendAck):
+                self._send_stream(action.peer, action.ack)
+
+    def _send_stream(self, peer: str, body: StreamAck | StreamRet | StreamResend) -> None:
+        if peer == self.peer_id:
+            return
+        self._send_envelope(peer, "", 0, body)
 
     def _publish_retained(self, message: Message) -> None:
         assert self.retained_sync is not None
@@ -407,7 +632,7 @@ class ClusterEngine:
         if action.publisher == self.peer_id:
             return  # our own publication: local subscribers already have it
         if isinstance(payload, ForwardedMessage):
-            self._deliver(self.ordering.receive(payload, int(action.hops), self._now()))
+            self._receive_forwarded(payload, int(action.hops))
         elif isinstance(payload, RetainedUpdate):
             self._apply_retained(payload)
         elif isinstance(payload, SessionClaim):
@@ -417,28 +642,45 @@ class ClusterEngine:
         """A forwarded message the overlay delivered here after ``hops`` hops: restore its
         stream's order (``ordering``), then deliver what is ready to local subscribers (what the
         overlay's ``Deliver`` action does; an entry point for tests and tools)."""
-        self._deliver(self.ordering.receive(forwarded, hops, self._now()))
+        self._receive_forwarded(forwarded, hops)
         self._after_event()
 
+    def _receive_forwarded(self, forwarded: ForwardedMessage, hops: int) -> None:
+        if (
+            forwarded.stream != CONTROL_CLASS
+            and not self.interest.subscribes(forwarded.stream)
+            and not self.receiver.has_stream((forwarded.origin, forwarded.stream))
+        ):
+            # a class we no longer subscribe (a resend, or the overlay still routing to us): tell
+            # its sender we left, so it stops keeping messages for us
+            position = StreamPosition(forwarded.origin, forwarded.stream, forwarded.seq)
+            self._send_stream(origin_peer(forwarded.origin), StreamAck((), (position,)))
+            return
+        self._deliver(self.receiver.receive(forwarded, hops, self._now()))
+
     def _deliver(self, ready: list[tuple[ForwardedMessage, int]]) -> None:
+        if not ready:
+            return
         broker = self.broker
         assert broker is not None
         stats = self.stats
+        positions: dict[tuple[str, str], int] = {}
         for forwarded, hops in ready:
+            positions[(forwarded.origin, forwarded.stream)] = forwarded.seq + 1
             stats.received += 1
             stats.observe_hops(hops)
             matched = broker.deliver_remote(replace(forwarded.message), self._class_filter(forwarded.stream))
             if not matched:
                 stats.wasted += 1  # the class reached us, no local filter matched the topic
             self._deliver_pending_commit = True
+        for key, next_seq in positions.items():
+            self.store.set_position(key, next_seq)  # durable with the deliveries it covers
+        self._deliver_pending_commit = True
 
     def _class_filter(self, stream_class: str) -> Callable[[str], bool]:
         """A message received on class ``c`` goes to the local subscriptions of class ``c`` only."""
         class_of = self.interest.class_of
         return lambda topic_filter: class_of(topic_filter) == stream_class
-
-    def _gap_skipped(self, key: StreamKey, missing: int) -> None:
-        log.warning("cluster_gap_skipped stream=%s missing=%d", key, missing)
 
     def _apply_retained(self, update: RetainedUpdate) -> None:
         assert self.retained_sync is not None and self.broker is not None
@@ -456,7 +698,9 @@ class ClusterEngine:
         if not peers:
             return None
         wall_ns = int(self.scheduler.wall_time() * 1e9)
-        claim, waits = self.takeover.claim(client_id, clean_start, peers, self._now(), wall_ns)
+        claim, waits = self.takeover.claim(
+            client_id, clean_start, peers, self._now(), wall_ns, unreachable=self._down_peers
+        )
         self.stats.claims_sent += 1
         self._publish_control(claim)
         self._arm_timer()
@@ -476,12 +720,76 @@ class ClusterEngine:
             reply = ClaimReply(claim.claim_id, claim.client_id, False, None)
         else:
             assert isinstance(decision, HandOver)
+            before = self.receiver.positions()  # (the hand-over may leave classes)
             had, snapshot = broker.hand_over(claim.client_id, transfer=decision.transfer)
             if had:
                 self.stats.sessions_handed_over += 1
                 self._deliver_pending_commit = True
-            reply = ClaimReply(claim.claim_id, claim.client_id, had, snapshot)
+            positions = self._hand_over_positions(snapshot, before) if snapshot is not None else ()
+            reply = ClaimReply(claim.claim_id, claim.client_id, had, snapshot, positions)
         self._send_envelope(claim.origin, claim.client_id, claim.claim_id, reply)
+
+    def _hand_over_positions(
+        self, snapshot: SessionSnapshot, before: dict[tuple[str, str], int]
+    ) -> tuple[StreamPosition, ...]:
+        """Where this broker stood in the streams of the classes of a session it hands over: the
+        new broker gets the messages published after (none is lost in the move)."""
+        sender = self.sender
+        assert sender is not None
+        classes = {self.interest.class_of(sub.match_filter) for sub in snapshot.subscriptions}
+        positions = [StreamPosition(o, c, p) for (o, c), p in sorted(before.items()) if c in classes]
+        positions += [StreamPosition(sender.origin, c, sender.position(c)) for c in sorted(classes)]
+        return tuple(positions)
+
+    def _catch_up(self, client_id: str, positions: tuple[StreamPosition, ...]) -> None:
+        """A session moved here is attached: deliver it what its old broker did not."""
+        sender = self.sender
+        broker = self.broker
+        assert sender is not None and broker is not None
+        now = self._now()
+        for position in positions:
+            key = (position.origin, position.stream)
+            if position.origin == sender.origin:  # our own stream: from our send log
+                messages, kept_from = sender.logged_from(key, position.next_seq)
+                self._count_given_up(key, kept_from - position.next_seq)
+                accept = self._class_filter(position.stream)
+                for forwarded in messages:
+                    broker.deliver_remote(replace(forwarded.message), accept, client_id)
+                    self._deliver_pending_commit = True
+                continue
+            here = self.receiver.position(key)
+            if not here:
+                self.receiver.adopt(key, position.next_seq, now)  # the sender resends from there
+            elif position.next_seq < here:
+                # delivered here before the session arrived: asked again, for this client only
+                self._catch_ups.setdefault(key, []).append([position.next_seq, here, client_id])
+                request = StreamRet(position.origin, position.stream, position.next_seq, here)
+                self._send_stream(origin_peer(position.origin), request)
+
+    def _caught_up(self, forwarded: ForwardedMessage) -> None:
+        """A resent message some moved session waits for: to that client only."""
+        key = (forwarded.origin, forwarded.stream)
+        pending = self._catch_ups.get(key)
+        if not pending:
+            return
+        broker = self.broker
+        assert broker is not None
+        for catch_up in list(pending):
+            next_seq, end, client_id = catch_up
+            if forwarded.seq != next_seq:
+                continue
+            broker.deliver_remote(replace(forwarded.message), self._class_filter(forwarded.stream), client_id)
+            self._deliver_pending_commit = True
+            catch_up[0] = next_seq + 1
+            if catch_up[0] >= end:
+                pending.remove(catch_up)
+        if not pending:
+            del self._catch_ups[key]
+
+    def _count_given_up(self, key: tuple[str, str], missing: int) -> None:
+        if missing > 0:
+            self.stats.gaps_skipped += missing
+            log.warning("cluster_gap_given_up origin=%s stream=%s missing=%d", key[0], key[1], missing)
 
     def _finish_claims(self, finished: list[ClaimFinished]) -> None:
         for outcome in finished:
@@ -490,6 +798,9 @@ class ClusterEngine:
                 self.scheduler.call_soon(completion.set_result, outcome.snapshot)
 
     def on_client_connected(self, client_id: str, session_present: bool) -> None:
+        positions = self._moved_positions.pop(client_id, None)
+        if positions:
+            self._catch_up(client_id, positions)
         if self.takeover is not None and self.takeover.yields(client_id):
             # a newer CONNECT of this client id elsewhere was claimed while ours waited: it wins
             broker = self.broker
@@ -520,19 +831,55 @@ class ClusterEngine:
         if isinstance(body, ClaimReply):
             outcome = self.takeover.on_reply(envelope.orig, body)  # orig: the answering broker
             if isinstance(outcome, LateSession):
-                # came after the wait ended: keep its messages anyway
+                # came after the wait ended: keep its messages anyway, and what its old broker
+                # had not delivered to it
                 self.stats.sessions_received += 1
                 self.broker.receive_late_session(outcome.snapshot)
+                if body.positions and self.broker.has_session(body.client_id):
+                    self._catch_up(body.client_id, body.positions)
             elif outcome is not None:
                 if outcome.snapshot is not None:
                     self.stats.sessions_received += 1
+                    if body.positions:
+                        self._moved_positions[body.client_id] = body.positions
                 self._finish_claims([outcome])
         elif isinstance(body, RetainedSyncRequest):
+            if body.digest is not None and not self.retained_sync.differs(body.digest):
+                return  # anti-entropy: the same retained versions on both sides
             for reply in self.retained_sync.copy_for(body.request_id, self.broker.retained_messages()):
                 self._send_envelope(envelope.orig, "", body.request_id, reply)
         elif isinstance(body, RetainedSyncReply):
             for update in self.retained_sync.reply_received(body):
                 self._apply_retained(update)
+        elif isinstance(body, StreamAck):
+            sender = self.sender
+            assert sender is not None
+            peer = envelope.orig
+            actions = sender.acked(peer, body.positions, self._now()) if body.positions else []
+            if body.left:
+                actions += sender.left(peer, body.left, self._now())
+            self._sender_actions(actions)
+        elif isinstance(body, SessionClaim):  # repeated to us after a partition or a restart
+            self._on_claim(body)
+        elif isinstance(body, StreamRet):
+            assert self.sender is not None
+            self._sender_actions(self.sender.ret(envelope.orig, body, self._now()))
+        elif isinstance(body, StreamResend):
+            now = self._now()
+            for forwarded in body.messages:
+                if self._catch_ups:
+                    self._caught_up(forwarded)
+                self._receive_forwarded(forwarded, 1)
+            if body.gone_below:
+                skipped_before = self.stats.gaps_skipped
+                self._deliver(self.receiver.gone(body.origin, body.stream, body.gone_below, now))
+                if self.stats.gaps_skipped > skipped_before:
+                    log.warning(
+                        "cluster_gap_given_up origin=%s stream=%s missing=%d",
+                        body.origin,
+                        body.stream,
+                        self.stats.gaps_skipped - skipped_before,
+                    )
 
     # ================================================================== introspection
     def state(self) -> dict[str, Any]:
@@ -565,5 +912,7 @@ class ClusterEngine:
             "virtual_nodes": len(node.vnodes) if node is not None else 0,
             "subscribed_classes": len(self.interest.classes()),
             "published_classes": len(self._published),
-            "held_messages": self.ordering.held_count(),
+            "held_messages": self.receiver.held_count(),
+            "send_log_messages": self.sender.logged_count() if self.sender is not None else 0,
+            "send_log_receivers": self.sender.receiver_count() if self.sender is not None else 0,
         }

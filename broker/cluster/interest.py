@@ -77,6 +77,10 @@ class Interest:
     def classes(self) -> list[str]:
         return sorted(self._class_counts)
 
+    def subscribes(self, cls: str) -> bool:
+        """Whether some local subscription belongs to class ``cls``."""
+        return cls in self._class_counts
+
 
 def _count_up(counts: dict[str, int], topic: str) -> list[InterestChange]:
     """Only the first local subscriber joins the overlay topic."""

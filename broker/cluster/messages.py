@@ -33,10 +33,11 @@ class ForwardedMessage:
     one-hop/multi-hop switches). ``message.origin`` is the accepting broker's node id.
     """
 
-    origin: str  # cluster peer id (host:port) of the broker that accepted the message
+    origin: str  # "<peer id>/<incarnation>" of the broker that accepted the message
     stream: str  # the topic class (overlay topic) the message was published on
     seq: int
     message: Message
+    low: int = 0  # lowest SEQ of the stream still unconfirmed at the sender when sent (0: none)
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +68,15 @@ OverlayPayload = ForwardedMessage | RetainedUpdate | SessionClaim
 
 
 @dataclass(frozen=True, slots=True)
+class StreamPosition:
+    """A receiver's REQ (seed 004 §3.1) for one (origin, stream): the SEQ it expects next."""
+
+    origin: str
+    stream: str
+    next_seq: int
+
+
+@dataclass(frozen=True, slots=True)
 class ClaimReply:
     """Answer to a :class:`SessionClaim`: ``had_client`` says whether the replier held the client
     (connected or as a stored session); ``snapshot`` is its session when it is handed over."""
@@ -75,13 +85,17 @@ class ClaimReply:
     client_id: str
     had_client: bool
     snapshot: SessionSnapshot | None
+    # the answering broker's positions in the streams of the session's classes at the hand-over
+    positions: tuple[StreamPosition, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
 class RetainedSyncRequest:
-    """A broker that just joined asks a peer for every retained message it holds."""
+    """A broker that just joined asks a peer for every retained message it holds; with a
+    ``digest`` (anti-entropy), only if the peer's digest of its retained versions differs."""
 
     request_id: int
+    digest: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,7 +107,40 @@ class RetainedSyncReply:
     last: bool
 
 
-DirectedBody = ClaimReply | RetainedSyncRequest | RetainedSyncReply
+@dataclass(frozen=True, slots=True)
+class StreamAck:
+    """One receiver's ACK vector for the streams of one sender (seed 004 §3.2), and the streams
+    it left (its last local subscription of the class ended)."""
+
+    positions: tuple[StreamPosition, ...]
+    left: tuple[StreamPosition, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class StreamRet:
+    """RET (seed 004 §3.3): the receiver misses SEQs [from_seq, to_seq) of (origin, stream)."""
+
+    origin: str
+    stream: str
+    from_seq: int
+    to_seq: int
+
+
+@dataclass(frozen=True, slots=True)
+class StreamResend:
+    """Messages of one stream sent again to one receiver, in SEQ order; SEQs below
+    ``gone_below`` are no longer in the sender's log (0: none gone)."""
+
+    origin: str
+    stream: str
+    messages: tuple[ForwardedMessage, ...]
+    gone_below: int = 0
+
+
+StreamBody = StreamAck | StreamRet | StreamResend
+DirectedBody = (
+    ClaimReply | RetainedSyncRequest | RetainedSyncReply | StreamAck | StreamRet | StreamResend | SessionClaim
+)
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,12 +10,19 @@ one contact for its whole retained store, deletions included (tombstones: a brok
 when a topic was deleted still holds it on disk); without an answer within ``request_timeout_s``
 it asks the next contact.
 
+**Anti-entropy** (issue #10: retained converges after a partition heals, and under message loss):
+every ``anti_entropy_s`` a broker sends the next connected peer (round robin) a digest of its
+versions - an XOR of one 64-bit hash per (topic, version), kept up to date per write - and the peer
+answers with its whole copy when its own digest differs. Last writer wins makes the merge
+order-free, so after a heal every broker converges within a few rounds.
+
 Events in (a local write with the wall clock, an update, a copy request / reply, ``tick``);
 decisions, updates and directed messages out. No I/O.
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -34,13 +41,22 @@ class CopyRequest:
     request: RetainedSyncRequest
 
 
+def _version_hash(topic: str, version: Version) -> int:
+    data = f"{topic}\x00{version[0]}\x00{version[1]}".encode()
+    return int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "big")
+
+
 class RetainedSync:
     """Versions of every retained topic seen, and the state of this broker's copy request."""
 
-    def __init__(self, peer_id: str, *, request_timeout_s: float) -> None:
+    def __init__(self, peer_id: str, *, request_timeout_s: float, anti_entropy_s: float = 0.0) -> None:
         self.peer_id = peer_id
         self.request_timeout_s = request_timeout_s
+        self.anti_entropy_s = anti_entropy_s
         self.versions: dict[str, Version] = {}
+        self.digest = 0  # XOR of _version_hash over ``versions``
+        self._next_round: float | None = None
+        self._round = 0
         self._contacts: list[str] = []
         self._request_id = 0
         self._current_request = 0
@@ -52,7 +68,7 @@ class RetainedSync:
         current = self.versions.get(message.topic)
         if current is not None and current[0] >= wall_ms:
             wall_ms = current[0] + 1
-        self.versions[message.topic] = (wall_ms, self.peer_id)
+        self._set_version(message.topic, (wall_ms, self.peer_id))
         return RetainedUpdate(self.peer_id, wall_ms, message)
 
     def accept(self, update: RetainedUpdate) -> bool:
@@ -62,8 +78,36 @@ class RetainedSync:
         current = self.versions.get(topic)
         if current is not None and current >= version:
             return False
-        self.versions[topic] = version
+        self._set_version(topic, version)
         return True
+
+    def _set_version(self, topic: str, version: Version) -> None:
+        current = self.versions.get(topic)
+        if current is not None:
+            self.digest ^= _version_hash(topic, current)
+        self.versions[topic] = version
+        self.digest ^= _version_hash(topic, version)
+
+    # ------------------------------------------------------------------ anti-entropy
+    def anti_entropy(self, peers: Iterable[str], now: float) -> CopyRequest | None:
+        """When a round is due: the digest request for the next peer (round robin)."""
+        if self.anti_entropy_s <= 0:
+            return None
+        if self._next_round is None:
+            self._next_round = now + self.anti_entropy_s
+            return None
+        if self._next_round > now:
+            return None
+        self._next_round = now + self.anti_entropy_s
+        ordered = sorted(peers)
+        if not ordered:
+            return None
+        self._round += 1
+        peer = ordered[self._round % len(ordered)]
+        return CopyRequest(peer, RetainedSyncRequest(0, self.digest))
+
+    def differs(self, digest: int) -> bool:
+        return digest != self.digest
 
     # ------------------------------------------------------------------ the copy for a new broker
     def start_copy(self, contacts: Iterable[str], now: float) -> CopyRequest | None:
@@ -77,8 +121,11 @@ class RetainedSync:
         held: set[str] = set()
         for message in retained:
             held.add(message.topic)
-            version_ms, origin = self.versions.get(message.topic, (0, ""))
-            updates.append(RetainedUpdate(origin or self.peer_id, version_ms, message))
+            version = self.versions.get(message.topic)
+            if version is None:  # restored from disk without a version: the oldest possible
+                version = (0, self.peer_id)
+                self._set_version(message.topic, version)
+            updates.append(RetainedUpdate(version[1], version[0], message))
         for topic, (version_ms, origin) in list(self.versions.items()):
             if topic not in held:
                 tombstone = Message(topic, b"", qos=0, retain=True, origin=origin)
@@ -104,11 +151,15 @@ class RetainedSync:
         return self._next_request(now)
 
     def next_deadline(self) -> float | None:
-        return self._request_deadline
+        deadline = self._request_deadline
+        if self._next_round is not None and (deadline is None or self._next_round < deadline):
+            deadline = self._next_round
+        return deadline
 
     def stop(self) -> None:
         self._contacts = []
         self._request_deadline = None
+        self._next_round = None
 
     def _next_request(self, now: float) -> CopyRequest | None:
         if not self._contacts:

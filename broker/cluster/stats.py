@@ -6,9 +6,10 @@ published into the overlay, per topic-class publication), ``skipmq_cluster_recei
 (forwarded messages delivered here), ``skipmq_cluster_wasted_total`` (of those, the ones no local
 filter matched: the cost of routing on topic classes), ``skipmq_cluster_delivery_hops``
 (histogram of overlay hops of those, 1 = direct from the publisher's broker; seed 003 path length),
-``skipmq_cluster_publish_done_total{complete}`` (QoS>0 publishes whose cluster-wide storage was
-confirmed, or not within ``cluster.publish_ack_wait_ms``), reorder and claim counters, and
-gauges for peers and virtual nodes.
+``skipmq_cluster_publish_done_total{complete}`` (QoS>0 forwarded publications the overlay
+completed, or not within ``cluster.publish_ack_wait_ms``: the send log publishes those again),
+the reliable streams' counters (seed 004: republished, resent, RET sent, gaps given up, receivers
+given up), reorder and claim counters, and gauges for peers, virtual nodes and the send log.
 """
 
 from __future__ import annotations
@@ -25,7 +26,12 @@ class ClusterStats:
         self.wasted = 0  # received on a subscribed class but matching no local filter
         self.duplicates_dropped = 0
         self.reordered = 0  # messages that waited for an earlier one of their stream
-        self.gaps_skipped = 0  # missing sequence numbers given up after cluster.reorder_hold_ms
+        self.gaps_skipped = 0  # missing sequence numbers the sender no longer had (given up)
+        self.republished = 0  # send-log entries published through the overlay again
+        self.resent = 0  # send-log entries sent again directly to a receiver broker
+        self.rets_sent = 0  # RET requests this broker sent for gaps
+        self.receivers_given_up = 0  # receiver brokers silent for cluster.send_log_retention_s
+        self.subscribe_waits_timed_out = 0  # SUBACK/CONNACK waits that hit cluster.subscribe_wait_ms
         self.publish_done = {"true": 0, "false": 0}
         self.claims_sent = 0
         self.sessions_handed_over = 0

@@ -13,6 +13,12 @@ broker answers "no" and its own claim, arriving at the other broker, closes the 
 local CONNECT that already attached while a newer claim for its client id arrived from
 elsewhere yields to it (:meth:`Takeover.yields`).
 
+A claim a broker did not answer (cut off by a partition, or down) is repeated to it directly every
+``repeat_s`` for as long as the claiming connection holds the client, at most ``repeat_for_s``
+(:meth:`Takeover.repeats`): when the partition heals, the older connection is taken over and its
+session - with what was queued for it meanwhile - moves to the newer one, so each client id ends
+with one owner (issue #10).
+
 Events in, decisions and finished claims out; the claimant's wait is identified by its claim id.
 No I/O.
 """
@@ -67,32 +73,61 @@ class _Claim:
     deadline: float
 
 
+@dataclass
+class _Unanswered:
+    claim: SessionClaim
+    peers: set[str]
+    next_at: float
+    until: float
+
+
 class Takeover:
     """This broker's claims and what it knows of other brokers' claims."""
 
-    def __init__(self, peer_id: str, *, wait_s: float) -> None:
+    def __init__(
+        self, peer_id: str, *, wait_s: float, repeat_s: float = 1.0, repeat_for_s: float = 600.0
+    ) -> None:
         self.peer_id = peer_id
         self.wait_s = wait_s
+        self.repeat_s = repeat_s
+        self.repeat_for_s = repeat_for_s
+        self._unanswered: dict[int, _Unanswered] = {}
         self._last_claim_id = 0
         self._claims: dict[int, _Claim] = {}
         # client id -> the claim its current local connection made (a newer claim wins)
         self._connection_claims: dict[str, ClaimOrder] = {}
+        self._clean_starts: dict[str, bool] = {}  # client id -> its local connection's clean start
         # client id -> the newest claim seen from another broker (a local CONNECT still waiting
         # for its own claim's answers must not win against it)
         self._newest_remote: dict[str, ClaimOrder] = {}
 
     def claim(
-        self, client_id: str, clean_start: bool, peers: Iterable[str], now: float, wall_ns: int
+        self,
+        client_id: str,
+        clean_start: bool,
+        peers: Iterable[str],
+        now: float,
+        wall_ns: int,
+        unreachable: Iterable[str] = (),
     ) -> tuple[SessionClaim, bool]:
         """A local CONNECT for ``client_id``: the claim to publish, and whether the CONNECT waits
-        for the replies of ``peers`` (not for a clean start: there is nothing to hand over)."""
+        for the replies of ``peers`` (not for a clean start: there is nothing to hand over). The
+        claim is repeated to whichever of ``peers`` and ``unreachable`` does not answer."""
         self._last_claim_id = claim_id = max(self._last_claim_id + 1, wall_ns)
         self._connection_claims[client_id] = (claim_id, self.peer_id)
+        self._clean_starts[client_id] = clean_start
         peers = set(peers)
         waits = bool(peers) and not clean_start and self.wait_s > 0
         if waits:
             self._claims[claim_id] = _Claim(peers, now + self.wait_s)
-        return SessionClaim(self.peer_id, client_id, claim_id, clean_start), waits
+        claim = SessionClaim(self.peer_id, client_id, claim_id, clean_start)
+        everyone = peers | set(unreachable)
+        everyone.discard(self.peer_id)
+        if everyone and self.repeat_s > 0:
+            self._unanswered[claim_id] = _Unanswered(
+                claim, everyone, now + max(self.repeat_s, self.wait_s), now + self.repeat_for_s
+            )
+        return claim, waits
 
     def on_claim(self, claim: SessionClaim, *, connected_here: bool) -> Decision | None:
         """Another broker's claim arrived (``connected_here``: the client has a live connection here)."""
@@ -111,6 +146,11 @@ class Takeover:
 
     def on_reply(self, replier: str, reply: ClaimReply) -> ClaimFinished | LateSession | None:
         """A reply to one of our claims from broker ``replier``."""
+        unanswered = self._unanswered.get(reply.claim_id)
+        if unanswered is not None:
+            unanswered.peers.discard(replier)
+            if not unanswered.peers:
+                del self._unanswered[reply.claim_id]
         claim = self._claims.get(reply.claim_id)
         if claim is None:
             return LateSession(reply.snapshot) if reply.snapshot is not None else None
@@ -140,6 +180,30 @@ class Takeover:
         newer = self._newest_remote.get(client_id)
         return mine is not None and newer is not None and newer > mine
 
+    def repeats(self, now: float) -> list[tuple[str, SessionClaim]]:
+        """(peer, claim) to send again directly: claims some broker has not answered yet, while
+        their connection still holds the client."""
+        out: list[tuple[str, SessionClaim]] = []
+        for claim_id, unanswered in list(self._unanswered.items()):
+            if unanswered.next_at > now:
+                continue
+            claim = unanswered.claim
+            if now > unanswered.until or self._connection_claims.get(claim.client_id) != (claim_id, self.peer_id):
+                del self._unanswered[claim_id]  # given up, or the connection is gone or replaced
+                continue
+            unanswered.next_at = now + self.repeat_s
+            out += [(peer, claim) for peer in sorted(unanswered.peers)]
+        return out
+
+    def claims_to_repeat(self, connected: Callable[[str], bool]) -> list[SessionClaim]:
+        """The claims of the clients connected here, to repeat to a broker that was unreachable (a
+        partition healed): one client id ends with one owner, the newest connection (issue #10)."""
+        return [
+            SessionClaim(self.peer_id, client_id, order[0], self._clean_starts.get(client_id, False))
+            for client_id, order in sorted(self._connection_claims.items())
+            if order[1] == self.peer_id and connected(client_id)
+        ]
+
     def tick(self, now: float) -> list[ClaimFinished]:
         due = [claim_id for claim_id, claim in self._claims.items() if claim.deadline <= now]
         for claim_id in due:
@@ -147,18 +211,22 @@ class Takeover:
         return [ClaimFinished(claim_id, None) for claim_id in due]
 
     def next_deadline(self) -> float | None:
-        if not self._claims:  # the common case, asked after every event: no claim waiting
+        if not self._claims and not self._unanswered:  # the common case, asked after every event
             return None
-        return min(claim.deadline for claim in self._claims.values())
+        deadlines = [claim.deadline for claim in self._claims.values()]
+        deadlines += [unanswered.next_at for unanswered in self._unanswered.values()]
+        return min(deadlines)
 
     def forget(self, has_session: Callable[[str], bool]) -> None:
         """Periodic clean-up: claim records of clients with no session here any more, and remote
         claims (only races within a clean-up period matter)."""
         for client_id in [c for c in self._connection_claims if not has_session(c)]:
             del self._connection_claims[client_id]
+            self._clean_starts.pop(client_id, None)
         self._newest_remote.clear()
 
     def abort_all(self) -> list[ClaimFinished]:
         finished = [ClaimFinished(claim_id, None) for claim_id in self._claims]
         self._claims.clear()
+        self._unanswered.clear()
         return finished

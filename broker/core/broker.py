@@ -288,8 +288,13 @@ class Broker:
         return codes
 
     # ================================================================== BrokerApi: cluster engine
-    def deliver_remote(self, message: Message, accept_filter: Callable[[str], bool] | None = None) -> bool:
-        return self.router.deliver_remote(message, accept_filter)
+    def deliver_remote(
+        self,
+        message: Message,
+        accept_filter: Callable[[str], bool] | None = None,
+        only_client: str | None = None,
+    ) -> bool:
+        return self.router.deliver_remote(message, accept_filter, only_client)
 
     def set_retained(self, message: Message) -> None:
         self.router.retain(message)

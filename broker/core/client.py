@@ -26,7 +26,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from broker.core.ports import Completion
-from broker.core.session import STATE_PUBREL_SENT, Message, Session, SessionSnapshot
+from broker.core.session import STATE_PUBREL_SENT, Message, Session, SessionSnapshot, SubOptions
 from broker.mqtt import codec
 from broker.mqtt.packets import (
     MQTT_5,
@@ -429,11 +429,10 @@ class ClientConnection:
     ) -> None:
         """The cluster answered the session claim: import a handed-over session, attach, then
         replay the packets that arrived meanwhile."""
-        pending = self.auth_pending or []
-        self.auth_pending = None
         broker = self.broker
         snapshot = None if done.exception() is not None else done.result()
         if self.protocol.state == STATE_CLOSED:
+            self.auth_pending = None
             if snapshot is not None:
                 # the other broker already ended its copy: keep the session here as a stored one
                 # (its queued messages were acknowledged to their publishers)
@@ -442,9 +441,35 @@ class ClientConnection:
                 except Exception:
                     log.exception("cannot keep a session handed over to a closed connection")
             return
+        ready: Completion[bool] | None = None
         try:
             if snapshot is not None:
                 broker.import_session(snapshot)
+                # the CONNACK promises the moved subscriptions: once their classes are reachable
+                ready = broker.cluster.subscriptions_ready(
+                    [(sub.match_filter, sub.share_group) for sub in snapshot.subscriptions]
+                )
+        except Exception as exc:
+            self.auth_pending = None
+            self._internal_error(exc, "internal error while importing a handed-over session")
+            return
+        if ready is not None:  # packets keep collecting in auth_pending meanwhile
+            ready.add_done_callback(
+                lambda _done: self._attach_and_replay(
+                    packet, client_id, assigned, keep_alive, server_keep_alive
+                )
+            )
+            return
+        self._attach_and_replay(packet, client_id, assigned, keep_alive, server_keep_alive)
+
+    def _attach_and_replay(
+        self, packet: Connect, client_id: str, assigned: bool, keep_alive: int, server_keep_alive: int | None
+    ) -> None:
+        pending = self.auth_pending or []
+        self.auth_pending = None
+        if self.protocol.state == STATE_CLOSED:
+            return
+        try:
             self._attach(packet, client_id, assigned, keep_alive, server_keep_alive)
         except Exception as exc:
             self._internal_error(exc, "internal error while attaching a handed-over session")
@@ -672,8 +697,33 @@ class ClientConnection:
             return
         if self.protocol.state == STATE_CLOSED:
             return
-        self.send_packet(Suback(packet_id=packet.packet_id, reason_codes=reason_codes))
-        broker.router.deliver_retained(session, retained)
+        # across the cluster, the SUBACK promises messages published afterwards on any broker:
+        # it waits until the subscriptions' topic classes are reachable in the overlay
+        accepted = [
+            (opts.match_filter, opts.share_group)
+            for sub, code in zip(packet.subscriptions, reason_codes, strict=False)
+            if code < 0x80 and (opts := session.subscriptions.get(sub.topic_filter)) is not None
+        ]
+        ready = broker.cluster.subscriptions_ready(accepted) if accepted else None
+        if ready is None:
+            self._send_suback(session, packet.packet_id, reason_codes, retained)
+        else:
+            ready.add_done_callback(
+                lambda _done: self._send_suback(session, packet.packet_id, reason_codes, retained)
+            )
+
+    def _send_suback(
+        self,
+        session: Session,
+        packet_id: int,
+        reason_codes: list[int],
+        retained: list[tuple[SubOptions, Message]],
+    ) -> None:
+        if self.protocol.state == STATE_CLOSED or self.session is not session:
+            return
+        self.send_packet(Suback(packet_id=packet_id, reason_codes=reason_codes))
+        self.broker.router.deliver_retained(session, retained)
+        self.broker.after_batch()
 
     def handle_unsubscribe(self, packet: Unsubscribe) -> None:
         session = self.session

@@ -273,6 +273,11 @@ class ClusterPort(Protocol):
     def owns_share_group(self, group: str, topic_filter: str) -> bool:
         """Whether this broker delivers the copy of share group (group, filter) (one per cluster)."""
 
+    def subscriptions_ready(self, topic_filters: list[tuple[str, str | None]]) -> Completion[bool] | None:
+        """A completion done once messages published anywhere reach these (filter, share group)
+        subscriptions (their classes joined the overlay); None when they already do. It holds the
+        SUBACK, and the CONNACK of a session that moved here."""
+
     def on_client_connected(self, client_id: str, session_present: bool) -> None:
         """A client finished CONNECT successfully."""
 
@@ -299,6 +304,9 @@ class NullCluster:
 
     def owns_share_group(self, group: str, topic_filter: str) -> bool:
         return True
+
+    def subscriptions_ready(self, topic_filters: list[tuple[str, str | None]]) -> Completion[bool] | None:
+        return None
 
     def on_client_connected(self, client_id: str, session_present: bool) -> None:
         return None
@@ -339,9 +347,15 @@ class BrokerApi(Protocol):
         None (and the transport closed) when the broker refuses more sockets."""
 
     # ---------------------------------------------------------------- cluster engine
-    def deliver_remote(self, message: Message, accept_filter: Callable[[str], bool] | None = None) -> bool:
+    def deliver_remote(
+        self,
+        message: Message,
+        accept_filter: Callable[[str], bool] | None = None,
+        only_client: str | None = None,
+    ) -> bool:
         """Deliver a message another broker accepted to local subscribers (whose filter
-        ``accept_filter`` accepts); True when some local subscription matched."""
+        ``accept_filter`` accepts; only ``only_client``'s when given); True when some local
+        subscription matched."""
 
     def set_retained(self, message: Message) -> None:
         """Store (or, with an empty payload, delete) a retained message without routing it."""

@@ -101,10 +101,16 @@ class Router:
         self.stats.messages_received[will.qos] += 1
         self.publish(message, session.client_id)
 
-    def deliver_remote(self, message: Message, accept_filter: Callable[[str], bool] | None = None) -> bool:
+    def deliver_remote(
+        self,
+        message: Message,
+        accept_filter: Callable[[str], bool] | None = None,
+        only_client: str | None = None,
+    ) -> bool:
         """Deliver a message accepted by another broker to local subscribers (no re-forwarding);
-        ``accept_filter(match_filter)`` restricts it to the subscriptions whose filter it accepts."""
-        return self.route(message, message.publisher_id, accept_filter)
+        ``accept_filter(match_filter)`` restricts it to the subscriptions whose filter it accepts,
+        ``only_client`` to one client's (a session that moved here catching up)."""
+        return self.route(message, message.publisher_id, accept_filter, only_client)
 
     def retain(self, message: Message) -> None:
         """Store (or, with an empty payload, delete) the retained message of its topic."""
@@ -118,13 +124,19 @@ class Router:
 
     # ================================================================== matching
     def route(
-        self, message: Message, publisher: str | None, accept_filter: Callable[[str], bool] | None = None
+        self,
+        message: Message,
+        publisher: str | None,
+        accept_filter: Callable[[str], bool] | None = None,
+        only_client: str | None = None,
     ) -> bool:
         """Deliver to every matching subscription; True when some subscriber matched (even if its
         copy was then dropped: queue full, ACL, too large, expired, slow consumer)."""
         matches = self._subscriptions.trie.match(message.topic)
         if accept_filter is not None and matches:
             matches = [match for match in matches if accept_filter(match[0])]
+        if only_client is not None:
+            matches = [match for match in matches if match[1] == only_client]
         matched = False
         cache: dict[Any, bytes] = {}
         if matches:
@@ -159,7 +171,11 @@ class Router:
                 matched = bool(per_client)
                 for client_id, (qos, sids, rap) in per_client.items():
                     self._deliver_to(client_id, message, qos, rap, sids, cache)
-        if len(self._subscriptions.shared_trie) and self._route_shared(message, cache, accept_filter):
+        if (
+            only_client is None
+            and len(self._subscriptions.shared_trie)
+            and self._route_shared(message, cache, accept_filter)
+        ):
             matched = True
         if not matched and not message.topic.startswith("$SYS/"):
             self.stats.count_drop("no_subscribers")

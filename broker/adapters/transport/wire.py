@@ -32,12 +32,17 @@ from google.protobuf.message import DecodeError
 from broker.adapters.transport._pb.skipmq.v1 import cluster_pb2 as pb
 from broker.cluster.messages import (
     ClaimReply,
+    DirectedBody,
     Envelope,
     ForwardedMessage,
     RetainedSyncReply,
     RetainedSyncRequest,
     RetainedUpdate,
     SessionClaim,
+    StreamAck,
+    StreamPosition,
+    StreamResend,
+    StreamRet,
 )
 from broker.core.session import Message, OutEntry, SessionSnapshot, SubOptions
 from broker.mqtt import codec
@@ -368,25 +373,97 @@ def _retained_from_proto(src: Any, where: str) -> RetainedUpdate:
     return RetainedUpdate(src.origin, src.version_ms, message)
 
 
+def _claim_to_proto(claim: SessionClaim, out: Any, where: str) -> None:
+    out.SetInParent()
+    _set(out, "origin", claim.origin, where)
+    _set(out, "client_id", claim.client_id, where)
+    _set(out, "claim_id", _check_int(claim.claim_id, f"{where}.claim_id"), where)
+    _set(out, "clean_start", bool(claim.clean_start), where)
+
+
+def _forwarded_to_proto(forwarded: ForwardedMessage, out: Any, where: str) -> None:
+    _set(out, "origin", forwarded.origin, where)
+    _set(out, "stream", forwarded.stream, where)
+    _set(out, "seq", _check_int(forwarded.seq, f"{where}.seq"), where)
+    if forwarded.low:
+        _set(out, "low", _check_int(forwarded.low, f"{where}.low"), where)
+    mqtt_message_to_proto(forwarded.message, out.message, f"{where}.message")
+
+
+def _forwarded_from_proto(src: Any, where: str) -> ForwardedMessage:
+    message = mqtt_message_from_proto(_require(src, "message", f"{where}.message"), f"{where}.message")
+    return ForwardedMessage(src.origin, src.stream, src.seq, message, src.low)
+
+
+def _positions_to_proto(positions: Iterable[StreamPosition], out: Any, where: str) -> None:
+    for index, position in enumerate(positions):
+        item = out.add()
+        _set(item, "origin", position.origin, f"{where}[{index}]")
+        _set(item, "stream", position.stream, f"{where}[{index}]")
+        _set(
+            item, "next_seq", _check_int(position.next_seq, f"{where}[{index}].next_seq"), f"{where}[{index}]"
+        )
+
+
+def _positions_from_proto(src: Any) -> tuple[StreamPosition, ...]:
+    return tuple(StreamPosition(p.origin, p.stream, p.next_seq) for p in src)
+
+
+def _stream_body_to_proto(body: Any, out: Any, where: str) -> bool:
+    """A reliable-stream body (seed 004) into ``pb.Envelope`` ``out``; False if ``body`` is none."""
+    if isinstance(body, StreamAck):
+        ack = out.stream_ack
+        ack.SetInParent()
+        _positions_to_proto(body.positions, ack.positions, f"{where}.StreamAck.positions")
+        _positions_to_proto(body.left, ack.left, f"{where}.StreamAck.left")
+    elif isinstance(body, StreamRet):
+        ret = out.stream_ret
+        ret.SetInParent()
+        _set(ret, "origin", body.origin, f"{where}.StreamRet")
+        _set(ret, "stream", body.stream, f"{where}.StreamRet")
+        _set(ret, "from_seq", _check_int(body.from_seq, f"{where}.StreamRet.from_seq"), f"{where}.StreamRet")
+        _set(ret, "to_seq", _check_int(body.to_seq, f"{where}.StreamRet.to_seq"), f"{where}.StreamRet")
+    elif isinstance(body, StreamResend):
+        resend = out.stream_resend
+        resend.SetInParent()
+        body_where = f"{where}.StreamResend"
+        _set(resend, "origin", body.origin, body_where)
+        _set(resend, "stream", body.stream, body_where)
+        for index, forwarded in enumerate(body.messages):
+            _forwarded_to_proto(forwarded, resend.messages.add(), f"{body_where}.messages[{index}]")
+        if body.gone_below:
+            _set(resend, "gone_below", _check_int(body.gone_below, f"{body_where}.gone_below"), body_where)
+    else:
+        return False
+    return True
+
+
+def _stream_body_from_proto(src: Any, case: str, where: str) -> StreamAck | StreamRet | StreamResend:
+    if case == "stream_ack":
+        return StreamAck(
+            _positions_from_proto(src.stream_ack.positions), _positions_from_proto(src.stream_ack.left)
+        )
+    if case == "stream_ret":
+        ret = src.stream_ret
+        return StreamRet(ret.origin, ret.stream, ret.from_seq, ret.to_seq)
+    resend = src.stream_resend
+    messages = tuple(
+        _forwarded_from_proto(item, f"{where}.StreamResend.messages[{index}]")
+        for index, item in enumerate(resend.messages)
+    )
+    return StreamResend(resend.origin, resend.stream, messages, resend.gone_below)
+
+
 def payload_to_proto(payload: Any, out: Any | None = None, where: str = "payload") -> Any:
     """A ``broker.cluster.messages.OverlayPayload`` as ``pb.OverlayPayload``."""
     if out is None:
         out = pb.OverlayPayload()
     if isinstance(payload, ForwardedMessage):
-        body = out.forwarded
-        _set(body, "origin", payload.origin, f"{where}.ForwardedMessage")
-        _set(body, "stream", payload.stream, f"{where}.ForwardedMessage")
-        _set(body, "seq", _check_int(payload.seq, f"{where}.seq"), f"{where}.ForwardedMessage")
-        mqtt_message_to_proto(payload.message, body.message, f"{where}.ForwardedMessage.message")
+        _forwarded_to_proto(payload, out.forwarded, f"{where}.ForwardedMessage")
     elif isinstance(payload, RetainedUpdate):
         _retained_to_proto(payload, out.retained, f"{where}.RetainedUpdate")
     elif isinstance(payload, SessionClaim):
-        body = out.session_claim
-        where = f"{where}.SessionClaim"
-        _set(body, "origin", payload.origin, where)
-        _set(body, "client_id", payload.client_id, where)
-        _set(body, "claim_id", _check_int(payload.claim_id, f"{where}.claim_id"), where)
-        _set(body, "clean_start", bool(payload.clean_start), where)
+        _claim_to_proto(payload, out.session_claim, f"{where}.SessionClaim")
     else:
         raise WireError(
             f"{where}: a PUB payload must be ForwardedMessage, RetainedUpdate or SessionClaim, "
@@ -398,12 +475,7 @@ def payload_to_proto(payload: Any, out: Any | None = None, where: str = "payload
 def payload_from_proto(src: Any, where: str = "payload") -> Any:
     case = src.WhichOneof("kind")
     if case == "forwarded":
-        body = src.forwarded
-        message = mqtt_message_from_proto(
-            _require(body, "message", f"{where}.ForwardedMessage.message"),
-            f"{where}.ForwardedMessage.message",
-        )
-        return ForwardedMessage(body.origin, body.stream, body.seq, message)
+        return _forwarded_from_proto(src.forwarded, f"{where}.ForwardedMessage")
     if case == "retained":
         return _retained_from_proto(src.retained, f"{where}.RetainedUpdate")
     if case == "session_claim":
@@ -536,10 +608,18 @@ def envelope_to_proto(envelope: Envelope, out: Any | None = None, where: str = "
             snapshot_to_proto(body.snapshot, reply.snapshot, f"{body_where}.snapshot")
         else:
             reply.SetInParent()
+        _positions_to_proto(body.positions, reply.positions, f"{body_where}.positions")
     elif isinstance(body, RetainedSyncRequest):
         body_where = f"{where}.RetainedSyncRequest"
         out.retained_sync_request.SetInParent()
         _set(out.retained_sync_request, "request_id", _check_int(body.request_id, body_where), body_where)
+        if body.digest is not None:
+            _set(
+                out.retained_sync_request,
+                "digest",
+                _check_int(body.digest, f"{body_where}.digest"),
+                body_where,
+            )
     elif isinstance(body, RetainedSyncReply):
         body_where = f"{where}.RetainedSyncReply"
         sync = out.retained_sync_reply
@@ -548,9 +628,12 @@ def envelope_to_proto(envelope: Envelope, out: Any | None = None, where: str = "
         for index, update in enumerate(body.updates):
             _retained_to_proto(update, sync.updates.add(), f"{body_where}.updates[{index}]")
         _set(sync, "last", bool(body.last), body_where)
-    else:
+    elif isinstance(body, SessionClaim):
+        _claim_to_proto(body, out.session_claim, f"{where}.SessionClaim")
+    elif not _stream_body_to_proto(body, out, where):
         raise WireError(
-            f"{where}.body: must be ClaimReply, RetainedSyncRequest or RetainedSyncReply, "
+            f"{where}.body: must be ClaimReply, RetainedSyncRequest, RetainedSyncReply, StreamAck, "
+            "StreamRet or StreamResend, "
             f"got {type(body).__name__}"
         )
     return out
@@ -558,7 +641,7 @@ def envelope_to_proto(envelope: Envelope, out: Any | None = None, where: str = "
 
 def envelope_from_proto(src: Any, where: str = "envelope") -> Envelope:
     case = src.WhichOneof("body")
-    body: ClaimReply | RetainedSyncRequest | RetainedSyncReply
+    body: DirectedBody
     if case == "claim_reply":
         reply = src.claim_reply
         snapshot = (
@@ -566,9 +649,16 @@ def envelope_from_proto(src: Any, where: str = "envelope") -> Envelope:
             if reply.HasField("snapshot")
             else None
         )
-        body = ClaimReply(reply.claim_id, reply.client_id, reply.had_client, snapshot)
+        body = ClaimReply(
+            reply.claim_id,
+            reply.client_id,
+            reply.had_client,
+            snapshot,
+            _positions_from_proto(reply.positions),
+        )
     elif case == "retained_sync_request":
-        body = RetainedSyncRequest(src.retained_sync_request.request_id)
+        request = src.retained_sync_request
+        body = RetainedSyncRequest(request.request_id, request.digest if request.HasField("digest") else None)
     elif case == "retained_sync_reply":
         sync = src.retained_sync_reply
         updates = tuple(
@@ -576,6 +666,11 @@ def envelope_from_proto(src: Any, where: str = "envelope") -> Envelope:
             for index, update in enumerate(sync.updates)
         )
         body = RetainedSyncReply(sync.request_id, updates, sync.last)
+    elif case == "session_claim":
+        claim = src.session_claim
+        body = SessionClaim(claim.origin, claim.client_id, claim.claim_id, claim.clean_start)
+    elif case in ("stream_ack", "stream_ret", "stream_resend"):
+        body = _stream_body_from_proto(src, case, where)
     else:
         raise WireError(f"{where}: Envelope without a body (unknown to this schema version?)")
     return Envelope(src.orig, src.dest, src.from_client, src.to_client, src.ref, src.ttl, body)
@@ -698,3 +793,14 @@ def decode_frame_items(data: bytes) -> list[Any]:
     if frame.HasField("hello"):
         raise WireError("Frame: a Hello after the link's first frame")
     return list(frame.items)
+
+
+def encode_forwarded(forwarded: ForwardedMessage) -> bytes:
+    """A forwarded message as bytes (the send log's rows, ``broker.adapters.cluster_store``)."""
+    out = pb.ForwardedMessage()
+    _forwarded_to_proto(forwarded, out, "forwarded")
+    return bytes(out.SerializeToString())
+
+
+def decode_forwarded(data: bytes) -> ForwardedMessage:
+    return _forwarded_from_proto(_parse(pb.ForwardedMessage, data, "ForwardedMessage"), "forwarded")

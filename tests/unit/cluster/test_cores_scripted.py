@@ -1,10 +1,10 @@
 """Scripted interaction tests of the cluster's pure protocol cores (etcd-raft style): events with an
 explicit ``now`` go in, the exact outputs are asserted. No broker, no clock, no I/O.
 
-Cores: ``broker.cluster.ordering`` (per-sender FIFO), ``publish_acks`` (remote storage before a
-PUBACK), ``takeover`` (session claims), ``retained_sync`` (last writer wins, copies for a joining
+Cores: ``takeover`` (session claims), ``retained_sync`` (last writer wins, copies for a joining
 broker), ``interest`` (SIONet-style aggregation of local subscriptions, seed 000; seed 003 §3.5.2/3).
-Several of these guard regressions found in the issue #4 review (named in each test).
+Several of these guard regressions found in the issue #4 review (named in each test). The
+reliable streams (seed 004) have their own file, ``test_streams_scripted.py``.
 """
 
 from __future__ import annotations
@@ -17,8 +17,6 @@ from broker.cluster.messages import (
     RetainedUpdate,
     SessionClaim,
 )
-from broker.cluster.ordering import FifoOrdering
-from broker.cluster.publish_acks import PublishAcks
 from broker.cluster.retained_sync import RetainedSync
 from broker.cluster.takeover import ClaimFinished, HandOver, LateSession, Refuse, Takeover
 from broker.core.session import Message, SessionSnapshot
@@ -30,94 +28,6 @@ def _fwd(seq: int, origin: str = "a:1/inc", stream: str = "=t") -> ForwardedMess
 
 def _seqs(ready: list[tuple[ForwardedMessage, int]]) -> list[int]:
     return [forwarded.seq for forwarded, _hops in ready]
-
-
-# ============================================================================ ordering
-def test_ordering_restores_sequence_and_drops_duplicates() -> None:
-    order = FifoOrdering(hold_s=1.0)
-    assert _seqs(order.receive(_fwd(5), 1, now=0.0)) == [5]  # the first message sets the start
-    assert _seqs(order.receive(_fwd(7), 1, now=0.1)) == []  # held: 6 missing
-    assert order.next_deadline() == 1.1
-    assert _seqs(order.receive(_fwd(7), 2, now=0.2)) == []  # duplicate of a held one
-    assert _seqs(order.receive(_fwd(6), 1, now=0.3)) == [6, 7]
-    assert _seqs(order.receive(_fwd(6), 1, now=0.4)) == []  # duplicate of a delivered one
-    assert order.next_deadline() is None
-    assert order.stats.duplicates_dropped == 2
-
-
-def test_ordering_skips_a_gap_only_after_the_hold_time_and_counts_it() -> None:
-    gaps: list[tuple[tuple[str, str], int]] = []
-    order = FifoOrdering(hold_s=1.0, on_gap=lambda key, missing: gaps.append((key, missing)))
-    order.receive(_fwd(1), 1, now=0.0)
-    assert _seqs(order.receive(_fwd(4), 1, now=0.5)) == []
-    assert _seqs(order.tick(now=1.4)) == []  # not yet
-    assert _seqs(order.tick(now=1.5)) == [4]
-    assert order.stats.gaps_skipped == 2
-    assert gaps == [(("a:1/inc", "=t"), 2)]
-
-
-def test_ordering_an_earlier_message_after_the_first_is_delivered_late_once() -> None:
-    """Review #4: the first message of a stream seen here is not necessarily its earliest (it
-    overtook one on a one-hop / multi-hop switch): the earlier one is delivered, not dropped."""
-    order = FifoOrdering(hold_s=1.0)
-    assert _seqs(order.receive(_fwd(5), 1, now=0.0)) == [5]
-    assert _seqs(order.receive(_fwd(4), 2, now=0.1)) == [4]
-    assert _seqs(order.receive(_fwd(4), 2, now=0.2)) == []  # its retransmission
-    assert _seqs(order.receive(_fwd(5), 1, now=0.3)) == []
-    assert _seqs(order.receive(_fwd(6), 1, now=0.4)) == [6]
-    assert order.stats.duplicates_dropped == 2
-
-
-def test_ordering_streams_are_independent_and_idle_ones_are_forgotten() -> None:
-    order = FifoOrdering(hold_s=1.0)
-    order.receive(_fwd(1, origin="a"), 1, now=0.0)
-    order.receive(_fwd(3, origin="a"), 1, now=0.0)  # a holds 3
-    assert _seqs(order.receive(_fwd(9, origin="b"), 1, now=0.0)) == [9]
-    assert order.held_count() == 1
-    order.forget_idle(now=100.0, idle_s=10.0)  # b is forgotten, a still holds a message
-    assert _seqs(order.receive(_fwd(1, origin="b"), 1, now=100.0)) == [1]  # a new start for b
-    assert order.held_count() == 1
-
-
-# ============================================================================ publish acks
-def test_publish_acks_finish_when_every_publication_is_done() -> None:
-    acks = PublishAcks(timeout_s=5.0)
-    wait = acks.open()
-    acks.add(wait, 10)
-    acks.add(wait, 11)
-    assert acks.done(10, True) == []  # not sealed yet: more publications may come
-    assert acks.close(wait, now=0.0) == []
-    assert acks.next_deadline() == 5.0
-    assert acks.done(11, True) == [(wait, True)]
-    assert acks.next_deadline() is None
-
-
-def test_publish_acks_done_before_close_finishes_at_close() -> None:
-    """Review #4: a PublishDone that comes synchronously (only local subscribers) must not be
-    lost: the wait finishes when it is closed instead of holding the PUBACK for the timeout."""
-    acks = PublishAcks(timeout_s=5.0)
-    wait = acks.open()
-    acks.add(wait, 1)
-    assert acks.done(1, True) == []
-    assert acks.close(wait, now=0.0) == [(wait, True)]
-    assert not acks.is_open(wait)
-
-
-def test_publish_acks_time_out_unconfirmed_and_a_late_done_is_ignored() -> None:
-    acks = PublishAcks(timeout_s=5.0)
-    wait = acks.open()
-    acks.add(wait, 1)
-    acks.close(wait, now=1.0)
-    assert acks.tick(now=5.9) == []
-    assert acks.tick(now=6.0) == [(wait, False)]
-    assert acks.done(1, True) == []
-
-
-def test_publish_acks_with_no_publication_have_no_outcome() -> None:
-    acks = PublishAcks(timeout_s=5.0)
-    wait = acks.open()
-    assert acks.close(wait, now=0.0) == []
-    assert not acks.is_open(wait)
 
 
 # ============================================================================ takeover

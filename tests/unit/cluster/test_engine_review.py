@@ -57,18 +57,27 @@ def _received(client: RawClient, count: int) -> list[int]:
     return got
 
 
-def test_an_earlier_message_arriving_after_the_first_of_its_stream_is_delivered(start_broker: Start) -> None:
+def test_an_earlier_message_still_unconfirmed_when_the_first_was_sent_is_delivered_first(
+    start_broker: Start,
+) -> None:
+    """Review #4, issue #10: the first message of a stream seen here is not necessarily its earliest
+    (it overtook one on a one-hop / multi-hop switch). It carries ``low``, the earliest SEQ its
+    sender had not confirmed yet, so the receiver starts there and waits for the earlier one:
+    delivered first, in order, not late."""
     threaded = _clustered(start_broker)
     client = RawClient(threaded.ports["tcp"])
     client.connect("late-first")
     client.subscribe("order/#", 1)
-    _forward(threaded, "peer-a/1", [5])  # overtook 4 (a one-hop / multi-hop switch)
-    _forward(threaded, "peer-a/1", [4])
-    _forward(threaded, "peer-a/1", [4, 5])  # retransmissions: dropped
-    _forward(threaded, "peer-a/1", [6])
-    assert _received(client, 3) == [5, 4, 6]
+    engine = _engine(threaded)
+    message = Message("order/t", b"5", qos=1, origin="elsewhere", publisher_id="p")
+    threaded.call(engine.receive_forwarded, ForwardedMessage("127.0.0.1:1/1", "=order", 5, message, 4), 1)
+    client.expect_nothing(0.3)  # held: 4 is on its way
+    _forward(threaded, "127.0.0.1:1/1", [4])
+    _forward(threaded, "127.0.0.1:1/1", [4, 5])  # retransmissions: dropped
+    _forward(threaded, "127.0.0.1:1/1", [6])
+    assert _received(client, 3) == [4, 5, 6]
     client.expect_nothing()
-    assert _engine(threaded).stats.duplicates_dropped == 2
+    assert engine.stats.duplicates_dropped == 2
 
 
 def test_nothing_is_delivered_after_stop(start_broker: Start) -> None:
@@ -76,7 +85,7 @@ def test_nothing_is_delivered_after_stop(start_broker: Start) -> None:
     client = RawClient(threaded.ports["tcp"])
     client.connect("after-stop")
     client.subscribe("order/#", 1)
-    _forward(threaded, "peer-b/1", [1, 3])  # 3 waits for 2
+    _forward(threaded, "127.0.0.2:1/1", [1, 3])  # 3 waits for 2
     assert _received(client, 1) == [1]
     runtime = threaded.server.runtime
     assert runtime is not None
@@ -94,8 +103,8 @@ def test_a_failing_action_does_not_drop_the_actions_after_it(start_broker: Start
     client.connect("robust")
     client.subscribe("order/#", 1)
     engine = _engine(threaded)
-    broken = ForwardedMessage("peer-c/1", "=order", 1, None)  # type: ignore[arg-type]
-    good = ForwardedMessage("peer-d/1", "=order", 1, Message("order/t", b"7", qos=1, origin="x"))
+    broken = ForwardedMessage("127.0.0.3:1/1", "=order", 1, None)  # type: ignore[arg-type]
+    good = ForwardedMessage("127.0.0.4:1/1", "=order", 1, Message("order/t", b"7", qos=1, origin="x"))
     actions = [
         api.Deliver("=order", broken, 1, "peer-c:1", 1),
         api.Deliver("=order", good, 2, "peer-d:1", 1),

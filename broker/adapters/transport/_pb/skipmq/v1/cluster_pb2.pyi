@@ -283,16 +283,18 @@ class MqttMessage(_message.Message):
     def __init__(self, topic: _Optional[str] = ..., payload: _Optional[bytes] = ..., qos: _Optional[int] = ..., retain: _Optional[bool] = ..., properties: _Optional[bytes] = ..., expiry_at: _Optional[float] = ..., origin: _Optional[str] = ..., publisher_id: _Optional[str] = ...) -> None: ...
 
 class ForwardedMessage(_message.Message):
-    __slots__ = ("origin", "stream", "seq", "message")
+    __slots__ = ("origin", "stream", "seq", "message", "low")
     ORIGIN_FIELD_NUMBER: _ClassVar[int]
     STREAM_FIELD_NUMBER: _ClassVar[int]
     SEQ_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    LOW_FIELD_NUMBER: _ClassVar[int]
     origin: str
     stream: str
     seq: int
     message: MqttMessage
-    def __init__(self, origin: _Optional[str] = ..., stream: _Optional[str] = ..., seq: _Optional[int] = ..., message: _Optional[_Union[MqttMessage, _Mapping]] = ...) -> None: ...
+    low: int
+    def __init__(self, origin: _Optional[str] = ..., stream: _Optional[str] = ..., seq: _Optional[int] = ..., message: _Optional[_Union[MqttMessage, _Mapping]] = ..., low: _Optional[int] = ...) -> None: ...
 
 class RetainedUpdate(_message.Message):
     __slots__ = ("origin", "version_ms", "message")
@@ -395,22 +397,26 @@ class SessionSnapshot(_message.Message):
     def __init__(self, client_id: _Optional[str] = ..., protocol_level: _Optional[int] = ..., expiry_interval_s: _Optional[int] = ..., username: _Optional[str] = ..., subscriptions: _Optional[_Iterable[_Union[SubOptions, _Mapping]]] = ..., pending: _Optional[_Iterable[_Union[OutEntry, _Mapping]]] = ..., incoming_qos2: _Optional[_Iterable[int]] = ..., next_packet_id: _Optional[int] = ...) -> None: ...
 
 class ClaimReply(_message.Message):
-    __slots__ = ("claim_id", "client_id", "had_client", "snapshot")
+    __slots__ = ("claim_id", "client_id", "had_client", "snapshot", "positions")
     CLAIM_ID_FIELD_NUMBER: _ClassVar[int]
     CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
     HAD_CLIENT_FIELD_NUMBER: _ClassVar[int]
     SNAPSHOT_FIELD_NUMBER: _ClassVar[int]
+    POSITIONS_FIELD_NUMBER: _ClassVar[int]
     claim_id: int
     client_id: str
     had_client: bool
     snapshot: SessionSnapshot
-    def __init__(self, claim_id: _Optional[int] = ..., client_id: _Optional[str] = ..., had_client: _Optional[bool] = ..., snapshot: _Optional[_Union[SessionSnapshot, _Mapping]] = ...) -> None: ...
+    positions: _containers.RepeatedCompositeFieldContainer[StreamPosition]
+    def __init__(self, claim_id: _Optional[int] = ..., client_id: _Optional[str] = ..., had_client: _Optional[bool] = ..., snapshot: _Optional[_Union[SessionSnapshot, _Mapping]] = ..., positions: _Optional[_Iterable[_Union[StreamPosition, _Mapping]]] = ...) -> None: ...
 
 class RetainedSyncRequest(_message.Message):
-    __slots__ = ("request_id",)
+    __slots__ = ("request_id", "digest")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    DIGEST_FIELD_NUMBER: _ClassVar[int]
     request_id: int
-    def __init__(self, request_id: _Optional[int] = ...) -> None: ...
+    digest: int
+    def __init__(self, request_id: _Optional[int] = ..., digest: _Optional[int] = ...) -> None: ...
 
 class RetainedSyncReply(_message.Message):
     __slots__ = ("request_id", "updates", "last")
@@ -423,7 +429,7 @@ class RetainedSyncReply(_message.Message):
     def __init__(self, request_id: _Optional[int] = ..., updates: _Optional[_Iterable[_Union[RetainedUpdate, _Mapping]]] = ..., last: _Optional[bool] = ...) -> None: ...
 
 class Envelope(_message.Message):
-    __slots__ = ("orig", "dest", "from_client", "to_client", "ref", "ttl", "claim_reply", "retained_sync_request", "retained_sync_reply")
+    __slots__ = ("orig", "dest", "from_client", "to_client", "ref", "ttl", "claim_reply", "retained_sync_request", "retained_sync_reply", "stream_ack", "stream_ret", "stream_resend", "session_claim")
     ORIG_FIELD_NUMBER: _ClassVar[int]
     DEST_FIELD_NUMBER: _ClassVar[int]
     FROM_CLIENT_FIELD_NUMBER: _ClassVar[int]
@@ -433,6 +439,10 @@ class Envelope(_message.Message):
     CLAIM_REPLY_FIELD_NUMBER: _ClassVar[int]
     RETAINED_SYNC_REQUEST_FIELD_NUMBER: _ClassVar[int]
     RETAINED_SYNC_REPLY_FIELD_NUMBER: _ClassVar[int]
+    STREAM_ACK_FIELD_NUMBER: _ClassVar[int]
+    STREAM_RET_FIELD_NUMBER: _ClassVar[int]
+    STREAM_RESEND_FIELD_NUMBER: _ClassVar[int]
+    SESSION_CLAIM_FIELD_NUMBER: _ClassVar[int]
     orig: str
     dest: str
     from_client: str
@@ -442,7 +452,53 @@ class Envelope(_message.Message):
     claim_reply: ClaimReply
     retained_sync_request: RetainedSyncRequest
     retained_sync_reply: RetainedSyncReply
-    def __init__(self, orig: _Optional[str] = ..., dest: _Optional[str] = ..., from_client: _Optional[str] = ..., to_client: _Optional[str] = ..., ref: _Optional[int] = ..., ttl: _Optional[int] = ..., claim_reply: _Optional[_Union[ClaimReply, _Mapping]] = ..., retained_sync_request: _Optional[_Union[RetainedSyncRequest, _Mapping]] = ..., retained_sync_reply: _Optional[_Union[RetainedSyncReply, _Mapping]] = ...) -> None: ...
+    stream_ack: StreamAck
+    stream_ret: StreamRet
+    stream_resend: StreamResend
+    session_claim: SessionClaim
+    def __init__(self, orig: _Optional[str] = ..., dest: _Optional[str] = ..., from_client: _Optional[str] = ..., to_client: _Optional[str] = ..., ref: _Optional[int] = ..., ttl: _Optional[int] = ..., claim_reply: _Optional[_Union[ClaimReply, _Mapping]] = ..., retained_sync_request: _Optional[_Union[RetainedSyncRequest, _Mapping]] = ..., retained_sync_reply: _Optional[_Union[RetainedSyncReply, _Mapping]] = ..., stream_ack: _Optional[_Union[StreamAck, _Mapping]] = ..., stream_ret: _Optional[_Union[StreamRet, _Mapping]] = ..., stream_resend: _Optional[_Union[StreamResend, _Mapping]] = ..., session_claim: _Optional[_Union[SessionClaim, _Mapping]] = ...) -> None: ...
+
+class StreamPosition(_message.Message):
+    __slots__ = ("origin", "stream", "next_seq")
+    ORIGIN_FIELD_NUMBER: _ClassVar[int]
+    STREAM_FIELD_NUMBER: _ClassVar[int]
+    NEXT_SEQ_FIELD_NUMBER: _ClassVar[int]
+    origin: str
+    stream: str
+    next_seq: int
+    def __init__(self, origin: _Optional[str] = ..., stream: _Optional[str] = ..., next_seq: _Optional[int] = ...) -> None: ...
+
+class StreamAck(_message.Message):
+    __slots__ = ("positions", "left")
+    POSITIONS_FIELD_NUMBER: _ClassVar[int]
+    LEFT_FIELD_NUMBER: _ClassVar[int]
+    positions: _containers.RepeatedCompositeFieldContainer[StreamPosition]
+    left: _containers.RepeatedCompositeFieldContainer[StreamPosition]
+    def __init__(self, positions: _Optional[_Iterable[_Union[StreamPosition, _Mapping]]] = ..., left: _Optional[_Iterable[_Union[StreamPosition, _Mapping]]] = ...) -> None: ...
+
+class StreamRet(_message.Message):
+    __slots__ = ("origin", "stream", "from_seq", "to_seq")
+    ORIGIN_FIELD_NUMBER: _ClassVar[int]
+    STREAM_FIELD_NUMBER: _ClassVar[int]
+    FROM_SEQ_FIELD_NUMBER: _ClassVar[int]
+    TO_SEQ_FIELD_NUMBER: _ClassVar[int]
+    origin: str
+    stream: str
+    from_seq: int
+    to_seq: int
+    def __init__(self, origin: _Optional[str] = ..., stream: _Optional[str] = ..., from_seq: _Optional[int] = ..., to_seq: _Optional[int] = ...) -> None: ...
+
+class StreamResend(_message.Message):
+    __slots__ = ("origin", "stream", "messages", "gone_below")
+    ORIGIN_FIELD_NUMBER: _ClassVar[int]
+    STREAM_FIELD_NUMBER: _ClassVar[int]
+    MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    GONE_BELOW_FIELD_NUMBER: _ClassVar[int]
+    origin: str
+    stream: str
+    messages: _containers.RepeatedCompositeFieldContainer[ForwardedMessage]
+    gone_below: int
+    def __init__(self, origin: _Optional[str] = ..., stream: _Optional[str] = ..., messages: _Optional[_Iterable[_Union[ForwardedMessage, _Mapping]]] = ..., gone_below: _Optional[int] = ...) -> None: ...
 
 class Hello(_message.Message):
     __slots__ = ("peer_id", "schema_version", "max_batch_items")

@@ -1,0 +1,277 @@
+"""The receiving side of the reliable streams between brokers (pure core).
+
+Seed 004 (CO protocol) §3.2-§3.3 on each ``(origin, topic class)`` stream a broker receives
+(``broker.cluster.stream_sender`` numbers them):
+
+* **Acceptance (§3.2).** ``REQ`` (here ``next_seq``) is the SEQ expected next; a message with
+  ``seq == REQ`` is accepted and delivered, then every held successor in order. Per-publisher,
+  per-topic order (MQTT §4.6) thus survives the overlay's one-hop / multi-hop switches.
+* **Duplicates** (``seq < REQ``, or held already) are dropped by (sender, SEQ); each one makes
+  the receiver acknowledge again (the sender resent it because an acknowledgement was lost).
+* **Loss detection (§3.3 failure condition (1)).** ``seq > REQ`` reveals the gap
+  ``[REQ, seq)``: the message is held and, after ``ret_delay_s`` (room for the overlay's own
+  reordering), RET asks the origin for the gap, again every ``retransmit_s`` until it is filled.
+  A gap is never skipped on a timer. Only the origin saying the messages are gone from its log
+  (``gone``: it gave this receiver up, or lost its disk) skips it, counted and reported.
+* **A stream new here** starts at the first message received, or at its ``low`` (the lowest SEQ
+  the sender had not confirmed when it sent it): the messages in between may still be on their
+  way to this broker, so they are asked for rather than overtaken. A message below where the
+  stream started is stale (published before this broker subscribed) and dropped.
+* **Acknowledgements (§3.2 ACK).** Positions that moved are reported to each origin as one
+  :class:`StreamAck` vector, ``ack_delay_s`` after the first change (alone when the receiver has
+  nothing else to send). The engine persists positions with the deliveries they cover, so a
+  restarted broker resumes where it stood and its acknowledgements make senders resend the rest.
+  Every ``refresh_s`` the positions of the streams heard from recently are acknowledged again,
+  alone (an acknowledgement lost in a partition would otherwise leave the sender not knowing
+  this receiver, and free what it still has to send here).
+
+Events in (``receive``, ``gone``, ``restore``, ``tick`` with ``now``), deliveries and actions out.
+No I/O, no clock of its own.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from sortedcontainers import SortedDict
+
+from broker.cluster.messages import ForwardedMessage, StreamAck, StreamPosition, StreamRet
+from broker.cluster.stats import ClusterStats
+
+Delivery = tuple[ForwardedMessage, int]  # (message, overlay hops)
+StreamKey = tuple[str, str]  # (origin, topic class)
+
+
+def origin_peer(origin: str) -> str:
+    """The peer id of a stream origin ``"<peer id>/<incarnation>"``."""
+    return origin.rsplit("/", 1)[0]
+
+
+@dataclass(frozen=True, slots=True)
+class SendRet:
+    """Ask broker ``peer`` for missing messages (RET)."""
+
+    peer: str
+    request: StreamRet
+
+
+@dataclass(frozen=True, slots=True)
+class SendAck:
+    """Tell broker ``peer`` where this broker stands in its streams (ACK vector)."""
+
+    peer: str
+    ack: StreamAck
+
+
+ReceiverAction = SendRet | SendAck
+
+
+@dataclass(slots=True)
+class _Stream:
+    next_seq: int = 0  # REQ; 0 = nothing received yet
+    held: SortedDict = field(default_factory=SortedDict)  # seq -> Delivery
+    ret_at: float | None = None  # when to ask (again) for the gap before the first held message
+    acked: int = 0  # the position last acknowledged to the origin
+    last_seen: float = 0.0
+
+
+class StreamReceiver:
+    """The receive state of every ``(origin, class)`` stream reaching this broker."""
+
+    def __init__(
+        self,
+        *,
+        ret_delay_s: float,
+        retransmit_s: float,
+        ack_delay_s: float,
+        refresh_s: float = 0.0,
+        stats: ClusterStats | None = None,
+    ) -> None:
+        self.refresh_s = refresh_s
+        self._next_refresh: float | None = None
+        self.ret_delay_s = ret_delay_s
+        self.retransmit_s = retransmit_s
+        self.ack_delay_s = ack_delay_s
+        self.stats = stats if stats is not None else ClusterStats()
+        self._streams: dict[StreamKey, _Stream] = {}
+        self._gaps: set[StreamKey] = set()  # streams holding messages behind a gap
+        self._unacked: set[StreamKey] = set()  # streams whose position moved since the last ack
+        self._ack_at: float | None = None
+        self.changed: dict[StreamKey, int] = {}  # positions to persist (the engine drains it)
+
+    # ------------------------------------------------------------------ receiving
+    def receive(self, forwarded: ForwardedMessage, hops: int, now: float) -> list[Delivery]:
+        """``forwarded`` arrived (overlay delivery or resend); the messages now deliverable."""
+        key = (forwarded.origin, forwarded.stream)
+        stream = self._streams.get(key)
+        if stream is None:
+            stream = self._streams[key] = _Stream()
+        stream.last_seen = now
+        seq = forwarded.seq
+        if stream.next_seq == 0:
+            low = forwarded.low
+            stream.next_seq = low if 0 < low < seq else seq  # §3.2: REQ of a stream new here
+            stream.acked = stream.next_seq
+        if seq < stream.next_seq or seq in stream.held:
+            self.stats.duplicates_dropped += 1
+            self._mark_unacked(key, now)  # the sender resent it: our acknowledgement was lost
+            return []
+        if seq > stream.next_seq:  # §3.3 failure condition (1): [REQ, seq) is missing
+            stream.held[seq] = (forwarded, hops)
+            self.stats.reordered += 1
+            if stream.ret_at is None:
+                stream.ret_at = now + self.ret_delay_s
+                self._gaps.add(key)
+            return []
+        ready = [(forwarded, hops)]
+        stream.next_seq = seq + 1
+        self._drain(key, stream, ready)
+        self._moved(key, stream, now)
+        return ready
+
+    def gone(self, origin: str, cls: str, gone_below: int, now: float) -> list[Delivery]:
+        """The origin no longer has SEQs below ``gone_below``: stop waiting for them (counted)."""
+        key = (origin, cls)
+        stream = self._streams.get(key)
+        if stream is None or stream.next_seq == 0 or gone_below <= stream.next_seq:
+            return []
+        first_held = stream.held.peekitem(0)[0] if stream.held else None
+        target = gone_below if first_held is None else min(gone_below, first_held)
+        self.stats.gaps_skipped += target - stream.next_seq
+        stream.next_seq = target
+        ready: list[Delivery] = []
+        self._drain(key, stream, ready)
+        self._moved(key, stream, now)
+        return ready
+
+    def restore(self, positions: list[tuple[StreamKey, int]], now: float) -> None:
+        """Positions persisted by a previous incarnation; acknowledged to their origins at once,
+        so they resend what this broker missed while it was down."""
+        for key, next_seq in positions:
+            self._streams[key] = _Stream(next_seq=next_seq, last_seen=now)
+            self._unacked.add(key)
+        if positions:
+            self._ack_at = now
+
+    def leave_class(self, cls: str) -> list[SendAck]:
+        """This broker's last subscription of ``cls`` ended: forget its streams, tell the origins."""
+        by_peer: dict[str, list[StreamPosition]] = {}
+        for key in [key for key in self._streams if key[1] == cls]:
+            stream = self._streams.pop(key)
+            self._gaps.discard(key)
+            self._unacked.discard(key)
+            self.changed[key] = 0
+            by_peer.setdefault(origin_peer(key[0]), []).append(
+                StreamPosition(key[0], key[1], stream.next_seq)
+            )
+        return [SendAck(peer, StreamAck((), tuple(left))) for peer, left in sorted(by_peer.items())]
+
+    def has_stream(self, key: StreamKey) -> bool:
+        return key in self._streams
+
+    def position(self, key: StreamKey) -> int:
+        """REQ of ``key`` (0: no such stream here)."""
+        stream = self._streams.get(key)
+        return stream.next_seq if stream is not None else 0
+
+    def positions(self) -> dict[StreamKey, int]:
+        return {key: stream.next_seq for key, stream in self._streams.items() if stream.next_seq}
+
+    def adopt(self, key: StreamKey, next_seq: int, now: float) -> None:
+        """Start the stream ``key`` at ``next_seq`` (a session that moved here brought where its old
+        broker stood); acknowledged at once, so the sender sends what came after."""
+        if key in self._streams:
+            return
+        self._streams[key] = _Stream(next_seq=next_seq, last_seen=now)
+        self._moved(key, self._streams[key], now)
+
+    # ------------------------------------------------------------------ timer
+    def tick(self, now: float) -> list[ReceiverAction]:
+        actions: list[ReceiverAction] = []
+        for key in sorted(self._gaps):
+            stream = self._streams[key]
+            if stream.ret_at is None or stream.ret_at > now:
+                continue
+            if not stream.held:
+                stream.ret_at = None
+                self._gaps.discard(key)
+                continue
+            first_held = stream.held.peekitem(0)[0]
+            actions.append(
+                SendRet(origin_peer(key[0]), StreamRet(key[0], key[1], stream.next_seq, first_held))
+            )
+            stream.ret_at = now + self.retransmit_s
+        if self._next_refresh is not None and self._next_refresh <= now:
+            self._next_refresh = None
+            recent = now - self.refresh_s * 3
+            for key, stream in self._streams.items():
+                if stream.last_seen >= recent and stream.next_seq:
+                    self._mark_unacked(key, now)
+        if self._ack_at is not None and self._ack_at <= now:
+            self._ack_at = None
+            by_peer: dict[str, list[StreamPosition]] = {}
+            for key in sorted(self._unacked):
+                unacked = self._streams.get(key)
+                if unacked is None:
+                    continue
+                unacked.acked = unacked.next_seq
+                by_peer.setdefault(origin_peer(key[0]), []).append(
+                    StreamPosition(key[0], key[1], unacked.next_seq)
+                )
+            self._unacked.clear()
+            actions += [
+                SendAck(peer, StreamAck(tuple(positions))) for peer, positions in sorted(by_peer.items())
+            ]
+        return actions
+
+    def next_deadline(self) -> float | None:
+        deadline = self._ack_at
+        refresh = self._next_refresh
+        if refresh is not None and (deadline is None or refresh < deadline):
+            deadline = refresh
+        for key in self._gaps:
+            at = self._streams[key].ret_at
+            if at is not None and (deadline is None or at < deadline):
+                deadline = at
+        return deadline
+
+    def forget_idle(self, now: float, idle_s: float) -> list[StreamKey]:
+        """Drop the state of streams silent for ``idle_s`` with nothing held or unacknowledged."""
+        forgotten = []
+        for key, stream in list(self._streams.items()):
+            if now - stream.last_seen > idle_s and not stream.held and key not in self._unacked:
+                del self._streams[key]
+                self.changed[key] = 0
+                forgotten.append(key)
+        return forgotten
+
+    def held_count(self) -> int:
+        return sum(len(stream.held) for stream in self._streams.values())
+
+    def clear_deadlines(self) -> None:
+        """Nothing is delivered or sent any more (the broker stops)."""
+        self._gaps.clear()
+        self._ack_at = None
+        self._next_refresh = None
+
+    # ------------------------------------------------------------------ internals
+    def _drain(self, key: StreamKey, stream: _Stream, ready: list[Delivery]) -> None:
+        held = stream.held
+        while held and held.peekitem(0)[0] == stream.next_seq:
+            _seq, delivery = held.popitem(0)
+            ready.append(delivery)
+            stream.next_seq += 1
+        if not held:
+            stream.ret_at = None
+            self._gaps.discard(key)
+
+    def _moved(self, key: StreamKey, stream: _Stream, now: float) -> None:
+        self.changed[key] = stream.next_seq
+        self._mark_unacked(key, now)
+
+    def _mark_unacked(self, key: StreamKey, now: float) -> None:
+        self._unacked.add(key)
+        if self._ack_at is None:
+            self._ack_at = now + self.ack_delay_s
+        if self.refresh_s > 0 and self._next_refresh is None:
+            self._next_refresh = now + self.refresh_s

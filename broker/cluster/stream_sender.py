@@ -1,0 +1,386 @@
+"""Store and forward: the sending side of the reliable streams between brokers (pure core).
+
+Seed 004 (CO protocol, Sakamoto et al.) adapted to a cluster whose groups follow the overlay:
+
+* **Streams and SEQ (§3.1, §3.2 send procedure).** Every broker that forwards is a sender. The
+  messages it forwards on one topic class form one stream ``(origin, class)`` - ``origin`` is
+  ``"<peer id>/<incarnation>"`` - numbered 1, 2, ... with no gaps.
+* **The send log (SL of §2.2).** Every message stays in the log until it is *freed*: the
+  overlay reported its publication complete (seed 003 ``PublishDone``: every subscriber broker
+  the multicast tree reached stored it) **and** every receiver the stream knows acknowledged it,
+  ``seq < min(AL)`` - the pre-acknowledgement condition of §3.4 with the group being the brokers
+  that acknowledged the stream and have not left it (the seed fixes the group in advance; here
+  it follows the overlay's subscriber run, docs/cluster.md "Reliable streams"). The engine keeps
+  QoS >= 1 entries durable in the store (``Durable`` / ``Forget`` actions), so a restarted broker
+  resumes its streams (``restore``).
+* **Retransmission (§3.3).** A receiver that detects a gap sends RET (``ret``) and gets the
+  missing messages from the log (``Resend``); below the log's first entry they are gone
+  (``gone_below``). The sender also sends again, on its own, what a known receiver has not
+  acknowledged within ``retransmit_s`` (the last paragraph of §3.3), and publishes again through
+  the overlay what the overlay could not complete (``Republish``).
+* **Receivers given up.** A receiver that acknowledges nothing for ``retention_s`` (a broker
+  removed from the cluster) stops holding the log; counted and reported (``GaveUp``).
+* **Presence grace.** A message of a class whose rendezvous point says "no subscriber" is not
+  forwarded (exhaust data, seed 003 §3.2) but kept ``presence_grace_s``: when presence turns on
+  (a subscription elsewhere just became reachable), the kept messages go out first
+  (``presence_on``), so a message published right after a SUBACK on another broker is not lost
+  to the rendezvous point's notification delay.
+
+Events in (``append``, ``published``, ``done``, ``acked``, ``ret``, ``tick`` with ``now``),
+actions out as plain data. No I/O, no clock of its own.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+from sortedcontainers import SortedDict, SortedSet
+
+from broker.cluster.messages import ForwardedMessage, StreamPosition, StreamResend, StreamRet
+from broker.core.session import Message
+
+StreamKey = tuple[str, str]  # (origin, topic class)
+RESEND_BATCH = 256  # messages in one Resend / Republish round per stream and receiver
+
+
+@dataclass(frozen=True, slots=True)
+class Republish:
+    """Publish ``forwarded`` through the overlay again (its last publication did not complete)."""
+
+    forwarded: ForwardedMessage
+
+
+@dataclass(frozen=True, slots=True)
+class Resend:
+    """Send ``resend`` to broker ``peer`` directly (an answer to RET, or unacknowledged)."""
+
+    peer: str
+    resend: StreamResend
+
+
+@dataclass(frozen=True, slots=True)
+class Forget:
+    """Entries of ``key`` below ``below_seq`` are freed: delete them from the durable log."""
+
+    key: StreamKey
+    below_seq: int
+
+
+@dataclass(frozen=True, slots=True)
+class ReceiverAt:
+    """Receiver ``peer`` of ``key`` acknowledged up to ``next_seq`` (None: it left or was given up)."""
+
+    key: StreamKey
+    peer: str
+    next_seq: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class GaveUp:
+    """Receiver ``peer`` of ``key`` was silent for ``retention_s``: ``missing`` messages it had not
+    acknowledged are no longer kept for it."""
+
+    key: StreamKey
+    peer: str
+    missing: int
+
+
+SenderAction = Republish | Resend | Forget | ReceiverAt | GaveUp
+
+
+@dataclass(slots=True)
+class _Entry:
+    forwarded: ForwardedMessage
+    durable: bool
+    confirmed: bool  # the overlay reported its (last) publication complete
+    sent_at: float
+    created_at: float
+
+
+@dataclass(slots=True)
+class _Stream:
+    entries: SortedDict = field(default_factory=SortedDict)  # seq -> _Entry
+    unconfirmed: SortedSet = field(default_factory=SortedSet)  # seqs the overlay has not completed
+    receivers: dict[str, int] = field(default_factory=dict)  # peer -> AL (next seq it expects)
+    heard: dict[str, float] = field(default_factory=dict)  # peer -> when it last acknowledged
+    resent_at: dict[str, float] = field(default_factory=dict)  # peer -> last unprompted resend
+    next_seq: int = 1
+
+
+class StreamSender:
+    """The send side of every stream this broker forwards (and of those restored from its store)."""
+
+    def __init__(
+        self,
+        origin: str,
+        *,
+        retransmit_s: float,
+        retention_s: float,
+        presence_grace_s: float,
+        min_retention_s: float = 0.0,
+    ) -> None:
+        self.origin = origin
+        self.min_retention_s = min_retention_s
+        self.retransmit_s = retransmit_s
+        self.retention_s = retention_s
+        self.presence_grace_s = presence_grace_s
+        self._streams: dict[StreamKey, _Stream] = {}
+        self._publications: dict[int, tuple[StreamKey, int]] = {}  # publication id -> (key, seq)
+        self._skipped: dict[str, deque[tuple[float, Message]]] = {}  # class -> kept while absent
+        self._next_check: float | None = None
+
+    # ------------------------------------------------------------------ sending
+    def append(self, cls: str, message: Message, now: float, *, confirmed: bool = False) -> ForwardedMessage:
+        """Number ``message`` on this broker's stream of ``cls`` and keep it in the log
+        (``confirmed``: it does not go through the overlay, only to the known receivers)."""
+        key = (self.origin, cls)
+        stream = self._streams.get(key)
+        if stream is None:
+            stream = self._streams[key] = _Stream()
+        seq = stream.next_seq
+        stream.next_seq = seq + 1
+        low = self._low(stream)
+        forwarded = ForwardedMessage(self.origin, cls, seq, message, low)
+        # QoS 0 is kept in memory only (at most once: nothing to keep across a crash) and needs no
+        # overlay completion; it still answers RET while the broker runs
+        durable = message.qos > 0
+        confirmed = confirmed or not durable
+        stream.entries[seq] = _Entry(forwarded, durable, confirmed, now, now)
+        if not confirmed:
+            stream.unconfirmed.add(seq)
+        self._arm(now)
+        return forwarded
+
+    def published(self, publication_id: int, forwarded: ForwardedMessage) -> None:
+        """``forwarded`` went into the overlay as publication ``publication_id``."""
+        self._publications[publication_id] = ((forwarded.origin, forwarded.stream), forwarded.seq)
+
+    def done(self, publication_id: int, complete: bool, now: float) -> list[SenderAction]:
+        """The overlay's ``PublishDone`` for a publication of a logged message."""
+        found = self._publications.pop(publication_id, None)
+        if found is None:
+            return []
+        key, seq = found
+        stream = self._streams.get(key)
+        if stream is None:
+            return []
+        entry = stream.entries.get(seq)
+        if entry is None:
+            return []
+        if complete:
+            entry.confirmed = True
+            stream.unconfirmed.discard(seq)
+            return self._free(key, stream, now)
+        entry.sent_at = now - self.retransmit_s / 2  # published again soon, not at once
+        self._arm(now)
+        return []
+
+    def has_receivers(self, cls: str) -> bool:
+        """Whether a receiver broker of this broker's stream of ``cls`` still expects messages
+        (a known receiver that crashed or is cut off must get them when it is back)."""
+        stream = self._streams.get((self.origin, cls))
+        return stream is not None and bool(stream.receivers)
+
+    def skip(self, cls: str, message: Message, now: float) -> None:
+        """``message`` of ``cls`` was not forwarded: the rendezvous point reports no subscriber."""
+        kept = self._skipped.get(cls)
+        if kept is None:
+            kept = self._skipped[cls] = deque()
+        kept.append((now, message))
+        horizon = now - self.presence_grace_s
+        while kept and kept[0][0] < horizon:
+            kept.popleft()
+
+    def presence_on(self, cls: str, now: float) -> list[Message]:
+        """Presence of ``cls`` turned on: the messages kept while it was off, oldest first."""
+        kept = self._skipped.pop(cls, None)
+        if not kept:
+            return []
+        horizon = now - self.presence_grace_s
+        return [message for at, message in kept if at >= horizon]
+
+    # ------------------------------------------------------------------ receivers
+    def acked(self, peer: str, positions: tuple[StreamPosition, ...], now: float) -> list[SenderAction]:
+        """Receiver ``peer``'s ACK vector (§3.2 ACK; AL of §3.1)."""
+        actions: list[SenderAction] = []
+        for position in positions:
+            key = (position.origin, position.stream)
+            stream = self._streams.get(key)
+            if stream is None:
+                continue  # nothing logged for it any more (freed, or an unknown incarnation)
+            stream.heard[peer] = now
+            previous = stream.receivers.get(peer)
+            if previous is not None and position.next_seq <= previous:
+                continue
+            stream.receivers[peer] = position.next_seq
+            actions.append(ReceiverAt(key, peer, position.next_seq))
+            actions += self._free(key, stream, now)
+        return actions
+
+    def left(self, peer: str, positions: tuple[StreamPosition, ...], now: float) -> list[SenderAction]:
+        """Receiver ``peer`` no longer subscribes these streams' classes."""
+        actions: list[SenderAction] = []
+        for position in positions:
+            key = (position.origin, position.stream)
+            stream = self._streams.get(key)
+            if stream is None or peer not in stream.receivers:
+                continue
+            del stream.receivers[peer]
+            stream.heard.pop(peer, None)
+            stream.resent_at.pop(peer, None)
+            actions.append(ReceiverAt(key, peer, None))
+            actions += self._free(key, stream, now)
+        return actions
+
+    def ret(self, peer: str, request: StreamRet, now: float) -> list[SenderAction]:
+        """RET from ``peer`` (§3.3 retransmission procedure (2)): send what the log holds."""
+        key = (request.origin, request.stream)
+        stream = self._streams.get(key)
+        entries = stream.entries if stream is not None else SortedDict()
+        if stream is not None and peer in stream.receivers:
+            stream.heard[peer] = now
+        return [Resend(peer, self._resend(key, entries, request.from_seq, request.to_seq))]
+
+    # ------------------------------------------------------------------ restart
+    def restore(
+        self, logged: list[ForwardedMessage], receivers: list[tuple[StreamKey, str, int]], now: float
+    ) -> None:
+        """Load the durable log and the receivers' positions a previous incarnation left."""
+        for forwarded in logged:
+            key = (forwarded.origin, forwarded.stream)
+            stream = self._streams.get(key)
+            if stream is None:
+                stream = self._streams[key] = _Stream()
+            # sent_at in the past: published again through the overlay on the first tick
+            stream.entries[forwarded.seq] = _Entry(forwarded, True, False, now - self.retransmit_s, now)
+            stream.unconfirmed.add(forwarded.seq)
+        for key, peer, next_seq in receivers:
+            stream = self._streams.get(key)
+            if stream is not None:
+                stream.receivers[peer] = next_seq
+                stream.heard[peer] = now
+        if logged:
+            self._arm(now)
+
+    # ------------------------------------------------------------------ timer
+    def tick(self, now: float) -> list[SenderAction]:
+        """Republish what the overlay did not complete, resend what receivers did not acknowledge,
+        give up receivers silent for ``retention_s``."""
+        if self._next_check is None or self._next_check > now:
+            return []
+        self._next_check = None
+        actions: list[SenderAction] = []
+        due = now - self.retransmit_s
+        for key, stream in list(self._streams.items()):
+            entries = stream.entries
+            if not entries:
+                if key[0] != self.origin and not stream.receivers:
+                    del self._streams[key]  # an old incarnation's stream, all delivered
+                continue
+            republished = 0
+            for seq in stream.unconfirmed:
+                if republished >= RESEND_BATCH:
+                    break
+                entry = entries[seq]
+                if entry.sent_at <= due:
+                    entry.sent_at = now
+                    republished += 1
+                    actions.append(Republish(entry.forwarded))
+            last = entries.peekitem(-1)[0]
+            for peer, next_seq in list(stream.receivers.items()):
+                if stream.heard.get(peer, now) < now - self.retention_s:
+                    missing = sum(1 for seq in entries.irange(minimum=next_seq))
+                    del stream.receivers[peer]
+                    stream.heard.pop(peer, None)
+                    stream.resent_at.pop(peer, None)
+                    actions.append(GaveUp(key, peer, missing))
+                    actions.append(ReceiverAt(key, peer, None))
+                    continue
+                if next_seq > last or stream.resent_at.get(peer, -1e18) > due:
+                    continue
+                oldest = entries.get(next_seq)
+                if oldest is not None and oldest.sent_at > due:
+                    continue  # sent recently: its acknowledgement may be on the way
+                stream.resent_at[peer] = now
+                actions.append(Resend(peer, self._resend(key, entries, next_seq, last + 1)))
+            actions += self._free(key, stream, now)
+        if any(stream.entries for stream in self._streams.values()):
+            self._arm(now)
+        return actions
+
+    def next_deadline(self) -> float | None:
+        return self._next_check
+
+    # ------------------------------------------------------------------ sessions moving away
+    def position(self, cls: str) -> int:
+        """The SEQ this broker's next message on ``cls`` will get."""
+        stream = self._streams.get((self.origin, cls))
+        return stream.next_seq if stream is not None else 1
+
+    def logged_from(self, key: StreamKey, from_seq: int) -> tuple[list[ForwardedMessage], int]:
+        """The logged messages of ``key`` from ``from_seq`` on, and the SEQ below which the log no
+        longer holds them (``from_seq`` when nothing is missing)."""
+        stream = self._streams.get(key)
+        if stream is None or not stream.entries:
+            next_seq = stream.next_seq if stream is not None else from_seq
+            return [], max(from_seq, next_seq)
+        entries = stream.entries
+        first = entries.peekitem(0)[0]
+        messages = [entries[seq].forwarded for seq in entries.irange(minimum=from_seq)]
+        return messages, max(from_seq, first)
+
+    # ------------------------------------------------------------------ introspection
+    def logged_count(self) -> int:
+        return sum(len(stream.entries) for stream in self._streams.values())
+
+    def receiver_count(self) -> int:
+        return sum(len(stream.receivers) for stream in self._streams.values())
+
+    # ------------------------------------------------------------------ internals
+    def _arm(self, now: float) -> None:
+        if self._next_check is None:
+            self._next_check = now + self.retransmit_s / 2
+
+    @staticmethod
+    def _low(stream: _Stream) -> int:
+        """The lowest SEQ whose overlay publication is not confirmed yet (0: none)."""
+        unconfirmed = stream.unconfirmed
+        return int(unconfirmed[0]) if unconfirmed else 0
+
+    def _resend(self, key: StreamKey, entries: SortedDict, from_seq: int, to_seq: int) -> StreamResend:
+        first = entries.peekitem(0)[0] if entries else None
+        gone_below = 0
+        if first is None:
+            gone_below = to_seq
+        elif from_seq < first:
+            gone_below = min(first, to_seq)
+        messages = []
+        for seq in entries.irange(minimum=from_seq, maximum=to_seq - 1):
+            messages.append(entries[seq].forwarded)
+            if len(messages) >= RESEND_BATCH:
+                break
+        return StreamResend(key[0], key[1], tuple(messages), gone_below)
+
+    def _free(self, key: StreamKey, stream: _Stream, now: float) -> list[SenderAction]:
+        """Free entries from the bottom while confirmed and acknowledged by every receiver
+        (the pre-acknowledgement condition of §3.4), and (QoS >= 1) at least ``min_retention_s``
+        old: a receiver the sender does not know yet - cut off before its first acknowledgement
+        arrived - can still ask for them when it is back."""
+        entries = stream.entries
+        floor = min(stream.receivers.values()) if stream.receivers else None
+        freed_durable = False
+        below = 0
+        kept_since = now - self.min_retention_s
+        while entries:
+            seq, entry = entries.peekitem(0)
+            if not entry.confirmed or (floor is not None and seq >= floor):
+                break
+            if entry.durable and entry.created_at > kept_since:
+                break
+            entries.popitem(0)
+            below = seq + 1
+            freed_durable = freed_durable or entry.durable
+        if freed_durable:
+            return [Forget(key, below)]
+        return []
