@@ -188,6 +188,12 @@ class SysConfig:
 class LoggingConfig:
     level: str = _key("info", "log level", choices=("debug", "info", "warning", "error"))
     format: str = _key("json", "json (one object per line) or text", choices=("json", "text"))
+    dropped_messages_interval_s: int = _key(
+        10,
+        "at most one messages_dropped warning per client per this many seconds (the rest are summed)",
+        min_value=1,
+        max_value=86400,
+    )
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from broker.core.client import ClientConnection
+from broker.core.drops import DropReporter
 from broker.core.durability import Durability, decode_will, message_from
 from broker.core.outbound import Outbound
 from broker.core.ports import NullCluster
@@ -93,7 +94,14 @@ class Broker:
             store, scheduler, sessions=sessions, retained=self.retained, log_event=self.log_event
         )
         self.subscriptions = Subscriptions(self.cluster)
-        self.outbound = Outbound(self.limits, self.durability, self.stats, scheduler)
+        self.drops = DropReporter(
+            self.stats,
+            scheduler,
+            self.log_event,
+            interval_s=config.logging.dropped_messages_interval_s,
+            queue_limit=self.limits.max_queued_messages,
+        )
+        self.outbound = Outbound(self.limits, self.durability, self.stats, scheduler, self.drops)
         self.router = Router(
             node_id=self.node_id,
             sessions=sessions,
@@ -163,6 +171,7 @@ class Broker:
             if handle is not None:
                 handle.cancel()
         self.registry.cancel_timers()
+        self.drops.close()
         self.durability.close()
 
     def set_acl(self, acl: AclPort | None) -> None:

@@ -4,14 +4,17 @@ MQTT 3.1.1 / 5.0 §4.3 (QoS 1/2 delivery), §4.4 (re-delivery with DUP=1 and the
 id on a resumed session), §4.9 (flow control: at most ``min(max_inflight_messages, the client's
 Receive Maximum)`` unacknowledged PUBLISHes), §3.3.2.3.3 (message expiry), §3.3.2.3.4 (topic
 aliases towards the client) and the client's Maximum Packet Size (MQTT-3.1.2-24, dropped and
-counted as ``packet_too_large``).
+counted as ``packet_too_large``). Every message dropped instead of being delivered goes through
+``drops`` (:class:`broker.core.drops.DropReporter`: a counter per reason, a rate-limited warning
+per client).
 
 QoS 0 output of one event-loop iteration is coalesced per connection: the fan-out path appends
 the encoded PUBLISH to ``conn.out`` and :meth:`Outbound.flush_writes` hands each dirty
 connection's output to its transport once (one send() for many messages). A subscriber whose
 transport buffer is above ``SLOW_CONSUMER_HIGH_WATER_BYTES`` gets no QoS 0 messages (counted as
-``slow_consumer``); QoS>0 messages wait in its bounded queue instead (``limits.max_queued_messages``,
-``limits.queue_overflow``).
+``slow_consumer``), nor does a disconnected session (``qos0_offline``); QoS>0 messages wait in its
+bounded queue instead (``limits.max_queued_messages``; when it is full ``limits.queue_overflow``
+evicts the oldest queued one, ``queue_full_oldest``, or refuses the new one, ``queue_full_new``).
 """
 
 from __future__ import annotations
@@ -20,12 +23,21 @@ import math
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
+from broker.core.drops import (
+    EXPIRED,
+    PACKET_TOO_LARGE,
+    QOS0_OFFLINE,
+    QUEUE_FULL_NEW,
+    QUEUE_FULL_OLDEST,
+    SLOW_CONSUMER,
+)
 from broker.core.session import STATE_PUBLISH_SENT, STATE_PUBREL_SENT, Message, OutEntry, Session
 from broker.mqtt import codec
 from broker.mqtt.packets import MQTT_5
 
 if TYPE_CHECKING:
     from broker.config import LimitsConfig
+    from broker.core.drops import DropReporter
     from broker.core.durability import Durability
     from broker.core.ports import ClientPort, Scheduler
     from broker.core.stats import BrokerStats
@@ -44,17 +56,24 @@ class Outbound:
         "_max_queued",
         "_scheduler",
         "_window_cap",
+        "drops",
         "stats",
     )
 
     def __init__(
-        self, limits: LimitsConfig, durability: Durability, stats: BrokerStats, scheduler: Scheduler
+        self,
+        limits: LimitsConfig,
+        durability: Durability,
+        stats: BrokerStats,
+        scheduler: Scheduler,
+        drops: DropReporter,
     ) -> None:
         self._window_cap: int = limits.max_inflight_messages
         self._max_queued: int = limits.max_queued_messages
         self._drop_oldest: bool = limits.queue_overflow == "drop_oldest"
         self._durability = durability
         self.stats = stats
+        self.drops = drops
         self._scheduler = scheduler
         self._dirty: list[ClientPort] = []
         self._flush_scheduled = False
@@ -86,10 +105,11 @@ class Outbound:
         """Write a QoS 0 PUBLISH to a connected session now; the encoding is shared through
         ``cache`` by every subscriber with the same (protocol family, retain) form."""
         conn = session.connection
-        if conn is None:
+        if conn is None:  # QoS 0 is not queued for a disconnected session (MQTT-3.1.2-5 permits it)
+            self.drops.dropped(session.client_id, QOS0_OFFLINE)
             return 0
         if conn.transport.get_write_buffer_size() > SLOW_CONSUMER_HIGH_WATER_BYTES:
-            self.stats.count_drop("slow_consumer")
+            self.drops.dropped(session.client_id, SLOW_CONSUMER)
             return 0
         if session.protocol_level != MQTT_5:
             key: Any = retain
@@ -105,7 +125,7 @@ class Outbound:
             if key is not None:
                 cache[key] = data
         elif session.protocol_level == MQTT_5 and len(data) > session.client_max_packet_size:
-            self.stats.count_drop("packet_too_large")
+            self.drops.dropped(session.client_id, PACKET_TOO_LARGE)
             return 0
         out = conn.out  # inlined ClientConnection.write
         if out is None:
@@ -132,7 +152,7 @@ class Outbound:
         if session.protocol_level != MQTT_5:
             # MQTT-3.3.2-5 applies to every subscriber: an expired message is deleted for 3.1.1 too
             if message.expiry_at is not None and message.expiry_at <= self._scheduler.wall_time():
-                self.stats.count_drop("expired")
+                self.drops.dropped(session.client_id, EXPIRED)
                 return None
             return codec.encode_publish(message.topic, message.payload, qos, retain, dup, packet_id, None, 4)
         props = message.properties
@@ -145,7 +165,7 @@ class Outbound:
             if message.expiry_at is not None:
                 remaining = math.ceil(message.expiry_at - self._scheduler.wall_time())
                 if remaining <= 0:
-                    self.stats.count_drop("expired")
+                    self.drops.dropped(session.client_id, EXPIRED)
                     return None
                 props["message_expiry_interval"] = remaining
             alias_max = session.client_topic_alias_maximum
@@ -167,7 +187,7 @@ class Outbound:
         if len(data) > session.client_max_packet_size:
             if new_alias is not None and session.out_aliases is not None:
                 del session.out_aliases[message.topic]
-            self.stats.count_drop("packet_too_large")
+            self.drops.dropped(session.client_id, PACKET_TOO_LARGE)
             return None
         return data
 
@@ -178,14 +198,15 @@ class Outbound:
 
     def enqueue(self, session: Session, entry: OutEntry) -> int:
         """Queue a QoS>0 message for ``session`` (sent at once when its window has room);
-        1 if accepted, 0 if the full queue refused it (``queue_overflow = "reject"``)."""
+        1 if accepted, 0 if the full queue refused it (``queue_overflow = "drop_new"``)."""
         queue = session.queue
         conn = session.connection
         direct = conn is not None and not queue and len(session.inflight) < self.window(session)
         if not direct and len(queue) >= self._max_queued:
-            self.stats.count_drop("queue_full")
             if not self._drop_oldest:
+                self.drops.dropped(session.client_id, QUEUE_FULL_NEW)
                 return 0
+            self.drops.dropped(session.client_id, QUEUE_FULL_OLDEST)
             self._durability.ack(session, queue.popleft())
         self._durability.enqueue(session, entry)
         if direct:

@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from broker.core.drops import ACL_DENIED
 from broker.core.ports import MATCHED, UNMATCHED, PublishResult
 from broker.core.session import STATE_QUEUED, Message, OutEntry, Session, SubOptions
 from broker.mqtt.retained import RetainedIndex
@@ -278,7 +279,7 @@ class Router:
             return 0
         acl = self.acl
         if acl is not None and not acl.can_receive(client_id, session.username, message.topic):
-            self.stats.count_drop("acl_denied")
+            self._outbound.drops.dropped(client_id, ACL_DENIED)
             return 0
         qos = message.qos if message.qos < sub_qos else sub_qos
         retain = message.retain and retain_as_published
@@ -300,6 +301,7 @@ class Router:
                 continue
             acl = self.acl
             if acl is not None and not acl.can_receive(session.client_id, session.username, message.topic):
+                outbound.drops.dropped(session.client_id, ACL_DENIED)
                 continue
             sid = opts.subscription_identifier
             sub_ids = [sid] if sid else _NO_IDS

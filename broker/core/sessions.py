@@ -14,6 +14,7 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from broker.core.drops import SESSION_ENDED
 from broker.core.durability import decode_will, message_from
 from broker.core.session import (
     STATE_PUBREL_SENT,
@@ -239,6 +240,10 @@ class SessionRegistry:
             del self.sessions[client_id]
         self._durability.delete_session(session)
         shared = self._router.shared_leftovers(session)
+        # what the client will never get (a QoS 2 message whose PUBREC came has reached it; the
+        # share-group leftovers go to another member)
+        lost = sum(1 for entry in session.pending_entries() if entry.state != STATE_PUBREL_SENT)
+        self._outbound.drops.dropped(client_id, SESSION_ENDED, lost - len(shared))
         session.inflight.clear()
         session.queue.clear()
         session.unsent = None

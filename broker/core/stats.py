@@ -11,14 +11,18 @@ from dataclasses import dataclass, field
 
 from broker.mqtt.packets import PacketType
 
-# Drop reasons that always appear (as 0) so dashboards and rate() see the series from the start.
+# Drop reasons that always appear (as 0) so dashboards and rate() see the series from the start
+# (broker/core/drops.py says what each means; docs/configuration.md "Metrics").
 DROP_REASONS = (
-    "queue_full",
+    "queue_full_oldest",
+    "queue_full_new",
     "expired",
     "no_subscribers",
     "acl_denied",
     "packet_too_large",
     "slow_consumer",
+    "qos0_offline",
+    "session_ended",
 )
 # Packet-type label values: PacketType names, e.g. "PUBLISH".
 PACKET_TYPE_NAMES = tuple(packet_type.name for packet_type in PacketType)
@@ -50,6 +54,6 @@ class BrokerStats:
     inflight_messages: int = 0
     uptime_started_at: float = 0.0  # unix time the broker started (set by the broker at start)
 
-    def count_drop(self, reason: str) -> None:
+    def count_drop(self, reason: str, count: int = 1) -> None:
         dropped = self.messages_dropped
-        dropped[reason] = dropped.get(reason, 0) + 1
+        dropped[reason] = dropped.get(reason, 0) + count

@@ -180,7 +180,7 @@ def test_offline_queue_bounded_drop_oldest(start_broker: Start) -> None:
         back.ack(message)
     back.expect_nothing(0.3)
     assert payloads == [b"2", b"3", b"4"]
-    assert broker.call(lambda: broker.broker.stats.messages_dropped["queue_full"]) == 2
+    assert broker.call(lambda: broker.broker.stats.messages_dropped["queue_full_oldest"]) == 2
 
 
 def test_offline_queue_bounded_drop_new(start_broker: Start) -> None:

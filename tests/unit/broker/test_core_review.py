@@ -199,7 +199,7 @@ def test_expired_message_not_delivered_to_v311_subscriber(start_broker: Start) -
 
 
 def test_queue_overflow_is_not_also_counted_as_no_subscribers(start_broker: Start) -> None:
-    """A message dropped because the only subscriber's queue is full is counted once (queue_full),
+    """A message dropped because the only subscriber's queue is full is counted once (queue_full_new),
     and a v5 publisher is not told "no matching subscribers" (0x10) when one matched."""
     threaded = start_broker(limits__max_queued_messages=1, limits__queue_overflow="drop_new")
     port = threaded.ports["tcp"]
@@ -211,7 +211,7 @@ def test_queue_overflow_is_not_also_counted_as_no_subscribers(start_broker: Star
     assert puback_code(pub, "of/t", b"overflow", 2) == 0
     assert puback_code(pub, "of/none", b"nobody", 3) == 0x10
     after = dropped(threaded)
-    assert after.get("queue_full", 0) - before.get("queue_full", 0) == 1
+    assert after.get("queue_full_new", 0) - before.get("queue_full_new", 0) == 1
     assert after.get("no_subscribers", 0) - before.get("no_subscribers", 0) == 1
 
 

@@ -13,6 +13,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
+from broker.core.stats import DROP_REASONS  # noqa: E402
 from broker.logs import log_event, setup_logging  # noqa: E402
 from broker.metrics import BrokerStats, make_registry, render  # noqa: E402
 
@@ -60,7 +61,7 @@ def test_all_metric_names_present_with_zero_defaults() -> None:
     for qos in "012":
         assert value(samples, "skipmq_messages_received_total", qos=qos) == 0
         assert value(samples, "skipmq_messages_sent_total", qos=qos) == 0
-    for reason in ("queue_full", "expired", "no_subscribers", "acl_denied", "packet_too_large"):
+    for reason in DROP_REASONS:
         assert value(samples, "skipmq_messages_dropped_total", reason=reason) == 0
     assert value(samples, "skipmq_packets_received_total", packet_type="PUBLISH") == 0
 
@@ -83,7 +84,7 @@ def test_values_follow_the_stats_at_scrape_time() -> None:
     stats.messages_sent[1] += 9
     stats.bytes_received += 1234
     stats.bytes_sent += 4321
-    stats.messages_dropped["queue_full"] += 2
+    stats.messages_dropped["queue_full_oldest"] += 2
     stats.messages_dropped["brand_new_reason"] = 4
     stats.packet_errors["CONNECT"] = 6
     stats.packets_received["PUBLISH"] += 6
@@ -106,7 +107,7 @@ def test_values_follow_the_stats_at_scrape_time() -> None:
     assert value(samples, "skipmq_messages_sent_total", qos="1") == 9
     assert value(samples, "skipmq_bytes_received_total") == 1234
     assert value(samples, "skipmq_bytes_sent_total") == 4321
-    assert value(samples, "skipmq_messages_dropped_total", reason="queue_full") == 2
+    assert value(samples, "skipmq_messages_dropped_total", reason="queue_full_oldest") == 2
     assert value(samples, "skipmq_messages_dropped_total", reason="brand_new_reason") == 4
     assert value(samples, "skipmq_packet_errors_total", packet_type="CONNECT") == 6
     assert value(samples, "skipmq_packets_received_total", packet_type="PUBLISH") == 6
