@@ -99,6 +99,8 @@ class CausalStats:
     accepted: int = 0
     duplicates_dropped: int = 0
     held_ahead: int = 0  # arrived before a predecessor (SEQ gap or missing dependency)
+    gaps_seen: int = 0  # failure condition (1)
+    dependencies_missing: int = 0  # failure condition (2): also an overtaking on another link
     rets_sent: int = 0
     probes_sent: int = 0
     retransmitted: int = 0
@@ -358,11 +360,21 @@ class CausalGroup:
     def _detect_losses(self, message: CoMessage, now: float, actions: list[Action]) -> None:
         """Failure conditions (1) and (2) of §3.3 -> retransmission procedure (1)."""
         src = message.src
-        if self._req[src] < message.seq:  # (1): REQ_j <= g.SEQ < p.SEQ lost
+        if self._lacks(src, message.seq):  # (1): REQ_j <= g.SEQ < p.SEQ lost
+            self.stats.gaps_seen += 1
             self._ask(src, message.seq, now, actions)
         for j, ack_j in message.ack.items():  # (2): REQ_j <= g.SEQ < q.ACK_j lost, j != k
-            if j != src and j != self.member_id and j in self._buf and self._req[j] < ack_j:
+            if j != src and j != self.member_id and j in self._buf and self._lacks(j, ack_j):
+                self.stats.dependencies_missing += 1
                 self._ask(j, ack_j, now, actions)
+
+    def _lacks(self, member: str, end: int) -> bool:
+        """Some message of ``member`` with REQ <= SEQ < ``end`` is neither accepted nor held."""
+        first = self._req[member]
+        if first >= end:
+            return False
+        held = self._held[member]
+        return sum(1 for seq in held if seq < end) < end - first
 
     def _ask(self, lsrc: str, lseq: int | None, now: float, actions: list[Action]) -> None:
         asked = self._ret_asked.get(lsrc)
@@ -462,8 +474,11 @@ class CausalGroup:
                 message = rrl.popleft()
                 for k, ack_k in message.ack.items():
                     self._pal.raise_to(k, j, ack_k)
-                self._cpi_insert(message)
                 moved = True
+                if message.data is None:
+                    self._stored -= 1  # an idle ACK has nothing to deliver: it skips PRL/ARL
+                else:
+                    self._cpi_insert(message)
                 if j == self.member_id:
                     del self._send_log[message.seq]
                     if message.data is not None:
