@@ -22,7 +22,7 @@ Decisions the seed leaves open (all in docs/causal.md): a message meeting the ac
 condition but showing failure condition (2) is held until the missing messages are accepted
 (Lemma 3's proof: "g_j is not accepted"), so REQ is a vector clock; messages ahead of REQ are
 held, not dropped; AL/PAL entries only rise (max); idle ACKs are sent only while undelivered data
-exists and are not counted by the window; a member stuck with undelivered data asks every member
+exists, are not counted by the window and skip PRL/ARL; a member stuck with undelivered data asks every member
 for anything after its REQ (``Ret`` with ``lseq=None``). Membership: ``add_member`` /
 ``remove_member``; a removed member's column stops constraining minAL/minPAL, its held messages
 and the dependencies on its messages never received are given up (counted).
