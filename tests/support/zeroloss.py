@@ -64,7 +64,9 @@ class IdStream(threading.Thread):
     def run(self) -> None:
         started = time.monotonic()
         while not self._stop_event.is_set():
-            paced = self.rate_per_s is not None and self.sent >= (time.monotonic() - started) * self.rate_per_s
+            paced = (
+                self.rate_per_s is not None and self.sent >= (time.monotonic() - started) * self.rate_per_s
+            )
             if (
                 self.sent >= self.limit
                 or paced
@@ -168,7 +170,8 @@ class Tally:
         lost = sorted(self.lost)
         shown = f" e.g. {lost[:15]}" if lost else ""
         return (
-            f"{self.name}: acknowledged {len(self.acked)}, received {len(self.counts)} distinct,"
+            f"{self.name}: acknowledged {len(self.acked)}, received {len(self.acked) - len(lost)} of them"
+            f" ({len(self.counts)} distinct ids in all),"
             f" lost {len(lost)}{shown}; duplicates {self.duplicates} (on {self.duplicated_ids} ids)"
         )
 

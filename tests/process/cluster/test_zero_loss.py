@@ -12,9 +12,20 @@ Sizes (environment variables, for bigger runs by hand):
   SKIPMQ_ZL_MOVE_MESSAGES (3000) move/takeover  SKIPMQ_ZL_SHARED_RUNS (5) x SKIPMQ_ZL_SHARED_MESSAGES (100)
   SKIPMQ_ZL_DRAIN_S (30)  SKIPMQ_ZL_WINDOW (100) unacknowledged publishes in flight
 
-Measured on the code before issue #10 (commit f97ec9a, 2 cores; lost = PUBACKed, never received):
-  a  kill -9 subscriber's broker, 20,000 msgs:  see MEASURED below
-  (the full table is in MEASURED; run with -s to see the "[zero-loss]" lines)
+Measured on the code before issue #10 (base commit f97ec9a; 2 cores; default sizes; one run
+each, pytest -s shows the "[zero-loss]" lines; lost = PUBACKed and never received):
+  a  kill -9 of B (subscriber's):  20,000 acked, 6,978 lost, 20 duplicates (session present)
+  b  kill -9 of A (publisher's):   20,000 acked,   455 lost, 45 duplicates
+  c  kill -9 of C (uninvolved):    20,000 acked,   250 lost,  0 duplicates
+     (streams of 39, 35, 34 s; a + b + c with their 30 s drains: 149 s)
+  d  SUBACK-then-publish, 100 rounds: 0 lost in one run, 1 lost (round 0) in another; 35 s of rounds
+  e  session move B -> C:  2,545 acked (1,521 before the move, 1,024 after CONNACK), 0 lost: passes
+  f  takeover B -> C:      2,021 acked, 2 lost (ids right after the CONNACK), 2 duplicates
+  g  $share/g, 5 runs x 100: QoS 1: one run of 5 lost all 100; QoS 2: three runs of 5 lost all 100
+  h  malformed cluster-port input: 500/500 delivered afterwards, B logged the rejected stream and
+     the malformed frame (passes)
+The failing cases take longer than the passing ones (each waits SKIPMQ_ZL_DRAIN_S for what is
+missing): about 5 minutes for the file today; a passing run of a to c is dominated by the stream.
 """
 
 from __future__ import annotations
@@ -31,9 +42,6 @@ import pytest
 from tests.support.cluster import ClientFactory, ClusterClient, ClusterFactory, probe_route, unique_id
 from tests.support.zeroloss import IdStream, Inbox, Tally, env_float, env_int, report, tally
 from tools.launcher import LocalCluster
-
-MEASURED = """
-"""
 
 A, B, C = 0, 1, 2
 MESSAGES = env_int("SKIPMQ_ZL_MESSAGES", 20_000)
@@ -69,9 +77,10 @@ def subscribed(
 
 def check(result: Tally, *, qos: int = 1) -> None:
     report(result)
-    assert not result.lost, f"PUBACKed messages lost: {result}"
+    lost, duplicates = len(result.lost), result.duplicates
+    assert lost == 0, f"PUBACKed messages lost: {result}"
     if qos == 2:
-        assert result.duplicates == 0, f"QoS 2 delivered twice: {result}"
+        assert duplicates == 0, f"QoS 2 delivered twice: {result}"
 
 
 # ---------------------------------------------------------------------------------- kill -9
@@ -121,6 +130,7 @@ def kill_mid_stream(
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(300)
 def test_kill_9_of_the_subscribers_broker_loses_no_acknowledged_message(
     cluster_factory: ClusterFactory, client_factory: ClientFactory
 ) -> None:
@@ -131,6 +141,7 @@ def test_kill_9_of_the_subscribers_broker_loses_no_acknowledged_message(
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(300)
 def test_kill_9_of_the_publishers_broker_loses_no_acknowledged_message(
     cluster_factory: ClusterFactory, client_factory: ClientFactory
 ) -> None:
@@ -140,6 +151,7 @@ def test_kill_9_of_the_publishers_broker_loses_no_acknowledged_message(
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(300)
 def test_kill_9_of_an_uninvolved_broker_loses_no_acknowledged_message(
     cluster_factory: ClusterFactory, client_factory: ClientFactory
 ) -> None:
@@ -263,6 +275,7 @@ def test_a_takeover_under_a_stream_loses_nothing(
 # ----------------------------------------------------------------------- shared subscriptions
 
 
+@pytest.mark.timeout(300)
 @pytest.mark.parametrize("qos", [1, 2])
 def test_a_shared_group_across_brokers_gets_every_message_once(
     cluster3: LocalCluster, client_factory: ClientFactory, qos: int
@@ -285,14 +298,18 @@ def test_a_shared_group_across_brokers_gets_every_message_once(
         assert not pub.pending, f"run {run}: {len(pub.pending)} publishes not acknowledged"
         acked_payloads = set(pub.acked_snapshot())
         stream_acked = {n for n in range(SHARED_MESSAGES) if f"z{n}".encode() in acked_payloads}
-        results.append(tally(f"shared run {run} (QoS {qos})", Inbox(members), stream_acked, DRAIN_S))
+        results.append(
+            tally(f"shared run {run} (QoS {qos})", Inbox(members), stream_acked, min(DRAIN_S, 10.0))
+        )
         for member in members:
             member.close()
     for result in results:
         report(result)
-    assert all(not r.lost for r in results), "; ".join(str(r) for r in results if r.lost)
+    lost = [len(r.lost) for r in results]
+    assert sum(lost) == 0, "; ".join(str(r) for r in results if r.lost)
     if qos == 2:
-        assert all(r.duplicates == 0 for r in results), "; ".join(str(r) for r in results if r.duplicates)
+        duplicates = [r.duplicates for r in results]
+        assert sum(duplicates) == 0, "; ".join(str(r) for r in results if r.duplicates)
 
 
 # --------------------------------------------------------------- malformed input, cluster port
