@@ -383,7 +383,7 @@ def open_stream(port: int, frames: list[bytes], wait_reply_first: bool) -> str:
                 pass
             hold.cancel()
         except grpc.RpcError as exc:
-            outcome = f"{exc.code()}"  # type: ignore[attr-defined]
+            outcome = f"{exc.code()}"
         except StopIteration:
             outcome = "no reply"
         finally:
