@@ -20,6 +20,14 @@ Programmatic API (used by tests/cluster and the benchmark)::
     cluster.stop_broker(1)          # SIGTERM, returns the exit status
     cluster.freeze_broker(2)        # SIGSTOP: a silent failure (thaw_broker = SIGCONT)
 
+Placement (optional, for tests that cut the network between brokers, tools/netns.py): each
+broker can run under a command prefix (``ip netns exec NS``), listen for clients and HTTP on
+its own address and talk cluster gRPC on another one (its peer id is then
+``<cluster_host>:<cluster_port>``). Without ``placement`` every broker runs on 127.0.0.1::
+
+    LocalCluster(3, placement=lambda i: BrokerPlacement(
+        ("ip", "netns", "exec", f"ns{i}"), host=f"10.0.1.{i + 1}", cluster_host=f"10.0.0.{i + 1}"))
+
 Command line: ``skipmq cluster --brokers N [...]`` starts the brokers, prints a table (or one
 JSON line with --json) and example mosquitto_sub/mosquitto_pub commands, and runs until
 SIGINT/SIGTERM, then stops every broker gracefully (SIGTERM = overlay leave) and exits 0.
@@ -75,14 +83,32 @@ class RuntimeMissingError(ClusterError):
     """The broker answers 404 on GET /cluster: it was built without the cluster runtime."""
 
 
-def http_get(port: int, path: str, timeout_s: float = HTTP_TIMEOUT_S) -> tuple[int, bytes]:
-    """GET http://127.0.0.1:<port><path>; returns (status, body). Connection errors raise OSError."""
-    url = f"http://{HOST}:{port}{path}"
+def http_get(port: int, path: str, timeout_s: float = HTTP_TIMEOUT_S, host: str = HOST) -> tuple[int, bytes]:
+    """GET http://<host>:<port><path> (host 127.0.0.1 unless given); returns (status, body).
+    Connection errors raise OSError."""
+    url = f"http://{host}:{port}{path}"
     try:
         with urllib.request.urlopen(url, timeout=timeout_s) as response:
             return int(response.status), response.read()
     except urllib.error.HTTPError as exc:
         return int(exc.code), exc.read()
+
+
+@dataclass(frozen=True)
+class BrokerPlacement:
+    """Where a broker of a :class:`LocalCluster` runs (default: a plain process on 127.0.0.1).
+
+    command_prefix: prepended to the broker's command line (e.g. ``ip netns exec NS``; it must
+    exec the broker, so that the process the launcher signals is the broker itself).
+    host: the address its MQTT and HTTP listeners bind, which clients and the launcher use.
+    cluster_host: the address its cluster gRPC listener binds and advertises (its peer id)."""
+
+    command_prefix: tuple[str, ...] = ()
+    host: str = HOST
+    cluster_host: str = HOST
+
+
+Placement = Callable[[int], BrokerPlacement]  # broker index -> placement
 
 
 @dataclass
@@ -99,15 +125,17 @@ class BrokerProcess:
     log_path: str = ""
     starts: int = 0
     joined_through: list[str] = field(default_factory=list)
+    placement: BrokerPlacement = field(default_factory=BrokerPlacement)
 
     @property
     def peer_id(self) -> str:
         """The overlay peer id other brokers know this one by."""
-        return f"{HOST}:{self.cluster_port}"
+        return f"{self.placement.cluster_host}:{self.cluster_port}"
 
     @property
     def host(self) -> str:
-        return HOST
+        """The address of its MQTT (and HTTP) listener."""
+        return self.placement.host
 
     @property
     def pid(self) -> int | None:
@@ -118,14 +146,16 @@ class BrokerProcess:
 
     def command(self, python: str, join: Iterable[str], settings: dict[str, str]) -> list[str]:
         """The command line that starts this broker (joining through ``join`` peer ids)."""
+        where = self.placement
         cmd = [
+            *where.command_prefix,
             python, "-m", "broker",
-            "--bind", HOST,
+            "--bind", where.host,
             "--port", str(self.mqtt_port),
             "--http-port", str(self.http_port),
-            "--cluster-host", HOST,
+            "--cluster-host", where.cluster_host,
             "--cluster-port", str(self.cluster_port),
-            "--advertise-host", HOST,
+            "--advertise-host", where.cluster_host,
             "--data-dir", self.data_dir,
             "--node-id", self.node_id,
             "--log-format", "json",
@@ -133,6 +163,8 @@ class BrokerProcess:
         join_list = [peer for peer in join if peer != self.peer_id]
         if join_list:
             cmd += ["--join", ",".join(join_list)]
+        if where.host != HOST:
+            cmd += ["--set", f"http.host={where.host}"]
         for key, value in settings.items():
             cmd += ["--set", f"{key}={value}"]
         return cmd
@@ -217,6 +249,7 @@ class LocalCluster:
         keep_data: bool | None = None,
         progress: ProgressCallback | None = None,
         node_id_prefix: str = "node",
+        placement: Placement | None = None,
     ) -> None:
         if n < 1:
             raise ValueError(f"a cluster needs at least 1 broker, not {n}")
@@ -237,6 +270,7 @@ class LocalCluster:
         self.python = python
         self.progress = progress
         self.node_id_prefix = node_id_prefix
+        self.placement = placement
         self.brokers: list[BrokerProcess] = []
         self.runtime_present: bool | None = None  # unknown until a broker answered GET /cluster
         self._closed = False
@@ -260,6 +294,7 @@ class LocalCluster:
             cluster_port=cluster_port,
             data_dir=data_dir,
             log_path=os.path.join(self.log_dir, f"broker-{index}.log"),
+            placement=BrokerPlacement() if self.placement is None else self.placement(index),
         )
         self.brokers.append(broker)
         return broker
@@ -302,7 +337,7 @@ class LocalCluster:
                     f" log tail:\n{broker.log_tail()}"
                 )
             try:
-                status, body = http_get(broker.http_port, "/healthz", timeout_s=1.0)
+                status, body = http_get(broker.http_port, "/healthz", timeout_s=1.0, host=broker.host)
                 if status == 200:
                     return
                 last_error = f"/healthz answered {status}: {body[:200]!r}"
@@ -458,7 +493,7 @@ class LocalCluster:
     def cluster_state(self, i: int) -> dict[str, Any]:
         """GET /cluster of broker i as a dict (see docs/cluster.md)."""
         broker = self.brokers[i]
-        status, body = http_get(broker.http_port, "/cluster")
+        status, body = http_get(broker.http_port, "/cluster", host=broker.host)
         if status == 404:
             raise RuntimeMissingError(
                 f"broker {i} ({broker.node_id}) answers 404 on GET /cluster: no cluster runtime"
@@ -475,14 +510,16 @@ class LocalCluster:
 
     def metrics_text(self, i: int) -> str:
         """GET /metrics of broker i (Prometheus text format)."""
-        status, body = http_get(self.brokers[i].http_port, "/metrics")
+        broker = self.brokers[i]
+        status, body = http_get(broker.http_port, "/metrics", host=broker.host)
         if status != 200:
             raise ClusterError(f"broker {i} GET /metrics answered {status}: {body[:300]!r}")
         return body.decode("utf-8", errors="replace")
 
     def healthz(self, i: int) -> dict[str, Any]:
         """GET /healthz of broker i (status code must be 200 or 503)."""
-        status, body = http_get(self.brokers[i].http_port, "/healthz")
+        broker = self.brokers[i]
+        status, body = http_get(broker.http_port, "/healthz", host=broker.host)
         if status not in (200, 503):
             raise ClusterError(f"broker {i} GET /healthz answered {status}: {body[:300]!r}")
         result = json.loads(body)
@@ -546,12 +583,13 @@ def start_cluster(
     keep_data: bool | None = None,
     progress: ProgressCallback | None = None,
     timeout_s: float = START_TIMEOUT_S,
+    placement: Placement | None = None,
 ) -> LocalCluster:
     """Start an n-broker cluster on loopback and return it (every broker healthy and, when the
     cluster runtime is present, joined). The caller must close() it."""
     cluster = LocalCluster(
         n, settings=settings, data_root=data_root, python=python, log_dir=log_dir, keep_data=keep_data,
-        progress=progress,
+        progress=progress, placement=placement,
     )  # fmt: skip
     cluster.start(timeout_s=timeout_s)
     return cluster

@@ -93,7 +93,9 @@ class ClusterClient:
         will: tuple[str, bytes, int, bool] | None = None,
         max_inflight: int = 20,
         connect: bool = True,
+        host: str = HOST,
     ) -> None:
+        self.host = host  # the broker's client address (127.0.0.1 unless it runs in a netns)
         self.client_id = client_id if client_id is not None else unique_id("c")
         self.version = version
         self.port = port
@@ -170,10 +172,14 @@ class ClusterClient:
             (self.failed_payloads if failed else self.acked_payloads).append(payload)
 
     # ---- operations
-    def connect(self, port: int | None = None, *, expect_success: bool = True) -> None:
-        """(Re)connect, to ``port`` if given (another broker of the cluster)."""
+    def connect(
+        self, port: int | None = None, *, expect_success: bool = True, host: str | None = None
+    ) -> None:
+        """(Re)connect, to ``port`` (and ``host``) if given (another broker of the cluster)."""
         if port is not None:
             self.port = port
+        if host is not None:
+            self.host = host
         kwargs: dict[str, Any] = {}
         if self.version == 5:
             kwargs["clean_start"] = self.clean
@@ -184,7 +190,7 @@ class ClusterClient:
         self.client.loop_stop()  # a previous network thread may still be winding down
         self.connected.clear()
         self.disconnected.clear()
-        self.client.connect(HOST, self.port, keepalive=self.keepalive_s, **kwargs)
+        self.client.connect(self.host, self.port, keepalive=self.keepalive_s, **kwargs)
         self.client.loop_start()
         if not self.connected.wait(WAIT_S):
             raise TimeoutError(f"{self.client_id}: no CONNACK from port {self.port} within {WAIT_S} s")
@@ -326,7 +332,8 @@ def probe_route(
     subs = [sub_client] if isinstance(sub_client, ClusterClient) else list(sub_client)
     token = PROBE_PREFIX + unique_id("p").encode() + b":"
     started = time.monotonic()
-    publisher = ClusterClient(cluster.brokers[pub_broker].mqtt_port, client_id=unique_id("probe"), version=5)
+    broker = cluster.brokers[pub_broker]
+    publisher = ClusterClient(broker.mqtt_port, client_id=unique_id("probe"), version=5, host=broker.host)
     try:
         sent = 0
         while True:

@@ -84,7 +84,9 @@ def client_factory() -> Iterator[ClientFactory]:
     made: list[ClusterClient] = []
 
     def make(cluster: LocalCluster, index: int, **kwargs: Any) -> ClusterClient:
-        client = ClusterClient(cluster.brokers[index].mqtt_port, **kwargs)
+        broker = cluster.brokers[index]
+        kwargs.setdefault("host", broker.host)
+        client = ClusterClient(broker.mqtt_port, **kwargs)
         made.append(client)
         return client
 
