@@ -30,13 +30,17 @@ Mapping MQTT onto the overlay:
   ``Envelope`` carrying the session (seed 002 envelope).
 * **Shared subscriptions**: the broker whose virtual node heads the group's run at level 0
   delivers the group's copy (one delivery per group cluster-wide).
+
+Size: the composition root of the overlay node and six pure cores, and the ``ClusterPort`` the broker
+core calls; each decision lives in a core, the reliable-stream plumbing in ``streams.py``, the
+durable-state port in ``store_port.py``. What remains is the driver loop (one timer, actions carried
+out in order) and the entry points, which read best side by side.
 """
 
 from __future__ import annotations
 
 import logging
 import random
-from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -51,15 +55,14 @@ from broker.cluster.messages import (
     RetainedSyncRequest,
     RetainedUpdate,
     SessionClaim,
-    StreamAck,
     StreamPosition,
-    StreamResend,
-    StreamRet,
 )
 from broker.cluster.retained_sync import CopyRequest, RetainedSync
 from broker.cluster.stats import ClusterStats
-from broker.cluster.stream_receiver import SendAck, SendRet, StreamReceiver, origin_peer
-from broker.cluster.stream_sender import Forget, GaveUp, ReceiverAt, Republish, Resend, StreamSender
+from broker.cluster.store_port import ClusterStore, MemoryClusterStore
+from broker.cluster.stream_receiver import StreamReceiver
+from broker.cluster.stream_sender import StreamSender
+from broker.cluster.streams import CONTROL_CLASS, StreamsMixin
 from broker.cluster.subscribe_waits import SubscribeWaits
 from broker.cluster.takeover import ClaimFinished, HandOver, LateSession, Refuse, Takeover
 from broker.core.ports import Completion
@@ -76,7 +79,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("skipmq.cluster")
 
-CONTROL_CLASS = "!ctl"  # every broker subscribes: retained updates and session claims
 RETAINED_SYNC_TIMEOUT_S = 5.0  # then the next contact is asked for the retained store
 PUBLISHER_IDLE_S = 600.0  # a publisher virtual node unused this long leaves its class
 SWEEP_INTERVAL_S = 30.0
@@ -97,63 +99,6 @@ class PeerTransport(Protocol):
     def drop_queued(self, peer: str) -> int: ...
 
 
-class ClusterStore(Protocol):
-    """The cluster's durable state (``broker.adapters.cluster_store``): the send log, the
-    receivers' positions it waits for, and this broker's receive positions. Writes join the
-    broker store's group-commit transaction."""
-
-    def log_append(self, forwarded: ForwardedMessage) -> None: ...
-
-    def log_forget(self, key: tuple[str, str], below_seq: int) -> None: ...
-
-    def load_log(self) -> list[ForwardedMessage]: ...
-
-    def set_receiver(self, key: tuple[str, str], peer: str, next_seq: int | None) -> None: ...
-
-    def load_receivers(self) -> list[tuple[tuple[str, str], str, int]]: ...
-
-    def set_position(self, key: tuple[str, str], next_seq: int) -> None: ...
-
-    def load_positions(self) -> list[tuple[tuple[str, str], int]]: ...
-
-
-class MemoryClusterStore:
-    """A ``ClusterStore`` that keeps nothing across a restart (tests of the engine alone)."""
-
-    def __init__(self) -> None:
-        self.log: dict[tuple[str, str, int], ForwardedMessage] = {}
-        self.receivers: dict[tuple[tuple[str, str], str], int] = {}
-        self.positions: dict[tuple[str, str], int] = {}
-
-    def log_append(self, forwarded: ForwardedMessage) -> None:
-        self.log[(forwarded.origin, forwarded.stream, forwarded.seq)] = forwarded
-
-    def log_forget(self, key: tuple[str, str], below_seq: int) -> None:
-        for entry in [k for k in self.log if k[:2] == key and k[2] < below_seq]:
-            del self.log[entry]
-
-    def load_log(self) -> list[ForwardedMessage]:
-        return [self.log[k] for k in sorted(self.log)]
-
-    def set_receiver(self, key: tuple[str, str], peer: str, next_seq: int | None) -> None:
-        if next_seq is None:
-            self.receivers.pop((key, peer), None)
-        else:
-            self.receivers[(key, peer)] = next_seq
-
-    def load_receivers(self) -> list[tuple[tuple[str, str], str, int]]:
-        return [(key, peer, seq) for (key, peer), seq in sorted(self.receivers.items())]
-
-    def set_position(self, key: tuple[str, str], next_seq: int) -> None:
-        if next_seq:
-            self.positions[key] = next_seq
-        else:
-            self.positions.pop(key, None)
-
-    def load_positions(self) -> list[tuple[tuple[str, str], int]]:
-        return sorted(self.positions.items())
-
-
 def overlay_config_for(cluster: ClusterConfig) -> OverlayConfig:
     """The overlay tunables a broker uses (faster crash detection than the simulator's defaults)."""
     return OverlayConfig(
@@ -171,7 +116,7 @@ def overlay_config_for(cluster: ClusterConfig) -> OverlayConfig:
     )
 
 
-class ClusterEngine:
+class ClusterEngine(StreamsMixin):
     """See the module docstring. Construct, pass as the core's cluster port, ``bind`` the core and
     a transport, ``start``; ``stop`` before the core closes."""
 
@@ -555,67 +500,6 @@ class ClusterEngine:
         self._arm_timer()
         return None
 
-    def _forward(self, cls: str, message: Message, *, overlay: bool = True) -> None:
-        sender = self.sender
-        assert sender is not None
-        forwarded = sender.append(cls, message, self._now(), confirmed=not overlay)
-        if message.qos:
-            self.store.log_append(forwarded)  # in this publish's commit, before its PUBACK
-        if overlay:
-            self._publish_forwarded(forwarded)
-
-    def _publishing(self, cls: str, now: float) -> None:
-        """This broker publishes on ``cls`` (joins it as a publisher the first time)."""
-        if cls not in self._published:
-            self._handle(api.JoinTopic(cls, Role.PUBLISHER))
-        self._published[cls] = now
-
-    def _publish_forwarded(self, forwarded: ForwardedMessage) -> None:
-        sender = self.sender
-        assert sender is not None
-        self._publishing(forwarded.stream, self._now())
-        self._publication_id += 1
-        pid = self._publication_id
-        self.stats.forwarded += 1
-        if forwarded.message.qos:
-            sender.published(pid, forwarded)  # before the overlay sees it: PublishDone may come at once
-        self._handle(api.Publish(forwarded.stream, forwarded, pid))
-
-    def _sender_actions(self, actions: list[Any]) -> None:
-        store = self.store
-        for action in actions:
-            if isinstance(action, Forget):
-                store.log_forget(action.key, action.below_seq)
-            elif isinstance(action, ReceiverAt):
-                store.set_receiver(action.key, action.peer, action.next_seq)
-            elif isinstance(action, Republish):
-                self.stats.republished += 1
-                self._publish_forwarded(action.forwarded)
-            elif isinstance(action, Resend):
-                self.stats.resent += len(action.resend.messages)
-                self._send_stream(action.peer, action.resend)
-            elif isinstance(action, GaveUp):
-                self.stats.receivers_given_up += 1
-                log.warning(
-                    "cluster_receiver_given_up stream=%s receiver=%s missing=%d",
-                    action.key,
-                    action.peer,
-                    action.missing,
-                )
-
-    def _receiver_actions(self, actions: list[Any]) -> None:
-        for action in actions:
-            if isinstance(action, SendRet):
-                self.stats.rets_sent += 1
-                self._send_stream(action.peer, action.request)
-            elif isinstance(action, SendAck):
-                self._send_stream(action.peer, action.ack)
-
-    def _send_stream(self, peer: str, body: StreamAck | StreamRet | StreamResend) -> None:
-        if peer == self.peer_id:
-            return
-        self._send_envelope(peer, "", 0, body)
-
     def _publish_retained(self, message: Message) -> None:
         assert self.retained_sync is not None
         wall_ms = int(self.scheduler.wall_time() * 1000)
@@ -644,43 +528,6 @@ class ClusterEngine:
         overlay's ``Deliver`` action does; an entry point for tests and tools)."""
         self._receive_forwarded(forwarded, hops)
         self._after_event()
-
-    def _receive_forwarded(self, forwarded: ForwardedMessage, hops: int) -> None:
-        if (
-            forwarded.stream != CONTROL_CLASS
-            and not self.interest.subscribes(forwarded.stream)
-            and not self.receiver.has_stream((forwarded.origin, forwarded.stream))
-        ):
-            # a class we no longer subscribe (a resend, or the overlay still routing to us): tell
-            # its sender we left, so it stops keeping messages for us
-            position = StreamPosition(forwarded.origin, forwarded.stream, forwarded.seq)
-            self._send_stream(origin_peer(forwarded.origin), StreamAck((), (position,)))
-            return
-        self._deliver(self.receiver.receive(forwarded, hops, self._now()))
-
-    def _deliver(self, ready: list[tuple[ForwardedMessage, int]]) -> None:
-        if not ready:
-            return
-        broker = self.broker
-        assert broker is not None
-        stats = self.stats
-        positions: dict[tuple[str, str], int] = {}
-        for forwarded, hops in ready:
-            positions[(forwarded.origin, forwarded.stream)] = forwarded.seq + 1
-            stats.received += 1
-            stats.observe_hops(hops)
-            matched = broker.deliver_remote(replace(forwarded.message), self._class_filter(forwarded.stream))
-            if not matched:
-                stats.wasted += 1  # the class reached us, no local filter matched the topic
-            self._deliver_pending_commit = True
-        for key, next_seq in positions.items():
-            self.store.set_position(key, next_seq)  # durable with the deliveries it covers
-        self._deliver_pending_commit = True
-
-    def _class_filter(self, stream_class: str) -> Callable[[str], bool]:
-        """A message received on class ``c`` goes to the local subscriptions of class ``c`` only."""
-        class_of = self.interest.class_of
-        return lambda topic_filter: class_of(topic_filter) == stream_class
 
     def _apply_retained(self, update: RetainedUpdate) -> None:
         assert self.retained_sync is not None and self.broker is not None
@@ -728,68 +575,6 @@ class ClusterEngine:
             positions = self._hand_over_positions(snapshot, before) if snapshot is not None else ()
             reply = ClaimReply(claim.claim_id, claim.client_id, had, snapshot, positions)
         self._send_envelope(claim.origin, claim.client_id, claim.claim_id, reply)
-
-    def _hand_over_positions(
-        self, snapshot: SessionSnapshot, before: dict[tuple[str, str], int]
-    ) -> tuple[StreamPosition, ...]:
-        """Where this broker stood in the streams of the classes of a session it hands over: the
-        new broker gets the messages published after (none is lost in the move)."""
-        sender = self.sender
-        assert sender is not None
-        classes = {self.interest.class_of(sub.match_filter) for sub in snapshot.subscriptions}
-        positions = [StreamPosition(o, c, p) for (o, c), p in sorted(before.items()) if c in classes]
-        positions += [StreamPosition(sender.origin, c, sender.position(c)) for c in sorted(classes)]
-        return tuple(positions)
-
-    def _catch_up(self, client_id: str, positions: tuple[StreamPosition, ...]) -> None:
-        """A session moved here is attached: deliver it what its old broker did not."""
-        sender = self.sender
-        broker = self.broker
-        assert sender is not None and broker is not None
-        now = self._now()
-        for position in positions:
-            key = (position.origin, position.stream)
-            if position.origin == sender.origin:  # our own stream: from our send log
-                messages, kept_from = sender.logged_from(key, position.next_seq)
-                self._count_given_up(key, kept_from - position.next_seq)
-                accept = self._class_filter(position.stream)
-                for forwarded in messages:
-                    broker.deliver_remote(replace(forwarded.message), accept, client_id)
-                    self._deliver_pending_commit = True
-                continue
-            here = self.receiver.position(key)
-            if not here:
-                self.receiver.adopt(key, position.next_seq, now)  # the sender resends from there
-            elif position.next_seq < here:
-                # delivered here before the session arrived: asked again, for this client only
-                self._catch_ups.setdefault(key, []).append([position.next_seq, here, client_id])
-                request = StreamRet(position.origin, position.stream, position.next_seq, here)
-                self._send_stream(origin_peer(position.origin), request)
-
-    def _caught_up(self, forwarded: ForwardedMessage) -> None:
-        """A resent message some moved session waits for: to that client only."""
-        key = (forwarded.origin, forwarded.stream)
-        pending = self._catch_ups.get(key)
-        if not pending:
-            return
-        broker = self.broker
-        assert broker is not None
-        for catch_up in list(pending):
-            next_seq, end, client_id = catch_up
-            if forwarded.seq != next_seq:
-                continue
-            broker.deliver_remote(replace(forwarded.message), self._class_filter(forwarded.stream), client_id)
-            self._deliver_pending_commit = True
-            catch_up[0] = next_seq + 1
-            if catch_up[0] >= end:
-                pending.remove(catch_up)
-        if not pending:
-            del self._catch_ups[key]
-
-    def _count_given_up(self, key: tuple[str, str], missing: int) -> None:
-        if missing > 0:
-            self.stats.gaps_skipped += missing
-            log.warning("cluster_gap_given_up origin=%s stream=%s missing=%d", key[0], key[1], missing)
 
     def _finish_claims(self, finished: list[ClaimFinished]) -> None:
         for outcome in finished:
@@ -851,35 +636,10 @@ class ClusterEngine:
         elif isinstance(body, RetainedSyncReply):
             for update in self.retained_sync.reply_received(body):
                 self._apply_retained(update)
-        elif isinstance(body, StreamAck):
-            sender = self.sender
-            assert sender is not None
-            peer = envelope.orig
-            actions = sender.acked(peer, body.positions, self._now()) if body.positions else []
-            if body.left:
-                actions += sender.left(peer, body.left, self._now())
-            self._sender_actions(actions)
         elif isinstance(body, SessionClaim):  # repeated to us after a partition or a restart
             self._on_claim(body)
-        elif isinstance(body, StreamRet):
-            assert self.sender is not None
-            self._sender_actions(self.sender.ret(envelope.orig, body, self._now()))
-        elif isinstance(body, StreamResend):
-            now = self._now()
-            for forwarded in body.messages:
-                if self._catch_ups:
-                    self._caught_up(forwarded)
-                self._receive_forwarded(forwarded, 1)
-            if body.gone_below:
-                skipped_before = self.stats.gaps_skipped
-                self._deliver(self.receiver.gone(body.origin, body.stream, body.gone_below, now))
-                if self.stats.gaps_skipped > skipped_before:
-                    log.warning(
-                        "cluster_gap_given_up origin=%s stream=%s missing=%d",
-                        body.origin,
-                        body.stream,
-                        self.stats.gaps_skipped - skipped_before,
-                    )
+        else:
+            self._on_stream_body(envelope.orig, body)
 
     # ================================================================== introspection
     def state(self) -> dict[str, Any]:

@@ -188,7 +188,8 @@ class Takeover:
             if unanswered.next_at > now:
                 continue
             claim = unanswered.claim
-            if now > unanswered.until or self._connection_claims.get(claim.client_id) != (claim_id, self.peer_id):
+            holder = self._connection_claims.get(claim.client_id)
+            if now > unanswered.until or holder != (claim_id, self.peer_id):
                 del self._unanswered[claim_id]  # given up, or the connection is gone or replaced
                 continue
             unanswered.next_at = now + self.repeat_s

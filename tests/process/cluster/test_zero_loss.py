@@ -24,8 +24,16 @@ each, pytest -s shows the "[zero-loss]" lines; lost = PUBACKed and never receive
   g  $share/g, 5 runs x 100: QoS 1: one run of 5 lost all 100; QoS 2: three runs of 5 lost all 100
   h  malformed cluster-port input: 500/500 delivered afterwards, B logged the rejected stream and
      the malformed frame (passes)
-The failing cases take longer than the passing ones (each waits SKIPMQ_ZL_DRAIN_S for what is
-missing): about 5 minutes for the file today; a passing run of a to c is dominated by the stream.
+The failing cases took longer than the passing ones (each waited SKIPMQ_ZL_DRAIN_S for what was
+missing): about 5 minutes for the file.
+
+Measured with issue #10's reliable streams (2026-11-25, 2 cores, default sizes, one run): every
+case passes, 0 lost. a: 20,000 acked, 15 duplicates (stream 16.1 s); b: 20,000, 0 duplicates
+(7.8 s); c: 20,000, 0 duplicates (4.3 s); d: 100 of 100 (1.0 s of rounds); e: 2,523 acked,
+0 duplicates; f: 2,016 acked, 1 duplicate; g: 5 x 100 delivered, QoS 1 and QoS 2, no duplicate;
+h: 500 of 500. The file and test_netsplit.py together: 65 s. The kill -9 cases raise the
+subscriber's queue limit to hold the whole stream (limits.max_queued_messages): with the default
+of 1,000 an offline session drops its oldest messages, counted and logged by reason.
 """
 
 from __future__ import annotations
@@ -54,6 +62,9 @@ WINDOW = env_int("SKIPMQ_ZL_WINDOW", 100)
 STREAM_S = 90.0  # bound on a stream finishing (PUBACKs may wait publish_ack_wait_ms while a broker is down)
 MOVE_RATE_PER_S = 1000.0  # the move/takeover streams are paced so that the move happens mid-stream
 SESSION_EXPIRY_S = 600
+# an offline persistent session may queue the whole stream (the default limit of 1000 drops the
+# oldest, counted and logged: a legitimate policy the overflow tests cover, not a loss under test)
+QUEUE_SETTINGS = {"limits.max_queued_messages": str(MESSAGES * 2)}
 PEER_LINK_OPEN = "/skipmq.v1.PeerLink/Open"
 
 
@@ -135,7 +146,7 @@ def test_kill_9_of_the_subscribers_broker_loses_no_acknowledged_message(
     cluster_factory: ClusterFactory, client_factory: ClientFactory
 ) -> None:
     """(a) kill -9 of B (the subscriber's) mid-stream, restart on its data dir, reconnect."""
-    result, session_present = kill_mid_stream(cluster_factory(3), client_factory, B, "zl-a")
+    result, session_present = kill_mid_stream(cluster_factory(3, QUEUE_SETTINGS), client_factory, B, "zl-a")
     assert session_present, "the restarted broker lost the persistent session"
     check(result)
 
@@ -146,7 +157,7 @@ def test_kill_9_of_the_publishers_broker_loses_no_acknowledged_message(
     cluster_factory: ClusterFactory, client_factory: ClientFactory
 ) -> None:
     """(b) kill -9 of A (the publisher's) mid-stream; the publisher goes on at C; A restarts."""
-    result, _ = kill_mid_stream(cluster_factory(3), client_factory, A, "zl-b")
+    result, _ = kill_mid_stream(cluster_factory(3, QUEUE_SETTINGS), client_factory, A, "zl-b")
     check(result)
 
 
@@ -157,7 +168,7 @@ def test_kill_9_of_an_uninvolved_broker_loses_no_acknowledged_message(
 ) -> None:
     """(c) kill -9 of C (neither publisher's nor subscriber's; it may route or be a class's
     rendezvous point) mid-stream, then restart it."""
-    result, _ = kill_mid_stream(cluster_factory(3), client_factory, C, "zl-c")
+    result, _ = kill_mid_stream(cluster_factory(3, QUEUE_SETTINGS), client_factory, C, "zl-c")
     check(result)
 
 
@@ -413,7 +424,9 @@ def test_malformed_input_on_the_cluster_port_loses_nothing(
 
     send_raw_garbage(port)
     bad_hello = open_stream(port, [NOT_A_FRAME], wait_reply_first=False)
-    bad_frame = open_stream(port, [hello_frame("10.255.255.1:1"), TRUNCATED_FRAME], wait_reply_first=True)
+    # a made-up peer on loopback (port 9, nothing listens): the broker may try to dial back, and a
+    # test sends traffic only to addresses on this machine
+    bad_frame = open_stream(port, [hello_frame("127.0.0.1:9"), TRUNCATED_FRAME], wait_reply_first=True)
     report(f"malformed input: bad first frame -> {bad_hello}; truncated second frame -> {bad_frame}")
 
     pub = client_factory(cluster, A, max_inflight=WINDOW)

@@ -85,12 +85,28 @@ def test_takeover_snapshot_finishes_at_once_and_a_late_one_is_kept() -> None:
     assert late == LateSession(snapshot)
 
 
-def test_takeover_peer_down_ends_claims_waiting_only_for_it() -> None:
-    t = Takeover("a:1", wait_s=1.0)
+def test_takeover_peer_down_ends_claims_waiting_only_for_it_and_the_claim_is_repeated_to_it() -> None:
+    """Issue #10: the CONNECT stops waiting for a broker that went down, but the claim is repeated
+    to it (a partition heals, a broker restarts with a stored session): one owner per client id."""
+    t = Takeover("a:1", wait_s=1.0, repeat_s=2.0)
     claim, _ = t.claim("c", False, ["x:1"], now=0.0, wall_ns=1)
     assert t.next_deadline() == 1.0
     assert t.peer_down("x:1") == [ClaimFinished(claim.claim_id, None)]
+    assert t.next_deadline() == 2.0  # the first repeat
+    assert t.repeats(now=1.9) == []
+    assert t.repeats(now=2.0) == [("x:1", claim)]
+    assert t.repeats(now=4.0) == [("x:1", claim)]
+    assert t.on_reply("x:1", ClaimReply(claim.claim_id, "c", False, None)) is None
+    assert t.repeats(now=6.0) == []  # answered
     assert t.next_deadline() is None
+
+
+def test_takeover_repeats_stop_when_the_connection_no_longer_holds_the_client() -> None:
+    t = Takeover("a:1", wait_s=0.0, repeat_s=1.0)
+    claim, _ = t.claim("c", True, ["x:1"], now=0.0, wall_ns=1, unreachable=["y:1"])
+    assert t.repeats(now=1.0) == [("x:1", claim), ("y:1", claim)]
+    t.claim("c", True, [], now=1.5, wall_ns=2)  # the client reconnected here: a newer claim
+    assert t.repeats(now=2.0) == []
 
 
 def test_takeover_clean_start_does_not_wait() -> None:

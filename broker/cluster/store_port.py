@@ -1,0 +1,73 @@
+"""The cluster's durable state as the engine sees it: a port, and an in-memory implementation.
+
+``ClusterStore`` is implemented for brokers by ``broker.adapters.cluster_store`` (tables in the
+broker's SQLite store, in its group-commit transaction); :class:`MemoryClusterStore` keeps nothing
+across a restart (an engine without persistence, and tests). What it holds is seed 004's state
+that must survive a crash: the send log (SL), the receivers' positions it waits for (AL) and this
+broker's own receive positions (REQ).
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from broker.cluster.messages import ForwardedMessage
+
+__all__ = ["ClusterStore", "MemoryClusterStore"]
+
+
+class ClusterStore(Protocol):
+    """The cluster's durable state (``broker.adapters.cluster_store``): the send log, the
+    receivers' positions it waits for, and this broker's receive positions. Writes join the
+    broker store's group-commit transaction."""
+
+    def log_append(self, forwarded: ForwardedMessage) -> None: ...
+
+    def log_forget(self, key: tuple[str, str], below_seq: int) -> None: ...
+
+    def load_log(self) -> list[ForwardedMessage]: ...
+
+    def set_receiver(self, key: tuple[str, str], peer: str, next_seq: int | None) -> None: ...
+
+    def load_receivers(self) -> list[tuple[tuple[str, str], str, int]]: ...
+
+    def set_position(self, key: tuple[str, str], next_seq: int) -> None: ...
+
+    def load_positions(self) -> list[tuple[tuple[str, str], int]]: ...
+
+
+class MemoryClusterStore:
+    """A ``ClusterStore`` that keeps nothing across a restart (tests of the engine alone)."""
+
+    def __init__(self) -> None:
+        self.log: dict[tuple[str, str, int], ForwardedMessage] = {}
+        self.receivers: dict[tuple[tuple[str, str], str], int] = {}
+        self.positions: dict[tuple[str, str], int] = {}
+
+    def log_append(self, forwarded: ForwardedMessage) -> None:
+        self.log[(forwarded.origin, forwarded.stream, forwarded.seq)] = forwarded
+
+    def log_forget(self, key: tuple[str, str], below_seq: int) -> None:
+        for entry in [k for k in self.log if k[:2] == key and k[2] < below_seq]:
+            del self.log[entry]
+
+    def load_log(self) -> list[ForwardedMessage]:
+        return [self.log[k] for k in sorted(self.log)]
+
+    def set_receiver(self, key: tuple[str, str], peer: str, next_seq: int | None) -> None:
+        if next_seq is None:
+            self.receivers.pop((key, peer), None)
+        else:
+            self.receivers[(key, peer)] = next_seq
+
+    def load_receivers(self) -> list[tuple[tuple[str, str], str, int]]:
+        return [(key, peer, seq) for (key, peer), seq in sorted(self.receivers.items())]
+
+    def set_position(self, key: tuple[str, str], next_seq: int) -> None:
+        if next_seq:
+            self.positions[key] = next_seq
+        else:
+            self.positions.pop(key, None)
+
+    def load_positions(self) -> list[tuple[tuple[str, str], int]]:
+        return sorted(self.positions.items())
