@@ -6,7 +6,10 @@ What a user of a production MQTT cluster relies on, checked after the run has go
   (PUBLISH sent) after a subscriber got the SUBACK of a matching filter, reaches that subscriber
   (its session is persistent and never ends in these runs);
 * **per-publisher order** - the first receipts of one publisher connection's messages at one
-  subscriber come in publish order (QoS 1 may duplicate; MQTT §4.6);
+  subscriber come in publish order (QoS 1 may duplicate; MQTT §4.6), within one session of the
+  subscriber: a message published before the subscriber's current session began (its CONNACK
+  said "no session present", its old session's broker was down or cut off) reaches it only when
+  that old session is merged in later, and is not ordered against the new session's messages;
 * **one owner per client id** - at the end at most one broker has the client id connected;
 * **retained converges** - at the end every live broker holds the same retained value per topic.
 
@@ -53,6 +56,8 @@ class History:
     received: list[Received] = field(default_factory=list)
     # subscriber -> [(filter, virtual time of its first SUBACK)]
     subscriptions: dict[str, list[tuple[str, float]]] = field(default_factory=dict)
+    # subscriber -> virtual times of its CONNACKs that said "no session present"
+    sessions: dict[str, list[float]] = field(default_factory=dict)
     events: list[tuple[object, ...]] = field(default_factory=list)
     clock: Callable[[], float] = lambda: 0.0  # the virtual clock the trace is stamped with
 
@@ -60,6 +65,9 @@ class History:
         filters = self.subscriptions.setdefault(subscriber, [])
         if all(existing != topic_filter for existing, _at in filters):
             filters.append((topic_filter, at))
+
+    def new_session(self, client_id: str, at: float) -> None:
+        self.sessions.setdefault(client_id, []).append(at)
 
     def trace(self, *event: object) -> None:
         self.events.append((round(self.clock(), 6), *event))
@@ -102,12 +110,17 @@ def lost_acknowledged(history: History) -> list[Violation]:
 def publisher_order(history: History) -> list[Violation]:
     last: dict[tuple[str, str, int], int] = {}
     seen: set[tuple[str, str, int, int]] = set()
+    published = {(a.publisher, a.epoch, a.seq): a.published_at for a in history.acked}
     violations = []
     for r in history.received:
         key = (r.subscriber, r.publisher, r.epoch)
         if (*key, r.seq) in seen:
             continue  # a QoS 1 duplicate
         seen.add((*key, r.seq))
+        started = [at for at in history.sessions.get(r.subscriber, ()) if at <= r.at]
+        sent = published.get((r.publisher, r.epoch, r.seq))
+        if len(started) > 1 and sent is not None and sent < started[-1]:
+            continue  # from an older session of the subscriber, merged into the current one
         previous = last.get(key, 0)
         if r.seq < previous:
             violations.append(

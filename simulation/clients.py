@@ -187,6 +187,8 @@ class SimClient:
         if isinstance(packet, Connack):
             self.connected = packet.reason_code == 0
             history.trace("connack", self.client_id, packet.session_present)
+            if self.connected and not packet.session_present:
+                history.new_session(self.client_id, self.world.now)
             if self.on_connack is not None:
                 self.on_connack(self, packet.session_present)
         elif isinstance(packet, Puback):

@@ -542,14 +542,15 @@ class ClusterEngine(StreamsMixin):
         if self.stopped or self.node is None or self.transport is None or self.takeover is None:
             return None
         peers = self.transport.connected_peers()
-        if not peers:
-            return None
         wall_ns = int(self.scheduler.wall_time() * 1e9)
+        # recorded even with no peer connected: it is repeated to brokers that come back (one of
+        # them may hold a stored session of this client)
         claim, waits = self.takeover.claim(
             client_id, clean_start, peers, self._now(), wall_ns, unreachable=self._down_peers
         )
-        self.stats.claims_sent += 1
-        self._publish_control(claim)
+        if peers:
+            self.stats.claims_sent += 1
+            self._publish_control(claim)
         self._arm_timer()
         if not waits:
             return None  # nothing to wait for: the old connection is closed when the claim arrives

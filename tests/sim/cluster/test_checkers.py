@@ -59,6 +59,27 @@ def test_order_is_per_publisher_connection() -> None:
     assert publisher_order(history) == []
 
 
+def test_order_is_per_subscriber_session() -> None:
+    """A message published before the subscriber's current session began (its CONNACK said "no
+    session present": the old session's broker was down) arrives when the old session is merged
+    in later; it is not ordered against the new session's messages. Messages published after the
+    new session began still are."""
+    history = _history()
+    history.new_session("sub", 0.9)  # the first connection
+    history.new_session("sub", 3.0)  # reconnected elsewhere, the old session out of reach
+    history.acked.append(Acked("pub", 1, 3, "plant/a", published_at=2.5, acked_at=2.6))  # old session
+    history.acked.append(Acked("pub", 1, 4, "plant/a", published_at=3.5, acked_at=3.6))
+    history.acked.append(Acked("pub", 1, 5, "plant/a", published_at=3.7, acked_at=3.8))
+    history.received.append(Received("sub", "plant/a", "pub", 1, 4, at=3.55))
+    history.received.append(Received("sub", "plant/a", "pub", 1, 3, at=5.0))  # merged in late
+    assert publisher_order(history) == []
+    history.received.append(Received("sub", "plant/a", "pub", 1, 5, at=3.75))
+    history.received.append(Received("sub", "plant/a", "pub", 1, 4, at=3.9))  # a duplicate: fine
+    assert publisher_order(history) == []
+    history.received.insert(2, Received("sub", "plant/a", "pub", 1, 5, at=3.52))  # 5 before 4
+    assert [v.kind for v in publisher_order(history)] == ["order"]
+
+
 def test_two_owners_of_one_client_id_are_reported() -> None:
     assert one_owner({"c": ["b1"], "d": []}) == []
     assert [v.kind for v in one_owner({"c": ["b1", "b2"]})] == ["owners"]
