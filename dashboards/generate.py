@@ -134,7 +134,7 @@ CLUSTER_PANELS: list[tuple[str, str, list[tuple[str, str]], int]] = [
         12,
     ),
     (
-        "QoS>0 publishes confirmed cluster-wide",
+        "Forwarded QoS>0 publications completed by the overlay",
         "ops",
         [("sum by (complete) (rate(skipmq_cluster_publish_done_total[5m]))", "complete={{complete}}")],
         12,
@@ -144,8 +144,28 @@ CLUSTER_PANELS: list[tuple[str, str, list[tuple[str, str]], int]] = [
         "ops",
         [
             ("sum(rate(skipmq_cluster_reordered_total[5m]))", "held for an earlier message"),
-            ("sum(rate(skipmq_cluster_gaps_skipped_total[5m]))", "gaps skipped"),
+            ("sum(rate(skipmq_cluster_gaps_skipped_total[5m]))", "gaps given up"),
             ("sum(rate(skipmq_cluster_duplicates_dropped_total[5m]))", "duplicates dropped"),
+            ("sum(rate(skipmq_cluster_rets_sent_total[5m]))", "RET sent"),
+        ],
+        12,
+    ),
+    (
+        "Send log: retransmissions",
+        "ops",
+        [
+            ("sum(rate(skipmq_cluster_resent_total[5m]))", "resent to a receiver"),
+            ("sum(rate(skipmq_cluster_republished_total[5m]))", "published again"),
+            ("sum(rate(skipmq_cluster_receivers_given_up_total[5m]))", "receivers given up"),
+        ],
+        12,
+    ),
+    (
+        "Send log size",
+        "short",
+        [
+            ("sum by (instance) (skipmq_cluster_send_log_messages)", "messages {{instance}}"),
+            ("sum by (instance) (skipmq_cluster_send_log_receivers)", "receivers {{instance}}"),
         ],
         12,
     ),
