@@ -84,6 +84,8 @@ PUBLISHER_IDLE_S = 600.0  # a publisher virtual node unused this long leaves its
 SWEEP_INTERVAL_S = 30.0
 STREAM_IDLE_S = 900.0  # receive state of a silent (origin, class) stream is dropped
 ACK_REFRESH_RETRANSMITS = 2  # receivers acknowledge recent streams again every 2 x retransmit_ms
+PROBE_RETRANSMITS = 2  # peers reported down are contacted again every 2 x retransmit_ms ...
+DOWN_PEER_MEMORY_S = 600.0  # ... for this long
 
 __all__ = ["CONTROL_CLASS", "SHARE_PREFIX", "ClusterEngine", "PeerTransport", "overlay_config_for"]
 
@@ -156,7 +158,10 @@ class ClusterEngine(StreamsMixin):
         self._claim_waits: dict[int, Completion[SessionSnapshot | None]] = {}  # claim id -> completion
         # sessions moved here: where their old broker stood in their classes' streams
         self._moved_positions: dict[str, tuple[StreamPosition, ...]] = {}
-        self._down_peers: set[str] = set()  # reported down; repeated claims go to them when back
+        # peers reported down -> since when: probed, and claims and undelivered messages go to them
+        # when they are back (a heal, a restart)
+        self._down_peers: dict[str, float] = {}
+        self._next_probe: float | None = None
         self._heard_from: set[str] = set()  # peers this incarnation has heard from
         # (origin, class) -> [(next seq, end seq, client)]: messages a moved session still needs
         self._catch_ups: dict[tuple[str, str], list[list[Any]]] = {}
@@ -276,7 +281,10 @@ class ClusterEngine(StreamsMixin):
                 self._sender_actions(self.sender.done(action.publication_id, action.complete, self._now()))
         elif isinstance(action, api.SubscriberPresence) and action.present and self.sender is not None:
             # a subscription elsewhere just became reachable: what was kept goes out first
-            for message in self.sender.presence_on(action.topic, self._now()):
+            messages, held = self.sender.presence_on(action.topic, self._now())
+            for forwarded in held:
+                self._publish_forwarded(forwarded)
+            for message in messages:
                 self._forward(action.topic, message)
 
     def _send(self, dest: str, item: object) -> None:
@@ -308,6 +316,7 @@ class ClusterEngine(StreamsMixin):
             takeover.next_deadline() if takeover is not None else None,
             retained_sync.next_deadline() if retained_sync is not None else None,
             self._next_sweep,
+            self._next_probe,
         ):
             if candidate is not None and (deadline is None or candidate < deadline):
                 deadline = candidate
@@ -342,6 +351,8 @@ class ClusterEngine(StreamsMixin):
         self._send_copy_request(self.retained_sync.anti_entropy(self.transport.connected_peers(), now))
         if self._next_sweep is not None and self._next_sweep <= now:
             self._sweep(now)
+        if self._next_probe is not None and self._next_probe <= now:
+            self._probe_down_peers(now)
         self._after_event()
 
     def _after_event(self) -> None:
@@ -373,7 +384,9 @@ class ClusterEngine(StreamsMixin):
         if self.stopped:
             return
         self._handle(api.PeerUnreachable(peer))
-        self._down_peers.add(peer)
+        self._down_peers.setdefault(peer, self._now())
+        if self._next_probe is None:
+            self._next_probe = self._now() + self.cluster.retransmit_ms / 1000.0 * PROBE_RETRANSMITS
         assert self.transport is not None and self.takeover is not None
         self.transport.drop_queued(peer)  # the overlay re-sends what matters around it
         self._finish_claims(self.takeover.peer_down(peer))
@@ -385,13 +398,33 @@ class ClusterEngine(StreamsMixin):
         a partition healed): the claims of our connected clients are repeated to it, so each client
         id ends with one owner, the newest connection (an older session and what was queued for it
         move here)."""
-        self._down_peers.discard(peer)
+        self._down_peers.pop(peer, None)
         takeover = self.takeover
         broker = self.broker
-        if takeover is None or broker is None:
+        sender = self.sender
+        retained_sync = self.retained_sync
+        if takeover is None or broker is None or sender is None or retained_sync is None:
             return
         for claim in takeover.claims_to_repeat(broker.client_connected):
             self._send_envelope(peer, claim.client_id, claim.claim_id, claim)
+        self._sender_actions(sender.logged_for(peer))
+        # compare retained stores at once; and the answer tells ``peer`` we are back too
+        self._send_envelope(peer, "", 0, RetainedSyncRequest(0, retained_sync.digest))
+
+    def _probe_down_peers(self, now: float) -> None:
+        """Peers reported down are contacted again every few retransmit periods (for at most
+        ``DOWN_PEER_MEMORY_S``): the two sides of a healed partition find each other even when
+        their overlay halves do not (a broker that restarted during the split joined only its half)."""
+        self._next_probe = None
+        assert self.transport is not None and self.retained_sync is not None
+        connected = self.transport.connected_peers()
+        for peer, since in list(self._down_peers.items()):
+            if now - since > DOWN_PEER_MEMORY_S:
+                del self._down_peers[peer]
+            elif peer not in connected:
+                self._send_envelope(peer, "", 0, RetainedSyncRequest(0, self.retained_sync.digest))
+        if self._down_peers:
+            self._next_probe = now + self.cluster.retransmit_ms / 1000.0 * PROBE_RETRANSMITS
 
     def _sweep(self, now: float) -> None:
         """Leave idle publisher classes; forget silent receive streams and old claims."""
@@ -491,9 +524,14 @@ class ClusterEngine(StreamsMixin):
                     # the overlay sees no subscriber, but a receiver that crashed or is cut off
                     # still expects the stream: logged, it gets it by resend when it is back
                     self._forward(cls, message, overlay=False)
+                elif message.qos and sender.recently_present(cls, now):
+                    # subscribers a moment ago (one moving or restarting): logged, published when
+                    # presence returns
+                    self._forward(cls, message, held=True)
                 else:
                     sender.skip(cls, message, now)  # nobody subscribes (exhaust data, seed 003 §3.2)
                 continue
+            sender.present(cls, now)
             self._forward(cls, message)
         if message.retain:
             self._publish_retained(message)

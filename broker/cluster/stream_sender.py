@@ -24,7 +24,10 @@ Seed 004 (CO protocol, Sakamoto et al.) adapted to a cluster whose groups follow
   forwarded (exhaust data, seed 003 §3.2) but kept ``presence_grace_s``: when presence turns on
   (a subscription elsewhere just became reachable), the kept messages go out first
   (``presence_on``), so a message published right after a SUBACK on another broker is not lost
-  to the rendezvous point's notification delay.
+  to the rendezvous point's notification delay. For a class that had subscribers within the
+  grace (one just moved or restarted), the kept messages are log entries (``append(held=True)``:
+  durable for QoS >= 1, published when presence returns, after a restart at once); for a class
+  without recent subscribers they are kept in memory only, at no cost per message.
 
 Events in (``append``, ``published``, ``done``, ``acked``, ``ret``, ``tick`` with ``now``),
 actions out as plain data. No I/O, no clock of its own.
@@ -96,6 +99,7 @@ class _Entry:
     confirmed: bool  # the overlay reported its (last) publication complete
     sent_at: float
     created_at: float
+    held: bool = False  # waits for the class's presence before it is published
 
 
 @dataclass(slots=True)
@@ -128,12 +132,16 @@ class StreamSender:
         self._streams: dict[StreamKey, _Stream] = {}
         self._publications: dict[int, tuple[StreamKey, int]] = {}  # publication id -> (key, seq)
         self._skipped: dict[str, deque[tuple[float, Message]]] = {}  # class -> kept while absent
+        self._present_at: dict[str, float] = {}  # class -> when it last had subscribers
         self._next_check: float | None = None
 
     # ------------------------------------------------------------------ sending
-    def append(self, cls: str, message: Message, now: float, *, confirmed: bool = False) -> ForwardedMessage:
+    def append(
+        self, cls: str, message: Message, now: float, *, confirmed: bool = False, held: bool = False
+    ) -> ForwardedMessage:
         """Number ``message`` on this broker's stream of ``cls`` and keep it in the log
-        (``confirmed``: it does not go through the overlay, only to the known receivers)."""
+        (``confirmed``: it does not go through the overlay, only to the known receivers;
+        ``held``: published when the class's presence returns, see ``presence_on``)."""
         key = (self.origin, cls)
         stream = self._streams.get(key)
         if stream is None:
@@ -146,7 +154,7 @@ class StreamSender:
         # overlay completion; it still answers RET while the broker runs
         durable = message.qos > 0
         confirmed = confirmed or not durable
-        stream.entries[seq] = _Entry(forwarded, durable, confirmed, now, now)
+        stream.entries[seq] = _Entry(forwarded, durable, confirmed, now, now, held)
         if not confirmed:
             stream.unconfirmed.add(seq)
         self._arm(now)
@@ -192,13 +200,30 @@ class StreamSender:
         while kept and kept[0][0] < horizon:
             kept.popleft()
 
-    def presence_on(self, cls: str, now: float) -> list[Message]:
-        """Presence of ``cls`` turned on: the messages kept while it was off, oldest first."""
+    def present(self, cls: str, now: float) -> None:
+        """``cls`` has subscribers (its presence turned on, or a message was forwarded on it)."""
+        self._present_at[cls] = now
+
+    def recently_present(self, cls: str, now: float) -> bool:
+        return now - self._present_at.get(cls, float("-inf")) <= self.presence_grace_s
+
+    def presence_on(self, cls: str, now: float) -> tuple[list[Message], list[ForwardedMessage]]:
+        """Presence of ``cls`` turned on: the messages kept in memory while it was off, and the
+        held log entries to publish now, oldest first."""
+        self._present_at[cls] = now
         kept = self._skipped.pop(cls, None)
-        if not kept:
-            return []
         horizon = now - self.presence_grace_s
-        return [message for at, message in kept if at >= horizon]
+        messages = [message for at, message in kept if at >= horizon] if kept else []
+        held: list[ForwardedMessage] = []
+        stream = self._streams.get((self.origin, cls))
+        if stream is not None:
+            for seq in stream.unconfirmed:
+                entry = stream.entries[seq]
+                if entry.held:
+                    entry.held = False
+                    entry.sent_at = now
+                    held.append(entry.forwarded)
+        return messages, held
 
     # ------------------------------------------------------------------ receivers
     def acked(self, peer: str, positions: tuple[StreamPosition, ...], now: float) -> list[SenderAction]:
@@ -279,10 +304,16 @@ class StreamSender:
                     del self._streams[key]  # an old incarnation's stream, all delivered
                 continue
             republished = 0
-            for seq in stream.unconfirmed:
+            for seq in list(stream.unconfirmed):
                 if republished >= RESEND_BATCH:
                     break
                 entry = entries[seq]
+                if entry.held:
+                    if entry.created_at + self.presence_grace_s < now:
+                        entry.held = False  # nobody subscribed again within the grace: done
+                        entry.confirmed = True
+                        stream.unconfirmed.discard(seq)
+                    continue
                 if entry.sent_at <= due:
                     entry.sent_at = now
                     republished += 1
@@ -311,6 +342,20 @@ class StreamSender:
 
     def next_deadline(self) -> float | None:
         return self._next_check
+
+    def logged_for(self, peer: str) -> list[SenderAction]:
+        """Broker ``peer`` is reachable again (a heal, a restart): what the log still holds (not
+        acknowledged everywhere, or within ``min_retention_s``) is sent to it directly - it may be
+        a receiver this broker never heard from, whose half of the overlay was cut off, and the
+        overlay may have called a publication complete without it. It drops what it already has
+        and answers "left" for classes it does not subscribe."""
+        actions: list[SenderAction] = []
+        for key, stream in self._streams.items():
+            if not stream.entries or peer in stream.receivers:
+                continue  # a known receiver gets its resends from tick()
+            messages = [entry.forwarded for entry in stream.entries.values()[:RESEND_BATCH]]
+            actions.append(Resend(peer, StreamResend(key[0], key[1], tuple(messages), 0)))
+        return actions
 
     # ------------------------------------------------------------------ sessions moving away
     def position(self, cls: str) -> int:

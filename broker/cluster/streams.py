@@ -54,13 +54,13 @@ class StreamsMixin:
     _handle: Callable[[Any], None]
     _send_envelope: Callable[[str, str, int, Any], None]
 
-    def _forward(self, cls: str, message: Message, *, overlay: bool = True) -> None:
+    def _forward(self, cls: str, message: Message, *, overlay: bool = True, held: bool = False) -> None:
         sender = self.sender
         assert sender is not None
-        forwarded = sender.append(cls, message, self._now(), confirmed=not overlay)
+        forwarded = sender.append(cls, message, self._now(), confirmed=not overlay, held=held)
         if message.qos:
             self.store.log_append(forwarded)  # in this publish's commit, before its PUBACK
-        if overlay:
+        if overlay and not held:
             self._publish_forwarded(forwarded)
 
     def _publishing(self, cls: str, now: float) -> None:
@@ -172,7 +172,7 @@ class StreamsMixin:
         now = self._now()
         for position in positions:
             key = (position.origin, position.stream)
-            if position.origin == sender.origin:  # our own stream: from our send log
+            if origin_peer(position.origin) == self.peer_id:  # our stream (any incarnation): our log
                 messages, kept_from = sender.logged_from(key, position.next_seq)
                 self._count_given_up(key, kept_from - position.next_seq)
                 accept = self._class_filter(position.stream)

@@ -119,10 +119,28 @@ def test_sender_gives_up_a_receiver_silent_for_the_retention_and_counts_what_it_
 
 def test_sender_keeps_messages_skipped_while_nobody_subscribed_for_the_presence_grace() -> None:
     sender = _sender()
+    assert not sender.recently_present(CLS, now=0.0)  # never had subscribers: memory only
     sender.skip(CLS, _msg(1), now=0.0)
     sender.skip(CLS, _msg(2), now=1.5)
-    assert [m.payload for m in sender.presence_on(CLS, now=2.5)] == [b"2"]  # 1 is older than 2 s
-    assert sender.presence_on(CLS, now=2.6) == []
+    messages, held = sender.presence_on(CLS, now=2.5)
+    assert [m.payload for m in messages] == [b"2"] and held == []  # 1 is older than 2 s
+    assert sender.presence_on(CLS, now=2.6) == ([], [])
+
+
+def test_sender_holds_log_entries_of_a_class_whose_subscribers_just_went_away() -> None:
+    """A subscriber moving or restarting: presence is off for a moment. The messages are log
+    entries (durable for QoS >= 1), published when presence returns - or dropped after the grace."""
+    sender = _sender()
+    sender.present(CLS, now=10.0)
+    assert sender.recently_present(CLS, now=11.0)
+    held = sender.append(CLS, _msg(1), now=11.0, held=True)
+    assert sender.tick(now=11.6) == []  # not published while held
+    messages, republish = sender.presence_on(CLS, now=11.8)
+    assert messages == [] and republish == [held]
+    late = sender.append(CLS, _msg(2), now=12.0, held=True)
+    assert late.seq == 2
+    assert Republish(late) not in sender.tick(now=14.5)  # the grace ran out: given up, not published
+    assert not sender.recently_present(CLS, now=14.5)
 
 
 def test_sender_left_receiver_no_longer_holds_the_log_and_restore_resumes_it() -> None:
