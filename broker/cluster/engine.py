@@ -46,9 +46,11 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from broker.cluster.classes import topic_classes
 from broker.cluster.interest import SHARE_PREFIX, Interest, share_topic
+from broker.cluster.interest_table import InterestTable
 from broker.cluster.messages import (
     DEFAULT_ENVELOPE_TTL,
     ClaimReply,
+    ClassInterest,
     Envelope,
     ForwardedMessage,
     RetainedSyncReply,
@@ -131,6 +133,7 @@ class ClusterEngine(StreamsMixin):
         self.stats = ClusterStats()
         self.incarnation = f"{self.rng.getrandbits(48):012x}"
         self.interest = Interest(cluster.class_levels)
+        self.interest_table = InterestTable()  # which other brokers subscribe which classes
         retransmit_s = cluster.retransmit_ms / 1000.0
         self.receiver = StreamReceiver(
             ret_delay_s=cluster.reorder_hold_ms / 1000.0,
@@ -407,6 +410,7 @@ class ClusterEngine(StreamsMixin):
             return
         for claim in takeover.claims_to_repeat(broker.client_connected):
             self._send_envelope(peer, claim.client_id, claim.claim_id, claim)
+        self._send_envelope(peer, "", 0, ClassInterest(tuple(self.interest.classes()), (), True))
         self._sender_actions(sender.logged_for(peer))
         # compare retained stores at once; and the answer tells ``peer`` we are back too
         self._send_envelope(peer, "", 0, RetainedSyncRequest(0, retained_sync.digest))
@@ -451,16 +455,45 @@ class ClusterEngine(StreamsMixin):
     def _apply_interest(self, changes: list[Any]) -> None:
         if not changes or self.node is None or self.stopped:
             return  # before start: start() joins every counted topic
+        subscribed: list[str] = []
+        unsubscribed: list[str] = []
         for change in changes:
             event = api.JoinTopic if change.joined else api.LeaveTopic
             self._handle(event(change.topic, Role.SUBSCRIBER))
+            if not change.topic.startswith(SHARE_PREFIX):
+                (subscribed if change.joined else unsubscribed).append(change.topic)
             if not change.joined:
                 # no subscriber of the class here any more: its senders stop keeping messages for us
                 for positions in self.receiver.leave_class(change.topic):
                     self._send_stream(positions.peer, positions.ack)
                     for left in positions.ack.left:
                         self.store.set_position((left.origin, left.stream), 0)
+        if subscribed or unsubscribed:
+            self._announce_interest(ClassInterest(tuple(subscribed), tuple(unsubscribed)))
         self._arm_timer()
+
+    def _known_peers(self) -> set[str]:
+        transport = self.transport
+        peers = set(self._heard_from) | set(self._down_peers)
+        if transport is not None:
+            peers |= transport.connected_peers()
+        peers.discard(self.peer_id)
+        return peers
+
+    def _announce_interest(self, interest: ClassInterest) -> None:
+        """Tell every broker we know which classes we (no longer) subscribe (filter propagation)."""
+        for peer in sorted(self._known_peers()):
+            self._send_envelope(peer, "", 0, interest)
+
+    def _on_interest(self, peer: str, interest: ClassInterest) -> None:
+        sender = self.sender
+        assert sender is not None
+        added, removed = self.interest_table.apply(peer, interest)
+        now = self._now()
+        for cls in added:
+            self._sender_actions(sender.register(peer, cls, now, from_log_start=interest.full))
+        for cls in removed:
+            self._sender_actions(sender.unregister(peer, cls, now))
 
     def subscriptions_ready(self, topic_filters: list[tuple[str, str | None]]) -> Completion[bool] | None:
         """A completion done once the classes of ``topic_filters`` ((filter, share group) pairs)
@@ -677,6 +710,8 @@ class ClusterEngine(StreamsMixin):
                 self._apply_retained(update)
         elif isinstance(body, SessionClaim):  # repeated to us after a partition or a restart
             self._on_claim(body)
+        elif isinstance(body, ClassInterest):
+            self._on_interest(envelope.orig, body)
         else:
             self._on_stream_body(envelope.orig, body)
 

@@ -137,9 +137,26 @@ class StreamResend:
     gone_below: int = 0
 
 
+@dataclass(frozen=True, slots=True)
+class ClassInterest:
+    """The topic classes the sending broker subscribes (``full``: the whole list) or stopped
+    subscribing: filter propagation (seed 000) that tells senders whom to keep messages for."""
+
+    subscribed: tuple[str, ...]
+    unsubscribed: tuple[str, ...] = ()
+    full: bool = False
+
+
 StreamBody = StreamAck | StreamRet | StreamResend
 DirectedBody = (
-    ClaimReply | RetainedSyncRequest | RetainedSyncReply | StreamAck | StreamRet | StreamResend | SessionClaim
+    ClaimReply
+    | RetainedSyncRequest
+    | RetainedSyncReply
+    | StreamAck
+    | StreamRet
+    | StreamResend
+    | SessionClaim
+    | ClassInterest
 )
 
 

@@ -109,6 +109,7 @@ class _Stream:
     receivers: dict[str, int] = field(default_factory=dict)  # peer -> AL (next seq it expects)
     heard: dict[str, float] = field(default_factory=dict)  # peer -> when it last acknowledged
     resent_at: dict[str, float] = field(default_factory=dict)  # peer -> last unprompted resend
+    assumed: set[str] = field(default_factory=set)  # registered by interest, not acknowledged yet
     next_seq: int = 1
 
 
@@ -137,7 +138,14 @@ class StreamSender:
 
     # ------------------------------------------------------------------ sending
     def append(
-        self, cls: str, message: Message, now: float, *, confirmed: bool = False, held: bool = False
+        self,
+        cls: str,
+        message: Message,
+        now: float,
+        *,
+        confirmed: bool = False,
+        held: bool = False,
+        expected: frozenset[str] = frozenset(),
     ) -> ForwardedMessage:
         """Number ``message`` on this broker's stream of ``cls`` and keep it in the log
         (``confirmed``: it does not go through the overlay, only to the known receivers;
@@ -148,6 +156,11 @@ class StreamSender:
             stream = self._streams[key] = _Stream()
         seq = stream.next_seq
         stream.next_seq = seq + 1
+        for peer in expected:  # subscriber brokers of the class (filter propagation): from here on
+            if peer not in stream.receivers:
+                stream.receivers[peer] = seq
+                stream.heard[peer] = now
+                stream.assumed.add(peer)
         low = self._low(stream)
         forwarded = ForwardedMessage(self.origin, cls, seq, message, low)
         # QoS 0 is kept in memory only (at most once: nothing to keep across a crash) and needs no
@@ -236,12 +249,41 @@ class StreamSender:
                 continue  # nothing logged for it any more (freed, or an unknown incarnation)
             stream.heard[peer] = now
             previous = stream.receivers.get(peer)
-            if previous is not None and position.next_seq <= previous:
+            if peer in stream.assumed:
+                # registered by interest at a guessed position: its own acknowledgement rules, even
+                # lower (a session moved to it brought an earlier position)
+                stream.assumed.discard(peer)
+            elif previous is not None and position.next_seq <= previous:
                 continue
             stream.receivers[peer] = position.next_seq
             actions.append(ReceiverAt(key, peer, position.next_seq))
             actions += self._free(key, stream, now)
         return actions
+
+    def register(self, peer: str, cls: str, now: float, *, from_log_start: bool) -> list[SenderAction]:
+        """Broker ``peer`` subscribes ``cls`` (filter propagation): a receiver of every stream of
+        ``cls`` here - from the next message (a new subscription), or from the log's first entry
+        (a broker that starts or comes back: it may have missed them)."""
+        actions: list[SenderAction] = []
+        for key, stream in self._streams.items():
+            if key[1] != cls or peer in stream.receivers:
+                continue
+            if key[0] != self.origin and not stream.entries:
+                continue  # an old incarnation's stream, all delivered
+            first = stream.entries.peekitem(0)[0] if stream.entries else stream.next_seq
+            start = int(first) if from_log_start else stream.next_seq
+            stream.receivers[peer] = start
+            stream.heard[peer] = now
+            stream.assumed.add(peer)
+            actions.append(ReceiverAt(key, peer, start))
+        if actions:
+            self._arm(now)
+        return actions
+
+    def unregister(self, peer: str, cls: str, now: float) -> list[SenderAction]:
+        """Broker ``peer`` no longer subscribes ``cls``."""
+        positions = tuple(StreamPosition(key[0], key[1], 0) for key in self._streams if key[1] == cls)
+        return self.left(peer, positions, now)
 
     def left(self, peer: str, positions: tuple[StreamPosition, ...], now: float) -> list[SenderAction]:
         """Receiver ``peer`` no longer subscribes these streams' classes."""
@@ -254,6 +296,7 @@ class StreamSender:
             del stream.receivers[peer]
             stream.heard.pop(peer, None)
             stream.resent_at.pop(peer, None)
+            stream.assumed.discard(peer)
             actions.append(ReceiverAt(key, peer, None))
             actions += self._free(key, stream, now)
         return actions

@@ -25,6 +25,7 @@ from overlay.api import Role
 
 if TYPE_CHECKING:
     from broker.cluster.interest import Interest
+    from broker.cluster.interest_table import InterestTable
     from broker.cluster.stats import ClusterStats
     from broker.cluster.store_port import ClusterStore
     from broker.core.ports import BrokerApi
@@ -44,6 +45,7 @@ class StreamsMixin:
     sender: StreamSender | None
     receiver: StreamReceiver
     interest: Interest
+    interest_table: InterestTable
     stats: ClusterStats
     peer_id: str
     _published: dict[str, float]
@@ -57,7 +59,10 @@ class StreamsMixin:
     def _forward(self, cls: str, message: Message, *, overlay: bool = True, held: bool = False) -> None:
         sender = self.sender
         assert sender is not None
-        forwarded = sender.append(cls, message, self._now(), confirmed=not overlay, held=held)
+        expected = self.interest_table.peers_of(cls)  # subscriber brokers we were told of
+        forwarded = sender.append(
+            cls, message, self._now(), confirmed=not overlay, held=held, expected=expected
+        )
         if message.qos:
             self.store.log_append(forwarded)  # in this publish's commit, before its PUBACK
         if overlay and not held:

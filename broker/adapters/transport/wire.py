@@ -32,6 +32,7 @@ from google.protobuf.message import DecodeError
 from broker.adapters.transport._pb.skipmq.v1 import cluster_pb2 as pb
 from broker.cluster.messages import (
     ClaimReply,
+    ClassInterest,
     DirectedBody,
     Envelope,
     ForwardedMessage,
@@ -630,6 +631,15 @@ def envelope_to_proto(envelope: Envelope, out: Any | None = None, where: str = "
         _set(sync, "last", bool(body.last), body_where)
     elif isinstance(body, SessionClaim):
         _claim_to_proto(body, out.session_claim, f"{where}.SessionClaim")
+    elif isinstance(body, ClassInterest):
+        interest = out.class_interest
+        interest.SetInParent()
+        for name in ("subscribed", "unsubscribed"):
+            for index, cls in enumerate(getattr(body, name)):
+                if not isinstance(cls, str):
+                    raise WireError(f"{where}.ClassInterest.{name}[{index}]: expected str")
+                getattr(interest, name).append(cls)
+        _set(interest, "full", bool(body.full), f"{where}.ClassInterest")
     elif not _stream_body_to_proto(body, out, where):
         raise WireError(
             f"{where}.body: must be ClaimReply, RetainedSyncRequest, RetainedSyncReply, StreamAck, "
@@ -666,6 +676,9 @@ def envelope_from_proto(src: Any, where: str = "envelope") -> Envelope:
             for index, update in enumerate(sync.updates)
         )
         body = RetainedSyncReply(sync.request_id, updates, sync.last)
+    elif case == "class_interest":
+        interest = src.class_interest
+        body = ClassInterest(tuple(interest.subscribed), tuple(interest.unsubscribed), interest.full)
     elif case == "session_claim":
         claim = src.session_claim
         body = SessionClaim(claim.origin, claim.client_id, claim.claim_id, claim.clean_start)

@@ -7,7 +7,15 @@ Events with an explicit ``now`` go in; the exact outputs are asserted. No broker
 
 from __future__ import annotations
 
-from broker.cluster.messages import ForwardedMessage, StreamAck, StreamPosition, StreamResend, StreamRet
+from broker.cluster.interest_table import InterestTable
+from broker.cluster.messages import (
+    ClassInterest,
+    ForwardedMessage,
+    StreamAck,
+    StreamPosition,
+    StreamResend,
+    StreamRet,
+)
 from broker.cluster.stream_receiver import SendAck, SendRet, StreamReceiver, origin_peer
 from broker.cluster.stream_sender import Forget, GaveUp, ReceiverAt, Republish, Resend, StreamSender
 from broker.cluster.subscribe_waits import SubscribeWaits
@@ -256,3 +264,42 @@ def test_subscribe_waits_finish_when_every_class_is_joined_or_time_out() -> None
     assert waits.next_deadline() == 4.0
     assert waits.tick(now=4.0) == [(second, False)]
     assert not waits.waiting()
+
+
+# ============================================================================ filter propagation
+def test_interest_table_applies_deltas_and_full_lists() -> None:
+    table = InterestTable()
+    assert table.apply("b:1", ClassInterest(("=a", "=b"))) == (["=a", "=b"], [])
+    assert table.peers_of("=a") == frozenset({"b:1"})
+    assert table.apply("b:1", ClassInterest((), ("=a",))) == ([], ["=a"])
+    assert table.apply("b:1", ClassInterest(("=c",), (), full=True)) == (["=c"], ["=b"])
+    assert table.classes_of("b:1") == frozenset({"=c"})
+    assert table.peers_of("=a") == frozenset()
+
+
+def test_sender_registers_subscriber_brokers_it_was_told_of_and_keeps_messages_for_them() -> None:
+    """Filter propagation (seed 000): a broker that subscribes the class is a receiver from the
+    next message on, even before it acknowledged anything (the overlay may not reach it)."""
+    sender = StreamSender(A, retransmit_s=1.0, retention_s=100.0, presence_grace_s=2.0, min_retention_s=10.0)
+    first = sender.append(CLS, _msg(1), now=0.0, expected=frozenset({"b:1"}))
+    sender.published(1, first)
+    sender.done(1, True, now=0.0)  # the overlay says done (it did not reach b)
+    assert sender.tick(now=20.0)[-1:] == [Resend("b:1", StreamResend(A, CLS, (first,), 0))]
+    assert sender.logged_count() == 1  # kept for b, past the minimum retention
+
+
+def test_an_assumed_receiver_position_gives_way_to_its_own_lower_acknowledgement() -> None:
+    """A broker registered by interest at the next message may acknowledge an earlier position
+    (a session that moved to it brought its old broker's): the sender resends from there."""
+    sender = StreamSender(A, retransmit_s=1.0, retention_s=100.0, presence_grace_s=2.0, min_retention_s=10.0)
+    for i in range(1, 4):
+        forwarded = sender.append(CLS, _msg(i), now=0.0)
+        sender.published(i, forwarded)
+        sender.done(i, True, now=0.0)
+    assert sender.register("b:1", CLS, now=0.0, from_log_start=False) == [ReceiverAt((A, CLS), "b:1", 4)]
+    assert sender.acked("b:1", (StreamPosition(A, CLS, 2),), now=0.1) == [ReceiverAt((A, CLS), "b:1", 2)]
+    [resend] = [a for a in sender.tick(now=1.5) if isinstance(a, Resend)]
+    assert [f.seq for f in resend.resend.messages] == [2, 3]
+    # a broker that comes back is registered from the log's first entry
+    assert sender.register("c:1", CLS, now=2.0, from_log_start=True) == [ReceiverAt((A, CLS), "c:1", 1)]
+    assert sender.unregister("c:1", CLS, now=2.0)[0] == ReceiverAt((A, CLS), "c:1", None)

@@ -429,7 +429,7 @@ class RetainedSyncReply(_message.Message):
     def __init__(self, request_id: _Optional[int] = ..., updates: _Optional[_Iterable[_Union[RetainedUpdate, _Mapping]]] = ..., last: _Optional[bool] = ...) -> None: ...
 
 class Envelope(_message.Message):
-    __slots__ = ("orig", "dest", "from_client", "to_client", "ref", "ttl", "claim_reply", "retained_sync_request", "retained_sync_reply", "stream_ack", "stream_ret", "stream_resend", "session_claim")
+    __slots__ = ("orig", "dest", "from_client", "to_client", "ref", "ttl", "claim_reply", "retained_sync_request", "retained_sync_reply", "stream_ack", "stream_ret", "stream_resend", "session_claim", "class_interest")
     ORIG_FIELD_NUMBER: _ClassVar[int]
     DEST_FIELD_NUMBER: _ClassVar[int]
     FROM_CLIENT_FIELD_NUMBER: _ClassVar[int]
@@ -443,6 +443,7 @@ class Envelope(_message.Message):
     STREAM_RET_FIELD_NUMBER: _ClassVar[int]
     STREAM_RESEND_FIELD_NUMBER: _ClassVar[int]
     SESSION_CLAIM_FIELD_NUMBER: _ClassVar[int]
+    CLASS_INTEREST_FIELD_NUMBER: _ClassVar[int]
     orig: str
     dest: str
     from_client: str
@@ -456,7 +457,18 @@ class Envelope(_message.Message):
     stream_ret: StreamRet
     stream_resend: StreamResend
     session_claim: SessionClaim
-    def __init__(self, orig: _Optional[str] = ..., dest: _Optional[str] = ..., from_client: _Optional[str] = ..., to_client: _Optional[str] = ..., ref: _Optional[int] = ..., ttl: _Optional[int] = ..., claim_reply: _Optional[_Union[ClaimReply, _Mapping]] = ..., retained_sync_request: _Optional[_Union[RetainedSyncRequest, _Mapping]] = ..., retained_sync_reply: _Optional[_Union[RetainedSyncReply, _Mapping]] = ..., stream_ack: _Optional[_Union[StreamAck, _Mapping]] = ..., stream_ret: _Optional[_Union[StreamRet, _Mapping]] = ..., stream_resend: _Optional[_Union[StreamResend, _Mapping]] = ..., session_claim: _Optional[_Union[SessionClaim, _Mapping]] = ...) -> None: ...
+    class_interest: ClassInterest
+    def __init__(self, orig: _Optional[str] = ..., dest: _Optional[str] = ..., from_client: _Optional[str] = ..., to_client: _Optional[str] = ..., ref: _Optional[int] = ..., ttl: _Optional[int] = ..., claim_reply: _Optional[_Union[ClaimReply, _Mapping]] = ..., retained_sync_request: _Optional[_Union[RetainedSyncRequest, _Mapping]] = ..., retained_sync_reply: _Optional[_Union[RetainedSyncReply, _Mapping]] = ..., stream_ack: _Optional[_Union[StreamAck, _Mapping]] = ..., stream_ret: _Optional[_Union[StreamRet, _Mapping]] = ..., stream_resend: _Optional[_Union[StreamResend, _Mapping]] = ..., session_claim: _Optional[_Union[SessionClaim, _Mapping]] = ..., class_interest: _Optional[_Union[ClassInterest, _Mapping]] = ...) -> None: ...
+
+class ClassInterest(_message.Message):
+    __slots__ = ("subscribed", "unsubscribed", "full")
+    SUBSCRIBED_FIELD_NUMBER: _ClassVar[int]
+    UNSUBSCRIBED_FIELD_NUMBER: _ClassVar[int]
+    FULL_FIELD_NUMBER: _ClassVar[int]
+    subscribed: _containers.RepeatedScalarFieldContainer[str]
+    unsubscribed: _containers.RepeatedScalarFieldContainer[str]
+    full: bool
+    def __init__(self, subscribed: _Optional[_Iterable[str]] = ..., unsubscribed: _Optional[_Iterable[str]] = ..., full: _Optional[bool] = ...) -> None: ...
 
 class StreamPosition(_message.Message):
     __slots__ = ("origin", "stream", "next_seq")
