@@ -6,7 +6,7 @@ every run by configuration (``brokers``: 0 = standalone, clustering off) and mea
 QoS 0, QoS 1 throughput), pools all measurements of a revision (outer rounds x the benchmark's own
 rounds) and prints, per metric, the median of each revision, its min-max and the ratio B/A.
 
-    .venv/bin/python bench/compare_cluster_summary.py RAW.json [--before A --after B]
+    .venv/bin/python bench/compare_cluster_summary.py RAW.json [--before A --after B] [--labels A,B]
 """
 
 from __future__ import annotations
@@ -22,8 +22,12 @@ LABELS = {0: "standalone", 1: "1-broker cluster"}
 METRICS = {
     "latency": [("all.p50_ms", "p50 ms (all subscribers)"), ("all.p99_ms", "p99 ms (all subscribers)"),
                 ("remote.p50_ms", "p50 ms (other brokers)"), ("remote.p99_ms", "p99 ms (other brokers)")],
-    "qos0": [("delivered_per_s", "QoS 0 delivered/s"), ("broker_cpu_us_per_msg", "QoS 0 broker CPU us/delivery")],
-    "qos1": [("delivered_per_s", "QoS 1 delivered/s"), ("broker_cpu_us_per_msg", "QoS 1 broker CPU us/delivery"),
+    "qos0": [("delivered_per_s", "QoS 0 delivered/s"),
+             ("broker_cpu_us_per_msg", "QoS 0 broker CPU us/delivery"),
+             ("broker_cpu_pct", "QoS 0 broker CPU % of one core")],
+    "qos1": [("delivered_per_s", "QoS 1 delivered/s"),
+             ("broker_cpu_us_per_msg", "QoS 1 broker CPU us/delivery"),
+             ("broker_cpu_pct", "QoS 1 broker CPU % of one core"),
              ("puback_p50_ms", "QoS 1 PUBACK p50 ms"), ("puback_p99_ms", "QoS 1 PUBACK p99 ms")],
 }  # fmt: skip
 RECORD = re.compile(r"^main\[(\d+)\]\.(.+)$")
@@ -56,17 +60,30 @@ def pooled(runs: list[dict[str, float]]) -> dict[tuple[int, str, str], list[floa
     return out
 
 
+def fmt(value: float) -> str:
+    return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.3g}"
+
+
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("raw_json")
     parser.add_argument("--before", default=None, help="revision A as named in the file (default: first)")
     parser.add_argument("--after", default=None, help="revision B as named in the file (default: second)")
+    parser.add_argument(
+        "--labels", default=None, help="column names for A,B (e.g. f97ec9a,49349c7 when B was HEAD)"
+    )
     args = parser.parse_args()
     raw: dict[str, list[dict[str, float]]] = json.loads(Path(args.raw_json).read_text())
     names = list(raw)
     first = args.before or names[0]
     second = args.after or names[1]
     a, b = pooled(raw[first]), pooled(raw[second])
+    if args.labels:
+        first, second = args.labels.split(",")
+    counts = {len(v) for p in (a, b) for k, v in p.items() if k[1] != "load"}
+    print(f"n = {'/'.join(str(c) for c in sorted(counts))} measurements per revision and row\n")
     print(f"| setup | metric | {first}: median (min-max) | {second}: median (min-max) | {second}/{first} |")
     print("|---|---|---:|---:|---:|")
     for brokers in sorted({k[0] for k in a}):
@@ -78,13 +95,15 @@ def main() -> int:
                     continue
                 ma, mb = statistics.median(va), statistics.median(vb)
                 print(
-                    f"| {label} | {text} | {ma:,.4g} ({min(va):,.4g}-{max(va):,.4g}, n={len(va)})"
-                    f" | {mb:,.4g} ({min(vb):,.4g}-{max(vb):,.4g}, n={len(vb)}) | {mb / ma:.3f} |"
+                    f"| {label} | {text} | {fmt(ma)} ({fmt(min(va))}-{fmt(max(va))})"
+                    f" | {fmt(mb)} ({fmt(min(vb))}-{fmt(max(vb))}) | {mb / ma:.2f} |"
                 )
     loads = [x for p in (a, b) for (k, kind, _), v in p.items() if kind == "load" for x in v]
     if loads:
-        print(f"\n1-minute load average at the start of each measurement: {min(loads):.2f}-{max(loads):.2f}"
-              f" (median {statistics.median(loads):.2f})")
+        print(
+            f"\n1-minute load average at the start of each measurement: {min(loads):.2f}-{max(loads):.2f}"
+            f" (median {statistics.median(loads):.2f})"
+        )
     return 0
 
 
