@@ -648,6 +648,30 @@ class ClusterEngine(StreamsMixin):
             reply = ClaimReply(claim.claim_id, claim.client_id, had, snapshot, positions)
         self._send_envelope(claim.origin, claim.client_id, claim.claim_id, reply)
 
+    def _pass_on_if_claimed_elsewhere(self, client_id: str) -> None:
+        """A session handed to us arrived after a newer claim for its client came from another
+        broker (the client gave up on us and connected there): it is passed on to that broker,
+        which merges it (nothing queued in it is lost)."""
+        takeover = self.takeover
+        broker = self.broker
+        if self.stopped or takeover is None or broker is None:
+            return
+        newer = takeover.newest_remote_claim(client_id)
+        if newer is None or broker.client_connected(client_id) or not broker.has_session(client_id):
+            return
+        before = self.receiver.positions()
+        had, snapshot = broker.hand_over(client_id, transfer=True)
+        if not had or snapshot is None:
+            return
+        self.stats.sessions_handed_over += 1
+        self._deliver_pending_commit = True
+        positions = self._hand_over_positions(snapshot, before)
+        claim_id, origin = newer
+        self._send_envelope(
+            origin, client_id, claim_id, ClaimReply(claim_id, client_id, True, snapshot, positions)
+        )
+        self._after_event()
+
     def _finish_claims(self, finished: list[ClaimFinished]) -> None:
         for outcome in finished:
             completion = self._claim_waits.pop(outcome.claim_id, None)
@@ -699,6 +723,9 @@ class ClusterEngine(StreamsMixin):
                     self.stats.sessions_received += 1
                     if body.positions:
                         self._moved_positions[body.client_id] = body.positions
+                    # the core imports it once the completion runs (a scheduled call); if a newer
+                    # CONNECT elsewhere claimed the client meanwhile, the session goes on to it
+                    self.scheduler.call_soon(self._pass_on_if_claimed_elsewhere, body.client_id)
                 self._finish_claims([outcome])
         elif isinstance(body, RetainedSyncRequest):
             if body.digest is not None and not self.retained_sync.differs(body.digest):

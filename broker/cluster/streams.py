@@ -52,6 +52,7 @@ class StreamsMixin:
     _publication_id: int
     _deliver_pending_commit: bool
     _catch_ups: dict[tuple[str, str], list[list[Any]]]
+    _moved_positions: dict[str, tuple[StreamPosition, ...]]
     _now: Callable[[], float]
     _handle: Callable[[Any], None]
     _send_envelope: Callable[[str, str, int, Any], None]
@@ -165,9 +166,15 @@ class StreamsMixin:
         sender = self.sender
         assert sender is not None
         classes = {self.interest.class_of(sub.match_filter) for sub in snapshot.subscriptions}
-        positions = [StreamPosition(o, c, p) for (o, c), p in sorted(before.items()) if c in classes]
-        positions += [StreamPosition(sender.origin, c, sender.position(c)) for c in sorted(classes)]
-        return tuple(positions)
+        at = {key: p for key, p in before.items() if key[1] in classes}
+        for c in classes:
+            at[(sender.origin, c)] = sender.position(c)
+        # positions the session brought here and that were never applied (its client left before
+        # the CONNACK): the earliest of the two for each stream goes on with it
+        for position in self._moved_positions.pop(snapshot.client_id, ()):
+            key = (position.origin, position.stream)
+            at[key] = min(at.get(key, position.next_seq), position.next_seq)
+        return tuple(StreamPosition(o, c, p) for (o, c), p in sorted(at.items()))
 
     def _catch_up(self, client_id: str, positions: tuple[StreamPosition, ...]) -> None:
         """A session moved here is attached: deliver it what its old broker did not."""

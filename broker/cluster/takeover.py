@@ -173,6 +173,15 @@ class Takeover:
                 finished.append(ClaimFinished(claim_id, None))
         return finished
 
+    def newest_remote_claim(self, client_id: str) -> ClaimOrder | None:
+        """The newest claim for ``client_id`` from another broker, when it is newer than this
+        broker's own connection's claim (or there is none)."""
+        newer = self._newest_remote.get(client_id)
+        mine = self._connection_claims.get(client_id)
+        if newer is None or (mine is not None and mine > newer):
+            return None
+        return newer
+
     def yields(self, client_id: str) -> bool:
         """A local CONNECT of ``client_id`` attached: True if a newer claim for it came from another
         broker meanwhile (the newer connection wins: disconnect ours with 0x8E)."""

@@ -290,6 +290,7 @@ class SessionRegistry:
     def import_(self, snapshot: SessionSnapshot) -> Session:
         """Install a (disconnected) session handed over by another broker, replacing any local one."""
         existing = self.sessions.get(snapshot.client_id)
+        leftover: list[OutEntry] = []
         if existing is not None:
             if existing.connection is not None:
                 existing.connection.disconnect(
@@ -297,7 +298,13 @@ class SessionRegistry:
                 )
             existing = self.sessions.get(snapshot.client_id)
             if existing is not None:
+                # what was queued here for the client (a session it got here while the one it
+                # brings was out of reach) is kept: it follows the imported session's messages
+                leftover = existing.pending_entries()
                 existing.will = None
+                existing.inflight.clear()
+                existing.queue.clear()
+                existing.unsent = None
                 self.end(existing)
         session = Session(snapshot.client_id, snapshot.protocol_level, snapshot.username)
         session.expiry_interval_s = snapshot.expiry_interval_s
@@ -313,6 +320,8 @@ class SessionRegistry:
                 session.queue.append(entry)
         session.incoming_qos2 = set(snapshot.incoming_qos2)
         self._durability.make_persistent(session, snapshot.expiry_interval_s > 0)
+        if leftover:
+            self.adopt_entries(session, leftover)
         if session.expiry_interval_s == 0:  # give the moving client the CONNECT timeout to arrive
             session.expiry_handle = self._scheduler.call_later(self.connect_timeout_s, self._expire, session)
         elif session.expiry_interval_s != NEVER_EXPIRES:
