@@ -87,6 +87,7 @@ SWEEP_INTERVAL_S = 30.0
 STREAM_IDLE_S = 900.0  # receive state of a silent (origin, class) stream is dropped
 ACK_REFRESH_RETRANSMITS = 2  # receivers acknowledge recent streams again every 2 x retransmit_ms
 PROBE_RETRANSMITS = 2  # peers reported down are contacted again every 2 x retransmit_ms ...
+INTEREST_REFRESH_RETRANSMITS = 5  # the classes we subscribe are announced again every 5 x retransmit_ms
 DOWN_PEER_MEMORY_S = 600.0  # ... for this long
 
 __all__ = ["CONTROL_CLASS", "SHARE_PREFIX", "ClusterEngine", "PeerTransport", "overlay_config_for"]
@@ -165,6 +166,7 @@ class ClusterEngine(StreamsMixin):
         # when they are back (a heal, a restart)
         self._down_peers: dict[str, float] = {}
         self._next_probe: float | None = None
+        self._next_interest: float | None = None
         self._heard_from: set[str] = set()  # peers this incarnation has heard from
         # (origin, class) -> [(next seq, end seq, client)]: messages a moved session still needs
         self._catch_ups: dict[tuple[str, str], list[list[Any]]] = {}
@@ -220,6 +222,7 @@ class ClusterEngine(StreamsMixin):
         for topic in self.interest.topics():  # subscriptions restored from the store before start
             self._handle(api.JoinTopic(topic, Role.SUBSCRIBER))
         self._next_sweep = self._now() + SWEEP_INTERVAL_S
+        self._next_interest = self._now() + self.cluster.retransmit_ms / 1000.0 * INTEREST_REFRESH_RETRANSMITS
         self._send_copy_request(self.retained_sync.start_copy(contacts, now))
         self.retained_sync.anti_entropy((), now)  # arms the first round
         self._arm_timer()
@@ -320,6 +323,7 @@ class ClusterEngine(StreamsMixin):
             retained_sync.next_deadline() if retained_sync is not None else None,
             self._next_sweep,
             self._next_probe,
+            self._next_interest,
         ):
             if candidate is not None and (deadline is None or candidate < deadline):
                 deadline = candidate
@@ -356,6 +360,13 @@ class ClusterEngine(StreamsMixin):
             self._sweep(now)
         if self._next_probe is not None and self._next_probe <= now:
             self._probe_down_peers(now)
+        if self._next_interest is not None and self._next_interest <= now:
+            # announcements are not acknowledged: repeated (as additions: a sender that missed one
+            # registers us from its next message on)
+            self._next_interest = now + self.cluster.retransmit_ms / 1000.0 * INTEREST_REFRESH_RETRANSMITS
+            classes = tuple(self.interest.classes())
+            if classes:
+                self._announce_interest(ClassInterest(classes))
         self._after_event()
 
     def _after_event(self) -> None:

@@ -432,9 +432,15 @@ class StreamSender:
 
     @staticmethod
     def _low(stream: _Stream) -> int:
-        """The lowest SEQ whose overlay publication is not confirmed yet (0: none)."""
+        """The lowest SEQ some receiver may still lack: the first one the overlay has not confirmed,
+        or where a receiver registered by interest (not heard from yet) starts (0: none)."""
         unconfirmed = stream.unconfirmed
-        return int(unconfirmed[0]) if unconfirmed else 0
+        low = int(unconfirmed[0]) if unconfirmed else 0
+        for peer in stream.assumed:
+            start = stream.receivers.get(peer)
+            if start is not None and (not low or start < low):
+                low = start
+        return low
 
     def _resend(self, key: StreamKey, entries: SortedDict, from_seq: int, to_seq: int) -> StreamResend:
         first = entries.peekitem(0)[0] if entries else None

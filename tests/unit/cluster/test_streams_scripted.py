@@ -303,3 +303,18 @@ def test_an_assumed_receiver_position_gives_way_to_its_own_lower_acknowledgement
     # a broker that comes back is registered from the log's first entry
     assert sender.register("c:1", CLS, now=2.0, from_log_start=True) == [ReceiverAt((A, CLS), "c:1", 1)]
     assert sender.unregister("c:1", CLS, now=2.0)[0] == ReceiverAt((A, CLS), "c:1", None)
+
+
+def test_low_covers_a_registered_receiver_that_has_not_acknowledged_yet() -> None:
+    """A broker registered by interest at SEQ 1 that missed it (the overlay reported the
+    publication complete without it) starts the stream at ``low`` = 1 and asks for it, instead of
+    acknowledging its first message as a fresh start."""
+    sender = StreamSender(A, retransmit_s=1.0, retention_s=100.0, presence_grace_s=2.0, min_retention_s=10.0)
+    first = sender.append(CLS, _msg(1), now=0.0, expected=frozenset({"b:1"}))
+    sender.published(1, first)
+    sender.done(1, True, now=0.0)
+    second = sender.append(CLS, _msg(2), now=0.1, expected=frozenset({"b:1"}))
+    assert second.low == 1
+    receiver = _receiver()
+    assert _seqs(receiver.receive(second, 1, now=0.2)) == []  # waits for 1
+    assert _seqs(receiver.receive(first, 1, now=0.3)) == [1, 2]
