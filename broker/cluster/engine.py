@@ -87,6 +87,7 @@ SWEEP_INTERVAL_S = 30.0
 STREAM_IDLE_S = 900.0  # receive state of a silent (origin, class) stream is dropped
 ACK_REFRESH_RETRANSMITS = 2  # receivers acknowledge recent streams again every 2 x retransmit_ms
 PROBE_RETRANSMITS = 2  # peers reported down are contacted again every 2 x retransmit_ms ...
+CATCH_UP_GIVE_UP_S = 120.0  # a moved session's catch-up that gets no answer is given up (counted)
 INTEREST_REFRESH_RETRANSMITS = 5  # the classes we subscribe are announced again every 5 x retransmit_ms
 DOWN_PEER_MEMORY_S = 600.0  # ... for this long
 
@@ -167,6 +168,7 @@ class ClusterEngine(StreamsMixin):
         self._down_peers: dict[str, float] = {}
         self._next_probe: float | None = None
         self._next_interest: float | None = None
+        self._next_catch_up: float | None = None
         self._heard_from: set[str] = set()  # peers this incarnation has heard from
         # (origin, class) -> [(next seq, end seq, client)]: messages a moved session still needs
         self._catch_ups: dict[tuple[str, str], list[list[Any]]] = {}
@@ -324,6 +326,7 @@ class ClusterEngine(StreamsMixin):
             self._next_sweep,
             self._next_probe,
             self._next_interest,
+            self._next_catch_up,
         ):
             if candidate is not None and (deadline is None or candidate < deadline):
                 deadline = candidate
@@ -360,6 +363,10 @@ class ClusterEngine(StreamsMixin):
             self._sweep(now)
         if self._next_probe is not None and self._next_probe <= now:
             self._probe_down_peers(now)
+        if self._next_catch_up is not None and self._next_catch_up <= now:
+            self._next_catch_up = self._repeat_catch_ups(now, self._retransmit_s(), CATCH_UP_GIVE_UP_S)
+        elif self._catch_ups and self._next_catch_up is None:
+            self._next_catch_up = now + self._retransmit_s()
         if self._next_interest is not None and self._next_interest <= now:
             # announcements are not acknowledged: repeated (as additions: a sender that missed one
             # registers us from its next message on)
@@ -370,6 +377,8 @@ class ClusterEngine(StreamsMixin):
         self._after_event()
 
     def _after_event(self) -> None:
+        if self._catch_ups and self._next_catch_up is None:
+            self._next_catch_up = self._now() + self._retransmit_s()
         if self.subscribe_waits.waiting():
             self._finish_ready_waits(self.subscribe_waits.poll(self._topic_ready))
         self._arm_timer()
@@ -425,6 +434,9 @@ class ClusterEngine(StreamsMixin):
         self._sender_actions(sender.logged_for(peer))
         # compare retained stores at once; and the answer tells ``peer`` we are back too
         self._send_envelope(peer, "", 0, RetainedSyncRequest(0, retained_sync.digest))
+
+    def _retransmit_s(self) -> float:
+        return self.cluster.retransmit_ms / 1000.0
 
     def _probe_down_peers(self, now: float) -> None:
         """Peers reported down are contacted again every few retransmit periods (for at most
@@ -728,6 +740,11 @@ class ClusterEngine(StreamsMixin):
                 self.stats.sessions_received += 1
                 self.broker.receive_late_session(outcome.snapshot)
                 if body.positions and self.broker.has_session(body.client_id):
+                    self._catch_up(body.client_id, body.positions)
+            elif outcome is None and body.had_client and body.positions:
+                # an answer (to a repeated claim) from a broker whose copy of the session was empty:
+                # what was published after its positions still has to reach the client here
+                if self.broker.has_session(body.client_id):
                     self._catch_up(body.client_id, body.positions)
             elif outcome is not None:
                 if outcome.snapshot is not None:

@@ -197,9 +197,27 @@ class StreamsMixin:
                 self.receiver.adopt(key, position.next_seq, now)  # the sender resends from there
             elif position.next_seq < here:
                 # delivered here before the session arrived: asked again, for this client only
-                self._catch_ups.setdefault(key, []).append([position.next_seq, here, client_id])
+                self._catch_ups.setdefault(key, []).append([position.next_seq, here, client_id, now])
                 request = StreamRet(position.origin, position.stream, position.next_seq, here)
                 self._send_stream(origin_peer(position.origin), request)
+
+    def _repeat_catch_ups(self, now: float, retransmit_s: float, give_up_s: float) -> float | None:
+        """Ask again for what a moved session still waits for (a RET or its answer was lost); give
+        a catch-up up after ``give_up_s`` (counted as a gap given up). The next deadline, if any."""
+        deadline: float | None = None
+        for key, pending in list(self._catch_ups.items()):
+            for catch_up in list(pending):
+                next_seq, end, _client_id, started = catch_up
+                if now - started > give_up_s:
+                    pending.remove(catch_up)
+                    self._count_given_up(key, end - next_seq)
+                    continue
+                self._send_stream(origin_peer(key[0]), StreamRet(key[0], key[1], next_seq, end))
+            if not pending:
+                del self._catch_ups[key]
+            else:
+                deadline = now + retransmit_s
+        return deadline
 
     def _caught_up(self, forwarded: ForwardedMessage) -> None:
         """A resent message some moved session waits for: to that client only."""
@@ -210,7 +228,7 @@ class StreamsMixin:
         broker = self.broker
         assert broker is not None
         for catch_up in list(pending):
-            next_seq, end, client_id = catch_up
+            next_seq, end, client_id, _started = catch_up
             if forwarded.seq != next_seq:
                 continue
             broker.deliver_remote(replace(forwarded.message), self._class_filter(forwarded.stream), client_id)
