@@ -235,10 +235,11 @@ def finish(stream: IdStream, inbox: Inbox, name: str, before_move: set[int], sen
 
 
 def test_a_session_moving_under_a_stream_loses_nothing(
-    cluster3: LocalCluster, client_factory: ClientFactory
+    cluster_factory: ClusterFactory, client_factory: ClientFactory
 ) -> None:
     """(e) The persistent subscriber on B disconnects while A streams (its queue grows on B),
     then reconnects to C (session present): it gets what was queued and what follows."""
+    cluster3 = cluster_factory(3, QUEUE_SETTINGS)  # the moving session's queue may exceed 1,000
     topic = f"{unique_id('ze')}/stream"
     sub = subscribed(client_factory, cluster3, B, topic)
     stream, inbox = stream_through(cluster3, client_factory, "zl-e", [sub], topic)
@@ -258,11 +259,12 @@ def test_a_session_moving_under_a_stream_loses_nothing(
 
 
 def test_a_takeover_under_a_stream_loses_nothing(
-    cluster3: LocalCluster, client_factory: ClientFactory
+    cluster_factory: ClusterFactory, client_factory: ClientFactory
 ) -> None:
     """(f) While the persistent subscriber is connected to B, the same client id connects to C
     (clean start 0): B's connection is taken over, C's has the session; between them they get
     every acknowledged message (duplicates counted)."""
+    cluster3 = cluster_factory(3, QUEUE_SETTINGS)  # the moving session's queue may exceed 1,000
     topic = f"{unique_id('zf')}/stream"
     old = subscribed(client_factory, cluster3, B, topic)
     new = client_factory(
