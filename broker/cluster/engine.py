@@ -2,9 +2,11 @@
 
 One object per broker composes the pure overlay core (``overlay.node.OverlayNode``, seed 003
 SG-TBPS + FRT) with the cluster's pure protocol cores - ``interest`` (which classes to subscribe),
-``ordering`` (per-sender FIFO), ``publish_acks`` (remote storage before a PUBACK), ``takeover``
-(session claims) and ``retained_sync`` (last writer wins) - and the broker core, reached only
-through ``broker.core.ports.BrokerApi``. It is the core's ``ClusterPort``.
+``interest_table`` (which classes the others subscribe), ``stream_sender`` / ``stream_receiver``
+(the reliable streams of seed 004: SEQ, send log, ACK vectors, RET), ``subscribe_waits`` (SUBACKs
+held until reachable), ``takeover`` (session claims) and ``retained_sync`` (last writer wins,
+anti-entropy) - and the broker core, reached only through ``broker.core.ports.BrokerApi``. It is the
+core's ``ClusterPort``.
 
 It does no I/O: messages to other brokers go to a :class:`PeerTransport`, time and its single
 timer come from the core's ``Scheduler`` (armed at the earliest ``next_deadline()`` of the overlay
@@ -618,7 +620,7 @@ class ClusterEngine(StreamsMixin):
 
     def receive_forwarded(self, forwarded: ForwardedMessage, hops: int) -> None:
         """A forwarded message the overlay delivered here after ``hops`` hops: restore its
-        stream's order (``ordering``), then deliver what is ready to local subscribers (what the
+        stream's order (``stream_receiver``), then deliver what is ready to local subscribers (what the
         overlay's ``Deliver`` action does; an entry point for tests and tools)."""
         self._receive_forwarded(forwarded, hops)
         self._after_event()
