@@ -5,8 +5,9 @@ send log waits for, and this broker's own receive positions (seed 004 SL, AL and
 Its tables live in the same database and join the same group-commit transaction as the broker's
 own rows, so a message is in the send log by the time its publisher's PUBACK leaves (the PUBACK
 waits for the commit), and a receive position is durable together with the deliveries it covers.
-Positions change with every forwarded message: they are kept in memory and written once per
-commit (``Store.before_commit``).
+Positions change with every forwarded message: they are kept in memory and written with the
+store's next commit (``Store.before_commit``) - they open no transaction of their own, so a QoS 0
+stream or deliveries to clean sessions cost no SQLite write.
 """
 
 from __future__ import annotations
@@ -68,7 +69,8 @@ class SqliteClusterStore:
 
     # ------------------------------------------------------------------ receivers (AL)
     def set_receiver(self, key: StreamKey, peer: str, next_seq: int | None) -> None:
-        self._store.begin()
+        """Written with the store's next commit (no transaction of its own: an older position
+        found after a crash only makes the sender resend more)."""
         self._receivers[(key, peer)] = next_seq
 
     def load_receivers(self) -> list[tuple[StreamKey, str, int]]:
@@ -79,8 +81,8 @@ class SqliteClusterStore:
 
     # ------------------------------------------------------------------ own positions (REQ)
     def set_position(self, key: StreamKey, next_seq: int) -> None:
-        """0 forgets the stream."""
-        self._store.begin()
+        """0 forgets the stream. Written with the store's next commit, that of the deliveries it
+        covers when they went into persistent sessions; no transaction of its own."""
         self._positions[key] = next_seq
 
     def load_positions(self) -> list[tuple[StreamKey, int]]:

@@ -118,7 +118,7 @@ def overlay_config_for(cluster: ClusterConfig) -> OverlayConfig:
         dead_peer_memory_s=600.0,
         # a join whose search was lost is retried soon: a SUBACK waits for its class to be joined
         search_timeout_s=1.0,
-        # end-to-end completion: the PUBACK of a QoS>0 publish waits for the overlay's PublishDone
+        # end-to-end completion: the send log frees an entry, or publishes it again, on PublishDone
         publish_done_enabled=True,
         publish_done_timeout_s=max(0.5, cluster.publish_ack_wait_ms / 1000.0),
     )
@@ -138,7 +138,7 @@ class ClusterEngine(StreamsMixin):
         self.incarnation = f"{self.rng.getrandbits(48):012x}"
         self.interest = Interest(cluster.class_levels)
         self.interest_table = InterestTable()  # which other brokers subscribe which classes
-        retransmit_s = cluster.retransmit_ms / 1000.0
+        self.retransmit_s = retransmit_s = cluster.retransmit_ms / 1000.0
         self.receiver = StreamReceiver(
             ret_delay_s=cluster.reorder_hold_ms / 1000.0,
             retransmit_s=retransmit_s,
@@ -192,17 +192,18 @@ class ClusterEngine(StreamsMixin):
         cluster = self.cluster
         self.sender = StreamSender(
             f"{peer_id}/{self.incarnation}",
-            retransmit_s=cluster.retransmit_ms / 1000.0,
+            retransmit_s=self.retransmit_s,
             retention_s=float(cluster.send_log_retention_s),
             presence_grace_s=cluster.presence_grace_ms / 1000.0,
             min_retention_s=cluster.send_log_min_retention_ms / 1000.0,
+            receivers_of=self.interest_table.peers_of,
         )
         seed = self.rng.getrandbits(64)
         self.node = OverlayNode(peer_id, rng=random.Random(seed), config=overlay_config_for(self.cluster))
         self.takeover = Takeover(
             peer_id,
             wait_s=self.cluster.takeover_wait_ms / 1000.0,
-            repeat_s=self.cluster.retransmit_ms / 1000.0,
+            repeat_s=self.retransmit_s,
         )
         self.retained_sync = RetainedSync(
             peer_id,
@@ -226,7 +227,7 @@ class ClusterEngine(StreamsMixin):
         for topic in self.interest.topics():  # subscriptions restored from the store before start
             self._handle(api.JoinTopic(topic, Role.SUBSCRIBER))
         self._next_sweep = self._now() + SWEEP_INTERVAL_S
-        self._next_interest = self._now() + self.cluster.retransmit_ms / 1000.0 * INTEREST_REFRESH_RETRANSMITS
+        self._next_interest = self._now() + self.retransmit_s * INTEREST_REFRESH_RETRANSMITS
         self._send_copy_request(self.retained_sync.start_copy(contacts, now))
         self.retained_sync.anti_entropy((), now)  # arms the first round
         self._arm_timer()
@@ -366,13 +367,11 @@ class ClusterEngine(StreamsMixin):
         if self._next_probe is not None and self._next_probe <= now:
             self._probe_down_peers(now)
         if self._next_catch_up is not None and self._next_catch_up <= now:
-            self._next_catch_up = self._repeat_catch_ups(now, self._retransmit_s(), CATCH_UP_GIVE_UP_S)
-        elif self._catch_ups and self._next_catch_up is None:
-            self._next_catch_up = now + self._retransmit_s()
+            self._next_catch_up = self._repeat_catch_ups(now, self.retransmit_s, CATCH_UP_GIVE_UP_S)
         if self._next_interest is not None and self._next_interest <= now:
             # announcements are not acknowledged: repeated (as additions: a sender that missed one
             # registers us from its next message on)
-            self._next_interest = now + self.cluster.retransmit_ms / 1000.0 * INTEREST_REFRESH_RETRANSMITS
+            self._next_interest = now + self.retransmit_s * INTEREST_REFRESH_RETRANSMITS
             classes = tuple(self.interest.classes())
             if classes:
                 self._announce_interest(ClassInterest(classes))
@@ -380,7 +379,7 @@ class ClusterEngine(StreamsMixin):
 
     def _after_event(self) -> None:
         if self._catch_ups and self._next_catch_up is None:
-            self._next_catch_up = self._now() + self._retransmit_s()
+            self._next_catch_up = self._now() + self.retransmit_s
         if self.subscribe_waits.waiting():
             self._finish_ready_waits(self.subscribe_waits.poll(self._topic_ready))
         self._arm_timer()
@@ -411,7 +410,7 @@ class ClusterEngine(StreamsMixin):
         self._handle(api.PeerUnreachable(peer))
         self._down_peers.setdefault(peer, self._now())
         if self._next_probe is None:
-            self._next_probe = self._now() + self.cluster.retransmit_ms / 1000.0 * PROBE_RETRANSMITS
+            self._next_probe = self._now() + self.retransmit_s * PROBE_RETRANSMITS
         assert self.transport is not None and self.takeover is not None
         self.transport.drop_queued(peer)  # the overlay re-sends what matters around it
         self._finish_claims(self.takeover.peer_down(peer))
@@ -437,9 +436,6 @@ class ClusterEngine(StreamsMixin):
         # compare retained stores at once; and the answer tells ``peer`` we are back too
         self._send_envelope(peer, "", 0, RetainedSyncRequest(0, retained_sync.digest))
 
-    def _retransmit_s(self) -> float:
-        return self.cluster.retransmit_ms / 1000.0
-
     def _probe_down_peers(self, now: float) -> None:
         """Peers reported down are contacted again every few retransmit periods (for at most
         ``DOWN_PEER_MEMORY_S``): the two sides of a healed partition find each other even when
@@ -453,7 +449,7 @@ class ClusterEngine(StreamsMixin):
             elif peer not in connected:
                 self._send_envelope(peer, "", 0, RetainedSyncRequest(0, self.retained_sync.digest))
         if self._down_peers:
-            self._next_probe = now + self.cluster.retransmit_ms / 1000.0 * PROBE_RETRANSMITS
+            self._next_probe = now + self.retransmit_s * PROBE_RETRANSMITS
 
     def _sweep(self, now: float) -> None:
         """Leave idle publisher classes; forget silent receive streams and old claims."""
@@ -464,8 +460,8 @@ class ClusterEngine(StreamsMixin):
                 self._handle(api.LeaveTopic(cls, Role.PUBLISHER))
         assert self.takeover is not None and self.broker is not None
         self.takeover.forget(self.broker.has_session)
-        for key in self.receiver.forget_idle(now, STREAM_IDLE_S):
-            self.store.set_position(key, 0)
+        self.receiver.forget_idle(now, STREAM_IDLE_S)
+        self._persist_positions()
 
     # ================================================================== ClusterPort: subscriptions
     def class_of(self, topic_filter: str) -> str:
@@ -491,8 +487,7 @@ class ClusterEngine(StreamsMixin):
                 # no subscriber of the class here any more: its senders stop keeping messages for us
                 for positions in self.receiver.leave_class(change.topic):
                     self._send_stream(positions.peer, positions.ack)
-                    for left in positions.ack.left:
-                        self.store.set_position((left.origin, left.stream), 0)
+                self._persist_positions()
         if subscribed or unsubscribed:
             self._announce_interest(ClassInterest(tuple(subscribed), tuple(unsubscribed)))
         self._arm_timer()
@@ -753,10 +748,11 @@ class ClusterEngine(StreamsMixin):
                     self.stats.sessions_received += 1
                     if body.positions:
                         self._moved_positions[body.client_id] = body.positions
-                    # the core imports it once the completion runs (a scheduled call); if a newer
-                    # CONNECT elsewhere claimed the client meanwhile, the session goes on to it
+                self._finish_claims([outcome])  # schedules the completion: the core imports then
+                if outcome.snapshot is not None:
+                    # scheduled after the import: if a newer CONNECT elsewhere claimed the client
+                    # meanwhile, the session goes on to it
                     self.scheduler.call_soon(self._pass_on_if_claimed_elsewhere, body.client_id)
-                self._finish_claims([outcome])
         elif isinstance(body, RetainedSyncRequest):
             if body.digest is not None and not self.retained_sync.differs(body.digest):
                 return  # anti-entropy: the same retained versions on both sides

@@ -36,6 +36,7 @@ actions out as plain data. No I/O, no clock of its own.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from sortedcontainers import SortedDict, SortedSet
@@ -124,8 +125,10 @@ class StreamSender:
         retention_s: float,
         presence_grace_s: float,
         min_retention_s: float = 0.0,
+        receivers_of: Callable[[str], Iterable[str]] = lambda cls: (),
     ) -> None:
         self.origin = origin
+        self._receivers_of = receivers_of
         self.min_retention_s = min_retention_s
         self.retransmit_s = retransmit_s
         self.retention_s = retention_s
@@ -145,7 +148,6 @@ class StreamSender:
         *,
         confirmed: bool = False,
         held: bool = False,
-        expected: frozenset[str] = frozenset(),
     ) -> ForwardedMessage:
         """Number ``message`` on this broker's stream of ``cls`` and keep it in the log
         (``confirmed``: it does not go through the overlay, only to the known receivers;
@@ -154,13 +156,14 @@ class StreamSender:
         stream = self._streams.get(key)
         if stream is None:
             stream = self._streams[key] = _Stream()
-        seq = stream.next_seq
-        stream.next_seq = seq + 1
-        for peer in expected:  # subscriber brokers of the class (filter propagation): from here on
-            if peer not in stream.receivers:
-                stream.receivers[peer] = seq
+            # the subscriber brokers of the class we were told of (filter propagation) receive it
+            # from its first message on; later ones are added by ``register``
+            for peer in self._receivers_of(cls):
+                stream.receivers[peer] = 1
                 stream.heard[peer] = now
                 stream.assumed.add(peer)
+        seq = stream.next_seq
+        stream.next_seq = seq + 1
         low = self._low(stream)
         forwarded = ForwardedMessage(self.origin, cls, seq, message, low)
         # QoS 0 is kept in memory only (at most once: nothing to keep across a crash) and needs no

@@ -60,10 +60,7 @@ class StreamsMixin:
     def _forward(self, cls: str, message: Message, *, overlay: bool = True, held: bool = False) -> None:
         sender = self.sender
         assert sender is not None
-        expected = self.interest_table.peers_of(cls)  # subscriber brokers we were told of
-        forwarded = sender.append(
-            cls, message, self._now(), confirmed=not overlay, held=held, expected=expected
-        )
+        forwarded = sender.append(cls, message, self._now(), confirmed=not overlay, held=held)
         if message.qos:
             self.store.log_append(forwarded)  # in this publish's commit, before its PUBACK
         if overlay and not held:
@@ -78,7 +75,8 @@ class StreamsMixin:
     def _publish_forwarded(self, forwarded: ForwardedMessage) -> None:
         sender = self.sender
         assert sender is not None
-        self._publishing(forwarded.stream, self._now())
+        if forwarded.stream not in self._published:  # a republish after a restart, a held one
+            self._publishing(forwarded.stream, self._now())
         self._publication_id += 1
         pid = self._publication_id
         self.stats.forwarded += 1
@@ -140,18 +138,25 @@ class StreamsMixin:
         broker = self.broker
         assert broker is not None
         stats = self.stats
-        positions: dict[tuple[str, str], int] = {}
         for forwarded, hops in ready:
-            positions[(forwarded.origin, forwarded.stream)] = forwarded.seq + 1
             stats.received += 1
             stats.observe_hops(hops)
             matched = broker.deliver_remote(replace(forwarded.message), self._class_filter(forwarded.stream))
             if not matched:
                 stats.wasted += 1  # the class reached us, no local filter matched the topic
-            self._deliver_pending_commit = True
-        for key, next_seq in positions.items():
-            self.store.set_position(key, next_seq)  # durable with the deliveries it covers
+        self._persist_positions()
         self._deliver_pending_commit = True
+
+    def _persist_positions(self) -> None:
+        """The receive positions that moved go to the store, written with its next commit: the one
+        of the deliveries they cover when those went into persistent sessions (a delivery to no
+        persistent session needs no durable position: nothing of it survives a restart)."""
+        changed = self.receiver.changed
+        if changed:
+            store = self.store
+            for key, next_seq in changed.items():
+                store.set_position(key, next_seq)
+            changed.clear()
 
     def _class_filter(self, stream_class: str) -> Callable[[str], bool]:
         """A message received on class ``c`` goes to the local subscriptions of class ``c`` only."""
@@ -266,6 +271,7 @@ class StreamsMixin:
             if body.gone_below:
                 skipped_before = self.stats.gaps_skipped
                 self._deliver(self.receiver.gone(body.origin, body.stream, body.gone_below, now))
+                self._persist_positions()
                 if self.stats.gaps_skipped > skipped_before:
                     log.warning(
                         "cluster_gap_given_up origin=%s stream=%s missing=%d",

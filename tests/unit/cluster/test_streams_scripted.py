@@ -280,8 +280,15 @@ def test_interest_table_applies_deltas_and_full_lists() -> None:
 def test_sender_registers_subscriber_brokers_it_was_told_of_and_keeps_messages_for_them() -> None:
     """Filter propagation (seed 000): a broker that subscribes the class is a receiver from the
     next message on, even before it acknowledged anything (the overlay may not reach it)."""
-    sender = StreamSender(A, retransmit_s=1.0, retention_s=100.0, presence_grace_s=2.0, min_retention_s=10.0)
-    first = sender.append(CLS, _msg(1), now=0.0, expected=frozenset({"b:1"}))
+    sender = StreamSender(
+        A,
+        retransmit_s=1.0,
+        retention_s=100.0,
+        presence_grace_s=2.0,
+        min_retention_s=10.0,
+        receivers_of=lambda cls: ["b:1"] if cls == CLS else [],
+    )
+    first = sender.append(CLS, _msg(1), now=0.0)
     sender.published(1, first)
     sender.done(1, True, now=0.0)  # the overlay says done (it did not reach b)
     assert sender.tick(now=20.0)[-1:] == [Resend("b:1", StreamResend(A, CLS, (first,), 0))]
@@ -309,11 +316,18 @@ def test_low_covers_a_registered_receiver_that_has_not_acknowledged_yet() -> Non
     """A broker registered by interest at SEQ 1 that missed it (the overlay reported the
     publication complete without it) starts the stream at ``low`` = 1 and asks for it, instead of
     acknowledging its first message as a fresh start."""
-    sender = StreamSender(A, retransmit_s=1.0, retention_s=100.0, presence_grace_s=2.0, min_retention_s=10.0)
-    first = sender.append(CLS, _msg(1), now=0.0, expected=frozenset({"b:1"}))
+    sender = StreamSender(
+        A,
+        retransmit_s=1.0,
+        retention_s=100.0,
+        presence_grace_s=2.0,
+        min_retention_s=10.0,
+        receivers_of=lambda cls: ["b:1"] if cls == CLS else [],
+    )
+    first = sender.append(CLS, _msg(1), now=0.0)
     sender.published(1, first)
     sender.done(1, True, now=0.0)
-    second = sender.append(CLS, _msg(2), now=0.1, expected=frozenset({"b:1"}))
+    second = sender.append(CLS, _msg(2), now=0.1)
     assert second.low == 1
     receiver = _receiver()
     assert _seqs(receiver.receive(second, 1, now=0.2)) == []  # waits for 1
