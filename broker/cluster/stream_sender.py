@@ -169,6 +169,8 @@ class StreamSender:
         # QoS 0 is kept in memory only (at most once: nothing to keep across a crash) and needs no
         # overlay completion; it still answers RET while the broker runs
         durable = message.qos > 0
+        if not durable and not stream.receivers:
+            return forwarded  # QoS 0 that no known receiver may ask for again: nothing to keep
         confirmed = confirmed or not durable
         stream.entries[seq] = _Entry(forwarded, durable, confirmed, now, now, held)
         if not confirmed:
