@@ -27,6 +27,8 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, fields, is_dataclass
 from typing import Any
 
+from broker.mqtt.topics import TopicError, validate_topic_filter
+
 ENV_PREFIX = "SKIPMQ_"
 CONFIG_FILE_ENV = "SKIPMQ_CONFIG"  # path of the TOML file when load_config(path=None)
 
@@ -291,6 +293,18 @@ class ClusterConfig:
         "to be reachable in the overlay",
         min_value=0,
         max_value=600_000,
+    )
+    causal_groups: str = _key(
+        "",
+        "comma-separated MQTT topic filters whose messages are delivered in causal order at every "
+        "broker (seed 004's CO service; set the same on every broker, docs/cluster.md)",
+    )
+    causal_wait_ms: int = _key(
+        30000,
+        "longest a message of a causal group waits for one it depends on whose broker does not "
+        "answer (then delivered without it, counted in skipmq_cluster_causal_given_up_total)",
+        min_value=1,
+        max_value=3_600_000,
     )
     ping_interval_ms: int = _key(
         2000, "liveness probe period of overlay neighbours", min_value=100, max_value=600_000
@@ -563,6 +577,15 @@ def _validate_together(flat: Mapping[str, Any], sources: Mapping[str, str]) -> N
                 raise error(
                     "cluster.join", f"each entry must be host:port with a port in 1..65535, got {contact!r}"
                 )
+    for group in (item.strip() for item in flat["cluster.causal_groups"].split(",")):
+        if not group:
+            continue
+        if group.startswith("$share/"):
+            raise error("cluster.causal_groups", f"a causal group is a plain topic filter, got {group!r}")
+        try:
+            validate_topic_filter(group)
+        except TopicError as exc:
+            raise error("cluster.causal_groups", str(exc)) from None
     for name in ("listeners.tcp.host", "listeners.tls.host", "listeners.websocket.host", "http.host"):
         if not flat[name].strip():
             raise error(name, "must not be empty (use 0.0.0.0 for all interfaces)")

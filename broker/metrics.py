@@ -160,6 +160,16 @@ class ClusterCollector(Collector):
             stats.receivers_given_up,
         )
         yield CounterMetricFamily(
+            "skipmq_cluster_causal_held",
+            "Causal-group messages that waited for a message they depend on (cluster.causal_groups)",
+            stats.causal_held,
+        )
+        yield CounterMetricFamily(
+            "skipmq_cluster_causal_given_up",
+            "Causal-group messages delivered without a dependency after cluster.causal_wait_ms",
+            stats.causal_given_up,
+        )
+        yield CounterMetricFamily(
             "skipmq_cluster_subscribe_waits_timed_out",
             "SUBACKs or CONNACKs that waited subscribe_wait_ms for their classes to join the overlay",
             stats.subscribe_waits_timed_out,

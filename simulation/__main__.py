@@ -5,6 +5,7 @@
     python -m simulation --seeds 0:1000              # sweep; exit 1 naming the failing seeds
     python -m simulation --seeds 0:200 --faults crash,partition,move --loss 0.05
     python -m simulation --known                     # the three known faults, one run each
+    python -m simulation --seeds 0:200 --conversation --loss 0.05 --faults crash   # causal groups
 
 A run is a pure function of its seed and options. Python's string hashing is salted per process
 and would change the iteration order of sets, so this command re-executes itself with
@@ -18,6 +19,7 @@ import os
 import sys
 import time
 
+from simulation.causal import causal_conversation
 from simulation.scenario import (
     FAULTS,
     Result,
@@ -79,6 +81,18 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--brokers", type=int, default=None, help="exactly this many brokers (default: 3 to 5 per seed)"
     )
+    parser.add_argument(
+        "--conversation",
+        action="store_true",
+        help="run the causal-group conversation (simulation/causal.py: 5 brokers, responders, an "
+        "independent vector-clock oracle) instead of the random script; --loss applies, --faults "
+        "crash kills one broker mid-conversation",
+    )
+    parser.add_argument(
+        "--no-causal-groups",
+        action="store_true",
+        help="with --conversation: without cluster.causal_groups (shows the order it breaks)",
+    )
     parser.add_argument("--trace", type=int, default=40, help="client events shown for a failing seed (40)")
     return parser.parse_args(argv)
 
@@ -96,6 +110,13 @@ def main(argv: list[str] | None = None) -> int:
     }
     if args.brokers is not None:
         options["brokers"] = (args.brokers, args.brokers)
+    if args.conversation:
+        options = {
+            "conversation": True,
+            "causal": not args.no_causal_groups,
+            "loss": args.loss,
+            "crash": "crash" in args.faults,
+        }
     if args.known:
         failed = 0
         for name, scenario in KNOWN.items():
@@ -106,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
             failed += not result.ok
         return 0 if failed == len(KNOWN) else 1
     if args.seed is not None:
-        result = run_seed(args.seed, **options)
+        result = _run(args.seed, options)
         print(result.report(trace_lines=args.trace))
         print(f"  {result.events} events; {'OK' if result.ok else 'VIOLATIONS'}")
         return 0 if result.ok else 1
@@ -118,7 +139,7 @@ def _sweep(seeds: range, trace_lines: int, options: dict[str, object]) -> int:
     failing: list[Result] = []
     events = 0
     for index, seed in enumerate(seeds, start=1):
-        result = run_seed(seed, **options)  # type: ignore[arg-type]
+        result = _run(seed, options)
         events += result.events
         if not result.ok:
             failing.append(result)
@@ -137,6 +158,17 @@ def _sweep(seeds: range, trace_lines: int, options: dict[str, object]) -> int:
         + (f": {[r.seed for r in failing]}" if failing else "")
     )
     return 1 if failing else 0
+
+
+def _run(seed: int, options: dict[str, object]) -> Result:
+    if options.get("conversation"):
+        causal, loss, crash = bool(options["causal"]), float(options["loss"]), bool(options["crash"])  # type: ignore[arg-type]
+        result = causal_conversation(seed, causal=causal, loss=loss, crash=crash)
+        words = [f"python -m simulation --seed {seed} --conversation", f"--loss {loss}"]
+        words += ["--faults crash"] * crash + ["--no-causal-groups"] * (not causal)
+        result.replay = " ".join(words)
+        return result
+    return run_seed(seed, **options)  # type: ignore[arg-type]
 
 
 if __name__ == "__main__":

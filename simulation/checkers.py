@@ -46,6 +46,7 @@ class Received:
     epoch: int
     seq: int
     at: float
+    connection: int = 0  # the subscriber's connection (its epoch) that received it
 
 
 @dataclass

@@ -120,6 +120,7 @@ class SimClient:
         self.on_connack: Callable[[SimClient, bool], None] | None = None
         self.on_suback: Callable[[SimClient, str], None] | None = None
         self.on_lost: Callable[[SimClient], None] | None = None
+        self.on_message: Callable[[SimClient, Received], None] | None = None
         self._seq = 0
 
     # ------------------------------------------------------------------ actions
@@ -206,12 +207,15 @@ class SimClient:
                     self.on_suback(self, topic_filter)
         elif isinstance(packet, Publish):
             publisher, epoch, seq = packet.payload.decode().split(":")
-            history.received.append(
-                Received(self.client_id, packet.topic, publisher, int(epoch), int(seq), self.world.now)
+            received = Received(
+                self.client_id, packet.topic, publisher, int(epoch), int(seq), self.world.now, self.epoch
             )
+            history.received.append(received)
             history.trace("receive", self.client_id, publisher, int(seq))
             if packet.qos and packet.packet_id is not None:
                 self._send(Puback(packet.packet_id))
+            if self.on_message is not None:
+                self.on_message(self, received)
 
     def _send(self, packet: Packet) -> None:
         if self.socket is not None:

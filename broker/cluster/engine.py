@@ -46,6 +46,7 @@ import random
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Protocol
 
+from broker.cluster.causal_clock import CausalClock
 from broker.cluster.classes import topic_classes
 from broker.cluster.interest import SHARE_PREFIX, Interest, share_topic
 from broker.cluster.interest_table import InterestTable
@@ -86,6 +87,7 @@ log = logging.getLogger("skipmq.cluster")
 RETAINED_SYNC_TIMEOUT_S = 5.0  # then the next contact is asked for the retained store
 PUBLISHER_IDLE_S = 600.0  # a publisher virtual node unused this long leaves its class
 SWEEP_INTERVAL_S = 30.0
+ROUTE_OVERLAY, ROUTE_DIRECT, ROUTE_HELD, ROUTE_SKIP = range(4)  # how a message goes out on a class
 STREAM_IDLE_S = 900.0  # receive state of a silent (origin, class) stream is dropped
 ACK_REFRESH_RETRANSMITS = 2  # receivers acknowledge recent streams again every 2 x retransmit_ms
 PROBE_RETRANSMITS = 2  # peers reported down are contacted again every 2 x retransmit_ms ...
@@ -147,6 +149,8 @@ class ClusterEngine(StreamsMixin):
             stats=self.stats,
         )
         self.sender: StreamSender | None = None
+        groups = [item.strip() for item in cluster.causal_groups.split(",") if item.strip()]
+        self.causal: CausalClock | None = CausalClock(groups) if groups else None
         self.subscribe_waits = SubscribeWaits(cluster.subscribe_wait_ms / 1000.0)
         self.store: ClusterStore = MemoryClusterStore()
         self.peer_id = ""
@@ -198,6 +202,7 @@ class ClusterEngine(StreamsMixin):
             min_retention_s=cluster.send_log_min_retention_ms / 1000.0,
             receivers_of=self.interest_table.peers_of,
         )
+        self.receiver.set_causal(peer_id, self.interest.subscribes, cluster.causal_wait_ms / 1000.0)
         seed = self.rng.getrandbits(64)
         self.node = OverlayNode(peer_id, rng=random.Random(seed), config=overlay_config_for(self.cluster))
         self.takeover = Takeover(
@@ -219,8 +224,12 @@ class ClusterEngine(StreamsMixin):
         now = self._now()
         # resume the streams a previous incarnation left: what it had not delivered everywhere is
         # published again, and our positions tell the senders what we missed while down
-        self.sender.restore(self.store.load_log(), self.store.load_receivers(), now)
-        self.receiver.restore(self.store.load_positions(), now)
+        logged = self.store.load_log()
+        positions = self.store.load_positions()
+        self.sender.restore(logged, self.store.load_receivers(), now)
+        self.receiver.restore(positions, now)
+        if self.causal is not None:
+            self.causal.restore([*positions, *(((f.origin, f.stream), f.seq + 1) for f in logged)])
         self._handle(api.Bootstrap(tuple(contacts)))
         self._handle(api.JoinTopic(CONTROL_CLASS, Role.SUBSCRIBER))
         self._handle(api.JoinTopic(CONTROL_CLASS, Role.PUBLISHER))
@@ -295,8 +304,11 @@ class ClusterEngine(StreamsMixin):
             messages, held = self.sender.presence_on(action.topic, self._now())
             for forwarded in held:
                 self._publish_forwarded(forwarded)
-            for message in messages:
-                self._forward(action.topic, message)
+            for message, deps in messages:
+                if deps is None:
+                    self._forward(action.topic, message)
+                else:  # a message of a causal group, with the dependencies it had when published
+                    self._forward_causal(action.topic, message, deps)
 
     def _send(self, dest: str, item: object) -> None:
         assert self.transport is not None
@@ -354,6 +366,8 @@ class ClusterEngine(StreamsMixin):
             self._handle(api.Tick())
         assert self.sender is not None
         self._receiver_actions(self.receiver.tick(now))
+        if self.receiver.blocked_count():
+            self._deliver(self.receiver.give_up_waits(now))
         self._sender_actions(self.sender.tick(now))
         self._finish_ready_waits(self.subscribe_waits.tick(now))
         self._finish_claims(self.takeover.tick(now))
@@ -460,7 +474,9 @@ class ClusterEngine(StreamsMixin):
                 self._handle(api.LeaveTopic(cls, Role.PUBLISHER))
         assert self.takeover is not None and self.broker is not None
         self.takeover.forget(self.broker.has_session)
-        self.receiver.forget_idle(now, STREAM_IDLE_S)
+        forgotten = self.receiver.forget_idle(now, STREAM_IDLE_S)
+        if self.causal is not None:
+            self.causal.forget(forgotten)
         self._persist_positions()
 
     # ================================================================== ClusterPort: subscriptions
@@ -566,30 +582,84 @@ class ClusterEngine(StreamsMixin):
         (the send log joins it), never for other brokers."""
         if self.stopped or self.node is None or message.topic.startswith("$SYS"):
             return None
-        node = self.node
         sender = self.sender
         assert sender is not None
         now = self._now()
-        for cls in topic_classes(message.topic, self.interest.class_levels):
-            self._publishing(cls, now)
-            if node.subscriber_presence(cls) is False:
-                if sender.has_receivers(cls):
-                    # the overlay sees no subscriber, but a receiver that crashed or is cut off
-                    # still expects the stream: logged, it gets it by resend when it is back
-                    self._forward(cls, message, overlay=False)
-                elif message.qos and sender.recently_present(cls, now):
-                    # subscribers a moment ago (one moving or restarting): logged, published when
-                    # presence returns
-                    self._forward(cls, message, held=True)
-                else:
-                    sender.skip(cls, message, now)  # nobody subscribes (exhaust data, seed 003 §3.2)
-                continue
-            sender.present(cls, now)
-            self._forward(cls, message)
+        classes = topic_classes(message.topic, self.interest.class_levels)
+        causal = self.causal
+        groups = causal.groups_of(message.topic) if causal is not None else ()
+        if groups:
+            self._publish_causal(message, classes, groups, now)
+        else:
+            for cls in classes:
+                self._send_on_class(cls, message, self._route_of(cls, message, now), now)
         if message.retain:
             self._publish_retained(message)
         self._arm_timer()
         return None
+
+    def _route_of(self, cls: str, message: Message, now: float) -> int:
+        """How ``message`` goes out on ``cls`` (one of the ``ROUTE_*``)."""
+        node = self.node
+        sender = self.sender
+        assert node is not None and sender is not None
+        self._publishing(cls, now)
+        if node.subscriber_presence(cls) is not False:
+            sender.present(cls, now)
+            return ROUTE_OVERLAY
+        if sender.has_receivers(cls):
+            # the overlay sees no subscriber, but a receiver that crashed or is cut off still
+            # expects the stream: logged, it gets it by resend when it is back
+            return ROUTE_DIRECT
+        if message.qos and sender.recently_present(cls, now):
+            # subscribers a moment ago (one moving or restarting): logged, published when presence
+            # returns
+            return ROUTE_HELD
+        return ROUTE_SKIP  # nobody subscribes (exhaust data, seed 003 §3.2)
+
+    def _send_on_class(
+        self,
+        cls: str,
+        message: Message,
+        route: int,
+        now: float,
+        deps: tuple[StreamPosition, ...] | None = None,
+        copies: tuple[tuple[str, int], ...] = (),
+    ) -> None:
+        if route == ROUTE_OVERLAY:
+            self._forward(cls, message, deps=deps or (), copies=copies)
+        elif route == ROUTE_DIRECT:
+            self._forward(cls, message, overlay=False, deps=deps or (), copies=copies)
+        elif route == ROUTE_HELD:
+            self._forward(cls, message, held=True, deps=deps or (), copies=copies)
+        else:
+            assert self.sender is not None
+            self.sender.skip(cls, message, now, deps)
+
+    def _publish_causal(
+        self, message: Message, classes: list[str], groups: tuple[int, ...], now: float
+    ) -> None:
+        """A message of a causal group: every copy carries the group's ACK vector (its
+        dependencies) and the SEQ of every copy (``broker.cluster.causal_clock``)."""
+        causal = self.causal
+        sender = self.sender
+        assert causal is not None and sender is not None
+        routes = [(cls, self._route_of(cls, message, now)) for cls in classes]
+        copies = tuple((cls, sender.position(cls)) for cls, route in routes if route != ROUTE_SKIP)
+        deps = causal.stamp(groups)
+        for cls, route in routes:
+            self._send_on_class(cls, message, route, now, deps, copies)
+        if copies:
+            causal.sent(groups, sender.origin, copies)
+
+    def _forward_causal(self, cls: str, message: Message, deps: tuple[StreamPosition, ...]) -> None:
+        """A message of a causal group kept while ``cls`` had no subscriber goes out now."""
+        causal = self.causal
+        sender = self.sender
+        assert causal is not None and sender is not None
+        copies = ((cls, sender.position(cls)),)
+        self._forward(cls, message, deps=deps, copies=copies)
+        causal.sent(causal.groups_of(message.topic), sender.origin, copies)
 
     def _publish_retained(self, message: Message) -> None:
         assert self.retained_sync is not None
@@ -800,6 +870,8 @@ class ClusterEngine(StreamsMixin):
             "subscribed_classes": len(self.interest.classes()),
             "published_classes": len(self._published),
             "held_messages": self.receiver.held_count(),
+            "causal_blocked_streams": self.receiver.blocked_count(),
+            "causal_clock_entries": self.causal.size() if self.causal is not None else 0,
             "send_log_messages": self.sender.logged_count() if self.sender is not None else 0,
             "send_log_receivers": self.sender.receiver_count() if self.sender is not None else 0,
         }

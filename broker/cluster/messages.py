@@ -25,6 +25,15 @@ DEFAULT_ENVELOPE_TTL = 8  # relays a directed message may take before it is drop
 
 
 @dataclass(frozen=True, slots=True)
+class StreamPosition:
+    """A receiver's REQ (seed 004 §3.1) for one (origin, stream): the SEQ it expects next."""
+
+    origin: str
+    stream: str
+    next_seq: int
+
+
+@dataclass(frozen=True, slots=True)
 class ForwardedMessage:
     """An application message for one topic class's subscribers.
 
@@ -38,6 +47,12 @@ class ForwardedMessage:
     seq: int
     message: Message
     low: int = 0  # lowest SEQ of the stream still unconfirmed at the sender when sent (0: none)
+    # causal groups (``broker.cluster.causal_clock``; empty for a topic in none): the sender's ACK
+    # vector for the group (seed 004 §3.4 Theorem 1: every message below ``next_seq`` on each of
+    # those streams precedes this one), and this message's (class, SEQ) on every stream of its
+    # origin it went out on
+    deps: tuple[StreamPosition, ...] = ()
+    copies: tuple[tuple[str, int], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,15 +80,6 @@ class SessionClaim:
 
 
 OverlayPayload = ForwardedMessage | RetainedUpdate | SessionClaim
-
-
-@dataclass(frozen=True, slots=True)
-class StreamPosition:
-    """A receiver's REQ (seed 004 §3.1) for one (origin, stream): the SEQ it expects next."""
-
-    origin: str
-    stream: str
-    next_seq: int
 
 
 @dataclass(frozen=True, slots=True)

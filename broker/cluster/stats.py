@@ -9,7 +9,8 @@ filter matched: the cost of routing on topic classes), ``skipmq_cluster_delivery
 ``skipmq_cluster_publish_done_total{complete}`` (QoS>0 forwarded publications the overlay
 completed, or not within ``cluster.publish_ack_wait_ms``: the send log publishes those again),
 the reliable streams' counters (seed 004: republished, resent, RET sent, gaps given up, receivers
-given up), reorder and claim counters, and gauges for peers, virtual nodes and the send log.
+given up), causal groups' waits, reorder and claim counters, and gauges for peers, virtual nodes
+and the send log.
 """
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ class ClusterStats:
         self.resent = 0  # send-log entries sent again directly to a receiver broker
         self.rets_sent = 0  # RET requests this broker sent for gaps
         self.receivers_given_up = 0  # receiver brokers silent for cluster.send_log_retention_s
+        self.causal_held = 0  # causal-group messages that waited for a message they depend on
+        self.causal_given_up = 0  # ... and were delivered after cluster.causal_wait_ms without it
         self.subscribe_waits_timed_out = 0  # SUBACK/CONNACK waits that hit cluster.subscribe_wait_ms
         self.publish_done = {"true": 0, "false": 0}
         self.claims_sent = 0

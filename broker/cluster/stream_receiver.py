@@ -17,6 +17,14 @@ Seed 004 (CO protocol) §3.2-§3.3 on each ``(origin, topic class)`` stream a br
   the sender had not confirmed when it sent it): the messages in between may still be on their
   way to this broker, so they are asked for rather than overtaken. A message below where the
   stream started is stale (published before this broker subscribed) and dropped.
+* **Causal groups (§3.2 acceptance condition with §3.3 failure condition (2); docs/causal.md
+  decision 2).** A message that carries ``deps`` (``broker.cluster.causal_clock``) is accepted
+  only when, for every stream of those this broker receives (a class it subscribes, another
+  broker's), its own REQ reached the dependency: until then it is held at the head of its
+  stream, and what it waits for is asked for with RET after ``ret_delay_s`` (a stream never
+  heard of here is asked from the dependency's SEQ: the sender resends it, or answers that it is
+  gone). A dependency whose origin never answers is given up after ``causal_wait_s`` (counted):
+  the message is delivered without it.
 * **Acknowledgements (§3.2 ACK).** Positions that moved are reported to each origin as one
   :class:`StreamAck` vector, ``ack_delay_s`` after the first change (alone when the receiver has
   nothing else to send). The engine persists positions with the deliveries they cover, so a
@@ -31,6 +39,8 @@ No I/O, no clock of its own.
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from sortedcontainers import SortedDict
@@ -38,7 +48,10 @@ from sortedcontainers import SortedDict
 from broker.cluster.messages import ForwardedMessage, StreamAck, StreamPosition, StreamRet
 from broker.cluster.stats import ClusterStats
 
+log = logging.getLogger("skipmq.cluster")
+
 Delivery = tuple[ForwardedMessage, int]  # (message, overlay hops)
+_SETTLED_LIMIT = 10_000
 StreamKey = tuple[str, str]  # (origin, topic class)
 
 
@@ -73,6 +86,8 @@ class _Stream:
     ret_at: float | None = None  # when to ask (again) for the gap before the first held message
     acked: int = 0  # the position last acknowledged to the origin
     last_seen: float = 0.0
+    blocked_at: float | None = None  # the head (seq == REQ) waits for its causal dependencies since
+    dep_ret_at: float | None = None  # when to ask (again) for those dependencies
 
 
 class StreamReceiver:
@@ -98,6 +113,19 @@ class StreamReceiver:
         self._unacked: set[StreamKey] = set()  # streams whose position moved since the last ack
         self._ack_at: float | None = None
         self.changed: dict[StreamKey, int] = {}  # positions to persist (the engine drains it)
+        # causal groups (``set_causal``)
+        self._self_peer = ""
+        self._wants_class: Callable[[str], bool] = lambda cls: True
+        self.causal_wait_s = 0.0
+        self._blocked: set[StreamKey] = set()  # streams whose head waits for its dependencies
+        self._settled: dict[StreamKey, int] = {}  # streams not received here: "gone below" answers
+
+    def set_causal(self, self_peer: str, wants_class: Callable[[str], bool], wait_s: float) -> None:
+        """Causal groups: dependencies on this broker's own streams, and on streams of classes it
+        does not subscribe (``wants_class``), hold nothing; ``wait_s`` bounds a wait."""
+        self._self_peer = self_peer
+        self._wants_class = wants_class
+        self.causal_wait_s = wait_s
 
     # ------------------------------------------------------------------ receiving
     def receive(self, forwarded: ForwardedMessage, hops: int, now: float) -> list[Delivery]:
@@ -106,6 +134,7 @@ class StreamReceiver:
         stream = self._streams.get(key)
         if stream is None:
             stream = self._streams[key] = _Stream()
+            self._settled.pop(key, None)
         stream.last_seen = now
         seq = forwarded.seq
         if stream.next_seq == 0:
@@ -123,25 +152,41 @@ class StreamReceiver:
                 stream.ret_at = now + self.ret_delay_s
                 self._gaps.add(key)
             return []
+        if forwarded.copies and not self._deps_met(forwarded):
+            stream.held[seq] = (forwarded, hops)  # §3.3 failure condition (2): not accepted yet
+            self._block(key, stream, now)
+            return []
         ready = [(forwarded, hops)]
         stream.next_seq = seq + 1
-        self._drain(key, stream, ready)
+        self._drain(key, stream, ready, now)
         self._moved(key, stream, now)
+        if self._blocked:
+            self._release(ready, now)
         return ready
 
     def gone(self, origin: str, cls: str, gone_below: int, now: float) -> list[Delivery]:
         """The origin no longer has SEQs below ``gone_below``: stop waiting for them (counted)."""
         key = (origin, cls)
         stream = self._streams.get(key)
-        if stream is None or stream.next_seq == 0 or gone_below <= stream.next_seq:
+        ready: list[Delivery] = []
+        if stream is None:
+            if self._blocked and gone_below > self._settled.get(key, 0):
+                # the answer to a RET for a dependency on a stream not received here
+                if len(self._settled) >= _SETTLED_LIMIT:
+                    self._settled.clear()
+                self._settled[key] = gone_below
+                self._release(ready, now)
+            return ready
+        if stream.next_seq == 0 or gone_below <= stream.next_seq:
             return []
         first_held = stream.held.peekitem(0)[0] if stream.held else None
         target = gone_below if first_held is None else min(gone_below, first_held)
         self.stats.gaps_skipped += target - stream.next_seq
         stream.next_seq = target
-        ready: list[Delivery] = []
-        self._drain(key, stream, ready)
+        self._drain(key, stream, ready, now)
         self._moved(key, stream, now)
+        if self._blocked:
+            self._release(ready, now)
         return ready
 
     def restore(self, positions: list[tuple[StreamKey, int]], now: float) -> None:
@@ -159,6 +204,7 @@ class StreamReceiver:
         for key in [key for key in self._streams if key[1] == cls]:
             stream = self._streams.pop(key)
             self._gaps.discard(key)
+            self._blocked.discard(key)
             self._unacked.discard(key)
             self.changed[key] = 0
             by_peer.setdefault(origin_peer(key[0]), []).append(
@@ -197,10 +243,16 @@ class StreamReceiver:
                 self._gaps.discard(key)
                 continue
             first_held = stream.held.peekitem(0)[0]
+            if first_held == stream.next_seq:  # no gap: the head waits for its dependencies
+                stream.ret_at = None
+                self._gaps.discard(key)
+                continue
             actions.append(
                 SendRet(origin_peer(key[0]), StreamRet(key[0], key[1], stream.next_seq, first_held))
             )
             stream.ret_at = now + self.retransmit_s
+        if self._blocked:
+            actions += self._ask_dependencies(now)
         if self._next_refresh is not None and self._next_refresh <= now:
             self._next_refresh = None
             recent = now - self.refresh_s * 3
@@ -233,6 +285,10 @@ class StreamReceiver:
             at = self._streams[key].ret_at
             if at is not None and (deadline is None or at < deadline):
                 deadline = at
+        for key in self._blocked:
+            at = self._streams[key].dep_ret_at
+            if at is not None and (deadline is None or at < deadline):
+                deadline = at
         return deadline
 
     def forget_idle(self, now: float, idle_s: float) -> list[StreamKey]:
@@ -248,22 +304,121 @@ class StreamReceiver:
     def held_count(self) -> int:
         return sum(len(stream.held) for stream in self._streams.values())
 
+    def blocked_count(self) -> int:
+        """Streams whose next message waits for a causal dependency (the causal hold-back)."""
+        return len(self._blocked)
+
     def clear_deadlines(self) -> None:
         """Nothing is delivered or sent any more (the broker stops)."""
         self._gaps.clear()
+        self._blocked.clear()
         self._ack_at = None
         self._next_refresh = None
 
     # ------------------------------------------------------------------ internals
-    def _drain(self, key: StreamKey, stream: _Stream, ready: list[Delivery]) -> None:
+    def _drain(self, key: StreamKey, stream: _Stream, ready: list[Delivery], now: float) -> None:
         held = stream.held
         while held and held.peekitem(0)[0] == stream.next_seq:
+            forwarded = held.peekitem(0)[1][0]
+            if forwarded.copies and not self._deps_met(forwarded):
+                self._block(key, stream, now)
+                return
             _seq, delivery = held.popitem(0)
             ready.append(delivery)
             stream.next_seq += 1
         if not held:
             stream.ret_at = None
             self._gaps.discard(key)
+        elif stream.ret_at is None:  # stopped at a gap behind what was released
+            stream.ret_at = now + self.ret_delay_s
+            self._gaps.add(key)
+
+    # ------------------------------------------------------------------ causal groups
+    def _unmet(self, forwarded: ForwardedMessage) -> list[StreamPosition]:
+        """The dependencies of ``forwarded`` this broker has not accepted yet (and will receive)."""
+        unmet = []
+        for dep in forwarded.deps:
+            key = (dep.origin, dep.stream)
+            stream = self._streams.get(key)
+            if stream is not None:
+                if stream.next_seq >= dep.next_seq:
+                    continue
+            elif self._settled.get(key, 0) >= dep.next_seq or not self._wants_class(dep.stream):
+                continue
+            if origin_peer(dep.origin) == self._self_peer:
+                continue  # our own messages (any incarnation) were accepted when sent
+            unmet.append(dep)
+        return unmet
+
+    def _deps_met(self, forwarded: ForwardedMessage) -> bool:
+        return not self._unmet(forwarded)
+
+    def _block(self, key: StreamKey, stream: _Stream, now: float) -> None:
+        if key in self._blocked:
+            return
+        self._blocked.add(key)
+        self.stats.causal_held += 1
+        stream.blocked_at = now
+        stream.dep_ret_at = now + self.ret_delay_s
+
+    def _release(self, ready: list[Delivery], now: float, *, give_up: bool = False) -> None:
+        """Accept the held heads whose dependencies are now met (``give_up``: waited too long)."""
+        progress = True
+        while progress and self._blocked:
+            progress = False
+            for key in sorted(self._blocked):
+                stream = self._streams[key]
+                forwarded, hops = stream.held.peekitem(0)[1]
+                waited_s = now - stream.blocked_at if stream.blocked_at is not None else 0.0
+                if self._deps_met(forwarded):
+                    pass
+                elif give_up and waited_s >= self.causal_wait_s:
+                    self.stats.causal_given_up += 1
+                    log.warning(
+                        "cluster_causal_dependency_given_up origin=%s stream=%s seq=%d missing=%s",
+                        key[0],
+                        key[1],
+                        forwarded.seq,
+                        ",".join(f"{d.origin}:{d.stream}<{d.next_seq}" for d in self._unmet(forwarded)),
+                    )
+                else:
+                    continue
+                self._blocked.discard(key)
+                stream.blocked_at = stream.dep_ret_at = None
+                stream.held.popitem(0)
+                ready.append((forwarded, hops))
+                stream.next_seq += 1
+                self._drain(key, stream, ready, now)
+                self._moved(key, stream, now)
+                progress = True
+
+    def _ask_dependencies(self, now: float) -> list[ReceiverAction]:
+        """RET for the dependencies blocked heads wait for (§3.3 failure condition (2))."""
+        actions: list[ReceiverAction] = []
+        asked: set[tuple[str, str, int]] = set()
+        for key in sorted(self._blocked):
+            stream = self._streams[key]
+            if stream.dep_ret_at is None or stream.dep_ret_at > now:
+                continue
+            stream.dep_ret_at = now + self.retransmit_s
+            for dep in self._unmet(stream.held.peekitem(0)[1][0]):
+                dep_key = (dep.origin, dep.stream)
+                have = self._streams.get(dep_key)
+                from_seq = have.next_seq if have is not None else dep.next_seq - 1
+                if (dep.origin, dep.stream, dep.next_seq) in asked:
+                    continue
+                asked.add((dep.origin, dep.stream, dep.next_seq))
+                self.stats.rets_sent += 1
+                request = StreamRet(dep.origin, dep.stream, from_seq, dep.next_seq)
+                actions.append(SendRet(origin_peer(dep.origin), request))
+        return actions
+
+    def give_up_waits(self, now: float) -> list[Delivery]:
+        """Deliver the heads that waited ``causal_wait_s`` for a dependency (counted, logged)."""
+        ready: list[Delivery] = []
+        if self._blocked:
+            self._release(ready, now, give_up=True)
+        return ready
 
     def _moved(self, key: StreamKey, stream: _Stream, now: float) -> None:
         self.changed[key] = stream.next_seq

@@ -135,7 +135,8 @@ class StreamSender:
         self.presence_grace_s = presence_grace_s
         self._streams: dict[StreamKey, _Stream] = {}
         self._publications: dict[int, tuple[StreamKey, int]] = {}  # publication id -> (key, seq)
-        self._skipped: dict[str, deque[tuple[float, Message]]] = {}  # class -> kept while absent
+        # class -> (when, message, causal deps) kept while it had no subscriber
+        self._skipped: dict[str, deque[tuple[float, Message, tuple[StreamPosition, ...] | None]]] = {}
         self._present_at: dict[str, float] = {}  # class -> when it last had subscribers
         self._next_check: float | None = None
 
@@ -148,10 +149,13 @@ class StreamSender:
         *,
         confirmed: bool = False,
         held: bool = False,
+        deps: tuple[StreamPosition, ...] = (),
+        copies: tuple[tuple[str, int], ...] = (),
     ) -> ForwardedMessage:
         """Number ``message`` on this broker's stream of ``cls`` and keep it in the log
         (``confirmed``: it does not go through the overlay, only to the known receivers;
-        ``held``: published when the class's presence returns, see ``presence_on``)."""
+        ``held``: published when the class's presence returns, see ``presence_on``; ``deps`` and
+        ``copies``: a message of a causal group, ``broker.cluster.causal_clock``)."""
         key = (self.origin, cls)
         stream = self._streams.get(key)
         if stream is None:
@@ -165,7 +169,7 @@ class StreamSender:
         seq = stream.next_seq
         stream.next_seq = seq + 1
         low = self._low(stream)
-        forwarded = ForwardedMessage(self.origin, cls, seq, message, low)
+        forwarded = ForwardedMessage(self.origin, cls, seq, message, low, deps, copies)
         # QoS 0 is kept in memory only (at most once: nothing to keep across a crash) and needs no
         # overlay completion; it still answers RET while the broker runs
         durable = message.qos > 0
@@ -208,12 +212,15 @@ class StreamSender:
         stream = self._streams.get((self.origin, cls))
         return stream is not None and bool(stream.receivers)
 
-    def skip(self, cls: str, message: Message, now: float) -> None:
-        """``message`` of ``cls`` was not forwarded: the rendezvous point reports no subscriber."""
+    def skip(
+        self, cls: str, message: Message, now: float, deps: tuple[StreamPosition, ...] | None = None
+    ) -> None:
+        """``message`` of ``cls`` was not forwarded: the rendezvous point reports no subscriber
+        (``deps``: its dependencies, if it is a message of a causal group)."""
         kept = self._skipped.get(cls)
         if kept is None:
             kept = self._skipped[cls] = deque()
-        kept.append((now, message))
+        kept.append((now, message, deps))
         horizon = now - self.presence_grace_s
         while kept and kept[0][0] < horizon:
             kept.popleft()
@@ -225,13 +232,15 @@ class StreamSender:
     def recently_present(self, cls: str, now: float) -> bool:
         return now - self._present_at.get(cls, float("-inf")) <= self.presence_grace_s
 
-    def presence_on(self, cls: str, now: float) -> tuple[list[Message], list[ForwardedMessage]]:
-        """Presence of ``cls`` turned on: the messages kept in memory while it was off, and the
-        held log entries to publish now, oldest first."""
+    def presence_on(
+        self, cls: str, now: float
+    ) -> tuple[list[tuple[Message, tuple[StreamPosition, ...] | None]], list[ForwardedMessage]]:
+        """Presence of ``cls`` turned on: the messages kept in memory while it was off (with their
+        causal dependencies, see ``skip``), and the held log entries to publish now, oldest first."""
         self._present_at[cls] = now
         kept = self._skipped.pop(cls, None)
         horizon = now - self.presence_grace_s
-        messages = [message for at, message in kept if at >= horizon] if kept else []
+        messages = [(message, deps) for at, message, deps in kept if at >= horizon] if kept else []
         held: list[ForwardedMessage] = []
         stream = self._streams.get((self.origin, cls))
         if stream is not None:

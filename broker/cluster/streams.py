@@ -24,6 +24,7 @@ from overlay import api
 from overlay.api import Role
 
 if TYPE_CHECKING:
+    from broker.cluster.causal_clock import CausalClock
     from broker.cluster.interest import Interest
     from broker.cluster.interest_table import InterestTable
     from broker.cluster.stats import ClusterStats
@@ -44,6 +45,7 @@ class StreamsMixin:
     store: ClusterStore
     sender: StreamSender | None
     receiver: StreamReceiver
+    causal: CausalClock | None
     interest: Interest
     interest_table: InterestTable
     stats: ClusterStats
@@ -57,10 +59,21 @@ class StreamsMixin:
     _handle: Callable[[Any], None]
     _send_envelope: Callable[[str, str, int, Any], None]
 
-    def _forward(self, cls: str, message: Message, *, overlay: bool = True, held: bool = False) -> None:
+    def _forward(
+        self,
+        cls: str,
+        message: Message,
+        *,
+        overlay: bool = True,
+        held: bool = False,
+        deps: tuple[StreamPosition, ...] = (),
+        copies: tuple[tuple[str, int], ...] = (),
+    ) -> None:
         sender = self.sender
         assert sender is not None
-        forwarded = sender.append(cls, message, self._now(), confirmed=not overlay, held=held)
+        forwarded = sender.append(
+            cls, message, self._now(), confirmed=not overlay, held=held, deps=deps, copies=copies
+        )
         if message.qos:
             self.store.log_append(forwarded)  # in this publish's commit, before its PUBACK
         if overlay and not held:
@@ -138,7 +151,10 @@ class StreamsMixin:
         broker = self.broker
         assert broker is not None
         stats = self.stats
+        causal = self.causal
         for forwarded, hops in ready:
+            if forwarded.copies and causal is not None:
+                causal.accepted(forwarded)  # what this broker sends from now on follows it
             stats.received += 1
             stats.observe_hops(hops)
             matched = broker.deliver_remote(replace(forwarded.message), self._class_filter(forwarded.stream))

@@ -389,11 +389,22 @@ def _forwarded_to_proto(forwarded: ForwardedMessage, out: Any, where: str) -> No
     if forwarded.low:
         _set(out, "low", _check_int(forwarded.low, f"{where}.low"), where)
     mqtt_message_to_proto(forwarded.message, out.message, f"{where}.message")
+    if forwarded.copies:  # a message of a causal group
+        _positions_to_proto(forwarded.deps, out.deps, f"{where}.deps")
+        for index, (cls, seq) in enumerate(forwarded.copies):
+            item = out.copies.add()
+            _set(item, "stream", cls, f"{where}.copies[{index}]")
+            _set(item, "seq", _check_int(seq, f"{where}.copies[{index}].seq"), f"{where}.copies[{index}]")
 
 
 def _forwarded_from_proto(src: Any, where: str) -> ForwardedMessage:
     message = mqtt_message_from_proto(_require(src, "message", f"{where}.message"), f"{where}.message")
-    return ForwardedMessage(src.origin, src.stream, src.seq, message, src.low)
+    if not src.copies:
+        return ForwardedMessage(src.origin, src.stream, src.seq, message, src.low)
+    copies = tuple((copy.stream, copy.seq) for copy in src.copies)
+    return ForwardedMessage(
+        src.origin, src.stream, src.seq, message, src.low, _positions_from_proto(src.deps), copies
+    )
 
 
 def _positions_to_proto(positions: Iterable[StreamPosition], out: Any, where: str) -> None:

@@ -131,7 +131,7 @@ def test_sender_keeps_messages_skipped_while_nobody_subscribed_for_the_presence_
     sender.skip(CLS, _msg(1), now=0.0)
     sender.skip(CLS, _msg(2), now=1.5)
     messages, held = sender.presence_on(CLS, now=2.5)
-    assert [m.payload for m in messages] == [b"2"] and held == []  # 1 is older than 2 s
+    assert [(m.payload, deps) for m, deps in messages] == [(b"2", None)] and held == []  # 1 is older than 2 s
     assert sender.presence_on(CLS, now=2.6) == ([], [])
 
 

@@ -283,18 +283,30 @@ class MqttMessage(_message.Message):
     def __init__(self, topic: _Optional[str] = ..., payload: _Optional[bytes] = ..., qos: _Optional[int] = ..., retain: _Optional[bool] = ..., properties: _Optional[bytes] = ..., expiry_at: _Optional[float] = ..., origin: _Optional[str] = ..., publisher_id: _Optional[str] = ...) -> None: ...
 
 class ForwardedMessage(_message.Message):
-    __slots__ = ("origin", "stream", "seq", "message", "low")
+    __slots__ = ("origin", "stream", "seq", "message", "low", "deps", "copies")
     ORIGIN_FIELD_NUMBER: _ClassVar[int]
     STREAM_FIELD_NUMBER: _ClassVar[int]
     SEQ_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
     LOW_FIELD_NUMBER: _ClassVar[int]
+    DEPS_FIELD_NUMBER: _ClassVar[int]
+    COPIES_FIELD_NUMBER: _ClassVar[int]
     origin: str
     stream: str
     seq: int
     message: MqttMessage
     low: int
-    def __init__(self, origin: _Optional[str] = ..., stream: _Optional[str] = ..., seq: _Optional[int] = ..., message: _Optional[_Union[MqttMessage, _Mapping]] = ..., low: _Optional[int] = ...) -> None: ...
+    deps: _containers.RepeatedCompositeFieldContainer[StreamPosition]
+    copies: _containers.RepeatedCompositeFieldContainer[StreamCopy]
+    def __init__(self, origin: _Optional[str] = ..., stream: _Optional[str] = ..., seq: _Optional[int] = ..., message: _Optional[_Union[MqttMessage, _Mapping]] = ..., low: _Optional[int] = ..., deps: _Optional[_Iterable[_Union[StreamPosition, _Mapping]]] = ..., copies: _Optional[_Iterable[_Union[StreamCopy, _Mapping]]] = ...) -> None: ...
+
+class StreamCopy(_message.Message):
+    __slots__ = ("stream", "seq")
+    STREAM_FIELD_NUMBER: _ClassVar[int]
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    stream: str
+    seq: int
+    def __init__(self, stream: _Optional[str] = ..., seq: _Optional[int] = ...) -> None: ...
 
 class RetainedUpdate(_message.Message):
     __slots__ = ("origin", "version_ms", "message")
