@@ -2,7 +2,9 @@
 
 The JSON files are generated, not hand-edited: `python dashboards/generate.py` rewrites them and
 tests/test_dashboards.py checks that the committed files match this generator and that every
-metric a panel queries is one the broker actually exports (broker/metrics.py).
+metric a panel queries is one the broker actually exports (broker/metrics.py). The same files are
+written into helm/skipmq/dashboards/ (a chart cannot read files outside its directory), which the
+chart ships as a ConfigMap for Grafana's dashboard sidecar.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
+CHART_COPY = HERE.parent / "helm" / "skipmq" / "dashboards"
 
 # (title, unit, [(PromQL expression, legend)], panel width)
 BROKER_PANELS: list[tuple[str, str, list[tuple[str, str]], int]] = [
@@ -260,7 +263,8 @@ def render(name: str) -> str:
 def main() -> int:
     for name in DASHBOARDS:
         (HERE / name).write_text(render(name))
-        print(f"wrote dashboards/{name}", file=sys.stderr)
+        (CHART_COPY / name).write_text(render(name))
+        print(f"wrote dashboards/{name} and helm/skipmq/dashboards/{name}", file=sys.stderr)
     return 0
 
 
