@@ -101,9 +101,13 @@ def load_rendered_config(rendered: Rendered, tmp_path: Path) -> BrokerConfig:
         text = text.replace(f'"{mounts[volume]}/', f'"{target}/')
     path = tmp_path / "skipmq.toml"
     path.write_text(text)
-    env = {"SKIPMQ_NODE_ID": f"{FULLNAME}-0"}
-    if any(e["name"] == "SKIPMQ_CLUSTER_ADVERTISE_HOST" for e in rendered.container["env"]):
-        env["SKIPMQ_CLUSTER_ADVERTISE_HOST"] = "10.1.2.3"
+    # The container's SKIPMQ_* variables, with what Kubernetes would fill in for fieldRefs; an
+    # unknown name would show up in config.warnings.
+    field_values = {"metadata.name": f"{FULLNAME}-0", "status.podIP": "10.1.2.3"}
+    env = {
+        e["name"]: e["value"] if "value" in e else field_values[e["valueFrom"]["fieldRef"]["fieldPath"]]
+        for e in rendered.container.get("env", [])
+    }
     config = load_config(str(path), env=env)
     assert not config.warnings, config.warnings
     return config
@@ -321,6 +325,16 @@ def test_grpc_liveness_needs_the_cluster(rendered_sets: dict[str, Rendered]) -> 
 
 
 # --- pod spec: security, placement, lifecycle, storage ----------------------------------------------
+
+
+def test_every_volume_mount_has_a_volume(rendered: Rendered) -> None:
+    spec = rendered.statefulset["spec"]
+    volumes = {v["name"] for v in spec["template"]["spec"]["volumes"]}
+    claims = {c["metadata"]["name"] for c in spec.get("volumeClaimTemplates", [])}
+    assert not volumes & claims
+    mounts = [m["name"] for m in rendered.container["volumeMounts"]]
+    assert len(mounts) == len(set(mounts))
+    assert set(mounts) == volumes | claims
 
 
 def test_pod_security(rendered: Rendered) -> None:
