@@ -144,8 +144,11 @@ class BrokerProcess:
     def alive(self) -> bool:
         return self.process is not None and self.process.poll() is None
 
-    def command(self, python: str, join: Iterable[str], settings: dict[str, str]) -> list[str]:
-        """The command line that starts this broker (joining through ``join`` peer ids)."""
+    def command(
+        self, python: str, join: Iterable[str], settings: dict[str, str], *, seed: bool = False
+    ) -> list[str]:
+        """The command line that starts this broker (joining through ``join`` peer ids; ``seed``:
+        the list keeps this broker itself, as a seed that may found the cluster)."""
         where = self.placement
         cmd = [
             *where.command_prefix,
@@ -160,7 +163,7 @@ class BrokerProcess:
             "--node-id", self.node_id,
             "--log-format", "json",
         ]  # fmt: skip
-        join_list = [peer for peer in join if peer != self.peer_id]
+        join_list = [peer for peer in join if seed or peer != self.peer_id]
         if join_list:
             cmd += ["--join", ",".join(join_list)]
         if where.host != HOST:
@@ -302,10 +305,10 @@ class LocalCluster:
     def _running_peers(self, excluding: BrokerProcess) -> list[str]:
         return [b.peer_id for b in self.brokers if b is not excluding and b.alive()]
 
-    def _spawn(self, broker: BrokerProcess) -> None:
-        join = self._running_peers(broker)
+    def _spawn(self, broker: BrokerProcess, seeds: list[str] | None = None) -> None:
+        join = self._running_peers(broker) if seeds is None else seeds
         broker.joined_through = join
-        cmd = broker.command(self.python, join, self.settings)
+        cmd = broker.command(self.python, join, self.settings, seed=seeds is not None)
         env = dict(os.environ)
         env["PYTHONPATH"] = str(REPO_ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
         env["PYTHONUNBUFFERED"] = "1"
@@ -418,6 +421,23 @@ class LocalCluster:
                         f"broker {position + 1}/{self.initial_size} {verb}: {broker.node_id}"
                         f" mqtt={broker.mqtt_port} http={broker.http_port} cluster={broker.cluster_port}"
                     )
+            except BaseException:
+                self.close()
+                raise
+
+    def start_together(self) -> None:
+        """Spawn every broker at once, each with the same seed list: all of them, itself included
+        (a StatefulSet whose --join is a headless service). Returns without waiting: the brokers
+        form the cluster among themselves (overlay.formation); ``wait_ready`` waits for it."""
+        with self._lock:
+            if self.brokers:
+                raise ClusterError("start_together() needs a cluster that was not started")
+            _track(self)
+            try:
+                brokers = [self._new_broker() for _ in range(self.initial_size)]
+                seeds = [broker.peer_id for broker in brokers]
+                for broker in brokers:
+                    self._spawn(broker, seeds)
             except BaseException:
                 self.close()
                 raise

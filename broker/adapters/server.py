@@ -82,6 +82,7 @@ class BrokerServer:
         self._ws_server: Any = None
         self.stopping = False  # /healthz answers 503 from now on
         self._stop_started = False
+        self.listening = False  # every listener bound (readiness)
 
     async def start(self) -> dict[str, int]:
         config = self.config
@@ -120,6 +121,7 @@ class BrokerServer:
         if listeners.websocket.enabled:
             self._ws_server = await serve_websocket(broker, listeners.websocket)
             self.ports["websocket"] = next(iter(self._ws_server.sockets)).getsockname()[1]
+        self.listening = True
         if config.http.enabled:
             runtime = self.runtime
             endpoint = HttpEndpoint(
@@ -127,12 +129,22 @@ class BrokerServer:
                 stopping=lambda: self.stopping,
                 cluster_state=runtime.state if runtime is not None else None,
                 cluster_collector=runtime.collector() if runtime is not None else None,
+                not_ready=self.not_ready,
             )
             server = await endpoint.start(config.http.host, config.http.port)
             self._servers.append(server)
             self.ports["http"] = server.sockets[0].getsockname()[1]
         broker.log_event(logging.INFO, "listening", node_id=broker.node_id, **self.ports)
         return self.ports
+
+    def not_ready(self) -> str | None:
+        """Why the broker should not get clients yet (/readyz), or None: listening and, when
+        clustered, joined to the cluster (found or founded; overlay.formation)."""
+        if not self.listening:
+            return "starting"
+        if self.runtime is not None and not self.runtime.engine.joined():
+            return "joining_cluster"
+        return None
 
     def reload_auth(self) -> bool:
         """Re-read the password file and the ACL file (SIGHUP); on an error keep the old ones."""
