@@ -17,6 +17,10 @@ randomness is the ``rng`` passed in). A physical node holds many virtual nodes k
 * rendezvous point (§3.2): the publisher whose right level-0 neighbour is not a publisher of
   its topic watches that neighbour; when subscriber presence changes it multicasts PRESENCE
   to the publisher range, yielding ``api.SubscriberPresence`` at every publisher;
+* formation (``overlay.formation``, SkipMQ's decision): a seed (a peer listed in its own
+  contacts) with no virtual node probes every contact each ``formation_round_s``, joins any
+  overlay that answers, and founds one as the lowest reachable seed; a seed alone in its overlay
+  keeps probing and yields to another overlay (lonely-split repair);
 * crashes: peers hosting level-0 neighbours are probed (PING) and declared dead after
   ``failure_timeout_s`` of silence; PUB/UNSUB delegations are acknowledged per hop and
   re-delegated on timeout or GONE; subscribers drop duplicate publications.
