@@ -500,6 +500,19 @@ class LocalCluster:
         if process is not None and process.poll() is None:
             process.send_signal(signal.SIGCONT)
 
+    def respawn_together(self, indexes: Iterable[int]) -> None:
+        """Start the (stopped) brokers ``indexes`` again at once, same ports, node ids and data,
+        each with the seed list of ``start_together`` (every broker, itself included); returns
+        without waiting (``wait_ready``)."""
+        with self._lock:
+            seeds = [broker.peer_id for broker in self.brokers]
+            chosen = [self.brokers[i] for i in indexes]
+            for broker in chosen:
+                if broker.alive():
+                    raise ClusterError(f"broker {broker.index} is still running")
+            for broker in chosen:
+                self._spawn(broker, seeds)
+
     def restart_broker(self, i: int, timeout_s: float = START_TIMEOUT_S) -> None:
         """Start broker i again with the same ports, node id and data directory (stopping it first
         if it still runs); it joins through the brokers running now."""

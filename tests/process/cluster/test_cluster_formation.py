@@ -6,13 +6,15 @@ headless service gives). Checked: every broker's ``/readyz`` answers 503 (reason
 ``joining_cluster``) before it has joined and 200 after, and ``/cluster`` agrees; then paho
 clients on every broker receive 20 rounds of 20 QoS 1 messages published on a different
 broker each round - one cluster, not several (a broker in a cluster of its own misses them).
-Before formation the brokers waited for each other forever (0 of 3 rounds formed).
+Before formation the brokers waited for each other forever (0 of 3 rounds formed). And brokers
+rejoin when their peers restart (kill -9 and graceful, some or all of them at once).
 """
 
 from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -53,50 +55,96 @@ def poll_until_ready(cluster: LocalCluster) -> dict[int, list[tuple[int, str, bo
     pytest.fail(f"not every broker ready within {FORM_TIMEOUT_S} s: {seen}")
 
 
-@pytest.mark.parametrize("size", [3, 5])
-def test_brokers_started_together_form_one_cluster(tmp_path: Path, size: int) -> None:
-    cluster = LocalCluster(size, settings=dict(FAST_SETTINGS), data_root=str(tmp_path))
-    LIVE_CLUSTERS.append(cluster)
-    clients: list[ClusterClient] = []
-    try:
-        cluster.start_together()
-        seen = poll_until_ready(cluster)
-        for index, history in seen.items():
-            status, reason, joined = history[0]
-            assert (status, reason, joined) == (503, "joining_cluster", False), (index, history)
-            assert history[-1][0] == 200 and history[-1][2] is True, (index, history)
-            for status, _, joined in history:  # never ready before joined (/cluster is read just after)
-                assert status != 200 or joined is True, (index, history)
-
-        topic = f"{unique_id('form')}/all"
-        subscribers = []
-        for broker in cluster.brokers:
-            sub = ClusterClient(broker.mqtt_port, client_id=unique_id(f"sub{broker.index}"), host=broker.host)
-            clients.append(sub)
-            assert sub.subscribe(topic, 1) == [1]
-            subscribers.append(sub)
-        for broker in cluster.brokers:  # every subscription reachable from every broker
-            probe_route(cluster, broker.index, subscribers, topic, timeout_s=15.0)
-            for sub in subscribers:
-                probe_route(cluster, broker.index, sub, topic, timeout_s=15.0)
-        publishers = []
-        for broker in cluster.brokers:
-            pub = ClusterClient(broker.mqtt_port, client_id=unique_id(f"pub{broker.index}"), host=broker.host)
-            clients.append(pub)
-            publishers.append(pub)
-        for round_no in range(ROUNDS):
-            pub = publishers[round_no % size]
-            payloads = [f"r{round_no}-{n}".encode() for n in range(PER_ROUND)]
-            for payload in payloads:
-                pub.publish_nowait(topic, payload, 1)
-            for sub in subscribers:
-                got = [m.payload for m in sub.wait_messages(PER_ROUND, timeout_s=10.0)]
-                assert got == payloads, f"round {round_no}: {sub.client_id} got {got[:3]}..."
+def deliver_rounds(cluster: LocalCluster, clients: list[ClusterClient], rounds: int) -> None:
+    """A subscriber on every live broker; ``rounds`` rounds of PER_ROUND QoS 1 messages, each
+    round from a publisher on the next broker; every subscriber gets every round, in order."""
+    live = [broker for broker in cluster.brokers if broker.alive()]
+    topic = f"{unique_id('form')}/all"
+    subscribers = []
+    for broker in live:
+        sub = ClusterClient(broker.mqtt_port, client_id=unique_id(f"sub{broker.index}"), host=broker.host)
+        clients.append(sub)
+        assert sub.subscribe(topic, 1) == [1]
+        subscribers.append(sub)
+    for broker in live:  # every subscription reachable from every broker
         for sub in subscribers:
-            sub.assert_no_message(0.3)
-    finally:
-        for client in clients:
-            client.close()
+            probe_route(cluster, broker.index, sub, topic, timeout_s=15.0)
+    publishers = []
+    for broker in live:
+        pub = ClusterClient(broker.mqtt_port, client_id=unique_id(f"pub{broker.index}"), host=broker.host)
+        clients.append(pub)
+        publishers.append(pub)
+    for round_no in range(rounds):
+        pub = publishers[round_no % len(publishers)]
+        payloads = [f"r{round_no}-{n}".encode() for n in range(PER_ROUND)]
+        for payload in payloads:
+            pub.publish_nowait(topic, payload, 1)
+        for sub in subscribers:
+            got = [m.payload for m in sub.wait_messages(PER_ROUND, timeout_s=10.0)]
+            assert got == payloads, f"round {round_no}: {sub.client_id} got {got[:3]}..."
+    for sub in subscribers:
+        sub.assert_no_message(0.3)
+
+
+@pytest.fixture
+def together(tmp_path: Path) -> Iterator[Callable[[int], LocalCluster]]:
+    """together(n): n brokers spawned at once with one seed list; closed after the test."""
+    made: list[LocalCluster] = []
+
+    def make(size: int) -> LocalCluster:
+        cluster = LocalCluster(size, settings=dict(FAST_SETTINGS), data_root=str(tmp_path / f"c{len(made)}"))
+        made.append(cluster)
+        LIVE_CLUSTERS.append(cluster)
+        cluster.start_together()
+        return cluster
+
+    yield make
+    for cluster in made:
         cluster.close()
         if cluster in LIVE_CLUSTERS:
             LIVE_CLUSTERS.remove(cluster)
+
+
+@pytest.fixture
+def clients() -> Iterator[list[ClusterClient]]:
+    made: list[ClusterClient] = []
+    yield made
+    for client in made:
+        client.close()
+
+
+@pytest.mark.parametrize("size", [3, 5])
+def test_brokers_started_together_form_one_cluster(
+    together: Callable[[int], LocalCluster], clients: list[ClusterClient], size: int
+) -> None:
+    cluster = together(size)
+    seen = poll_until_ready(cluster)
+    for index, history in seen.items():
+        status, reason, joined = history[0]
+        assert (status, reason, joined) == (503, "joining_cluster", False), (index, history)
+        assert history[-1][0] == 200 and history[-1][2] is True, (index, history)
+        for status, _, joined in history:  # never ready before joined (/cluster is read just after)
+            assert status != 200 or joined is True, (index, history)
+    deliver_rounds(cluster, clients, ROUNDS)
+
+
+def test_brokers_rejoin_after_their_peers_restart(
+    together: Callable[[int], LocalCluster], clients: list[ClusterClient]
+) -> None:
+    """kill -9 of a broker's two peers, which come back together (same addresses and data);
+    then of that broker while they run; then a graceful restart of all three at once."""
+    cluster = together(3)
+    poll_until_ready(cluster)
+    for killed in ([1, 2], [0]):
+        for index in killed:
+            cluster.kill_broker(index)
+        cluster.respawn_together(killed)
+        poll_until_ready(cluster)
+        deliver_rounds(cluster, clients, 5)
+    for client in clients:
+        client.close()
+    for index in range(3):
+        cluster.stop_broker(index)
+    cluster.respawn_together(range(3))
+    poll_until_ready(cluster)
+    deliver_rounds(cluster, clients, 5)
