@@ -202,6 +202,7 @@ class OverlayNode:
         self.join_via: PeerId | None = None  # a peer in the overlay to join (after a yield)
         self.lonely_probe: int | None = None  # request id of the last probe of a lonely seed
         self.unheard: set[PeerId] = set()  # a seed's contacts never heard from (probed while joined)
+        self.unheard_probes: dict[int, PeerId] = {}  # request id of this round's probe -> contact
         self.deferred: list[Event] = []
         self.pending: dict[Key, _PendingJoin] = {}
         self.requests: dict[int, Key] = {}
@@ -619,15 +620,30 @@ class OverlayNode:
         may have founded alone and learn of this overlay from the probe's origin)."""
         if not (self.seed and self.contacts and self.vnodes):
             return
-        lonely = self.is_lonely()
-        targets = self.contacts if lonely else tuple(p for p in self.contacts if p in self.unheard)
-        if not targets:
+        target = min(self.vnodes)
+        hops = m.SEARCH_MAX_CONTACT_HOPS
+        self.unheard_probes.clear()
+        if self.is_lonely():
+            self.lonely_probe = self._next_id()
+            for peer in self.contacts:
+                self._send_peer(peer, m.SEARCH(None, self.peer_id, target, self.lonely_probe, None, hops))
             return
-        request_id = self._next_id()
-        self.lonely_probe = request_id if lonely else None
-        probe = m.SEARCH(None, self.peer_id, min(self.vnodes), request_id, None, m.SEARCH_MAX_CONTACT_HOPS)
-        for peer in targets:
-            self._send_peer(peer, probe)
+        self.lonely_probe = None
+        for peer in self.contacts:
+            if peer in self.unheard:  # one probe each: any answer settles it (see _probe_answered)
+                request_id = self._next_id()
+                self.unheard_probes[request_id] = peer
+                self._send_peer(peer, m.SEARCH(None, self.peer_id, target, request_id, None, hops))
+
+    def _probe_answered(self, request_id: int) -> bool:
+        """An answer (FOUND or SEARCH_FAIL) to a joined seed's probe of a contact it never heard
+        from: in an overlay (ours, or another that learned of ours from the probe) or about to
+        search one itself; either way, no need to probe it again."""
+        contact = self.unheard_probes.pop(request_id, None)
+        if contact is None:
+            return False
+        self.unheard.discard(contact)
+        return True
 
     def _on_lonely_found(self, sender: PeerId, msg: m.FOUND) -> None:
         self.lonely_probe = None
@@ -702,6 +718,8 @@ class OverlayNode:
         if self.lonely_probe is not None and msg.request_id == self.lonely_probe:
             self._on_lonely_found(sender, msg)
             return
+        if self.unheard_probes and self._probe_answered(msg.request_id):
+            return
         key = self.requests.pop(msg.request_id, None)
         if key is None:
             return
@@ -713,6 +731,8 @@ class OverlayNode:
     def _on_search_fail(self, sender: PeerId, msg: m.SEARCH_FAIL) -> None:
         if msg.request_id == self.formation.request_id:  # a formation round waits for all answers
             self.formation.heard_not_joined(sender)
+            return
+        if self.unheard_probes and self._probe_answered(msg.request_id):
             return
         key = self.requests.get(msg.request_id)
         if key is not None:  # retry soon (the search timer would wait search_timeout_s)

@@ -99,6 +99,9 @@ def test_missing_lowest_seed_the_lowest_reachable_founds() -> None:
     sim.run_for(8.0)
     assert_one_overlay(sim, [1, 2, 3, 4])
     assert [node.peer_id for node in nodes(sim) if node.founded] == [1]
+    # joined seeds keep probing only the seed they never heard from (0 may have founded alone)
+    sim.run_for(2 * CONFIG.ping_interval_s)
+    assert all(node.unheard == {0} for node in nodes(sim))
 
 
 def test_late_lowest_seed_joins_the_formed_overlay() -> None:
@@ -122,6 +125,7 @@ def test_seed_cut_off_during_formation_merges_when_the_partition_heals() -> None
     sim.heal()
     sim.run_for(3 * CONFIG.ping_interval_s + 2.0)
     assert_one_overlay(sim, peers)
+    assert all(not node.unheard for node in nodes(sim)), "every probed contact answered"
 
 
 def test_broker_rejoins_when_its_peers_restart() -> None:
