@@ -2,7 +2,10 @@
 
 ``skipmq [run] [options]`` runs a broker; every option is a configuration override (dotted keys
 as documented in docs/configuration.md). ``skipmq passwd ...`` is ``broker.passwd.main``.
-A bad configuration exits with status 2 and the ConfigError message on stderr.
+A bad configuration exits with status 2 and the ConfigError message on stderr; a broker that
+cannot start (a port in use, an unusable data directory, a bad certificate) exits with status 1
+and one ``skipmq: cannot start: ...`` line on stderr, without a traceback. ``--version`` prints
+the version.
 """
 
 from __future__ import annotations
@@ -52,6 +55,11 @@ FLAG_KEYS: dict[str, str] = {
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="skipmq", description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    from broker import __version__
+
+    parser.add_argument(
+        "--version", action="version", version=f"skipmq {__version__}", help="print the version and exit"
     )
     parser.add_argument("--config", metavar="FILE", help="TOML configuration file (default: $SKIPMQ_CONFIG)")
     parser.add_argument("--bind", metavar="HOST", help="address of the TCP listener [listeners.tcp.host]")
@@ -159,19 +167,27 @@ def run(argv: list[str]) -> int:
     except (ConfigError, OSError) as exc:
         print(f"skipmq: configuration error: {exc}", file=sys.stderr)
         return 2
-    from broker.logs import setup_logging
+    import logging
+
+    from broker.logs import log_event, setup_logging
 
     setup_logging(config.logging.level, config.logging.format)
-    from broker.adapters.server import serve_until_signal
+    for warning in config.warnings:  # ignored SKIPMQ_* variables (Kubernetes service links, ...)
+        log_event(logging.getLogger("skipmq.config"), logging.WARNING, "config_warning", message=warning)
+    from broker.adapters.server import StartupError, serve_until_signal
 
-    if config.uvloop:
-        try:
-            import uvloop
-        except ImportError:
-            uvloop = None  # type: ignore[assignment]
-        if uvloop is not None:
-            return int(uvloop.run(serve_until_signal(config)))
-    return asyncio.run(serve_until_signal(config))
+    try:
+        if config.uvloop:
+            try:
+                import uvloop
+            except ImportError:
+                uvloop = None  # type: ignore[assignment]
+            if uvloop is not None:
+                return int(uvloop.run(serve_until_signal(config)))
+        return asyncio.run(serve_until_signal(config))
+    except StartupError as exc:
+        print(f"skipmq: cannot start: {exc}", file=sys.stderr)
+        return 1
 
 
 def main(argv: list[str] | None = None) -> int:

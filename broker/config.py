@@ -7,9 +7,12 @@ docs/configuration.md (a test checks the document lists every key).
 
 Errors raise ``ConfigError`` naming the dotted key, the bad value, where it came from and what
 is allowed. Unknown keys in the file or in overrides are errors with the closest known key
-suggested. Unknown ``SKIPMQ_*`` environment variables are NOT errors (Kubernetes injects
-``SKIPMQ_PORT``-style service-link variables for a service named ``skipmq``); they are listed in
-``BrokerConfig.warnings`` with a suggestion so the broker can log them.
+suggested, and so are unknown ``SKIPMQ_*`` environment variables (the closest valid variable
+named), except Kubernetes service-link variables (``SKIPMQ_PORT=tcp://...``,
+``SKIPMQ_SERVICE_HOST``, ``SKIPMQ_PEERS_PORT_7883_TCP_ADDR``, ... injected for services whose
+name starts with ``skipmq``) and the knobs of SkipMQ's own test tools (``SKIPMQ_TEST_*``,
+``SKIPMQ_ZL_*``, which brokers started by those tests inherit): those are listed in
+``BrokerConfig.warnings`` for the broker to log.
 
 Size: one frozen dataclass per configuration section with every key's help, range and default
 (the single source of truth the docs test reads), and the loader; splitting the sections apart
@@ -496,6 +499,22 @@ def _read_file(path: str) -> dict[str, tuple[Any, str]]:
     return out
 
 
+# Kubernetes service links ("<SERVICE>_SERVICE_HOST", "<SERVICE>_PORT=tcp://...", ...)
+_SERVICE_LINK = re.compile(
+    r"^[A-Z0-9_]+_(SERVICE_HOST|SERVICE_PORT(_[A-Z0-9_]+)?|PORT_[0-9]+_(TCP|UDP|SCTP)(_PROTO|_PORT|_ADDR)?)$"
+)
+_SERVICE_LINK_URL = re.compile(r"^(tcp|udp|sctp)://")
+
+
+TOOL_ENV_PREFIXES = ("SKIPMQ_TEST_", "SKIPMQ_ZL_")  # the test suite's knobs, not broker keys
+
+
+def _is_service_link(var: str, value: str) -> bool:
+    if var.endswith("_PORT") and not var.endswith("_SERVICE_PORT"):
+        return bool(_SERVICE_LINK_URL.match(value))  # SKIPMQ_PORT=tcp://10.0.0.1:1883
+    return bool(_SERVICE_LINK.match(var))
+
+
 def _read_env(env: Mapping[str, str]) -> tuple[dict[str, tuple[Any, str]], list[str]]:
     values: dict[str, tuple[Any, str]] = {}
     warnings: list[str] = []
@@ -504,10 +523,16 @@ def _read_env(env: Mapping[str, str]) -> tuple[dict[str, tuple[Any, str]], list[
             continue
         name = _ENV_TO_KEY.get(var)
         if name is None:
-            warnings.append(
-                f"ignored environment variable {var}: not a configuration key"
-                f"{_suggest(var, sorted(_ENV_TO_KEY))}"
-            )
+            if var.startswith(TOOL_ENV_PREFIXES):
+                warnings.append(f"ignored environment variable {var}: a test tool's setting, not a key")
+                continue
+            if not _is_service_link(var, env[var]):
+                raise ConfigError(
+                    f"unknown environment variable {var}: not a configuration key"
+                    f"{_suggest(var, sorted(_ENV_TO_KEY))}",
+                    key=var,
+                )
+            warnings.append(f"ignored environment variable {var}: a Kubernetes service link, not a key")
             continue
         source = f"environment variable {var}"
         values[name] = (_from_text(KEYS[name], env[var], source), source)

@@ -23,6 +23,8 @@ class OverlayConfig:
     eexp_random_max_rounds: int = 5  # bound on random-target EEXP rounds per join
     eexp_publish_min_interval_s: float = 10.0  # rate limit of the §3.5.4 EEXP at publish
     search_timeout_s: float = 5.0  # join search retried after this
+    formation_round_s: float = 1.0  # a seed's formation round (overlay.formation): answers awaited
+    formation_rounds: int = 2  # consecutive rounds as the lowest reachable seed before founding
     link_retry_s: float = 1.0  # an unconfirmed new level-0 link is re-announced after this
     link_max_retries: int = 3  # then the periodic REXP takes over
     ping_interval_s: float = 10.0  # liveness probe of peers hosting level-0 neighbours
@@ -49,6 +51,7 @@ class OverlayConfig:
             "eexp_random_delay_s",
             "eexp_random_interval_s",
             "search_timeout_s",
+            "formation_round_s",
             "link_retry_s",
             "ping_interval_s",
             "failure_timeout_s",
@@ -59,6 +62,8 @@ class OverlayConfig:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
         if self.failure_timeout_s <= self.ping_interval_s:
             raise ValueError("failure_timeout_s must exceed ping_interval_s")
+        if self.formation_rounds < 1:
+            raise ValueError(f"formation_rounds must be >= 1, got {self.formation_rounds}")
         if self.pub_ack_retries < 0:
             raise ValueError(f"pub_ack_retries must be >= 0, got {self.pub_ack_retries}")
         if self.publish_done_enabled and not self.pub_ack_enabled:

@@ -114,6 +114,7 @@ class FOUND:
     target: Key
     pred: NodeRef | None
     succ: NodeRef | None
+    peers: int = 0  # distinct peers in the answerer's routing tables, itself included (formation)
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,6 +17,10 @@ randomness is the ``rng`` passed in). A physical node holds many virtual nodes k
 * rendezvous point (§3.2): the publisher whose right level-0 neighbour is not a publisher of
   its topic watches that neighbour; when subscriber presence changes it multicasts PRESENCE
   to the publisher range, yielding ``api.SubscriberPresence`` at every publisher;
+* formation (``overlay.formation``, SkipMQ's decision): a seed (a peer listed in its own
+  contacts) with no virtual node probes every contact each ``formation_round_s``, joins any
+  overlay that answers, and founds one as the lowest reachable seed; a seed alone in its overlay
+  keeps probing and yields to another overlay (lonely-split repair);
 * crashes: peers hosting level-0 neighbours are probed (PING) and declared dead after
   ``failure_timeout_s`` of silence; PUB/UNSUB delegations are acknowledged per hop and
   re-delegated on timeout or GONE; subscribers drop duplicate publications.
@@ -58,6 +62,7 @@ from overlay.api import (
     Tick,
 )
 from overlay.config import OverlayConfig
+from overlay.formation import Formation, should_yield
 from overlay.keys import (
     ANCHOR_TOPIC,
     PUBLISHER,
@@ -144,12 +149,14 @@ class VirtualNode:
 
 
 class _PendingJoin:
-    __slots__ = ("key", "mv", "request_id")
+    __slots__ = ("first_hop", "key", "mv", "request_id", "waiting")
 
     def __init__(self, key: Key, mv: int, request_id: int) -> None:
         self.key = key
         self.mv = mv
         self.request_id = request_id
+        self.waiting = False  # held back while another join of this peer runs the formation rounds
+        self.first_hop: Key | None = None  # where this peer's own vnode sent the current search
 
 
 class _PublishTask:
@@ -187,6 +194,15 @@ class OverlayNode:
         self.vnodes: dict[Key, VirtualNode] = {}
         self.contacts: tuple[PeerId, ...] = ()
         self.bootstrapped = False
+        # formation (overlay.formation): a seed (listed in its own contacts) may found the overlay
+        self.seed = False
+        self.founded = False  # this peer founded its overlay by the formation rule (inspection)
+        self.formation = Formation(config.formation_rounds)
+        self.formation_key: Key | None = None  # the pending join that runs the formation rounds
+        self.join_via: PeerId | None = None  # a peer in the overlay to join (after a yield)
+        self.lonely_probe: int | None = None  # request id of the last probe of a lonely seed
+        self.unheard: set[PeerId] = set()  # a seed's contacts never heard from (probed while joined)
+        self.unheard_probes: dict[int, PeerId] = {}  # request id of this round's probe -> contact
         self.deferred: list[Event] = []
         self.pending: dict[Key, _PendingJoin] = {}
         self.requests: dict[int, Key] = {}
@@ -314,6 +330,19 @@ class OverlayNode:
     def joining_keys(self) -> list[Key]:
         return sorted(self.pending)
 
+    def is_lonely(self) -> bool:
+        """Joined, and no other peer's virtual node is in any routing table (alone in its overlay)."""
+        me = self.peer_id
+        return bool(self.vnodes) and all(
+            key[2] == me for vnode in self.vnodes.values() for key in vnode.table.keys
+        )
+
+    def known_peer_count(self) -> int:
+        """Distinct peers in this peer's routing tables, itself included (0: not joined)."""
+        if not self.vnodes:
+            return 0
+        return len({key[2] for vnode in self.vnodes.values() for key in vnode.table.keys} | {self.peer_id})
+
     # ================================================================ plumbing
 
     def _next_id(self) -> int:
@@ -343,6 +372,8 @@ class OverlayNode:
             self._handle_message(self.peer_id, local.popleft())
 
     def _receive(self, sender: PeerId, message: Any) -> None:
+        if self.unheard:
+            self.unheard.discard(sender)
         if sender in self.last_heard:
             self.last_heard[sender] = self.now
             self.probes.pop(sender, None)
@@ -511,6 +542,9 @@ class OverlayNode:
 
     def _bootstrap(self, contacts: tuple[PeerId, ...]) -> None:
         self.contacts = tuple(c for c in contacts if c != self.peer_id)
+        self.seed = self.peer_id in contacts
+        if self.seed:
+            self.unheard = set(self.contacts)
         if self.bootstrapped:
             return
         self.bootstrapped = True
@@ -538,11 +572,19 @@ class OverlayNode:
     def _start_search(self, join: _PendingJoin) -> None:
         self.requests.pop(join.request_id, None)
         join.request_id = self._next_id()
+        join.waiting = False
+        join.first_hop = None
         self.requests[join.request_id] = join.key
-        self._timer(self.now + self.config.search_timeout_s, _T_SEARCH, join.request_id)
         search = m.SEARCH(None, self.peer_id, join.key, join.request_id, None)
+        via = self.join_via
+        if self.seed and self.contacts and not self.vnodes and (via is None or via in self.dead):
+            self._formation_round(join, search)
+            return
+        self._timer(self.now + self.config.search_timeout_s, _T_SEARCH, join.request_id)
         if self.vnodes:
             self._local.append(search)
+        elif via is not None and via not in self.dead:
+            self._send_peer(via, search)
         elif self.contacts or self.recent_peers:
             known = self.contacts or tuple(self.recent_peers)
             alive = [c for c in known if c not in self.dead] or list(known)
@@ -550,6 +592,79 @@ class OverlayNode:
         else:  # the first node of the overlay
             self.requests.pop(join.request_id, None)
             self._complete_join(join, None, None)
+
+    def _formation_round(self, join: _PendingJoin, search: m.SEARCH) -> None:
+        """A seed with no virtual node: close the last round (found?) and probe every contact."""
+        config = self.config
+        lead = self.formation_key
+        if lead is not None and lead != join.key and lead in self.pending:
+            join.waiting = True  # the leading join finds the overlay, or founds it, first
+            self._timer(self.now + config.search_timeout_s, _T_SEARCH, join.request_id)
+            return
+        self.formation_key = join.key
+        if self.formation.close_round(self.peer_id):  # the lowest reachable seed: found
+            self.requests.pop(join.request_id, None)
+            self.formation.reset()
+            self.founded = True
+            self._complete_join(join, None, None)
+            return
+        self.formation.start_round(join.request_id)
+        self._timer(self.now + config.formation_round_s, _T_SEARCH, join.request_id)
+        probe = replace(search, contact_hops=m.SEARCH_MAX_CONTACT_HOPS)  # answered, not passed on
+        for peer in self.contacts:
+            self._send_peer(peer, probe)
+
+    def _probe_contacts(self) -> None:
+        """Each ping round: a seed alone in its overlay asks its contacts whether another overlay
+        exists; a joined seed asks the contacts it never heard from (missing at formation: they
+        may have founded alone and learn of this overlay from the probe's origin)."""
+        if not (self.seed and self.contacts and self.vnodes):
+            return
+        target = min(self.vnodes)
+        hops = m.SEARCH_MAX_CONTACT_HOPS
+        self.unheard_probes.clear()
+        if self.is_lonely():
+            self.lonely_probe = self._next_id()
+            for peer in self.contacts:
+                self._send_peer(peer, m.SEARCH(None, self.peer_id, target, self.lonely_probe, None, hops))
+            return
+        self.lonely_probe = None
+        for peer in self.contacts:
+            if peer in self.unheard:  # one probe each: any answer settles it (see _probe_answered)
+                request_id = self._next_id()
+                self.unheard_probes[request_id] = peer
+                self._send_peer(peer, m.SEARCH(None, self.peer_id, target, request_id, None, hops))
+
+    def _probe_answered(self, request_id: int) -> bool:
+        """An answer (FOUND or SEARCH_FAIL) to a joined seed's probe of a contact it never heard
+        from: in an overlay (ours, or another that learned of ours from the probe) or about to
+        search one itself; either way, no need to probe it again."""
+        contact = self.unheard_probes.pop(request_id, None)
+        if contact is None:
+            return False
+        self.unheard.discard(contact)
+        return True
+
+    def _on_lonely_found(self, sender: PeerId, msg: m.FOUND) -> None:
+        self.lonely_probe = None
+        if sender == self.peer_id or not self.is_lonely():
+            return
+        for ref in (msg.pred, msg.succ):
+            if ref is not None and ref[0][2] == self.peer_id:
+                return  # the answer knows us: the same overlay after all
+        if should_yield(self.peer_id, sender, msg.peers):
+            self._yield_overlay(sender)
+
+    def _yield_overlay(self, via: PeerId) -> None:
+        """Leave this lonely overlay (nobody else holds its virtual nodes) and join ``via``'s."""
+        keys = sorted(self.vnodes)
+        self.vnodes.clear()
+        self.founded = False
+        self.join_via = via
+        for key in keys:
+            join = _PendingJoin(key, random_membership_vector(self.rng, self.config.mv_bits), 0)
+            self.pending[key] = join
+            self._start_search(join)
 
     def _on_search(self, sender: PeerId, msg: m.SEARCH) -> None:
         if msg.dest is None:
@@ -560,6 +675,9 @@ class OverlayNode:
                 else:
                     self._send_peer(msg.origin, m.SEARCH_FAIL(msg.request_id))
                 return
+            origin = msg.origin
+            if self.seed and origin != self.peer_id and origin not in self.contacts and self.is_lonely():
+                self.contacts = (*self.contacts, origin)  # alone here: probe the searcher's overlay too
             vnode = self._closest_vnode(msg.target)
         else:
             found = self._vnode_for(sender, msg)
@@ -575,6 +693,10 @@ class OverlayNode:
         table = vnode.table
         nxt = search_next_hop(table, vnode.key, msg.target)
         if nxt is not None:
+            if msg.origin == self.peer_id and nxt[2] != self.peer_id:
+                join = self.pending.get(self.requests.get(msg.request_id))  # type: ignore[arg-type]
+                if join is not None and join.first_hop is None:
+                    join.first_hop = nxt
             self._send(nxt, m.SEARCH(nxt, msg.origin, msg.target, msg.request_id, vnode.ref))
             return
         pred: NodeRef | None
@@ -585,7 +707,7 @@ class OverlayNode:
         else:
             left = table.left0()
             pred, succ = (table.ref(left) if left is not None else None), vnode.ref
-        self._send_peer(msg.origin, m.FOUND(msg.request_id, msg.target, pred, succ))
+        self._send_peer(msg.origin, m.FOUND(msg.request_id, msg.target, pred, succ, self.known_peer_count()))
 
     def _closest_vnode(self, target: Key) -> VirtualNode:
         below = [key for key in self.vnodes if key <= target]
@@ -593,6 +715,11 @@ class OverlayNode:
         return self.vnodes[key]
 
     def _on_found(self, sender: PeerId, msg: m.FOUND) -> None:
+        if self.lonely_probe is not None and msg.request_id == self.lonely_probe:
+            self._on_lonely_found(sender, msg)
+            return
+        if self.unheard_probes and self._probe_answered(msg.request_id):
+            return
         key = self.requests.pop(msg.request_id, None)
         if key is None:
             return
@@ -602,6 +729,11 @@ class OverlayNode:
         self._complete_join(join, msg.pred, msg.succ)
 
     def _on_search_fail(self, sender: PeerId, msg: m.SEARCH_FAIL) -> None:
+        if msg.request_id == self.formation.request_id:  # a formation round waits for all answers
+            self.formation.heard_not_joined(sender)
+            return
+        if self.unheard_probes and self._probe_answered(msg.request_id):
+            return
         key = self.requests.get(msg.request_id)
         if key is not None:  # retry soon (the search timer would wait search_timeout_s)
             self._timer(self.now + min(1.0, self.config.search_timeout_s), _T_SEARCH, msg.request_id)
@@ -610,7 +742,14 @@ class OverlayNode:
         del self.pending[join.key]
         config = self.config
         vnode = VirtualNode(join.key, join.mv, config)
+        first = not self.vnodes
         self.vnodes[join.key] = vnode
+        if first:
+            self.join_via = None
+            self.formation.reset()
+            self.formation_key = None
+            for held in [j for j in self.pending.values() if j.waiting]:
+                self._start_search(held)  # held back by the formation rounds: search from here now
         for ref in (pred, succ):
             if ref is not None and ref[0] != join.key:
                 self._learn(vnode, ref)
@@ -1289,7 +1428,21 @@ class OverlayNode:
                 key = self.requests.get(arg)
                 join = self.pending.get(key) if key is not None else None
                 if join is not None and join.request_id == arg:
-                    self._start_search(join)
+                    self._search_timeout(join)
+
+    def _search_timeout(self, join: _PendingJoin) -> None:
+        """No answer to a search this peer routed itself: the entry it went to is suspected
+        crashed and dropped (as an unacknowledged PUB's receiver is), so the retry goes another
+        way. Without this a dead peer's entry that no ping watches (not a level-0 neighbour) and
+        that nobody tells us about takes every retry (a join pending forever)."""
+        hop = join.first_hop
+        if hop is not None and not any(hop in (v.left0, v.right0) for v in self.vnodes.values()):
+            # level-0 neighbours are pinged and declared crashed by their own rule; a lost search
+            # must not cut the ring
+            for vnode in list(self.vnodes.values()):
+                if vnode.table.remove(hop):
+                    self._after_change(vnode)
+        self._start_search(join)
 
     def _periodic_rexp(self, vnode: VirtualNode) -> None:
         if self.vnodes.get(vnode.key) is not vnode:
@@ -1336,6 +1489,7 @@ class OverlayNode:
             for neighbour in (vnode.left0, vnode.right0):
                 if neighbour is not None and neighbour[2] != self.peer_id:
                     watched.add(neighbour[2])
+        self._probe_contacts()
         for peer in sorted(watched, key=repr):
             heard = self.last_heard.get(peer)
             if heard is None:

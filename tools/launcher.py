@@ -126,6 +126,7 @@ class BrokerProcess:
     starts: int = 0
     joined_through: list[str] = field(default_factory=list)
     placement: BrokerPlacement = field(default_factory=BrokerPlacement)
+    ws_port: int | None = None  # MQTT over WebSocket (path /mqtt) when set
 
     @property
     def peer_id(self) -> str:
@@ -144,8 +145,11 @@ class BrokerProcess:
     def alive(self) -> bool:
         return self.process is not None and self.process.poll() is None
 
-    def command(self, python: str, join: Iterable[str], settings: dict[str, str]) -> list[str]:
-        """The command line that starts this broker (joining through ``join`` peer ids)."""
+    def command(
+        self, python: str, join: Iterable[str], settings: dict[str, str], *, seed: bool = False
+    ) -> list[str]:
+        """The command line that starts this broker (joining through ``join`` peer ids; ``seed``:
+        the list keeps this broker itself, as a seed that may found the cluster)."""
         where = self.placement
         cmd = [
             *where.command_prefix,
@@ -160,7 +164,9 @@ class BrokerProcess:
             "--node-id", self.node_id,
             "--log-format", "json",
         ]  # fmt: skip
-        join_list = [peer for peer in join if peer != self.peer_id]
+        if self.ws_port is not None:
+            cmd += ["--ws-port", str(self.ws_port), "--set", f"listeners.websocket.host={where.host}"]
+        join_list = [peer for peer in join if seed or peer != self.peer_id]
         if join_list:
             cmd += ["--join", ",".join(join_list)]
         if where.host != HOST:
@@ -205,6 +211,7 @@ class BrokerProcess:
             "mqtt_port": self.mqtt_port,
             "http_port": self.http_port,
             "cluster_port": self.cluster_port,
+            "ws_port": self.ws_port,
             "peer_id": self.peer_id,
             "pid": self.pid,
             "data_dir": self.data_dir,
@@ -250,6 +257,7 @@ class LocalCluster:
         progress: ProgressCallback | None = None,
         node_id_prefix: str = "node",
         placement: Placement | None = None,
+        ws_port: int | None = None,
     ) -> None:
         if n < 1:
             raise ValueError(f"a cluster needs at least 1 broker, not {n}")
@@ -271,6 +279,7 @@ class LocalCluster:
         self.progress = progress
         self.node_id_prefix = node_id_prefix
         self.placement = placement
+        self.ws_port = ws_port  # None: no WebSocket listeners; 0: a free port each; N: N + index
         self.brokers: list[BrokerProcess] = []
         self.runtime_present: bool | None = None  # unknown until a broker answered GET /cluster
         self._closed = False
@@ -283,7 +292,7 @@ class LocalCluster:
 
     def _new_broker(self) -> BrokerProcess:
         index = len(self.brokers)
-        mqtt_port, http_port, cluster_port = free_ports(3)
+        mqtt_port, http_port, cluster_port, ws_free = free_ports(4)
         data_dir = os.path.join(self.data_root, f"broker-{index}")
         Path(data_dir).mkdir(parents=True, exist_ok=True)
         broker = BrokerProcess(
@@ -295,6 +304,7 @@ class LocalCluster:
             data_dir=data_dir,
             log_path=os.path.join(self.log_dir, f"broker-{index}.log"),
             placement=BrokerPlacement() if self.placement is None else self.placement(index),
+            ws_port=None if self.ws_port is None else (self.ws_port + index if self.ws_port else ws_free),
         )
         self.brokers.append(broker)
         return broker
@@ -302,10 +312,10 @@ class LocalCluster:
     def _running_peers(self, excluding: BrokerProcess) -> list[str]:
         return [b.peer_id for b in self.brokers if b is not excluding and b.alive()]
 
-    def _spawn(self, broker: BrokerProcess) -> None:
-        join = self._running_peers(broker)
+    def _spawn(self, broker: BrokerProcess, seeds: list[str] | None = None) -> None:
+        join = self._running_peers(broker) if seeds is None else seeds
         broker.joined_through = join
-        cmd = broker.command(self.python, join, self.settings)
+        cmd = broker.command(self.python, join, self.settings, seed=seeds is not None)
         env = dict(os.environ)
         env["PYTHONPATH"] = str(REPO_ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
         env["PYTHONUNBUFFERED"] = "1"
@@ -388,7 +398,9 @@ class LocalCluster:
                 in_use = any(text in this_start for text in PORT_IN_USE_TEXTS)
                 if not (fresh_ports and in_use and attempt + 1 < PORT_ATTEMPTS) or broker.alive():
                     raise
-                broker.mqtt_port, broker.http_port, broker.cluster_port = free_ports(3)
+                broker.mqtt_port, broker.http_port, broker.cluster_port, ws_free = free_ports(4)
+                if self.ws_port == 0:
+                    broker.ws_port = ws_free
                 self._say(f"broker {broker.index}: a port was taken, retrying with new ports")
         if self.runtime_present is False:
             return
@@ -418,6 +430,23 @@ class LocalCluster:
                         f"broker {position + 1}/{self.initial_size} {verb}: {broker.node_id}"
                         f" mqtt={broker.mqtt_port} http={broker.http_port} cluster={broker.cluster_port}"
                     )
+            except BaseException:
+                self.close()
+                raise
+
+    def start_together(self) -> None:
+        """Spawn every broker at once, each with the same seed list: all of them, itself included
+        (a StatefulSet whose --join is a headless service). Returns without waiting: the brokers
+        form the cluster among themselves (overlay.formation); ``wait_ready`` waits for it."""
+        with self._lock:
+            if self.brokers:
+                raise ClusterError("start_together() needs a cluster that was not started")
+            _track(self)
+            try:
+                brokers = [self._new_broker() for _ in range(self.initial_size)]
+                seeds = [broker.peer_id for broker in brokers]
+                for broker in brokers:
+                    self._spawn(broker, seeds)
             except BaseException:
                 self.close()
                 raise
@@ -479,6 +508,19 @@ class LocalCluster:
         process = self.brokers[i].process
         if process is not None and process.poll() is None:
             process.send_signal(signal.SIGCONT)
+
+    def respawn_together(self, indexes: Iterable[int]) -> None:
+        """Start the (stopped) brokers ``indexes`` again at once, same ports, node ids and data,
+        each with the seed list of ``start_together`` (every broker, itself included); returns
+        without waiting (``wait_ready``)."""
+        with self._lock:
+            seeds = [broker.peer_id for broker in self.brokers]
+            chosen = [self.brokers[i] for i in indexes]
+            for broker in chosen:
+                if broker.alive():
+                    raise ClusterError(f"broker {broker.index} is still running")
+            for broker in chosen:
+                self._spawn(broker, seeds)
 
     def restart_broker(self, i: int, timeout_s: float = START_TIMEOUT_S) -> None:
         """Start broker i again with the same ports, node id and data directory (stopping it first
@@ -641,6 +683,12 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="KEY=VALUE",
         help="configuration key for every broker, e.g. --set cluster.failure_timeout_ms=2000 (repeatable)",
     )
+    parser.add_argument(
+        "--ws-port",
+        type=int,
+        metavar="N",
+        help="MQTT over WebSocket (path /mqtt) on every broker: broker i on port N+i, 0 = a free port each",
+    )
     parser.add_argument("--json", action="store_true", help="print the broker table as one JSON line")
     parser.add_argument(
         "--start-timeout",
@@ -663,11 +711,15 @@ def parse_settings(pairs: Iterable[str]) -> dict[str, str]:
 
 
 def format_table(brokers: list[BrokerProcess]) -> str:
-    headers = ("broker", "node id", "MQTT port", "HTTP port", "cluster port", "pid")
-    rows = [
+    websocket = any(b.ws_port is not None for b in brokers)
+    headers: tuple[str, ...] = ("broker", "node id", "MQTT port", "HTTP port", "cluster port", "pid")
+    rows: list[tuple[str, ...]] = [
         (str(b.index), b.node_id, str(b.mqtt_port), str(b.http_port), str(b.cluster_port), str(b.pid))
         for b in brokers
     ]
+    if websocket:  # the WebSocket column only when the listeners are on (before pid)
+        headers = (*headers[:5], "WS port", headers[5])
+        rows = [(*row[:5], str(b.ws_port), row[5]) for row, b in zip(rows, brokers, strict=True)]
     widths = [max(len(h), *(len(r[c]) for r in rows)) for c, h in enumerate(headers)]
     lines = ["  ".join(h.ljust(widths[c]) for c, h in enumerate(headers))]
     lines += ["  ".join(cell.ljust(widths[c]) for c, cell in enumerate(row)) for row in rows]
@@ -689,6 +741,12 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
     if args.brokers < 1:
         print(f"skipmq cluster: --brokers must be at least 1, not {args.brokers}", file=sys.stderr)
+        return 2
+    if args.ws_port is not None and not 0 <= args.ws_port <= 65535 - args.brokers + 1:
+        print(
+            f"skipmq cluster: --ws-port must leave room for {args.brokers} ports, not {args.ws_port}",
+            file=sys.stderr,
+        )
         return 2
     try:
         settings = parse_settings(args.settings)
@@ -719,6 +777,7 @@ def main(argv: list[str] | None = None) -> int:
         data_root=data_root,
         keep_data=True if data_root else args.keep_data,
         progress=progress,
+        ws_port=args.ws_port,
     )
     try:
         try:

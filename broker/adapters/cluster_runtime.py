@@ -63,7 +63,7 @@ class ClusterRuntime:
         # the send log and stream positions live in the broker's store (none: persistence off)
         cluster_store = SqliteClusterStore(store) if store is not None else None
         engine.bind(broker, self.transport, self.transport.self_id, cluster_store)
-        engine.start(await resolve_contacts(cluster.join, engine.peer_id))
+        engine.start(await resolve_contacts(cluster.join, engine.peer_id, port))
         return port
 
     async def stop(self) -> None:
@@ -79,9 +79,14 @@ class ClusterRuntime:
         return ClusterCollector(self.engine.stats, self.engine.gauges)
 
 
-async def resolve_contacts(join: str, self_id: str) -> list[str]:
-    """host:port entries; a DNS name resolving to several addresses gives several contacts."""
+async def resolve_contacts(join: str, self_id: str, own_port: int | None = None) -> list[str]:
+    """host:port entries; a DNS name resolving to several addresses gives several contacts.
+
+    An entry that is this broker (``self_id``, or an address of this host with ``own_port``,
+    e.g. a headless service that resolves to every pod) is listed once as ``self_id``: it makes
+    this broker a seed that may found the cluster (overlay.formation)."""
     loop = asyncio.get_running_loop()
+    local = await _local_addresses() if own_port is not None else set()
     contacts: list[str] = []
     for entry in (item.strip() for item in join.split(",")):
         if not entry:
@@ -96,9 +101,20 @@ async def resolve_contacts(join: str, self_id: str) -> list[str]:
                 addresses = resolved
         for address in addresses:
             peer = f"[{address}]:{port_text}" if ":" in address else f"{address}:{port_text}"
-            if peer != self_id and peer not in contacts:
+            if own_port is not None and port_text == str(own_port) and address in local:
+                peer = self_id
+            if peer not in contacts:
                 contacts.append(peer)
     return contacts
+
+
+async def _local_addresses() -> set[str]:
+    """This host's addresses (loopback and those its name resolves to)."""
+    addresses = {"127.0.0.1", "::1"}
+    with contextlib.suppress(OSError):
+        infos = await asyncio.get_running_loop().getaddrinfo(socket.gethostname(), None, proto=6)
+        addresses.update(str(info[4][0]) for info in infos)
+    return addresses
 
 
 def _is_ip(host: str) -> bool:

@@ -1,7 +1,9 @@
-"""The HTTP endpoint: GET /metrics (Prometheus), /healthz and /cluster; a minimal HTTP/1.1 server.
+"""The HTTP endpoint: GET /metrics (Prometheus), /healthz, /readyz and /cluster; a minimal HTTP/1.1 server.
 
-/metrics renders ``broker.metrics`` (plus the cluster collector when clustered); /healthz answers
-200 while serving and 503 while shutting down; /cluster is the cluster engine's state (404 when
+/metrics renders ``broker.metrics`` (plus the cluster collector when clustered); /healthz
+(liveness) answers 200 while serving and 503 while shutting down; /readyz (readiness) answers 200
+once the broker is listening and, when clustered, has joined the cluster, and 503 before that and
+while shutting down (the body names the reason); /cluster is the cluster engine's state (404 when
 the broker is not clustered); 404 for other paths, 405 for other methods, 400 for a malformed
 request line. One request per connection, bounded header size and read time.
 """
@@ -35,7 +37,8 @@ _REASONS = {
 
 
 class HttpEndpoint:
-    """Serves one broker's /metrics, /healthz and /cluster."""
+    """Serves one broker's /metrics, /healthz, /readyz and /cluster; ``not_ready`` says why the
+    broker is not ready yet (None: ready)."""
 
     def __init__(
         self,
@@ -44,9 +47,11 @@ class HttpEndpoint:
         stopping: Callable[[], bool],
         cluster_state: Callable[[], dict[str, Any]] | None = None,
         cluster_collector: Collector | None = None,
+        not_ready: Callable[[], str | None] = lambda: None,
     ) -> None:
         self.broker = broker
         self._stopping = stopping
+        self._not_ready = not_ready
         self._cluster_state = cluster_state
         self._cluster_collector = cluster_collector
         self._registry: CollectorRegistry | None = None
@@ -85,8 +90,8 @@ class HttpEndpoint:
     def respond(self, method: str, target: str) -> tuple[int, str, bytes]:
         """(status, content type, body) of one request."""
         broker = self.broker
-        if target not in ("/metrics", "/healthz", "/cluster"):
-            return 404, "text/plain", b"not found: try /metrics, /healthz or /cluster\n"
+        if target not in ("/metrics", "/healthz", "/readyz", "/cluster"):
+            return 404, "text/plain", b"not found: try /metrics, /healthz, /readyz or /cluster\n"
         if method not in ("GET", "HEAD"):
             return 405, "text/plain", b"method not allowed\n"
         if target == "/healthz":
@@ -99,6 +104,13 @@ class HttpEndpoint:
                 "sessions": len(broker.sessions),
             }
             return (200 if serving else 503), "application/json", json.dumps(payload).encode() + b"\n"
+        if target == "/readyz":
+            reason = "shutting_down" if self._stopping() or broker.shutting_down else self._not_ready()
+            ready: dict[str, Any] = {"status": "ready" if reason is None else "not_ready"}
+            if reason is not None:
+                ready["reason"] = reason
+            ready["node_id"] = broker.node_id
+            return (200 if reason is None else 503), "application/json", json.dumps(ready).encode() + b"\n"
         if target == "/cluster":
             if self._cluster_state is None:
                 return 404, "text/plain", b"this broker is not clustered (cluster.enabled is false)\n"

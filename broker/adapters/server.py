@@ -37,26 +37,60 @@ if TYPE_CHECKING:
 log = logging.getLogger("skipmq.server")
 
 
+class StartupError(Exception):
+    """The broker cannot start (a port in use, an unusable data directory, a bad certificate):
+    one line that names what and where, for ``skipmq`` to print without a traceback."""
+
+
+def _reason(exc: BaseException) -> str:
+    if isinstance(exc, ssl.SSLError):
+        return exc.reason or str(exc)  # "PEM lib", "KEY_VALUES_MISMATCH", ...
+    if isinstance(exc, OSError) and exc.errno is not None:
+        return os.strerror(exc.errno).lower()  # "address already in use", "not a directory", ...
+    return str(exc) or type(exc).__name__
+
+
+async def _listen(what: str, host: str, port: int, open_listener: Any) -> Any:
+    try:
+        return await open_listener()
+    except OSError as exc:
+        raise StartupError(f"cannot listen on {host}:{port} ({what}): {_reason(exc)}") from exc
+
+
 def open_store(config: BrokerConfig) -> Store | None:
     """The SQLite store of ``config`` (None when persistence is off)."""
     if not config.store.persistence:
         return None
+    import sqlite3
+
     from broker.adapters.sqlite_store import Store
 
     path = config.store.path
-    if not path:
-        os.makedirs(config.data_dir, exist_ok=True)
-        path = os.path.join(config.data_dir, "skipmq.db")
-    elif path != ":memory:":
-        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    return Store(path, synchronous=config.store.synchronous)
+    try:
+        if not path:
+            os.makedirs(config.data_dir, exist_ok=True)
+            path = os.path.join(config.data_dir, "skipmq.db")
+        elif path != ":memory:":
+            os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        return Store(path, synchronous=config.store.synchronous)
+    except (OSError, sqlite3.Error) as exc:
+        where = f"data directory {config.data_dir!r}" if not config.store.path else f"store.path {path!r}"
+        raise StartupError(f"cannot open the store in {where}: {_reason(exc)}") from exc
 
 
 def make_tls_context(tls: TlsListenerConfig) -> ssl.SSLContext:
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    context.load_cert_chain(tls.certfile, tls.keyfile)
+    try:
+        context.load_cert_chain(tls.certfile, tls.keyfile)
+    except (OSError, ssl.SSLError) as exc:
+        raise StartupError(
+            f"listeners.tls: cannot load certfile {tls.certfile!r} / keyfile {tls.keyfile!r}: {_reason(exc)}"
+        ) from exc
     if tls.cafile:
-        context.load_verify_locations(cafile=tls.cafile)
+        try:
+            context.load_verify_locations(cafile=tls.cafile)
+        except (OSError, ssl.SSLError) as exc:
+            raise StartupError(f"listeners.tls: cannot load cafile {tls.cafile!r}: {_reason(exc)}") from exc
         context.verify_mode = ssl.CERT_REQUIRED if tls.require_client_cert else ssl.CERT_OPTIONAL
     else:
         context.verify_mode = ssl.CERT_NONE
@@ -82,6 +116,7 @@ class BrokerServer:
         self._ws_server: Any = None
         self.stopping = False  # /healthz answers 503 from now on
         self._stop_started = False
+        self.listening = False  # every listener bound (readiness)
 
     async def start(self) -> dict[str, int]:
         config = self.config
@@ -98,28 +133,45 @@ class BrokerServer:
         broker = Broker(config, scheduler, authenticator=authenticator, acl=acl, store=store, cluster=cluster)
         self.broker = broker
         broker.start()
-        if self.runtime is not None:  # in the overlay before the first client can connect
-            self.ports["cluster"] = await self.runtime.start(broker, store)
+        started = self.runtime
+        if started is not None:  # in the overlay before the first client can connect
+            cluster_config = config.cluster
+            self.ports["cluster"] = await _listen(
+                "cluster", cluster_config.host, cluster_config.port, lambda: started.start(broker, store)
+            )
         listeners = config.listeners
         if listeners.tcp.enabled:
-            server = await loop.create_server(
-                lambda: MqttProtocol(broker, "tcp"), listeners.tcp.host, listeners.tcp.port, backlog=4096
+            tcp = listeners.tcp
+            server = await _listen(
+                "MQTT",
+                tcp.host,
+                tcp.port,
+                lambda: loop.create_server(
+                    lambda: MqttProtocol(broker, "tcp"), tcp.host, tcp.port, backlog=4096
+                ),
             )
             self._servers.append(server)
             self.ports["tcp"] = server.sockets[0].getsockname()[1]
         if listeners.tls.enabled:
-            server = await loop.create_server(
-                lambda: MqttProtocol(broker, "tls"),
-                listeners.tls.host,
-                listeners.tls.port,
-                ssl=make_tls_context(listeners.tls),
-                backlog=1024,
+            tls = listeners.tls
+            context = make_tls_context(tls)
+            server = await _listen(
+                "MQTT/TLS",
+                tls.host,
+                tls.port,
+                lambda: loop.create_server(
+                    lambda: MqttProtocol(broker, "tls"), tls.host, tls.port, ssl=context, backlog=1024
+                ),
             )
             self._servers.append(server)
             self.ports["tls"] = server.sockets[0].getsockname()[1]
         if listeners.websocket.enabled:
-            self._ws_server = await serve_websocket(broker, listeners.websocket)
+            ws = listeners.websocket
+            self._ws_server = await _listen(
+                "WebSocket", ws.host, ws.port, lambda: serve_websocket(broker, ws)
+            )
             self.ports["websocket"] = next(iter(self._ws_server.sockets)).getsockname()[1]
+        self.listening = True
         if config.http.enabled:
             runtime = self.runtime
             endpoint = HttpEndpoint(
@@ -127,12 +179,23 @@ class BrokerServer:
                 stopping=lambda: self.stopping,
                 cluster_state=runtime.state if runtime is not None else None,
                 cluster_collector=runtime.collector() if runtime is not None else None,
+                not_ready=self.not_ready,
             )
-            server = await endpoint.start(config.http.host, config.http.port)
+            http = config.http
+            server = await _listen("HTTP", http.host, http.port, lambda: endpoint.start(http.host, http.port))
             self._servers.append(server)
             self.ports["http"] = server.sockets[0].getsockname()[1]
         broker.log_event(logging.INFO, "listening", node_id=broker.node_id, **self.ports)
         return self.ports
+
+    def not_ready(self) -> str | None:
+        """Why the broker should not get clients yet (/readyz), or None: listening and, when
+        clustered, joined to the cluster (found or founded; overlay.formation)."""
+        if not self.listening:
+            return "starting"
+        if self.runtime is not None and not self.runtime.engine.joined():
+            return "joining_cluster"
+        return None
 
     def reload_auth(self) -> bool:
         """Re-read the password file and the ACL file (SIGHUP); on an error keep the old ones."""
@@ -181,12 +244,18 @@ class BrokerServer:
 async def serve_until_signal(config: BrokerConfig) -> int:
     """Run a broker until SIGTERM or SIGINT; return the exit status (0)."""
     server = BrokerServer(config)
-    await server.start()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
+    # before start: a SIGTERM right after the "listening" line is a graceful stop, not a kill
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
     loop.add_signal_handler(signal.SIGHUP, server.reload_auth)  # re-read password and ACL files
+    try:
+        await server.start()
+    except BaseException:
+        with contextlib.suppress(Exception):  # close what did start (store, cluster port, listeners)
+            await server.stop()
+        raise
     await stop.wait()
     broker = server.broker
     assert broker is not None

@@ -120,6 +120,9 @@ def overlay_config_for(cluster: ClusterConfig) -> OverlayConfig:
         dead_peer_memory_s=600.0,
         # a join whose search was lost is retried soon: a SUBACK waits for its class to be joined
         search_timeout_s=1.0,
+        # brokers started together: a seed founds after two half-second rounds as the lowest
+        # reachable seed (overlay.formation); the others join it in the next round
+        formation_round_s=0.5,
         # end-to-end completion: the send log frees an entry, or publishes it again, on PublishDone
         publish_done_enabled=True,
         publish_done_timeout_s=max(0.5, cluster.publish_ack_wait_ms / 1000.0),
@@ -217,7 +220,9 @@ class ClusterEngine(StreamsMixin):
         )
 
     def start(self, contacts: list[str]) -> None:
-        """Enter the overlay through ``contacts`` (none: found a new cluster)."""
+        """Enter the overlay through ``contacts`` (none: found a new cluster). Listing this broker
+        itself among them makes it a seed: with its fellow seeds it founds the overlay when none
+        is reachable (the lowest reachable seed founds, overlay.formation)."""
         assert self.broker is not None and self.retained_sync is not None, "bind() first"
         assert self.sender is not None
         self.stopped = False
@@ -237,7 +242,8 @@ class ClusterEngine(StreamsMixin):
             self._handle(api.JoinTopic(topic, Role.SUBSCRIBER))
         self._next_sweep = self._now() + SWEEP_INTERVAL_S
         self._next_interest = self._now() + self.retransmit_s * INTEREST_REFRESH_RETRANSMITS
-        self._send_copy_request(self.retained_sync.start_copy(contacts, now))
+        others = [peer for peer in contacts if peer != self.peer_id]
+        self._send_copy_request(self.retained_sync.start_copy(others, now))
         self.retained_sync.anti_entropy((), now)  # arms the first round
         self._arm_timer()
         self.broker.log_event(logging.INFO, "cluster_started", peer_id=self.peer_id, contacts=contacts)
@@ -839,14 +845,26 @@ class ClusterEngine(StreamsMixin):
             self._on_stream_body(envelope.orig, body)
 
     # ================================================================== introspection
+    def joined(self) -> bool:
+        """In the overlay (found or founded; see overlay.formation) with the virtual nodes every
+        broker holds: the anchor and both sides of the control class (readiness, /readyz)."""
+        node = self.node
+        if node is None or self.stopped:
+            return False
+        peer = self.peer_id
+        keys = (
+            make_key(ANCHOR_TOPIC, PUBLISHER, peer),
+            make_key(CONTROL_CLASS, SUBSCRIBER, peer),
+            make_key(CONTROL_CLASS, PUBLISHER, peer),
+        )
+        return all(key in node.vnodes for key in keys)
+
     def state(self) -> dict[str, Any]:
         node = self.node
-        joined = False
+        joined = self.joined()
         presence: dict[str, bool | None] = {}
         vnodes = 0
         if node is not None:
-            anchor = make_key(ANCHOR_TOPIC, PUBLISHER, self.peer_id)
-            joined = anchor in node.vnodes and anchor not in node.joining_keys()
             vnodes = len(node.vnodes)
             for cls in self._published:
                 presence[cls] = node.subscriber_presence(cls)

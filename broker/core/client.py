@@ -82,6 +82,7 @@ class ClientConnection:
         "broker",
         "cert_username",
         "client_id",
+        "close_reason",
         "deferred",
         "fire_will",
         "listener",
@@ -117,6 +118,7 @@ class ClientConnection:
         self.session: Session | None = None
         self.client_id = ""
         self.username: str | None = None
+        self.close_reason = ""  # why a connected client's connection ended (client_disconnected log)
         self.fire_will = True
         self.deferred: list[bytes] | None = None
         self.out: list[bytes] | None = None
@@ -140,6 +142,7 @@ class ClientConnection:
     def lost(self) -> None:
         """The transport closed (by the peer, a network error, or after our own close)."""
         if self.protocol.state != STATE_CLOSED:
+            self.close_reason = self.close_reason or "connection lost"
             self._closed(fire_will=self.fire_will)
         self.broker.connection_gone(self)
 
@@ -257,6 +260,7 @@ class ClientConnection:
         protocol = self.protocol
         if protocol.state == STATE_CLOSED:
             return
+        self.close_reason = self.close_reason or reason_string or f"reason code 0x{int(reason_code):02X}"
         if self.deferred is not None:
             # held acks may only leave after the commit that made their messages durable: commit
             # now (on failure the broker closes this connection without sending them)
@@ -282,6 +286,17 @@ class ClientConnection:
         protocol.closed()
         if transport is not None:
             transport.close()
+        if was_connected:
+            self.broker.log_event(
+                logging.INFO,
+                "client_disconnected",
+                client_id=self.client_id,
+                username=self.username,
+                peer=self.peer,
+                listener=self.listener,
+                reason=self.close_reason or "closed by the server",
+                will=fire_will,
+            )
         if was_connected and self.session is not None:
             self.broker.connection_closed(self, self.session, fire_will=fire_will)
 
@@ -385,7 +400,7 @@ class ClientConnection:
         broker = self.broker
         is_v5 = packet.protocol_level == MQTT_5
         if code != ReasonCode.SUCCESS:
-            self.refuse(code, "not authorized")
+            self.refuse(code, "not authorized", client_id=client_id, username=username, event="auth_failed")
             return
         if broker.shutting_down:
             self.refuse(ReasonCode.SERVER_UNAVAILABLE, "server shutting down")
@@ -504,21 +519,44 @@ class ClientConnection:
             if props.get("request_response_information"):
                 connack_props["response_information"] = f"response/{client_id}"
         self.send_packet(Connack(session_present=session_present, reason_code=0, properties=connack_props))
+        broker.log_event(
+            logging.INFO,
+            "client_connected",
+            client_id=client_id,
+            username=self.username,
+            peer=self.peer,
+            listener=self.listener,
+            protocol_level=packet.protocol_level,
+            clean_start=packet.clean_start,
+            keep_alive_s=keep_alive,
+            session_present=session_present,
+        )
         broker.outbound.resume(session)
 
-    def refuse(self, reason_code: int, reason_string: str) -> None:
-        """CONNACK with a failure code (mapped to a 3.1.1 return code by the codec), then close."""
+    def refuse(
+        self,
+        reason_code: int,
+        reason_string: str,
+        *,
+        client_id: str | None = None,
+        username: str | None = None,
+        event: str = "connect_refused",
+    ) -> None:
+        """CONNACK with a failure code (mapped to a 3.1.1 return code by the codec), then close.
+        Logged as ``event`` (``auth_failed`` for a bad username/password, at WARNING)."""
         props: dict[str, Any] = {}
         if self.protocol.protocol_level == MQTT_5:
             props["reason_string"] = reason_string
         self.send_packet(Connack(session_present=False, reason_code=int(reason_code), properties=props))
         self.broker.log_event(
-            logging.INFO,
-            "connect_refused",
-            client_id=self.client_id,
+            logging.WARNING if event == "auth_failed" else logging.INFO,
+            event,
+            client_id=client_id if client_id is not None else self.client_id,
+            username=username,
             peer=self.peer,
+            listener=self.listener,
             reason_code=int(reason_code),
-            message=reason_string,
+            reason=reason_string,
         )
         self.close(fire_will=False)
 
@@ -751,6 +789,8 @@ class ClientConnection:
                     "MQTT-3.14.2-2",
                 )
             self.broker.registry.set_expiry(session, new_expiry)
+        code = int(packet.reason_code)
+        self.close_reason = "client disconnected" + (f" (reason code 0x{code:02X})" if code else "")
         self.close(fire_will=packet.reason_code == ReasonCode.DISCONNECT_WITH_WILL)
 
     def handle_auth(self, packet: Auth) -> None:

@@ -36,6 +36,7 @@ import asyncio
 import contextlib
 import logging
 import random
+import socket
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, fields
@@ -247,6 +248,8 @@ class GrpcTransport:
         self._health = health.aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
         address = _format_peer_id(bind_host, bind_port)
+        if bind_port:
+            _check_port_free(bind_host, bind_port)
         try:
             port = server.add_insecure_port(address)
         except RuntimeError as exc:
@@ -631,3 +634,17 @@ def _describe(exc: BaseException) -> str:
     if isinstance(exc, grpc.aio.AioRpcError):
         return f"{exc.code().name}: {exc.details()}"
     return f"{type(exc).__name__}: {exc}"
+
+
+def _check_port_free(host: str, port: int) -> None:
+    """Raise ``OSError`` (errno EADDRINUSE, ...) if ``host:port`` cannot be bound: a clear error
+    before gRPC's C core fails and logs its own lines."""
+    infos = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    family, kind, proto, _name, address = infos[0]
+    with socket.socket(family, kind, proto) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(address)
+        except OSError as exc:
+            where = _format_peer_id(host, port)
+            raise OSError(exc.errno, f"transport cannot bind {where}: {exc.strerror}") from None

@@ -146,3 +146,47 @@ def test_cluster_command_table_and_sigterm(tmp_path: Path) -> None:
     assert status == 0, "\n".join(launcher.stderr_lines[-30:])
     assert (tmp_path / "broker-0.log").exists(), "a given --data-dir is kept"
     assert all(pid_gone(int(row[5])) for row in rows)
+
+
+def test_cluster_command_ws_port_serves_websocket_on_every_broker() -> None:
+    """--ws-port 0: a free WebSocket port per broker, listed in --json; a WebSocket client on
+    broker 0 gets what a TCP client publishes on broker 1."""
+    import paho.mqtt.client as paho
+    from paho.mqtt.enums import CallbackAPIVersion
+
+    launcher = LauncherProcess(["--brokers", "2", "--ws-port", "0", "--json"])
+    ws_client: Any = None
+    try:
+        brokers = json.loads(launcher.next_line(START_S))["brokers"]
+        ws_ports = [b["ws_port"] for b in brokers]
+        assert all(isinstance(p, int) and p > 0 for p in ws_ports) and len(set(ws_ports)) == 2
+        topic = f"{unique_id('ws')}/hello"
+        got: queue.Queue[bytes] = queue.Queue()
+        subscribed = threading.Event()
+        ws_client = paho.Client(
+            callback_api_version=CallbackAPIVersion.VERSION2,
+            transport="websockets",
+            client_id=unique_id("ws"),
+        )
+        ws_client.ws_set_options(path="/mqtt")
+        ws_client.on_message = lambda _c, _u, msg: got.put(msg.payload)
+        ws_client.on_subscribe = lambda *_args: subscribed.set()
+        ws_client.on_connect = lambda client, *_args: client.subscribe(topic, 1)
+        ws_client.connect("127.0.0.1", ws_ports[0])
+        ws_client.loop_start()
+        assert subscribed.wait(10), "no SUBACK over WebSocket from broker 0"
+        deadline = time.monotonic() + 20
+        payload = b""
+        while not payload.startswith(b"hi-"):
+            assert time.monotonic() < deadline, "the WebSocket client on broker 0 got nothing from broker 1"
+            mosquitto_pub(brokers[1]["mqtt_port"], topic, f"hi-{time.monotonic()}", qos=1)
+            try:
+                payload = got.get(timeout=0.3)
+            except queue.Empty:
+                pass
+    finally:
+        if ws_client is not None:
+            ws_client.loop_stop()
+            ws_client.disconnect()
+        status = launcher.stop(signal.SIGINT)
+    assert status == 0, "\n".join(launcher.stderr_lines[-30:])

@@ -106,7 +106,9 @@ def test_sweeps_with_one_kind_of_fault_keep_every_invariant(faults: frozenset[st
 def test_sweeps_with_combined_faults_still_break_invariants() -> None:
     """Crashes, partitions and session moves together (with 5 % loss) still lose acknowledged
     messages and break order in some seeds: kept as an expected failure naming what breaks."""
+    # 40 seeds, not FAULT_SEEDS: the join-retry fix of the formation change (docs/overlay.md §5)
+    # cured seed 15, the only failing one below 20 (failing seeds of the first 200: 21 -> 19)
     results = [
-        run_seed(seed, faults=frozenset({"crash", "partition", "move"}), loss=0.05) for seed in FAULT_SEEDS
+        run_seed(seed, faults=frozenset({"crash", "partition", "move"}), loss=0.05) for seed in range(40)
     ]
     _known(results, frozenset({"lost", "order", "retained", "owners"}))

@@ -260,13 +260,30 @@ def test_file_errors(tmp_path: Path) -> None:
         load_config(write(tmp_path, "[limits\nx = 1\n"), env={})
 
 
-def test_unknown_env_vars_are_warnings_not_errors() -> None:
-    # Kubernetes service links inject SKIPMQ_PORT etc. for a service named "skipmq".
-    env = {"SKIPMQ_PORT": "tcp://10.0.0.1:1883", "SKIPMQ_LISTENER_TCP_PORT": "1", "OTHER": "x"}
+def test_unknown_env_vars_are_refused_with_the_closest_name() -> None:
+    with pytest.raises(
+        ConfigError, match=r"SKIPMQ_LISTENER_TCP_PORT.*did you mean 'SKIPMQ_LISTENERS_TCP_PORT'"
+    ):
+        load_config(env={"SKIPMQ_LISTENER_TCP_PORT": "1", "OTHER": "x"})
+    with pytest.raises(ConfigError, match=r"SKIPMQ_CLUSTER_JION.*'SKIPMQ_CLUSTER_JOIN'"):
+        load_config(env={"SKIPMQ_CLUSTER_JION": "a:1"})
+    with pytest.raises(ConfigError, match="SKIPMQ_PORT"):  # not a service link: a plain number
+        load_config(env={"SKIPMQ_PORT": "1884"})
+
+
+def test_kubernetes_service_link_env_vars_are_warnings_not_errors() -> None:
+    # Kubernetes service links inject SKIPMQ_PORT etc. for services named "skipmq", "skipmq-peers"
+    env = {
+        "SKIPMQ_PORT": "tcp://10.0.0.1:1883",
+        "SKIPMQ_SERVICE_HOST": "10.0.0.1",
+        "SKIPMQ_SERVICE_PORT_MQTT": "1883",
+        "SKIPMQ_PEERS_PORT_7883_TCP_ADDR": "10.0.0.2",
+        "SKIPMQ_ZL_MESSAGES": "100",  # a test tool's knob, inherited by the brokers it starts
+        "OTHER": "x",
+    }
     config = load_config(env=env)
     assert config.listeners.tcp.port == 1883
-    assert len(config.warnings) == 2
-    assert any("SKIPMQ_LISTENER_TCP_PORT" in w and "SKIPMQ_LISTENERS_TCP_PORT" in w for w in config.warnings)
+    assert len(config.warnings) == 5 and sum("service link" in w for w in config.warnings) == 4
 
 
 def test_tls_enabled_requires_cert_and_key(tmp_path: Path) -> None:

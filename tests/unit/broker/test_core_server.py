@@ -229,6 +229,46 @@ def test_http_metrics_and_healthz(start_broker: Start) -> None:
     assert status == 503 and json.loads(body)["status"] == "shutting_down"
 
 
+def test_readyz_single_broker_ready_once_listening(start_broker: Start) -> None:
+    broker = start_broker()
+    status, content_type, body = _http(broker.ports["http"], "/readyz")
+    assert (status, json.loads(body)["status"]) == (200, "ready") and content_type == "application/json"
+
+    def begin_shutdown() -> None:
+        broker.server.stopping = True
+
+    broker.call(begin_shutdown)
+    status, _type, body = _http(broker.ports["http"], "/readyz")
+    assert status == 503 and json.loads(body) == {
+        "status": "not_ready",
+        "reason": "shutting_down",
+        "node_id": json.loads(body)["node_id"],
+    }
+
+
+def test_readyz_clustered_broker_ready_only_when_joined(start_broker: Start, tmp_path: Path) -> None:
+    """Liveness and readiness differ while a broker has not joined: /healthz 200, /readyz 503."""
+    from tools.ports import free_ports
+
+    own, other = free_ports(2)
+    # not a seed (its list lacks itself) and its only contact is down: it waits to join, not ready
+    waiting = start_broker(
+        tmp_path / "waiting", cluster__enabled=True, cluster__port=own, cluster__join=f"127.0.0.1:{other}"
+    )
+    time.sleep(1.5)  # more than the formation rounds of a seed
+    assert _http(waiting.ports["http"], "/healthz")[0] == 200
+    status, _type, body = _http(waiting.ports["http"], "/readyz")
+    assert status == 503 and json.loads(body)["reason"] == "joining_cluster"
+    # a seed whose list holds only itself founds the cluster at once: ready
+    alone = start_broker(
+        tmp_path / "alone", cluster__enabled=True, cluster__port=other, cluster__join=f"127.0.0.1:{other}"
+    )
+    wait_for(lambda: _http(alone.ports["http"], "/readyz")[0] == 200, 10.0, "the seed ready")
+    assert json.loads(_http(alone.ports["http"], "/cluster")[2])["joined"] is True
+    # its contact is up now: the waiting broker joins through it and becomes ready
+    wait_for(lambda: _http(waiting.ports["http"], "/readyz")[0] == 200, 15.0, "the joiner ready")
+
+
 def test_sys_topics_published(start_broker: Start) -> None:
     broker = start_broker(sys__interval_s=1)
     client = RawClient(broker.ports["tcp"])

@@ -127,16 +127,18 @@ class Search(_message.Message):
     def __init__(self, dest: _Optional[_Union[Key, _Mapping]] = ..., origin: _Optional[str] = ..., target: _Optional[_Union[Key, _Mapping]] = ..., request_id: _Optional[int] = ..., forwarder: _Optional[_Union[NodeRef, _Mapping]] = ..., contact_hops: _Optional[int] = ...) -> None: ...
 
 class Found(_message.Message):
-    __slots__ = ("request_id", "target", "pred", "succ")
+    __slots__ = ("request_id", "target", "pred", "succ", "peers")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     TARGET_FIELD_NUMBER: _ClassVar[int]
     PRED_FIELD_NUMBER: _ClassVar[int]
     SUCC_FIELD_NUMBER: _ClassVar[int]
+    PEERS_FIELD_NUMBER: _ClassVar[int]
     request_id: int
     target: Key
     pred: NodeRef
     succ: NodeRef
-    def __init__(self, request_id: _Optional[int] = ..., target: _Optional[_Union[Key, _Mapping]] = ..., pred: _Optional[_Union[NodeRef, _Mapping]] = ..., succ: _Optional[_Union[NodeRef, _Mapping]] = ...) -> None: ...
+    peers: int
+    def __init__(self, request_id: _Optional[int] = ..., target: _Optional[_Union[Key, _Mapping]] = ..., pred: _Optional[_Union[NodeRef, _Mapping]] = ..., succ: _Optional[_Union[NodeRef, _Mapping]] = ..., peers: _Optional[int] = ...) -> None: ...
 
 class SearchFail(_message.Message):
     __slots__ = ("request_id",)
