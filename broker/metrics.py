@@ -13,14 +13,19 @@ dashboards depend on them, so treat them as a public interface.
 
 from __future__ import annotations
 
+import functools
+import os
+import platform
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 from prometheus_client import CollectorRegistry, ProcessCollector
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.exposition import generate_latest
 from prometheus_client.registry import Collector
 
+from broker import __version__
 from broker.cluster.stats import HOP_BUCKETS, ClusterStats
 from broker.core.stats import BrokerStats
 
@@ -39,6 +44,53 @@ def _gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:
     return GaugeMetricFamily(name, doc, value=value)
 
 
+@functools.cache
+def git_revision() -> str | None:
+    """The commit this broker runs, when cheaply known, else None (the label is then left out).
+
+    ``SKIPMQ_GIT_REVISION`` (e.g. set by an image build) wins; otherwise the git metadata of a
+    source checkout next to the package is read once (plain files: no subprocess, works in a
+    worktree and with packed refs). An installed wheel or an image without either has no revision.
+    """
+    revision = os.environ.get("SKIPMQ_GIT_REVISION", "").strip()
+    if revision:
+        return revision
+    try:
+        dot_git = Path(__file__).resolve().parent.parent / ".git"
+        git_dir = dot_git
+        if dot_git.is_file():  # a worktree: "gitdir: <path>"
+            git_dir = Path(dot_git.read_text().split(":", 1)[1].strip())
+        head = (git_dir / "HEAD").read_text().strip()
+        if not head.startswith("ref: "):
+            return head or None  # detached HEAD
+        ref = head[5:]
+        common = git_dir
+        if (git_dir / "commondir").is_file():
+            common = (git_dir / (git_dir / "commondir").read_text().strip()).resolve()
+        for base in (git_dir, common):
+            if (base / ref).is_file():
+                return (base / ref).read_text().strip() or None
+        for line in (common / "packed-refs").read_text().splitlines():
+            if line.endswith(" " + ref):
+                return line.split(" ", 1)[0]
+    except (OSError, IndexError):
+        return None
+    return None
+
+
+def build_info() -> GaugeMetricFamily:
+    """``skipmq_build_info{version, python_version[, revision]} 1``: join it on ``instance`` to
+    label other series with the version a broker runs."""
+    revision = git_revision()
+    labels = ["version", "python_version"] + (["revision"] if revision else [])
+    family = GaugeMetricFamily(
+        "skipmq_build_info", "SkipMQ build: always 1, the version in the labels", labels=labels
+    )
+    values = [__version__, platform.python_version()] + ([revision] if revision else [])
+    family.add_metric(values, 1)
+    return family
+
+
 class BrokerCollector(Collector):
     """Builds the skipmq_* metric families from a ``BrokerStats`` at scrape time."""
 
@@ -47,6 +99,7 @@ class BrokerCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         stats = self.stats
+        yield build_info()
         yield _gauge("skipmq_connections", "Client connections currently open", stats.connections_current)
         yield CounterMetricFamily(
             "skipmq_connections_total",
@@ -77,6 +130,13 @@ class BrokerCollector(Collector):
             "Malformed packets and protocol errors, by packet type",
             "packet_type",
             stats.packet_errors,
+        )
+        yield _labelled_counter(
+            "skipmq_store_errors",
+            "Store (SQLite) failures, by kind: a store call while handling a packet, a group commit,"
+            " the rewrite of the store from memory",
+            "kind",
+            stats.store_errors,
         )
         yield _labelled_counter(
             "skipmq_packets_received", "MQTT packets received, by type", "packet_type", stats.packets_received

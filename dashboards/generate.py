@@ -95,6 +95,14 @@ BROKER_PANELS: list[tuple[str, str, list[tuple[str, str]], int]] = [
 ]
 
 
+# Hops are whole numbers and the histogram's buckets end on whole hops (le = 1, 2, 3, 4, 6, ...;
+# broker/cluster/stats.py HOP_BUCKETS). histogram_quantile interpolates linearly inside the bucket
+# the quantile falls in, (k-1, k], so it returns a value in (k-1, k]: 0.5 for traffic that all
+# took one hop. ceil() maps that back to k, the bucket's whole-hop bound: exact where buckets are
+# one hop wide (1-4 hops), and never below the bucket's lowest hop count above that. The
+# recording rules (deploy/prometheus/skipmq-rules.yml) use the same expression per job.
+HOPS_QUANTILE = "ceil(histogram_quantile({q}, sum by (le) (rate(skipmq_cluster_delivery_hops_bucket[5m]))))"
+
 CLUSTER_PANELS: list[tuple[str, str, list[tuple[str, str]], int]] = [
     (
         "Connected peer brokers",
@@ -130,10 +138,7 @@ CLUSTER_PANELS: list[tuple[str, str, list[tuple[str, str]], int]] = [
     (
         "Overlay hops per delivery (p50, p99)",
         "short",
-        [
-            ("histogram_quantile(0.5, sum by (le) (rate(skipmq_cluster_delivery_hops_bucket[5m])))", "p50"),
-            ("histogram_quantile(0.99, sum by (le) (rate(skipmq_cluster_delivery_hops_bucket[5m])))", "p99"),
-        ],
+        [(HOPS_QUANTILE.format(q="0.5"), "p50"), (HOPS_QUANTILE.format(q="0.99"), "p99")],
         12,
     ),
     (

@@ -91,7 +91,12 @@ class Broker:
         sessions: dict[str, Session] = {}
         self.retained: RetainedIndex[Message] = RetainedIndex()
         self.durability = Durability(
-            store, scheduler, sessions=sessions, retained=self.retained, log_event=self.log_event
+            store,
+            scheduler,
+            sessions=sessions,
+            retained=self.retained,
+            log_event=self.log_event,
+            store_errors=self.stats.store_errors,
         )
         self.subscriptions = Subscriptions(self.cluster)
         self.drops = DropReporter(

@@ -41,6 +41,7 @@ class Durability:
         "_retained",
         "_scheduler",
         "_sessions",
+        "_store_errors",
         "store",
     )
 
@@ -52,8 +53,11 @@ class Durability:
         sessions: dict[str, Session],
         retained: RetainedIndex[Message],
         log_event: LogEvent,
+        store_errors: dict[str, int] | None = None,
     ) -> None:
         self.store = store
+        # BrokerStats.store_errors (kind -> count, exported as skipmq_store_errors_total)
+        self._store_errors = store_errors if store_errors is not None else {}
         self._scheduler = scheduler
         self._sessions = sessions
         self._retained = retained
@@ -108,6 +112,7 @@ class Durability:
         """A store call raised while handling a packet: SQLite may have rolled back the whole open
         transaction (SQLITE_FULL, SQLITE_IOERR), so the store is rewritten from memory before the
         next commit, and acks held for that commit wait for it."""
+        self._count_error("operation")
         self._log_event(logging.ERROR, "store_error", message=str(exc))
         self._resync_needed = True
         self._resync_now()
@@ -130,6 +135,7 @@ class Durability:
         except Exception as exc:
             self._commit_failed_last = True
             self._resync_needed = True  # memory is the truth: rewrite it before committing
+            self._count_error("commit")
             self._log_event(logging.ERROR, "store_commit_failed", message=str(exc))
             self._resync_now()
             return False
@@ -143,7 +149,12 @@ class Durability:
             self.resync()
             self._resync_needed = False
         except Exception as exc:
+            self._count_error("resync")
             self._log_event(logging.ERROR, "store_resync_failed", message=str(exc))
+
+    def _count_error(self, kind: str) -> None:
+        errors = self._store_errors
+        errors[kind] = errors.get(kind, 0) + 1
 
     def resync(self) -> None:
         """Rewrite the durable state from memory after a failed (rolled back) commit.

@@ -24,6 +24,9 @@ DROP_REASONS = (
     "qos0_offline",
     "session_ended",
 )
+# Store failure kinds (broker/core/durability.py): a store call failing while a packet is handled,
+# a group commit failing, the rewrite of the store from memory failing. Always present, from 0.
+STORE_ERROR_KINDS = ("operation", "commit", "resync")
 # Packet-type label values: PacketType names, e.g. "PUBLISH".
 PACKET_TYPE_NAMES = tuple(packet_type.name for packet_type in PacketType)
 
@@ -52,6 +55,7 @@ class BrokerStats:
     queued_messages: int = 0
     sessions: int = 0
     inflight_messages: int = 0
+    store_errors: dict[str, int] = field(default_factory=lambda: _zeroes(STORE_ERROR_KINDS))  # kind -> n
     uptime_started_at: float = 0.0  # unix time the broker started (set by the broker at start)
 
     def count_drop(self, reason: str, count: int = 1) -> None:

@@ -31,6 +31,7 @@ PROMQL_WORDS = {
     "on",
     "without",
     "histogram_quantile",
+    "ceil",
     "le",
 }
 

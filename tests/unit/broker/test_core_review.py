@@ -545,6 +545,8 @@ def test_transient_commit_failure_is_retried_and_acked_message_survives_restart(
     assert pub.connect("tr-pub").reason_code == 0
     fail_next(threaded, failures=1)
     assert puback_code(pub, "tr/t", b"survives", 4) == 0
+    # counted for skipmq_store_errors_total (the SkipMQStoreErrors alert)
+    assert threaded.broker.stats.store_errors == {"operation": 0, "commit": 1, "resync": 0}
     pub.disconnect()
     threaded.stop()
     restarted = start_broker(data_dir)
@@ -574,6 +576,7 @@ def test_store_statement_failure_does_not_release_acks_of_rolled_back_work(
     second.publish("st/b", b"from-second", 1, packet_id=1)
     assert first.take(Puback).packet_id == 1
     assert not [p for p in second.read_until_closed() if isinstance(p, Puback)]
+    assert threaded.broker.stats.store_errors["operation"] == 1
     first.disconnect()
     threaded.stop()
     restarted = start_broker(data_dir)

@@ -18,6 +18,7 @@ from broker.logs import log_event, setup_logging  # noqa: E402
 from broker.metrics import BrokerStats, make_registry, render  # noqa: E402
 
 METRIC_NAMES = [
+    "skipmq_build_info",
     "skipmq_connections",
     "skipmq_connections_total",
     "skipmq_messages_received_total",
@@ -26,6 +27,7 @@ METRIC_NAMES = [
     "skipmq_bytes_sent_total",
     "skipmq_messages_dropped_total",
     "skipmq_packet_errors_total",
+    "skipmq_store_errors_total",
     "skipmq_packets_received_total",
     "skipmq_packets_sent_total",
     "skipmq_retained_messages",
@@ -64,6 +66,49 @@ def test_all_metric_names_present_with_zero_defaults() -> None:
     for reason in DROP_REASONS:
         assert value(samples, "skipmq_messages_dropped_total", reason=reason) == 0
     assert value(samples, "skipmq_packets_received_total", packet_type="PUBLISH") == 0
+    for kind in ("operation", "commit", "resync"):
+        assert value(samples, "skipmq_store_errors_total", kind=kind) == 0
+
+
+def test_build_info_is_one_with_version_labels(monkeypatch: pytest.MonkeyPatch) -> None:
+    import platform
+
+    from broker import __version__
+    from broker.metrics import git_revision
+
+    monkeypatch.setenv("SKIPMQ_GIT_REVISION", "abc123")
+    git_revision.cache_clear()
+    try:
+        samples = scrape(BrokerStats())
+    finally:
+        git_revision.cache_clear()
+    labels = {"version": __version__, "python_version": platform.python_version(), "revision": "abc123"}
+    assert value(samples, "skipmq_build_info", **labels) == 1
+    assert [name for name, _labels in samples if name == "skipmq_build_info"] == ["skipmq_build_info"]
+
+
+def test_build_info_revision_from_the_checkout_or_left_out(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without the env var the revision comes from the source checkout's git files when there is
+    one (this repository: HEAD's commit), otherwise the label is left out."""
+    import subprocess
+
+    from broker.metrics import build_info, git_revision
+
+    monkeypatch.delenv("SKIPMQ_GIT_REVISION", raising=False)
+    git_revision.cache_clear()
+    try:
+        family = build_info()
+    finally:
+        git_revision.cache_clear()
+    (sample,) = family.samples
+    head = subprocess.run(
+        ["git", "rev-parse", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True, check=False
+    ).stdout.strip()
+    if head:
+        assert sample.labels["revision"] == head
+    else:
+        assert "revision" not in sample.labels
+    assert sample.value == 1
 
 
 def test_process_collector_included() -> None:
@@ -87,6 +132,7 @@ def test_values_follow_the_stats_at_scrape_time() -> None:
     stats.messages_dropped["queue_full_oldest"] += 2
     stats.messages_dropped["brand_new_reason"] = 4
     stats.packet_errors["CONNECT"] = 6
+    stats.store_errors["commit"] += 3
     stats.packets_received["PUBLISH"] += 6
     stats.packets_sent["PUBACK"] += 2
     stats.retained_messages = 8
@@ -110,6 +156,7 @@ def test_values_follow_the_stats_at_scrape_time() -> None:
     assert value(samples, "skipmq_messages_dropped_total", reason="queue_full_oldest") == 2
     assert value(samples, "skipmq_messages_dropped_total", reason="brand_new_reason") == 4
     assert value(samples, "skipmq_packet_errors_total", packet_type="CONNECT") == 6
+    assert value(samples, "skipmq_store_errors_total", kind="commit") == 3
     assert value(samples, "skipmq_packets_received_total", packet_type="PUBLISH") == 6
     assert value(samples, "skipmq_packets_sent_total", packet_type="PUBACK") == 2
     assert value(samples, "skipmq_retained_messages") == 8
@@ -139,6 +186,8 @@ def test_metric_types() -> None:
     assert types["skipmq_messages_received_total"] == "counter"
     assert types["skipmq_packet_errors_total"] == "counter"
     assert types["skipmq_uptime_seconds"] == "gauge"
+    assert types["skipmq_build_info"] == "gauge"
+    assert types["skipmq_store_errors_total"] == "counter"
     assert types["skipmq_queued_messages"] == "gauge"
     assert sorted(types) == sorted(METRIC_NAMES)
 
