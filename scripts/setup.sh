@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Installs everything SkipMQ and its tests need, from nothing: a virtualenv in .venv with the
 # package and its [dev] extra, and Debian's mosquitto clients (mosquitto_pub/sub, for the CLI
-# interop tests) and mosquitto itself (mosquitto_passwd, for the password-file compatibility test).
+# interop tests) and mosquitto itself (mosquitto_passwd, for the password-file compatibility test),
+# and Debian's prometheus for promtool (tests/unit/test_prometheus_rules.py checks and unit-tests
+# deploy/prometheus/skipmq.rules.yml with it).
 # Idempotent: a second run only checks.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -14,14 +16,15 @@ fi
 missing=""
 command -v mosquitto_pub >/dev/null 2>&1 || missing="$missing mosquitto-clients"
 command -v mosquitto_passwd >/dev/null 2>&1 || missing="$missing mosquitto"
+command -v promtool >/dev/null 2>&1 || missing="$missing prometheus"
 if [ -n "$missing" ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-    echo "setup: installing Debian$missing (for the interop and password-file tests)"
+    echo "setup: installing Debian$missing (for the interop, password-file and Prometheus rules tests)"
     apt-get update -qq >/dev/null
     # shellcheck disable=SC2086
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $missing >/dev/null
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $missing >/dev/null
   else
-    echo "setup: missing$missing and cannot apt-get; the mosquitto tests will fail" >&2
+    echo "setup: missing$missing and cannot apt-get; the mosquitto / promtool tests will fail" >&2
   fi
 fi
 echo "setup: ready (.venv)"
