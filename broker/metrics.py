@@ -14,7 +14,6 @@ dashboards depend on them, so treat them as a public interface.
 from __future__ import annotations
 
 import functools
-import os
 import platform
 import time
 from collections.abc import Callable, Iterator
@@ -48,13 +47,11 @@ def _gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:
 def git_revision() -> str | None:
     """The commit this broker runs, when cheaply known, else None (the label is then left out).
 
-    ``SKIPMQ_GIT_REVISION`` (e.g. set by an image build) wins; otherwise the git metadata of a
-    source checkout next to the package is read once (plain files: no subprocess, works in a
-    worktree and with packed refs). An installed wheel or an image without either has no revision.
+    Read once from the git metadata of a source checkout next to the package (plain files: no
+    subprocess; works in a worktree and with packed refs). An installed wheel or the image has no
+    checkout, hence no revision. (Not an environment variable: every SKIPMQ_* variable must be a
+    configuration key, broker/config.py.)
     """
-    revision = os.environ.get("SKIPMQ_GIT_REVISION", "").strip()
-    if revision:
-        return revision
     try:
         dot_git = Path(__file__).resolve().parent.parent / ".git"
         git_dir = dot_git

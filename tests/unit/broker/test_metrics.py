@@ -73,28 +73,26 @@ def test_all_metric_names_present_with_zero_defaults() -> None:
 def test_build_info_is_one_with_version_labels(monkeypatch: pytest.MonkeyPatch) -> None:
     import platform
 
+    import broker.metrics
     from broker import __version__
-    from broker.metrics import git_revision
 
-    monkeypatch.setenv("SKIPMQ_GIT_REVISION", "abc123")
-    git_revision.cache_clear()
-    try:
-        samples = scrape(BrokerStats())
-    finally:
-        git_revision.cache_clear()
+    monkeypatch.setattr(broker.metrics, "git_revision", lambda: "abc123")
+    samples = scrape(BrokerStats())
     labels = {"version": __version__, "python_version": platform.python_version(), "revision": "abc123"}
     assert value(samples, "skipmq_build_info", **labels) == 1
     assert [name for name, _labels in samples if name == "skipmq_build_info"] == ["skipmq_build_info"]
+    monkeypatch.setattr(broker.metrics, "git_revision", lambda: None)  # no checkout: label left out
+    labels.pop("revision")
+    assert value(scrape(BrokerStats()), "skipmq_build_info", **labels) == 1
 
 
-def test_build_info_revision_from_the_checkout_or_left_out(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Without the env var the revision comes from the source checkout's git files when there is
-    one (this repository: HEAD's commit), otherwise the label is left out."""
+def test_build_info_revision_from_the_checkout_or_left_out() -> None:
+    """The revision comes from the source checkout's git files when there is one (this
+    repository: HEAD's commit), otherwise the label is left out."""
     import subprocess
 
     from broker.metrics import build_info, git_revision
 
-    monkeypatch.delenv("SKIPMQ_GIT_REVISION", raising=False)
     git_revision.cache_clear()
     try:
         family = build_info()
