@@ -69,7 +69,7 @@ from broker.cluster.stream_receiver import StreamReceiver
 from broker.cluster.stream_sender import StreamSender
 from broker.cluster.streams import CONTROL_CLASS, StreamsMixin
 from broker.cluster.subscribe_waits import SubscribeWaits
-from broker.cluster.takeover import ClaimFinished, HandOver, LateSession, Refuse, Takeover
+from broker.cluster.takeover import Answer, ClaimFinished, HandOver, LateSession, Refuse, Takeover
 from broker.core.ports import Completion
 from overlay import api
 from overlay.api import Role
@@ -474,6 +474,7 @@ class ClusterEngine(StreamsMixin):
                 self._handle(api.LeaveTopic(cls, Role.PUBLISHER))
         assert self.takeover is not None and self.broker is not None
         self.takeover.forget(self.broker.has_session)
+        self.takeover.forget_handed_over(now)
         forgotten = self.receiver.forget_idle(now, STREAM_IDLE_S)
         if self.causal is not None:
             self.causal.forget(forgotten)
@@ -727,6 +728,8 @@ class ClusterEngine(StreamsMixin):
             return
         if isinstance(decision, Refuse):
             reply = ClaimReply(claim.claim_id, claim.client_id, False, None)
+        elif isinstance(decision, Answer):
+            reply = decision.reply  # the claim was repeated: our reply with the session was lost
         else:
             assert isinstance(decision, HandOver)
             before = self.receiver.positions()  # (the hand-over may leave classes)
@@ -736,6 +739,7 @@ class ClusterEngine(StreamsMixin):
                 self._deliver_pending_commit = True
             positions = self._hand_over_positions(snapshot, before) if snapshot is not None else ()
             reply = ClaimReply(claim.claim_id, claim.client_id, had, snapshot, positions)
+            self.takeover.handed_over(claim.claim_id, claim.origin, reply, self._now())
         self._send_envelope(claim.origin, claim.client_id, claim.claim_id, reply)
 
     def _pass_on_if_claimed_elsewhere(self, client_id: str) -> None:
@@ -757,9 +761,9 @@ class ClusterEngine(StreamsMixin):
         self._deliver_pending_commit = True
         positions = self._hand_over_positions(snapshot, before)
         claim_id, origin = newer
-        self._send_envelope(
-            origin, client_id, claim_id, ClaimReply(claim_id, client_id, True, snapshot, positions)
-        )
+        reply = ClaimReply(claim_id, client_id, True, snapshot, positions)
+        takeover.handed_over(claim_id, origin, reply, self._now())
+        self._send_envelope(origin, client_id, claim_id, reply)
         self._after_event()
 
     def _finish_claims(self, finished: list[ClaimFinished]) -> None:

@@ -1,0 +1,47 @@
+"""Session moves combined with crashes, partitions and message loss (issue #10's combined-fault
+sweep, ``python -m simulation --faults crash,move --loss 0.05`` and ``--faults partition,move``):
+scripted tests of the causes found, one per cause, each naming the seed that showed it.
+"""
+
+from __future__ import annotations
+
+from broker.cluster.messages import ClaimReply, StreamPosition
+from broker.cluster.takeover import Answer, HandOver, LateSession, Refuse, Takeover
+from broker.core.session import SessionSnapshot
+
+
+def _snapshot(client_id: str = "c") -> SessionSnapshot:
+    return SessionSnapshot(client_id, 4, 3600, None, [], [], set())
+
+
+# ============================================================================ the reply with the session
+def test_a_claim_repeated_because_its_reply_with_the_session_was_lost_gets_the_session_again() -> None:
+    """Seed 58 (crash,move): the subscriber's broker A crashed, the client reconnected to B; when
+    A came back it handed the stored session to B's repeated claim, and that reply was lost. B
+    repeats an unanswered claim, but A had ended its copy: the answer said "no session" and the
+    session - with the messages queued for it and the positions B needed - was gone."""
+    old = Takeover("a:1", wait_s=0.5, repeat_s=1.0)
+    new = Takeover("b:1", wait_s=0.5, repeat_s=1.0)
+    claim, waits = new.claim("c", False, [], now=0.0, wall_ns=10, unreachable=["a:1"])
+    assert not waits  # A is down: the CONNECT does not wait, the claim is repeated to A
+    assert old.on_claim(claim, connected_here=False) == HandOver(claim, transfer=True)
+    reply = ClaimReply(claim.claim_id, "c", True, _snapshot(), (StreamPosition("b:1/x", "=t", 5),))
+    old.handed_over(claim.claim_id, claim.origin, reply, now=0.1)
+    # the reply is lost on the way: B has no answer from A and repeats its claim
+    assert new.repeats(now=1.0) == [("a:1", claim)]
+    assert old.on_claim(claim, connected_here=False) == Answer(claim, reply)  # the same session
+    assert new.on_reply("a:1", reply) == LateSession(reply.snapshot)  # type: ignore[arg-type]
+    assert new.repeats(now=2.0) == []  # answered
+    # kept while the claimant may repeat, then dropped
+    old.forget_handed_over(now=0.1 + old.repeat_for_s + 1)
+    assert old.on_claim(claim, connected_here=False) == HandOver(claim, transfer=True)
+
+
+def test_a_repeated_claim_does_not_get_the_session_again_once_the_client_reconnected_here() -> None:
+    old = Takeover("a:1", wait_s=0.5, repeat_s=1.0)
+    claimant = Takeover("b:1", wait_s=0.5, repeat_s=1.0)
+    claim, _ = claimant.claim("c", False, ["a:1"], now=0.0, wall_ns=10)
+    old.on_claim(claim, connected_here=True)
+    old.handed_over(claim.claim_id, claim.origin, ClaimReply(claim.claim_id, "c", True, _snapshot()), 0.1)
+    old.claim("c", False, ["b:1"], now=0.5, wall_ns=20)  # the client came back to A: newer
+    assert old.on_claim(claim, connected_here=True) == Refuse(claim)
