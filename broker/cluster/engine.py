@@ -766,6 +766,16 @@ class ClusterEngine(StreamsMixin):
         self._send_envelope(origin, client_id, claim_id, reply)
         self._after_event()
 
+    def _apply_moved_positions(self, client_id: str) -> None:
+        """A session handed to us was imported: catch it up from the positions it brought."""
+        broker = self.broker
+        if self.stopped or broker is None or not broker.has_session(client_id):
+            return  # not imported: kept for the CONNACK, or passed on with the session
+        positions = self._moved_positions.pop(client_id, None)
+        if positions:
+            self._catch_up(client_id, positions)
+            self._after_event()
+
     def _finish_claims(self, finished: list[ClaimFinished]) -> None:
         for outcome in finished:
             completion = self._claim_waits.pop(outcome.claim_id, None)
@@ -824,8 +834,12 @@ class ClusterEngine(StreamsMixin):
                         self._moved_positions[body.client_id] = body.positions
                 self._finish_claims([outcome])  # schedules the completion: the core imports then
                 if outcome.snapshot is not None:
-                    # scheduled after the import: if a newer CONNECT elsewhere claimed the client
-                    # meanwhile, the session goes on to it
+                    # scheduled after the import, in its commit: what the old broker had not
+                    # delivered is fetched into the session at once (a crash of this broker before
+                    # the CONNACK would otherwise lose the positions, kept in memory only)
+                    self.scheduler.call_soon(self._apply_moved_positions, body.client_id)
+                    # if a newer CONNECT elsewhere claimed the client meanwhile, the session goes
+                    # on to it
                     self.scheduler.call_soon(self._pass_on_if_claimed_elsewhere, body.client_id)
         elif isinstance(body, RetainedSyncRequest):
             if body.digest is not None and not self.retained_sync.differs(body.digest):

@@ -13,7 +13,9 @@ import sys
 
 import pytest
 
-from simulation.scenario import Result, run_seed
+from broker.core.ports import Completion
+from broker.core.session import SessionSnapshot
+from simulation.scenario import Result, Run, Scenario, _subscribe_once, run_seed
 
 
 def test_a_seed_with_crashes_replays_exactly_across_processes() -> None:
@@ -37,8 +39,61 @@ def _fail_with(results: list[Result]) -> None:
         pytest.fail("\n".join(r.report(trace_lines=10) for r in failing))
 
 
+def moved_session_then_crash_before_connack(seed: int = 1) -> Result:
+    """A session moves A -> B while B's publisher publishes fast; B imports the session and
+    crashes before the CONNACK (its classes were slow to join), then restarts; the client
+    reconnects to B. The messages B published after A's position and before the import are only
+    in B's send log: the catch-up from A's positions must be durable with the import."""
+    run = Run(seed, Scenario(brokers=3, quiet_s=8.0, title="moved session, crash before CONNACK"))
+    a, b, _c = run.peer_ids
+    for index, peer_id in enumerate(run.peer_ids):
+        run.world.at(0.2 * index, run.start_broker, peer_id)
+    run.add_client("pub", b, persistent=False)
+    subscriber = run.add_client("sub", a, persistent=True)
+    subscriber.on_connack = _subscribe_once("mv/x")
+    run.world.at(2.0, run.connect, "pub")
+    run.world.at(2.5, run.connect, "sub")
+    run.publish_stream("pub", 200, 0.001, 5.9, "mv/x")
+    imported = {"done": False}
+
+    def slow_broker_b() -> None:
+        sim = run.brokers[b]
+        import_session = sim.broker.import_session
+        subscriptions_ready = sim.engine.subscriptions_ready
+
+        def import_then_crash(snapshot: SessionSnapshot) -> None:
+            import_session(snapshot)
+            if not imported["done"]:
+                imported["done"] = True
+                run.world.after(0.1, run.crash, b)
+                run.world.after(1.0, run.restart, b)
+
+        def classes_slow_to_join(filters: list[tuple[str, str | None]]) -> Completion[bool] | None:
+            if imported["done"]:
+                return Completion()  # no CONNACK before the crash
+            return subscriptions_ready(filters)
+
+        sim.broker.import_session = import_then_crash  # type: ignore[method-assign]
+        sim.engine.subscriptions_ready = classes_slow_to_join  # type: ignore[method-assign]
+
+    run.world.at(3.0, slow_broker_b)
+    run.world.at(6.0, subscriber.disconnect)
+    run.world.at(6.01, run.connect, "sub", b)
+    result = run.finish(end_s=20.0)
+    assert imported["done"], "the session never moved"
+    return result
+
+
+def test_a_moved_session_is_caught_up_at_its_import_not_at_its_connack() -> None:
+    """Seed 38 (crash,move): the positions a moved session brought were applied only at the
+    CONNACK, and kept in memory until then; the new broker crashed in between and the messages
+    it had published during the move never reached the client."""
+    _fail_with([moved_session_then_crash_before_connack(seed) for seed in (1, 2)])
+
+
 # ====================================================================== the seeds that showed them
 FIXED_SEEDS = [
+    (38, "crash,move"),  # catch-up positions lost in a crash before the CONNACK
     (58, "crash,move"),  # the reply carrying the session lost; the repeated claim got "none"
 ]
 
