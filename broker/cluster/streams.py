@@ -54,7 +54,7 @@ class StreamsMixin:
     _publication_id: int
     _deliver_pending_commit: bool
     _catch_ups: dict[tuple[str, str], list[list[Any]]]
-    _moved_positions: dict[str, tuple[StreamPosition, ...]]
+    _moved_positions: dict[str, tuple[str, tuple[StreamPosition, ...]]]
     _now: Callable[[], float]
     _handle: Callable[[Any], None]
     _send_envelope: Callable[[str, str, int, Any], None]
@@ -192,17 +192,33 @@ class StreamsMixin:
             at[(sender.origin, c)] = sender.position(c)
         # positions the session brought here and that were never applied (its client left before
         # the CONNACK): the earliest of the two for each stream goes on with it
-        for position in self._moved_positions.pop(snapshot.client_id, ()):
+        for position in self._moved_positions.pop(snapshot.client_id, ("", ()))[1]:
             key = (position.origin, position.stream)
             at[key] = min(at.get(key, position.next_seq), position.next_seq)
         return tuple(StreamPosition(o, c, p) for (o, c), p in sorted(at.items()))
 
-    def _catch_up(self, client_id: str, positions: tuple[StreamPosition, ...]) -> None:
-        """A session moved here is attached: deliver it what its old broker did not."""
+    def _catch_up(self, client_id: str, positions: tuple[StreamPosition, ...], old_broker: str) -> None:
+        """A session moved here from ``old_broker``: deliver it what that broker did not."""
         sender = self.sender
         broker = self.broker
         assert sender is not None and broker is not None
         now = self._now()
+        # our streams of the session's classes that the old broker never received a message of
+        # (the overlay had not reached it yet): from where we know it stood (it acknowledged, or
+        # was registered at, by filter propagation; else everything still logged)
+        named = {(position.origin, position.stream) for position in positions}
+        for cls in sorted({position.stream for position in positions}):
+            for key in sender.streams_of(cls):
+                if key in named:
+                    continue
+                start = sender.receiver_position(key, old_broker)
+                messages, kept_from = sender.logged_from(key, start if start is not None else 0)
+                if start is not None:
+                    self._count_given_up(key, kept_from - start)
+                accept = self._class_filter(cls)
+                for forwarded in messages:
+                    broker.deliver_remote(replace(forwarded.message), accept, client_id)
+                    self._deliver_pending_commit = True
         for position in positions:
             key = (position.origin, position.stream)
             if origin_peer(position.origin) == self.peer_id:  # our stream (any incarnation): our log

@@ -13,8 +13,10 @@ import sys
 
 import pytest
 
+from broker.cluster.messages import ForwardedMessage
 from broker.core.ports import Completion
 from broker.core.session import SessionSnapshot
+from overlay.messages import PUB
 from simulation.scenario import Result, Run, Scenario, _subscribe_once, run_seed
 
 
@@ -91,8 +93,60 @@ def test_a_moved_session_is_caught_up_at_its_import_not_at_its_connack() -> None
     _fail_with([moved_session_then_crash_before_connack(seed) for seed in (1, 2)])
 
 
+def moved_before_the_new_brokers_messages_reached_the_old_one(seed: int = 1) -> Result:
+    """A session moves A -> B while the messages B's publisher just published have not reached A
+    (the overlay delivers them late: B's publisher virtual node was still joining). A's hand-over
+    positions name only the streams A received; B must deliver its own logged messages that A
+    never had."""
+    run = Run(seed, Scenario(brokers=3, quiet_s=8.0, title="moved before B's stream reached A"))
+    a, b, _c = run.peer_ids
+    for index, peer_id in enumerate(run.peer_ids):
+        run.world.at(0.2 * index, run.start_broker, peer_id)
+    run.add_client("pub", b, persistent=False)
+    subscriber = run.add_client("sub", a, persistent=True)
+    subscriber.on_connack = _subscribe_once("mv/x")
+    run.world.at(2.0, run.connect, "pub")
+    run.world.at(2.5, run.connect, "sub")
+    run.publish_stream("pub", 10, 0.02, 5.0, "mv/x")
+    late = {"on": True, "dropped": 0}
+
+    def overlay_late_to_a() -> None:
+        engine = run.brokers[a].engine
+        on_receive = engine.on_receive
+
+        def receive(sender: str, item: object) -> None:
+            if (
+                late["on"]
+                and isinstance(item, PUB)
+                and isinstance(item.payload, ForwardedMessage)
+                and item.payload.origin.startswith(b)
+            ):
+                late["dropped"] += 1
+                return
+            on_receive(sender, item)
+
+        engine.on_receive = receive  # type: ignore[method-assign]
+
+    def in_time() -> None:
+        late["on"] = False
+
+    run.world.at(3.0, overlay_late_to_a)
+    run.world.at(5.2, subscriber.disconnect)
+    run.world.at(5.21, run.connect, "sub", b)
+    run.world.at(5.25, in_time)
+    result = run.finish(end_s=20.0)
+    assert late["dropped"] >= 10, "B's messages reached A in time"
+    return result
+
+
+def test_a_moved_session_gets_the_new_brokers_messages_the_old_one_never_received() -> None:
+    """Seed 27 (crash,move): B's messages published before the move never reached the client."""
+    _fail_with([moved_before_the_new_brokers_messages_reached_the_old_one(seed) for seed in (1, 2)])
+
+
 # ====================================================================== the seeds that showed them
 FIXED_SEEDS = [
+    (27, "crash,move"),  # the new broker's own stream, unknown to the old one, not caught up
     (38, "crash,move"),  # catch-up positions lost in a crash before the CONNACK
     (58, "crash,move"),  # the reply carrying the session lost; the repeated claim got "none"
 ]

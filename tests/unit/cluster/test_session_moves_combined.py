@@ -6,8 +6,9 @@ scripted tests of the causes found, one per cause, each naming the seed that sho
 from __future__ import annotations
 
 from broker.cluster.messages import ClaimReply, StreamPosition
+from broker.cluster.stream_sender import StreamSender
 from broker.cluster.takeover import Answer, HandOver, LateSession, Refuse, Takeover
-from broker.core.session import SessionSnapshot
+from broker.core.session import Message, SessionSnapshot
 
 
 def _snapshot(client_id: str = "c") -> SessionSnapshot:
@@ -45,3 +46,25 @@ def test_a_repeated_claim_does_not_get_the_session_again_once_the_client_reconne
     old.handed_over(claim.claim_id, claim.origin, ClaimReply(claim.claim_id, "c", True, _snapshot()), 0.1)
     old.claim("c", False, ["b:1"], now=0.5, wall_ns=20)  # the client came back to A: newer
     assert old.on_claim(claim, connected_here=True) == Refuse(claim)
+
+
+# ====================================================== our stream, unknown to the old broker
+def test_the_sender_knows_where_a_receiver_stood_also_after_it_left_the_stream() -> None:
+    """Seed 27 (crash,move): a session moved from A to B while B's first messages of the class had
+    not reached A (B's publisher virtual node was still joining). A's hand-over positions name
+    only the streams A received, not B's; B delivered nothing of its own log to the session, and
+    A had left the stream (its last subscriber moved) before the session arrived. B catches the
+    session up from where it knows A stood: registered by filter propagation, or acknowledged."""
+    sender = StreamSender(
+        "b:1/inc", retransmit_s=1.0, retention_s=100.0, presence_grace_s=2.0, receivers_of=lambda cls: ["a:1"]
+    )
+    for n in range(1, 4):
+        sender.append("=t", Message("t/x", str(n).encode(), qos=1), now=0.0)
+    key = ("b:1/inc", "=t")
+    assert sender.streams_of("=t") == [key]
+    assert sender.receiver_position(key, "a:1") == 1  # registered from the stream's first message
+    sender.unregister("a:1", "=t", now=0.5)  # A's last subscriber of the class moved away
+    assert sender.receiver_position(key, "a:1") == 1  # still known: the catch-up starts there
+    messages, kept_from = sender.logged_from(key, 1)
+    assert [m.seq for m in messages] == [1, 2, 3] and kept_from == 1
+    assert sender.receiver_position(key, "c:1") is None  # never a receiver: the whole log
