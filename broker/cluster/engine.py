@@ -179,6 +179,9 @@ class ClusterEngine(StreamsMixin):
         self._heard_from: set[str] = set()  # peers this incarnation has heard from
         # (origin, class) -> [(next seq, end seq, client)]: messages a moved session still needs
         self._catch_ups: dict[tuple[str, str], list[list[Any]]] = {}
+        # (origin, class) -> [(next seq, client, since)]: moved sessions waiting for a stream this
+        # broker receives for other subscribers but has not heard from yet
+        self._awaiting_start: dict[tuple[str, str], list[tuple[int, str, float]]] = {}
         self._deliver_pending_commit = False
 
     # ================================================================== lifecycle
@@ -476,6 +479,10 @@ class ClusterEngine(StreamsMixin):
         assert self.takeover is not None and self.broker is not None
         self.takeover.forget(self.broker.has_session)
         self.takeover.forget_handed_over(now)
+        for key, waiting in list(self._awaiting_start.items()):  # streams that never came
+            waiting[:] = [entry for entry in waiting if now - entry[2] <= CATCH_UP_GIVE_UP_S]
+            if not waiting:
+                del self._awaiting_start[key]
         forgotten = self.receiver.forget_idle(now, STREAM_IDLE_S)
         if self.causal is not None:
             self.causal.forget(forgotten)

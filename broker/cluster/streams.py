@@ -55,6 +55,7 @@ class StreamsMixin:
     _deliver_pending_commit: bool
     _catch_ups: dict[tuple[str, str], list[list[Any]]]
     _moved_positions: dict[str, tuple[str, tuple[StreamPosition, ...]]]
+    _awaiting_start: dict[tuple[str, str], list[tuple[int, str, float]]]
     _now: Callable[[], float]
     _handle: Callable[[Any], None]
     _send_envelope: Callable[[str, str, int, Any], None]
@@ -144,6 +145,19 @@ class StreamsMixin:
             self._send_stream(origin_peer(forwarded.origin), StreamAck((), (position,)))
             return
         self._deliver(self.receiver.receive(forwarded, hops, self._now()))
+        if self._awaiting_start:
+            self._stream_started((forwarded.origin, forwarded.stream))
+
+    def _stream_started(self, key: tuple[str, str]) -> None:
+        """Moved sessions waiting for ``key`` to start here: what lies between their position and
+        the stream's start here is asked for, for each of them only."""
+        start = self.receiver.start_of(key)
+        if not start:
+            return
+        for next_seq, client_id, _since in self._awaiting_start.pop(key, ()):
+            if next_seq < start:
+                self._catch_ups.setdefault(key, []).append([next_seq, start, client_id, self._now()])
+                self._send_stream(origin_peer(key[0]), StreamRet(key[0], key[1], next_seq, start))
 
     def _deliver(self, ready: list[tuple[ForwardedMessage, int]]) -> None:
         if not ready:
@@ -230,7 +244,12 @@ class StreamsMixin:
                     self._deliver_pending_commit = True
                 continue
             here = self.receiver.position(key)
-            if not here:
+            if not here and self.interest.subscribed_by_others(position.stream, client_id):
+                # the stream is on its way here for the class's other subscribers (nothing of it
+                # arrived yet): starting it at the session's position would drop what they still
+                # need. The session is caught up from where the stream starts here instead.
+                self._awaiting_start.setdefault(key, []).append((position.next_seq, client_id, now))
+            elif not here:
                 self.receiver.adopt(key, position.next_seq, now)  # the sender resends from there
             elif position.next_seq < here:
                 # delivered here before the session arrived: asked again, for this client only

@@ -144,11 +144,70 @@ def test_a_moved_session_gets_the_new_brokers_messages_the_old_one_never_receive
     _fail_with([moved_before_the_new_brokers_messages_reached_the_old_one(seed) for seed in (1, 2)])
 
 
+def _overlay_late(run: Run, to_peer: str, from_peer: str, start_s: float, until_s: float) -> dict[str, int]:
+    """From ``start_s`` to ``until_s`` the overlay does not deliver ``from_peer``'s forwarded
+    messages to ``to_peer`` (they arrive later by resend: a publisher virtual node still joining,
+    as in the seeds). Returns a counter of the publications held back."""
+    late = {"on": 1, "dropped": 0}
+
+    def hook() -> None:
+        engine = run.brokers[to_peer].engine
+        on_receive = engine.on_receive
+
+        def receive(sender: str, item: object) -> None:
+            if (
+                late["on"]
+                and isinstance(item, PUB)
+                and isinstance(item.payload, ForwardedMessage)
+                and item.payload.origin.startswith(from_peer)
+            ):
+                late["dropped"] += 1
+                return
+            on_receive(sender, item)
+
+        engine.on_receive = receive  # type: ignore[method-assign]
+
+    def in_time() -> None:
+        late["on"] = 0
+
+    run.world.at(start_s, hook)
+    run.world.at(until_s, in_time)
+    return late
+
+
+def moved_to_a_broker_the_stream_had_not_reached_yet(seed: int = 1) -> Result:
+    """A session moves B -> A while B's messages have not reached A yet, where another client
+    ("stay") subscribes the class too: A must not start B's stream at the moved session's
+    position, "stay" needs the messages before it."""
+    run = Run(seed, Scenario(brokers=3, quiet_s=8.0, title="moved to where the stream is late"))
+    a, b, _c = run.peer_ids
+    for index, peer_id in enumerate(run.peer_ids):
+        run.world.at(0.2 * index, run.start_broker, peer_id)
+    run.add_client("pub", b, persistent=False)
+    for client_id, home, at in (("stay", a, 2.5), ("sub", b, 2.6)):
+        run.add_client(client_id, home, persistent=True).on_connack = _subscribe_once("mv/x")
+        run.world.at(at, run.connect, client_id)
+    run.world.at(2.0, run.connect, "pub")
+    run.publish_stream("pub", 10, 0.02, 5.0, "mv/x")
+    late = _overlay_late(run, a, b, 3.0, 5.6)
+    run.world.at(5.25, run.clients["sub"].disconnect)
+    run.world.at(5.26, run.connect, "sub", a)
+    result = run.finish(end_s=20.0)
+    assert late["dropped"] >= 10, "B's messages reached A in time"
+    return result
+
+
+def test_a_stream_on_its_way_for_other_subscribers_is_not_started_at_a_moved_sessions_position() -> None:
+    """Seed 86 (crash,move): the client subscribed at A all along lost C's first messages."""
+    _fail_with([moved_to_a_broker_the_stream_had_not_reached_yet(seed) for seed in (1, 2)])
+
+
 # ====================================================================== the seeds that showed them
 FIXED_SEEDS = [
     (27, "crash,move"),  # the new broker's own stream, unknown to the old one, not caught up
     (38, "crash,move"),  # catch-up positions lost in a crash before the CONNACK
     (58, "crash,move"),  # the reply carrying the session lost; the repeated claim got "none"
+    (86, "crash,move"),  # a stream not heard of yet started at a moved session's position
 ]
 
 

@@ -5,7 +5,9 @@ scripted tests of the causes found, one per cause, each naming the seed that sho
 
 from __future__ import annotations
 
-from broker.cluster.messages import ClaimReply, StreamPosition
+from broker.cluster.interest import Interest
+from broker.cluster.messages import ClaimReply, ForwardedMessage, StreamPosition
+from broker.cluster.stream_receiver import StreamReceiver
 from broker.cluster.stream_sender import StreamSender
 from broker.cluster.takeover import Answer, HandOver, LateSession, Refuse, Takeover
 from broker.core.session import Message, SessionSnapshot
@@ -68,3 +70,27 @@ def test_the_sender_knows_where_a_receiver_stood_also_after_it_left_the_stream()
     messages, kept_from = sender.logged_from(key, 1)
     assert [m.seq for m in messages] == [1, 2, 3] and kept_from == 1
     assert sender.receiver_position(key, "c:1") is None  # never a receiver: the whole log
+
+
+# ====================================================== a stream on its way for other subscribers
+def test_a_stream_not_heard_of_yet_is_not_started_at_a_moved_sessions_position() -> None:
+    """Seed 86 (crash,move): a session moved from C to A while C's first messages of the class had
+    not reached A, where another client subscribes the class too. A started C's stream at the
+    moved session's position (``adopt``, and acknowledged it): C's earlier messages then arrived
+    as stale and were dropped - for the client that had been subscribed at A all along. A now
+    starts such a stream as any other (first message, or its ``low``) and catches the moved
+    session up from there; it adopts the position only when nobody else here needs the stream."""
+    interest = Interest(1)
+    interest.subscribe("stay", "mv/x", None)
+    interest.subscribe("moved", "mv/#", None)
+    assert interest.subscribed_by_others("=mv", "moved")
+    assert interest.subscribed_by_others("=mv", "stay")  # "moved" subscribes it too
+    alone = Interest(1)
+    alone.subscribe("moved", "mv/x", None)
+    assert not alone.subscribed_by_others("=mv", "moved")  # adopt: nobody else needs the stream
+    receiver = StreamReceiver(ret_delay_s=0.2, retransmit_s=1.0, ack_delay_s=0.05)
+    key = ("c:1/inc", "=mv")
+    assert receiver.start_of(key) == 0
+    first = ForwardedMessage("c:1/inc", "=mv", 4, Message("mv/x", b"4", qos=1), 1)
+    receiver.receive(first, 1, now=0.0)
+    assert receiver.start_of(key) == 1  # from its low: 1..3 are asked for, not dropped as stale
