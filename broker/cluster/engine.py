@@ -168,8 +168,7 @@ class ClusterEngine(StreamsMixin):
         self._ready_waits: dict[int, Completion[bool]] = {}  # subscribe wait id -> its completion
         self._claim_waits: dict[int, Completion[SessionSnapshot | None]] = {}  # claim id -> completion
         # sessions moved here: where their old broker stood in their classes' streams
-        # sessions moved here: the broker they came from, where it stood in their classes' streams
-        self._moved_positions: dict[str, tuple[str, tuple[StreamPosition, ...]]] = {}
+        self._moved_positions: dict[str, tuple[StreamPosition, ...]] = {}
         # peers reported down -> since when: probed, and claims and undelivered messages go to them
         # when they are back (a heal, a restart)
         self._down_peers: dict[str, float] = {}
@@ -779,9 +778,9 @@ class ClusterEngine(StreamsMixin):
         broker = self.broker
         if self.stopped or broker is None or not broker.has_session(client_id):
             return  # not imported: kept for the CONNACK, or passed on with the session
-        moved = self._moved_positions.pop(client_id, None)
-        if moved is not None:
-            self._catch_up(client_id, moved[1], moved[0])
+        positions = self._moved_positions.pop(client_id, None)
+        if positions:
+            self._catch_up(client_id, positions)
             self._after_event()
 
     def _finish_claims(self, finished: list[ClaimFinished]) -> None:
@@ -791,9 +790,9 @@ class ClusterEngine(StreamsMixin):
                 self.scheduler.call_soon(completion.set_result, outcome.snapshot)
 
     def on_client_connected(self, client_id: str, session_present: bool) -> None:
-        moved = self._moved_positions.pop(client_id, None)
-        if moved is not None:
-            self._catch_up(client_id, moved[1], moved[0])
+        positions = self._moved_positions.pop(client_id, None)
+        if positions:
+            self._catch_up(client_id, positions)
         if self.takeover is not None and self.takeover.yields(client_id):
             # a newer CONNECT of this client id elsewhere was claimed while ours waited: it wins
             broker = self.broker
@@ -829,17 +828,17 @@ class ClusterEngine(StreamsMixin):
                 self.stats.sessions_received += 1
                 self.broker.receive_late_session(outcome.snapshot)
                 if body.positions and self.broker.has_session(body.client_id):
-                    self._catch_up(body.client_id, body.positions, envelope.orig)
+                    self._catch_up(body.client_id, body.positions)
             elif outcome is None and body.had_client and body.positions:
                 # an answer (to a repeated claim) from a broker whose copy of the session was empty:
                 # what was published after its positions still has to reach the client here
                 if self.broker.has_session(body.client_id):
-                    self._catch_up(body.client_id, body.positions, envelope.orig)
+                    self._catch_up(body.client_id, body.positions)
             elif outcome is not None:
                 if outcome.snapshot is not None:
                     self.stats.sessions_received += 1
                     if body.positions:
-                        self._moved_positions[body.client_id] = (envelope.orig, body.positions)
+                        self._moved_positions[body.client_id] = body.positions
                 self._finish_claims([outcome])  # schedules the completion: the core imports then
                 if outcome.snapshot is not None:
                     # scheduled after the import, in its commit: what the old broker had not

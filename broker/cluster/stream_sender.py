@@ -111,7 +111,6 @@ class _Stream:
     heard: dict[str, float] = field(default_factory=dict)  # peer -> when it last acknowledged
     resent_at: dict[str, float] = field(default_factory=dict)  # peer -> last unprompted resend
     assumed: set[str] = field(default_factory=set)  # registered by interest, not acknowledged yet
-    departed: dict[str, int] = field(default_factory=dict)  # peer -> its AL when it left
     next_seq: int = 1
 
 
@@ -308,7 +307,7 @@ class StreamSender:
             stream = self._streams.get(key)
             if stream is None or peer not in stream.receivers:
                 continue
-            stream.departed[peer] = stream.receivers.pop(peer)
+            del stream.receivers[peer]
             stream.heard.pop(peer, None)
             stream.resent_at.pop(peer, None)
             stream.assumed.discard(peer)
@@ -424,15 +423,6 @@ class StreamSender:
     def streams_of(self, cls: str) -> list[StreamKey]:
         """This broker's streams of ``cls`` (this incarnation's, and earlier ones' still logged)."""
         return sorted(key for key in self._streams if key[1] == cls)
-
-    def receiver_position(self, key: StreamKey, peer: str) -> int | None:
-        """Where receiver ``peer`` stands in ``key`` as far as this sender knows: its AL (or the
-        position it was registered at), also after it left the stream; None: never a receiver."""
-        stream = self._streams.get(key)
-        if stream is None:
-            return None
-        position = stream.receivers.get(peer)
-        return position if position is not None else stream.departed.get(peer)
 
     def logged_from(self, key: StreamKey, from_seq: int) -> tuple[list[ForwardedMessage], int]:
         """The logged messages of ``key`` from ``from_seq`` on, and the SEQ below which the log no

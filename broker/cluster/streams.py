@@ -54,7 +54,7 @@ class StreamsMixin:
     _publication_id: int
     _deliver_pending_commit: bool
     _catch_ups: dict[tuple[str, str], list[list[Any]]]
-    _moved_positions: dict[str, tuple[str, tuple[StreamPosition, ...]]]
+    _moved_positions: dict[str, tuple[StreamPosition, ...]]
     _awaiting_start: dict[tuple[str, str], list[tuple[int, str, float]]]
     _now: Callable[[], float]
     _handle: Callable[[Any], None]
@@ -156,7 +156,7 @@ class StreamsMixin:
             return
         for next_seq, client_id, _since in self._awaiting_start.pop(key, ()):
             if next_seq < start:
-                self._catch_ups.setdefault(key, []).append([next_seq, start, client_id, self._now()])
+                self._catch_ups.setdefault(key, []).append([next_seq, start, client_id, self._now(), True])
                 self._send_stream(origin_peer(key[0]), StreamRet(key[0], key[1], next_seq, start))
 
     def _deliver(self, ready: list[tuple[ForwardedMessage, int]]) -> None:
@@ -206,33 +206,41 @@ class StreamsMixin:
             at[(sender.origin, c)] = sender.position(c)
         # positions the session brought here and that were never applied (its client left before
         # the CONNACK): the earliest of the two for each stream goes on with it
-        for position in self._moved_positions.pop(snapshot.client_id, ("", ()))[1]:
+        for position in self._moved_positions.pop(snapshot.client_id, ()):
             key = (position.origin, position.stream)
             at[key] = min(at.get(key, position.next_seq), position.next_seq)
         return tuple(StreamPosition(o, c, p) for (o, c), p in sorted(at.items()))
 
-    def _catch_up(self, client_id: str, positions: tuple[StreamPosition, ...], old_broker: str) -> None:
-        """A session moved here from ``old_broker``: deliver it what that broker did not."""
+    def _catch_up(self, client_id: str, positions: tuple[StreamPosition, ...]) -> None:
+        """A session moved here: deliver it what its old broker did not."""
         sender = self.sender
         broker = self.broker
         assert sender is not None and broker is not None
         now = self._now()
-        # our streams of the session's classes that the old broker never received a message of
-        # (the overlay had not reached it yet): from where we know it stood (it acknowledged, or
-        # was registered at, by filter propagation; else everything still logged)
+        # the positions name every stream of the session's classes the old broker received (its
+        # own included); a stream they do not name never reached it (the overlay delivered late),
+        # nor the brokers the session was on before it, whose positions it had adopted. The
+        # session gets such a stream from the start of its origin's log: our streams of those
+        # classes from our send log; where the old broker stood as a receiver (it registered when
+        # it subscribed, after the session's own subscription) is no bound.
         named = {(position.origin, position.stream) for position in positions}
-        for cls in sorted({position.stream for position in positions}):
+        classes = {position.stream for position in positions}
+        for cls in sorted(classes):
             for key in sender.streams_of(cls):
                 if key in named:
                     continue
-                start = sender.receiver_position(key, old_broker)
-                messages, kept_from = sender.logged_from(key, start if start is not None else 0)
-                if start is not None:
-                    self._count_given_up(key, kept_from - start)
+                messages, _kept_from = sender.logged_from(key, 0)
                 accept = self._class_filter(cls)
                 for forwarded in messages:
                     broker.deliver_remote(replace(forwarded.message), accept, client_id)
                     self._deliver_pending_commit = True
+        # other brokers' streams of those classes received here: what this broker delivered of
+        # them before the session arrived is asked for, for this client only (not counted as a
+        # gap where the origin's log no longer has it: the client may never have needed it)
+        for key, here in sorted(self.receiver.positions().items()):
+            if key[1] in classes and key not in named and origin_peer(key[0]) != self.peer_id and here > 1:
+                self._catch_ups.setdefault(key, []).append([1, here, client_id, now, False])
+                self._send_stream(origin_peer(key[0]), StreamRet(key[0], key[1], 1, here))
         for position in positions:
             key = (position.origin, position.stream)
             if origin_peer(position.origin) == self.peer_id:  # our stream (any incarnation): our log
@@ -253,7 +261,7 @@ class StreamsMixin:
                 self.receiver.adopt(key, position.next_seq, now)  # the sender resends from there
             elif position.next_seq < here:
                 # delivered here before the session arrived: asked again, for this client only
-                self._catch_ups.setdefault(key, []).append([position.next_seq, here, client_id, now])
+                self._catch_ups.setdefault(key, []).append([position.next_seq, here, client_id, now, True])
                 request = StreamRet(position.origin, position.stream, position.next_seq, here)
                 self._send_stream(origin_peer(position.origin), request)
 
@@ -263,10 +271,11 @@ class StreamsMixin:
         deadline: float | None = None
         for key, pending in list(self._catch_ups.items()):
             for catch_up in list(pending):
-                next_seq, end, _client_id, started = catch_up
+                next_seq, end, _client_id, started, counted = catch_up
                 if now - started > give_up_s:
                     pending.remove(catch_up)
-                    self._count_given_up(key, end - next_seq)
+                    if counted:
+                        self._count_given_up(key, end - next_seq)
                     continue
                 self._send_stream(origin_peer(key[0]), StreamRet(key[0], key[1], next_seq, end))
             if not pending:
@@ -284,13 +293,31 @@ class StreamsMixin:
         broker = self.broker
         assert broker is not None
         for catch_up in list(pending):
-            next_seq, end, client_id, _started = catch_up
+            next_seq, end, client_id, _started, _counted = catch_up
             if forwarded.seq != next_seq:
                 continue
             broker.deliver_remote(replace(forwarded.message), self._class_filter(forwarded.stream), client_id)
             self._deliver_pending_commit = True
             catch_up[0] = next_seq + 1
             if catch_up[0] >= end:
+                pending.remove(catch_up)
+        if not pending:
+            del self._catch_ups[key]
+
+    def _catch_ups_gone(self, key: tuple[str, str], gone_below: int) -> None:
+        """The origin of ``key`` no longer logs SEQs below ``gone_below``: the catch-ups waiting
+        for them go on from there (counted where the session's position was known)."""
+        pending = self._catch_ups.get(key)
+        if not pending:
+            return
+        for catch_up in list(pending):
+            next_seq, end = catch_up[0], catch_up[1]
+            if next_seq >= gone_below:
+                continue
+            if catch_up[4]:
+                self._count_given_up(key, min(gone_below, end) - next_seq)
+            catch_up[0] = gone_below
+            if gone_below >= end:
                 pending.remove(catch_up)
         if not pending:
             del self._catch_ups[key]
@@ -315,6 +342,8 @@ class StreamsMixin:
             self._sender_actions(self.sender.ret(orig, body, self._now()))
         elif isinstance(body, StreamResend):
             now = self._now()
+            if body.gone_below and self._catch_ups:
+                self._catch_ups_gone((body.origin, body.stream), body.gone_below)
             for forwarded in body.messages:
                 if self._catch_ups:
                     self._caught_up(forwarded)

@@ -202,12 +202,71 @@ def test_a_stream_on_its_way_for_other_subscribers_is_not_started_at_a_moved_ses
     _fail_with([moved_to_a_broker_the_stream_had_not_reached_yet(seed) for seed in (1, 2)])
 
 
+def moved_from_a_broker_a_third_ones_stream_had_not_reached(seed: int = 1) -> Result:
+    """A session moves A -> B while C's messages have not reached A yet; B (another client
+    subscribes there) received them and delivered them before the session arrived. A's hand-over
+    positions do not name C's stream: B must ask C for them, for this client."""
+    run = Run(seed, Scenario(brokers=3, quiet_s=8.0, title="moved before C's stream reached A"))
+    a, b, c = run.peer_ids
+    for index, peer_id in enumerate(run.peer_ids):
+        run.world.at(0.2 * index, run.start_broker, peer_id)
+    run.add_client("pub", c, persistent=False)
+    for client_id, home, at in (("other", b, 2.5), ("sub", a, 2.6)):
+        run.add_client(client_id, home, persistent=True).on_connack = _subscribe_once("mv/x")
+        run.world.at(at, run.connect, client_id)
+    run.world.at(2.0, run.connect, "pub")
+    run.publish_stream("pub", 10, 0.02, 5.0, "mv/x")
+    late = _overlay_late(run, a, c, 3.0, 5.6)
+    run.world.at(5.25, run.clients["sub"].disconnect)
+    run.world.at(5.26, run.connect, "sub", b)
+    result = run.finish(end_s=20.0)
+    assert late["dropped"] >= 10, "C's messages reached A in time"
+    return result
+
+
+def test_a_moved_session_gets_a_third_brokers_messages_the_old_one_never_received() -> None:
+    """Seed 148 (crash,move): the old broker, restarted, had no position in the publisher's
+    stream; the new one had delivered those messages before the old session was merged in."""
+    _fail_with([moved_from_a_broker_a_third_ones_stream_had_not_reached(seed) for seed in (1, 2)])
+
+
+def moved_twice_before_a_stream_reached_the_first_broker(seed: int = 1) -> Result:
+    """A session moves A -> B -> C while C's messages, published when it was at A, never reached
+    A (the overlay delivered them late) and B subscribed only when the session arrived: B's
+    position in C's stream, as C knows it, is where B registered - after those messages."""
+    run = Run(seed, Scenario(brokers=3, quiet_s=8.0, title="moved twice before C's stream reached A"))
+    a, b, c = run.peer_ids
+    for index, peer_id in enumerate(run.peer_ids):
+        run.world.at(0.2 * index, run.start_broker, peer_id)
+    run.add_client("pub", c, persistent=False)
+    subscriber = run.add_client("sub", a, persistent=True)
+    subscriber.on_connack = _subscribe_once("mv/x")
+    run.world.at(2.0, run.connect, "pub")
+    run.world.at(2.6, run.connect, "sub")
+    run.publish_stream("pub", 10, 0.02, 5.0, "mv/x")
+    late = _overlay_late(run, a, c, 3.0, 5.6)
+    run.world.at(5.25, subscriber.disconnect)
+    run.world.at(5.26, run.connect, "sub", b)
+    run.world.at(5.45, subscriber.disconnect)
+    run.world.at(5.46, run.connect, "sub", c)
+    result = run.finish(end_s=20.0)
+    assert late["dropped"] >= 10, "C's messages reached A in time"
+    return result
+
+
+def test_a_session_moved_twice_gets_the_messages_neither_old_broker_received() -> None:
+    """Seed 271 (crash,move): the messages C published while the session was at A were lost."""
+    _fail_with([moved_twice_before_a_stream_reached_the_first_broker(seed) for seed in (1, 2)])
+
+
 # ====================================================================== the seeds that showed them
 FIXED_SEEDS = [
     (27, "crash,move"),  # the new broker's own stream, unknown to the old one, not caught up
     (38, "crash,move"),  # catch-up positions lost in a crash before the CONNACK
     (58, "crash,move"),  # the reply carrying the session lost; the repeated claim got "none"
     (86, "crash,move"),  # a stream not heard of yet started at a moved session's position
+    (148, "crash,move"),  # a third broker's stream the old broker never received
+    (271, "crash,move"),  # moved twice: a registration point taken for a position
 ]
 
 

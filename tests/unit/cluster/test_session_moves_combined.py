@@ -50,26 +50,24 @@ def test_a_repeated_claim_does_not_get_the_session_again_once_the_client_reconne
     assert old.on_claim(claim, connected_here=True) == Refuse(claim)
 
 
-# ====================================================== our stream, unknown to the old broker
-def test_the_sender_knows_where_a_receiver_stood_also_after_it_left_the_stream() -> None:
-    """Seed 27 (crash,move): a session moved from A to B while B's first messages of the class had
-    not reached A (B's publisher virtual node was still joining). A's hand-over positions name
-    only the streams A received, not B's; B delivered nothing of its own log to the session, and
-    A had left the stream (its last subscriber moved) before the session arrived. B catches the
-    session up from where it knows A stood: registered by filter propagation, or acknowledged."""
+# ====================================================== streams the old broker never received
+def test_the_sender_lists_its_streams_of_a_class_and_their_whole_log() -> None:
+    """Seeds 27 and 271 (crash,move): a session moved to B while B's messages of the class had
+    never reached the old broker (the overlay delivered them late), so the hand-over positions do
+    not name B's stream. Where B knew the old broker stood (registered by filter propagation when
+    it subscribed, after the session's own subscription, or when the session had moved there from
+    a broker B's stream had not reached either) is no bound: B delivers its whole log of the
+    stream to the session (the catch-up in ``broker.cluster.streams``)."""
     sender = StreamSender(
         "b:1/inc", retransmit_s=1.0, retention_s=100.0, presence_grace_s=2.0, receivers_of=lambda cls: ["a:1"]
     )
+    sender.restore([ForwardedMessage("b:1/old", "=t", 7, Message("t/x", b"old", qos=1))], [], now=0.0)
     for n in range(1, 4):
         sender.append("=t", Message("t/x", str(n).encode(), qos=1), now=0.0)
-    key = ("b:1/inc", "=t")
-    assert sender.streams_of("=t") == [key]
-    assert sender.receiver_position(key, "a:1") == 1  # registered from the stream's first message
-    sender.unregister("a:1", "=t", now=0.5)  # A's last subscriber of the class moved away
-    assert sender.receiver_position(key, "a:1") == 1  # still known: the catch-up starts there
-    messages, kept_from = sender.logged_from(key, 1)
+    sender.append("=u", Message("u/x", b"u", qos=1), now=0.0)
+    assert sender.streams_of("=t") == [("b:1/inc", "=t"), ("b:1/old", "=t")]  # restored ones too
+    messages, kept_from = sender.logged_from(("b:1/inc", "=t"), 0)
     assert [m.seq for m in messages] == [1, 2, 3] and kept_from == 1
-    assert sender.receiver_position(key, "c:1") is None  # never a receiver: the whole log
 
 
 # ====================================================== a stream on its way for other subscribers
