@@ -783,6 +783,25 @@ class ClusterEngine(StreamsMixin):
             self._catch_up(client_id, positions)
             self._after_event()
 
+    def _pass_on_late(self, reply: ClaimReply) -> bool:
+        """A session answering an old claim of ours arrived after the client had moved on from here
+        to a newer connection elsewhere (the old claim went on through the overlay after a heal):
+        the session and its old broker's positions go on to that connection's broker as they came,
+        instead of staying here as a stored session nobody connects to."""
+        takeover = self.takeover
+        broker = self.broker
+        assert takeover is not None and broker is not None
+        client_id = reply.client_id
+        newer = takeover.newest_remote_claim(client_id)
+        if newer is None or broker.client_connected(client_id) or broker.has_session(client_id):
+            return False
+        claim_id, origin = newer
+        passed = ClaimReply(claim_id, client_id, True, reply.snapshot, reply.positions)
+        takeover.handed_over(claim_id, origin, passed, self._now())
+        self.stats.sessions_handed_over += 1
+        self._send_envelope(origin, client_id, claim_id, passed)
+        return True
+
     def _finish_claims(self, finished: list[ClaimFinished]) -> None:
         for outcome in finished:
             completion = self._claim_waits.pop(outcome.claim_id, None)
@@ -822,7 +841,9 @@ class ClusterEngine(StreamsMixin):
         assert self.takeover is not None and self.retained_sync is not None and self.broker is not None
         if isinstance(body, ClaimReply):
             outcome = self.takeover.on_reply(envelope.orig, body)  # orig: the answering broker
-            if isinstance(outcome, LateSession):
+            if isinstance(outcome, LateSession) and self._pass_on_late(body):
+                pass  # the client has moved on from here: the session went on to it
+            elif isinstance(outcome, LateSession):
                 # came after the wait ended: keep its messages anyway, and what its old broker
                 # had not delivered to it
                 self.stats.sessions_received += 1

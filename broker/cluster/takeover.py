@@ -230,8 +230,17 @@ class Takeover:
                 continue
             claim = unanswered.claim
             holder = self._connection_claims.get(claim.client_id)
-            if now > unanswered.until or holder != (claim_id, self.peer_id):
-                del self._unanswered[claim_id]  # given up, or the connection is gone or replaced
+            newer = self._newest_remote.get(claim.client_id)
+            if (
+                now > unanswered.until
+                or holder != (claim_id, self.peer_id)
+                or (newer is not None and newer > (claim_id, self.peer_id))
+            ):
+                # given up, or the connection is gone or replaced - also by a newer connection on
+                # another broker, which our session moved to: repeated, our claim would take the
+                # client's older session from a broker that has not answered yet, and this
+                # broker no longer holds the client
+                del self._unanswered[claim_id]
                 continue
             unanswered.next_at = now + self.repeat_s
             out += [(peer, claim) for peer in sorted(unanswered.peers)]

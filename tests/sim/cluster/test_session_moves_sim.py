@@ -259,6 +259,36 @@ def test_a_session_moved_twice_gets_the_messages_neither_old_broker_received() -
     _fail_with([moved_twice_before_a_stream_reached_the_first_broker(seed) for seed in (1, 2)])
 
 
+def moved_on_from_a_new_session_while_the_old_one_was_cut_off(seed: int = 1) -> Result:
+    """The subscriber's broker A is cut off; the client reconnects to B (a new session, B's claim
+    waits for A) and then moves on to C, which takes B's session. After the heal the session left
+    at A - with what A's publisher queued for it during the split - must reach C, not B."""
+    run = Run(seed, Scenario(brokers=3, quiet_s=8.0, title="moved on while the old session was cut off"))
+    a, b, c = run.peer_ids
+    for index, peer_id in enumerate(run.peer_ids):
+        run.world.at(0.2 * index, run.start_broker, peer_id)
+    run.add_client("pub", a, persistent=False)
+    subscriber = run.add_client("sub", a, persistent=True)
+    subscriber.on_connack = _subscribe_once("mv/x")
+    run.world.at(2.0, run.connect, "pub")
+    run.world.at(2.6, run.connect, "sub")
+    run.publish_stream("pub", 20, 0.05, 4.5, "mv/x")
+    run.world.at(4.9, run.partition, [a])
+    run.world.at(5.0, subscriber.disconnect)
+    run.world.at(5.01, run.connect, "sub", b)
+    run.world.at(6.0, subscriber.disconnect)
+    run.world.at(6.01, run.connect, "sub", c)
+    run.world.at(8.0, run.heal)
+    return run.finish(end_s=25.0)
+
+
+def test_the_old_session_goes_to_the_newest_connection_not_to_a_broker_the_client_left() -> None:
+    """Seeds 149, 176 and 250 (partition,move): B kept claiming the client after it moved on to C
+    (its claim repeated, or still travelling in the overlay after the heal); A handed the old
+    session to B, which kept it as a stored session nobody connects to."""
+    _fail_with([moved_on_from_a_new_session_while_the_old_one_was_cut_off(seed) for seed in (1, 2)])
+
+
 # ====================================================================== the seeds that showed them
 FIXED_SEEDS = [
     (27, "crash,move"),  # the new broker's own stream, unknown to the old one, not caught up
@@ -267,6 +297,9 @@ FIXED_SEEDS = [
     (86, "crash,move"),  # a stream not heard of yet started at a moved session's position
     (148, "crash,move"),  # a third broker's stream the old broker never received
     (271, "crash,move"),  # moved twice: a registration point taken for a position
+    (149, "partition,move"),  # a broker the client had left kept claiming it
+    (176, "partition,move"),
+    (250, "partition,move"),  # ... its claim still in the overlay after the heal
 ]
 
 

@@ -6,7 +6,7 @@ scripted tests of the causes found, one per cause, each naming the seed that sho
 from __future__ import annotations
 
 from broker.cluster.interest import Interest
-from broker.cluster.messages import ClaimReply, ForwardedMessage, StreamPosition
+from broker.cluster.messages import ClaimReply, ForwardedMessage, SessionClaim, StreamPosition
 from broker.cluster.stream_receiver import StreamReceiver
 from broker.cluster.stream_sender import StreamSender
 from broker.cluster.takeover import Answer, HandOver, LateSession, Refuse, Takeover
@@ -92,3 +92,19 @@ def test_a_stream_not_heard_of_yet_is_not_started_at_a_moved_sessions_position()
     first = ForwardedMessage("c:1/inc", "=mv", 4, Message("mv/x", b"4", qos=1), 1)
     receiver.receive(first, 1, now=0.0)
     assert receiver.start_of(key) == 1  # from its low: 1..3 are asked for, not dropped as stale
+
+
+# ====================================================== a broker the client moved on from
+def test_a_claim_is_not_repeated_once_a_newer_claim_for_the_client_came_from_elsewhere() -> None:
+    """Seeds 149, 176 and 250 (partition,move): the client's session was cut off at A; it
+    reconnected to B (a new session, B's claim repeated to A until it answers), then moved on to C,
+    which took B's session. B kept repeating its claim (its connection record was still its own):
+    when the partition healed, A handed the client's old session, with everything queued for it
+    during the split, to B - where nobody connects any more."""
+    b = Takeover("b:1", wait_s=0.5, repeat_s=1.0)
+    claim, _ = b.claim("c", False, [], now=0.0, wall_ns=10, unreachable=["a:1"])
+    assert b.repeats(now=1.0) == [("a:1", claim)]
+    newer = SessionClaim("c:1", "c", 20, False)  # the client connected to C
+    assert b.on_claim(newer, connected_here=False) == HandOver(newer, transfer=True)
+    assert b.repeats(now=2.0) == []  # B no longer claims the client
+    assert b.newest_remote_claim("c") == (20, "c:1")  # a late session goes on to C
