@@ -534,7 +534,9 @@ class ClusterEngine(StreamsMixin):
         assert sender is not None
         added, removed = self.interest_table.apply(peer, interest)
         now = self._now()
-        for cls in added:
+        # a whole list (a broker that comes back, or that a session moved to) registers every
+        # class it names from the log's start: a registration still unconfirmed is lowered to it
+        for cls in sorted(set(interest.subscribed)) if interest.full else added:
             self._sender_actions(sender.register(peer, cls, now, from_log_start=interest.full))
         for cls in removed:
             self._sender_actions(sender.unregister(peer, cls, now))

@@ -280,12 +280,15 @@ class StreamSender:
         (a broker that starts or comes back: it may have missed them)."""
         actions: list[SenderAction] = []
         for key, stream in self._streams.items():
-            if key[1] != cls or peer in stream.receivers:
+            if key[1] != cls:
                 continue
             if key[0] != self.origin and not stream.entries:
                 continue  # an old incarnation's stream, all delivered
             first = stream.entries.peekitem(0)[0] if stream.entries else stream.next_seq
             start = int(first) if from_log_start else stream.next_seq
+            known = stream.receivers.get(peer)
+            if known is not None and not (peer in stream.assumed and start < known):
+                continue  # acknowledged (its own position rules), or registered lower already
             stream.receivers[peer] = start
             stream.heard[peer] = now
             stream.assumed.add(peer)

@@ -17,7 +17,14 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from broker.cluster.messages import ForwardedMessage, StreamAck, StreamPosition, StreamResend, StreamRet
+from broker.cluster.messages import (
+    ClassInterest,
+    ForwardedMessage,
+    StreamAck,
+    StreamPosition,
+    StreamResend,
+    StreamRet,
+)
 from broker.cluster.stream_receiver import SendAck, SendRet, StreamReceiver, origin_peer
 from broker.cluster.stream_sender import Forget, GaveUp, ReceiverAt, Republish, Resend, StreamSender
 from overlay import api
@@ -59,6 +66,7 @@ class StreamsMixin:
     _now: Callable[[], float]
     _handle: Callable[[Any], None]
     _send_envelope: Callable[[str, str, int, Any], None]
+    _announce_interest: Callable[[ClassInterest], None]
 
     def _forward(
         self,
@@ -223,6 +231,11 @@ class StreamsMixin:
         # session gets such a stream from the start of its origin's log: our streams of those
         # classes from our send log; where the old broker stood as a receiver (it registered when
         # it subscribed, after the session's own subscription) is no bound.
+        # the classes the session brought, new here, are registered at their senders from the
+        # start of their logs (as for a broker that comes back), not from their next message: the
+        # session needs what they published since its old broker's positions, which may not name
+        # their streams (they never reached it, or the overlay completed them without it)
+        self._announce_interest(ClassInterest(tuple(self.interest.classes()), (), True))
         named = {(position.origin, position.stream) for position in positions}
         classes = {position.stream for position in positions}
         for cls in sorted(classes):

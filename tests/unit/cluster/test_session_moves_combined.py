@@ -8,7 +8,7 @@ from __future__ import annotations
 from broker.cluster.interest import Interest
 from broker.cluster.messages import ClaimReply, ForwardedMessage, SessionClaim, StreamPosition
 from broker.cluster.stream_receiver import StreamReceiver
-from broker.cluster.stream_sender import StreamSender
+from broker.cluster.stream_sender import ReceiverAt, StreamSender
 from broker.cluster.takeover import Answer, HandOver, LateSession, Refuse, Takeover
 from broker.core.session import Message, SessionSnapshot
 
@@ -108,3 +108,21 @@ def test_a_claim_is_not_repeated_once_a_newer_claim_for_the_client_came_from_els
     assert b.on_claim(newer, connected_here=False) == HandOver(newer, transfer=True)
     assert b.repeats(now=2.0) == []  # B no longer claims the client
     assert b.newest_remote_claim("c") == (20, "c:1")  # a late session goes on to C
+
+
+# ====================================================== classes a moved session brings
+def test_a_whole_list_of_classes_registers_a_receiver_from_the_log_start_lowering_a_guess() -> None:
+    """Seed 271 (partition,move): a session moved from A (which B's messages had never reached) to
+    C, which subscribed the class only then: B registered C from its next message, after the
+    messages the session still needed, and then completed their publication without C (B was
+    cut off alone: the overlay saw nobody else). The broker a session moved to announces its whole
+    list (``ClassInterest.full``): its senders register it from the start of their logs - also
+    lowering a registration not yet confirmed by an acknowledgement, never an acknowledged one."""
+    sender = StreamSender("b:1/inc", retransmit_s=1.0, retention_s=100.0, presence_grace_s=2.0)
+    for n in range(1, 5):
+        sender.append("=t", Message("t/x", str(n).encode(), qos=1), now=0.0)
+    key = ("b:1/inc", "=t")
+    assert sender.register("c:1", "=t", now=0.1, from_log_start=False) == [ReceiverAt(key, "c:1", 5)]
+    assert sender.register("c:1", "=t", now=0.2, from_log_start=True) == [ReceiverAt(key, "c:1", 1)]
+    sender.acked("d:1", (StreamPosition("b:1/inc", "=t", 3),), now=0.3)  # d acknowledged: rules
+    assert sender.register("d:1", "=t", now=0.4, from_log_start=True) == []
