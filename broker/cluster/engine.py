@@ -181,6 +181,9 @@ class ClusterEngine(StreamsMixin):
         # (origin, class) -> [(next seq, client, since)]: moved sessions waiting for a stream this
         # broker receives for other subscribers but has not heard from yet
         self._awaiting_start: dict[tuple[str, str], list[tuple[int, str, float]]] = {}
+        # ((origin, class), client) -> messages held for a moved session until its catch-up on
+        # that stream is done
+        self._held_for: dict[tuple[tuple[str, str], str], list[ForwardedMessage]] = {}
         self._deliver_pending_commit = False
 
     # ================================================================== lifecycle

@@ -63,6 +63,7 @@ class StreamsMixin:
     _catch_ups: dict[tuple[str, str], list[list[Any]]]
     _moved_positions: dict[str, tuple[StreamPosition, ...]]
     _awaiting_start: dict[tuple[str, str], list[tuple[int, str, float]]]
+    _held_for: dict[tuple[tuple[str, str], str], list[ForwardedMessage]]
     _now: Callable[[], float]
     _handle: Callable[[Any], None]
     _send_envelope: Callable[[str, str, int, Any], None]
@@ -152,9 +153,10 @@ class StreamsMixin:
             position = StreamPosition(forwarded.origin, forwarded.stream, forwarded.seq)
             self._send_stream(origin_peer(forwarded.origin), StreamAck((), (position,)))
             return
-        self._deliver(self.receiver.receive(forwarded, hops, self._now()))
-        if self._awaiting_start:
+        ready = self.receiver.receive(forwarded, hops, self._now())
+        if self._awaiting_start:  # before the delivery: the catch-up holds the client's copies
             self._stream_started((forwarded.origin, forwarded.stream))
+        self._deliver(ready)
 
     def _stream_started(self, key: tuple[str, str]) -> None:
         """Moved sessions waiting for ``key`` to start here: what lies between their position and
@@ -179,8 +181,16 @@ class StreamsMixin:
                 causal.accepted(forwarded)  # what this broker sends from now on follows it
             stats.received += 1
             stats.observe_hops(hops)
-            matched = broker.deliver_remote(replace(forwarded.message), self._class_filter(forwarded.stream))
-            if not matched:
+            key = (forwarded.origin, forwarded.stream)
+            pending = self._catch_ups.get(key) if self._catch_ups else None
+            waiting = {catch_up[2] for catch_up in pending} if pending else set()
+            for client_id in waiting:
+                # a moved session still catching up on this stream gets this message after the
+                # older ones it waits for (order per publisher): held for it until then
+                self._held_for.setdefault((key, client_id), []).append(forwarded)
+            accept = self._class_filter(forwarded.stream)
+            matched = broker.deliver_remote(replace(forwarded.message), accept, except_clients=waiting)
+            if not matched and not waiting:
                 stats.wasted += 1  # the class reached us, no local filter matched the topic
         self._persist_positions()
         self._deliver_pending_commit = True
@@ -217,6 +227,25 @@ class StreamsMixin:
         for position in self._moved_positions.pop(snapshot.client_id, ()):
             key = (position.origin, position.stream)
             at[key] = min(at.get(key, position.next_seq), position.next_seq)
+        # catch-ups of the session still running here (and the newer messages held for it): the
+        # next broker fetches them from where the session stands
+        client_id = snapshot.client_id
+        for key, pending in list(self._catch_ups.items()):
+            for catch_up in [c for c in pending if c[2] == client_id]:
+                pending.remove(catch_up)
+                at[key] = min(at.get(key, catch_up[0]), catch_up[0])
+            if not pending:
+                del self._catch_ups[key]
+        for key, waiting in list(self._awaiting_start.items()):
+            for entry in [e for e in waiting if e[1] == client_id]:
+                waiting.remove(entry)
+                at[key] = min(at.get(key, entry[0]), entry[0])
+            if not waiting:
+                del self._awaiting_start[key]
+        for held_key in [k for k in self._held_for if k[1] == client_id]:
+            held = self._held_for.pop(held_key)
+            key = held_key[0]
+            at[key] = min(at.get(key, held[0].seq), held[0].seq)
         return tuple(StreamPosition(o, c, p) for (o, c), p in sorted(at.items()))
 
     def _catch_up(self, client_id: str, positions: tuple[StreamPosition, ...]) -> None:
@@ -289,6 +318,7 @@ class StreamsMixin:
                     pending.remove(catch_up)
                     if counted:
                         self._count_given_up(key, end - next_seq)
+                    self._release_held(key, _client_id)
                     continue
                 self._send_stream(origin_peer(key[0]), StreamRet(key[0], key[1], next_seq, end))
             if not pending:
@@ -314,8 +344,9 @@ class StreamsMixin:
             catch_up[0] = next_seq + 1
             if catch_up[0] >= end:
                 pending.remove(catch_up)
+                self._release_held(key, client_id)
         if not pending:
-            del self._catch_ups[key]
+            self._catch_ups.pop(key, None)
 
     def _catch_ups_gone(self, key: tuple[str, str], gone_below: int) -> None:
         """The origin of ``key`` no longer logs SEQs below ``gone_below``: the catch-ups waiting
@@ -332,8 +363,22 @@ class StreamsMixin:
             catch_up[0] = gone_below
             if gone_below >= end:
                 pending.remove(catch_up)
+                self._release_held(key, catch_up[2])
         if not pending:
-            del self._catch_ups[key]
+            self._catch_ups.pop(key, None)
+
+    def _release_held(self, key: tuple[str, str], client_id: str) -> None:
+        """``client_id`` caught up on ``key`` (or gave up): the newer messages held for it go now."""
+        if any(catch_up[2] == client_id for catch_up in self._catch_ups.get(key, ())):
+            return  # another catch-up of this client on this stream still runs
+        held = self._held_for.pop((key, client_id), None)
+        if not held:
+            return
+        broker = self.broker
+        assert broker is not None
+        for forwarded in held:
+            broker.deliver_remote(replace(forwarded.message), self._class_filter(forwarded.stream), client_id)
+        self._deliver_pending_commit = True
 
     def _count_given_up(self, key: tuple[str, str], missing: int) -> None:
         if missing > 0:
