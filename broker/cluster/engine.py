@@ -233,6 +233,8 @@ class ClusterEngine(StreamsMixin):
         logged = self.store.load_log()
         positions = self.store.load_positions()
         self.sender.restore(logged, self.store.load_receivers(), now)
+        assert self.takeover is not None
+        self.takeover.restore_handed_over(self.store.load_handed_over(), now)
         self.receiver.restore(positions, now)
         if self.causal is not None:
             self.causal.restore([*positions, *(((f.origin, f.stream), f.seq + 1) for f in logged)])
@@ -480,7 +482,8 @@ class ClusterEngine(StreamsMixin):
                 self._handle(api.LeaveTopic(cls, Role.PUBLISHER))
         assert self.takeover is not None and self.broker is not None
         self.takeover.forget(self.broker.has_session)
-        self.takeover.forget_handed_over(now)
+        for claim_id, claimant in self.takeover.forget_handed_over(now):
+            self.store.set_handed_over(claim_id, claimant, None)
         for key, waiting in list(self._awaiting_start.items()):  # streams that never came
             waiting[:] = [entry for entry in waiting if now - entry[2] <= CATCH_UP_GIVE_UP_S]
             if not waiting:
@@ -751,7 +754,7 @@ class ClusterEngine(StreamsMixin):
                 self._deliver_pending_commit = True
             positions = self._hand_over_positions(snapshot, before) if snapshot is not None else ()
             reply = ClaimReply(claim.claim_id, claim.client_id, had, snapshot, positions)
-            self.takeover.handed_over(claim.claim_id, claim.origin, reply, self._now())
+            self._handed_over(claim.claim_id, claim.origin, reply)
         self._send_envelope(claim.origin, claim.client_id, claim.claim_id, reply)
 
     def _pass_on_if_claimed_elsewhere(self, client_id: str) -> None:
@@ -774,7 +777,7 @@ class ClusterEngine(StreamsMixin):
         positions = self._hand_over_positions(snapshot, before)
         claim_id, origin = newer
         reply = ClaimReply(claim_id, client_id, True, snapshot, positions)
-        takeover.handed_over(claim_id, origin, reply, self._now())
+        self._handed_over(claim_id, origin, reply)
         self._send_envelope(origin, client_id, claim_id, reply)
         self._after_event()
 
@@ -802,10 +805,20 @@ class ClusterEngine(StreamsMixin):
             return False
         claim_id, origin = newer
         passed = ClaimReply(claim_id, client_id, True, reply.snapshot, reply.positions)
-        takeover.handed_over(claim_id, origin, passed, self._now())
+        self._handed_over(claim_id, origin, passed)
         self.stats.sessions_handed_over += 1
         self._send_envelope(origin, client_id, claim_id, passed)
         return True
+
+    def _handed_over(self, claim_id: int, claimant: str, reply: ClaimReply) -> None:
+        """``reply`` carries a session to ``claimant``: kept for a repeat of the claim, in memory
+        and in the store (in the hand-over's commit: a crash before the reply arrived does not lose
+        the session)."""
+        assert self.takeover is not None
+        if reply.snapshot is None:
+            return
+        self.takeover.handed_over(claim_id, claimant, reply, self._now())
+        self.store.set_handed_over(claim_id, claimant, reply)
 
     def _finish_claims(self, finished: list[ClaimFinished]) -> None:
         for outcome in finished:

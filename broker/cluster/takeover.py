@@ -276,11 +276,19 @@ class Takeover:
             self._clean_starts.pop(client_id, None)
         self._newest_remote.clear()
 
-    def forget_handed_over(self, now: float) -> None:
+    def forget_handed_over(self, now: float) -> list[ClaimOrder]:
         """Drop the replies kept for repeated claims once ``repeat_for_s`` passed (the claimant
-        repeats its claim no longer than that)."""
-        for key in [key for key, handed in self._handed_over.items() if handed.until < now]:
+        repeats its claim no longer than that); the (claim id, claimant) pairs dropped."""
+        dropped = [key for key, handed in self._handed_over.items() if handed.until < now]
+        for key in dropped:
             del self._handed_over[key]
+        return dropped
+
+    def restore_handed_over(self, replies: list[tuple[int, str, ClaimReply]], now: float) -> None:
+        """The replies a previous incarnation kept (durable with the hand-overs): a claim repeated
+        after this broker restarted still gets its session."""
+        for claim_id, claimant, reply in replies:
+            self.handed_over(claim_id, claimant, reply, now)
 
     def abort_all(self) -> list[ClaimFinished]:
         finished = [ClaimFinished(claim_id, None) for claim_id in self._claims]

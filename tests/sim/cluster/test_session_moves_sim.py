@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from broker.cluster.messages import ForwardedMessage
+from broker.cluster.messages import ClaimReply, Envelope, ForwardedMessage
 from broker.core.ports import Completion
 from broker.core.session import SessionSnapshot
 from overlay.messages import PUB
@@ -318,9 +318,58 @@ def test_a_moved_session_gets_what_it_is_caught_up_on_before_newer_messages() ->
     _fail_with([moved_while_the_old_broker_lagged_behind_a_fast_stream(seed) for seed in (1, 2)])
 
 
+def hand_over_reply_lost_then_the_old_broker_crashes(seed: int = 1) -> Result:
+    """A session moves A -> B; A's reply carrying it is lost and A crashes before B repeats its
+    claim. A restarts: the repeated claim must still get the session (and the messages queued at A
+    during the move)."""
+    run = Run(seed, Scenario(brokers=3, quiet_s=8.0, title="hand-over reply lost, old broker crashes"))
+    a, b, c = run.peer_ids
+    for index, peer_id in enumerate(run.peer_ids):
+        run.world.at(0.2 * index, run.start_broker, peer_id)
+    run.add_client("pub", c, persistent=False)
+    subscriber = run.add_client("sub", a, persistent=True)
+    subscriber.on_connack = _subscribe_once("mv/x")
+    run.world.at(2.0, run.connect, "pub")
+    run.world.at(2.6, run.connect, "sub")
+    run.publish_stream("pub", 100, 0.005, 5.0, "mv/x")
+    lost = {"replies": 0}
+
+    def reply_lost_at_b() -> None:
+        engine = run.brokers[b].engine
+        on_receive = engine.on_receive
+
+        def receive(sender: str, item: object) -> None:
+            if (
+                not lost["replies"]
+                and isinstance(item, Envelope)
+                and isinstance(item.body, ClaimReply)
+                and item.body.snapshot is not None
+            ):
+                lost["replies"] += 1
+                run.world.after(0.2, run.crash, a)
+                run.world.after(2.0, run.restart, a)
+                return
+            on_receive(sender, item)
+
+        engine.on_receive = receive  # type: ignore[method-assign]
+
+    run.world.at(3.0, reply_lost_at_b)
+    run.world.at(5.2, subscriber.disconnect)
+    run.world.at(5.25, run.connect, "sub", b)
+    result = run.finish(end_s=25.0)
+    assert lost["replies"] == 1, "the session never moved"
+    return result
+
+
+def test_a_session_handed_over_survives_its_reply_lost_and_the_old_broker_crashing() -> None:
+    """Seed 7 (crash,move): the reply kept for a repeated claim was in memory only."""
+    _fail_with([hand_over_reply_lost_then_the_old_broker_crashes(seed) for seed in (1, 2)])
+
+
 # ====================================================================== the seeds that showed them
 FIXED_SEEDS = [
     (27, "crash,move"),  # the new broker's own stream, unknown to the old one, not caught up
+    (7, "crash,move"),  # the reply with the session lost, the old broker crashing before the repeat
     (38, "crash,move"),  # catch-up positions lost in a crash before the CONNACK
     (58, "crash,move"),  # the reply carrying the session lost; the repeated claim got "none"
     (86, "crash,move"),  # a stream not heard of yet started at a moved session's position

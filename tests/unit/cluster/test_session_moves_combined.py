@@ -5,8 +5,13 @@ scripted tests of the causes found, one per cause, each naming the seed that sho
 
 from __future__ import annotations
 
+from pathlib import Path
+
+from broker.adapters.cluster_store import SqliteClusterStore
+from broker.adapters.sqlite_store import Store
 from broker.cluster.interest import Interest
 from broker.cluster.messages import ClaimReply, ForwardedMessage, SessionClaim, StreamPosition
+from broker.cluster.store_port import MemoryClusterStore
 from broker.cluster.stream_receiver import StreamReceiver
 from broker.cluster.stream_sender import ReceiverAt, StreamSender
 from broker.cluster.takeover import Answer, HandOver, LateSession, Refuse, Takeover
@@ -126,3 +131,25 @@ def test_a_whole_list_of_classes_registers_a_receiver_from_the_log_start_lowerin
     assert sender.register("c:1", "=t", now=0.2, from_log_start=True) == [ReceiverAt(key, "c:1", 1)]
     sender.acked("d:1", (StreamPosition("b:1/inc", "=t", 3),), now=0.3)  # d acknowledged: rules
     assert sender.register("d:1", "=t", now=0.4, from_log_start=True) == []
+
+
+# ====================================================== the kept reply survives a restart
+def test_a_reply_kept_for_a_repeated_claim_survives_a_restart_of_the_broker(tmp_path: Path) -> None:
+    """Seed 7 (crash,move): the reply carrying the session was lost and the old broker crashed
+    before the claim was repeated; the reply kept for the repeat was in memory only, so after the
+    restart the repeated claim got "no session". It is now written with the hand-over's commit."""
+    store = Store(str(tmp_path / "skipmq.db"))
+    cluster_store = SqliteClusterStore(store)
+    claim = SessionClaim("b:1", "c", 10, False)
+    reply = ClaimReply(10, "c", True, _snapshot(), (StreamPosition("b:1/x", "=t", 5),))
+    cluster_store.set_handed_over(claim.claim_id, claim.origin, reply)
+    store.commit()
+    store.close()
+    again = SqliteClusterStore(Store(str(tmp_path / "skipmq.db")))
+    restarted = Takeover("a:1", wait_s=0.5, repeat_s=1.0)
+    restarted.restore_handed_over(again.load_handed_over(), now=0.0)
+    assert restarted.on_claim(claim, connected_here=False) == Answer(claim, reply)
+    memory = MemoryClusterStore()
+    memory.set_handed_over(10, "b:1", reply)
+    memory.set_handed_over(10, "b:1", None)
+    assert memory.load_handed_over() == []
