@@ -61,7 +61,7 @@ class SimSocket:
         if not self.open:
             return
         self.open = False
-        self.broker.sockets.discard(self)
+        self.broker.sockets.pop(self, None)
         if self.conn is not None:
             self.broker.scheduler.call_soon(self.conn.lost)
         self.world.after(CLIENT_LATENCY_S, self.client.connection_lost, self)
@@ -82,7 +82,7 @@ class SimSocket:
         if not self.open:
             return
         self.open = False
-        self.broker.sockets.discard(self)
+        self.broker.sockets.pop(self, None)
         conn = self.conn
         if conn is not None:
             self.world.after(CLIENT_LATENCY_S, self.broker.scheduler._guarded, conn.lost, ())

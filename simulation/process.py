@@ -84,7 +84,9 @@ class SimBroker:
             cluster=self.engine,
             rng=world.rng_for("broker", peer_id, incarnation),
         )
-        self.sockets: set[SimSocket] = set()
+        # insertion-ordered (not a set of objects hashed by address): a crash resets the client
+        # sockets in the same order in every run, so a seed replays exactly
+        self.sockets: dict[SimSocket, None] = {}
         self.endpoint: PeerEndpoint = network.endpoint(peer_id, self._on_receive, self._on_peer_down)
         self.network = network
 
@@ -101,7 +103,7 @@ class SimBroker:
             return None
         conn = self.broker.new_client(socket, "tcp", peer=socket.name)
         if conn is not None:
-            self.sockets.add(socket)
+            self.sockets[socket] = None
         return conn
 
     # ------------------------------------------------------------------ network callbacks

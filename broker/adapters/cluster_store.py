@@ -1,6 +1,7 @@
 """The cluster's durable state in the broker's SQLite store (implements ``ClusterStore`` of
 ``broker.cluster.engine``): the send log of the reliable streams, the receivers' positions the
-send log waits for, and this broker's own receive positions (seed 004 SL, AL and REQ).
+send log waits for, and this broker's own receive positions (seed 004 SL, AL and REQ); and the
+replies that carried sessions away, for a claim repeated because its reply was lost.
 
 Its tables live in the same database and join the same group-commit transaction as the broker's
 own rows, so a message is in the send log by the time its publisher's PUBACK leaves (the PUBACK
@@ -13,8 +14,8 @@ stream or deliveries to clean sessions cost no SQLite write.
 from __future__ import annotations
 
 from broker.adapters.sqlite_store import Store
-from broker.adapters.transport.wire import decode_forwarded, encode_forwarded
-from broker.cluster.messages import ForwardedMessage
+from broker.adapters.transport.wire import decode_forwarded, decode_item, encode_forwarded, encode_item
+from broker.cluster.messages import ClaimReply, Envelope, ForwardedMessage
 
 StreamKey = tuple[str, str]
 
@@ -30,6 +31,10 @@ CREATE TABLE IF NOT EXISTS cluster_receivers (
 CREATE TABLE IF NOT EXISTS cluster_positions (
     origin TEXT NOT NULL, stream TEXT NOT NULL, next_seq INTEGER NOT NULL,
     PRIMARY KEY (origin, stream)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS cluster_handed_over (
+    claim_id INTEGER NOT NULL, claimant TEXT NOT NULL, reply BLOB NOT NULL,
+    PRIMARY KEY (claim_id, claimant)
 ) WITHOUT ROWID;
 """
 
@@ -88,6 +93,34 @@ class SqliteClusterStore:
     def load_positions(self) -> list[tuple[StreamKey, int]]:
         rows = self._store.db.execute("SELECT origin, stream, next_seq FROM cluster_positions").fetchall()
         return [((origin, stream), next_seq) for origin, stream, next_seq in rows]
+
+    # ------------------------------------------------------------------ sessions handed over
+    def set_handed_over(self, claim_id: int, claimant: str, reply: ClaimReply | None) -> None:
+        """In the open transaction: the hand-over's own (the session's deletion here), so the reply
+        is durable exactly when the session left this store. None forgets it."""
+        self._store.begin()
+        db = self._store.db
+        if reply is None:
+            db.execute(
+                "DELETE FROM cluster_handed_over WHERE claim_id = ? AND claimant = ?", (claim_id, claimant)
+            )
+            return
+        envelope = Envelope("", claimant, "", reply.client_id, claim_id, 1, reply)
+        db.execute(
+            "INSERT OR REPLACE INTO cluster_handed_over (claim_id, claimant, reply) VALUES (?, ?, ?)",
+            (claim_id, claimant, encode_item(envelope)),
+        )
+
+    def load_handed_over(self) -> list[tuple[int, str, ClaimReply]]:
+        rows = self._store.db.execute(
+            "SELECT claim_id, claimant, reply FROM cluster_handed_over ORDER BY claim_id, claimant"
+        ).fetchall()
+        out = []
+        for claim_id, claimant, data in rows:
+            envelope = decode_item(data)
+            if isinstance(envelope, Envelope) and isinstance(envelope.body, ClaimReply):
+                out.append((claim_id, claimant, envelope.body))
+        return out
 
     # ------------------------------------------------------------------ commit
     def _flush(self) -> None:

@@ -69,7 +69,7 @@ from broker.cluster.stream_receiver import StreamReceiver
 from broker.cluster.stream_sender import StreamSender
 from broker.cluster.streams import CONTROL_CLASS, StreamsMixin
 from broker.cluster.subscribe_waits import SubscribeWaits
-from broker.cluster.takeover import ClaimFinished, HandOver, LateSession, Refuse, Takeover
+from broker.cluster.takeover import Answer, ClaimFinished, HandOver, LateSession, Refuse, Takeover
 from broker.core.ports import Completion
 from overlay import api
 from overlay.api import Role
@@ -181,6 +181,12 @@ class ClusterEngine(StreamsMixin):
         self._heard_from: set[str] = set()  # peers this incarnation has heard from
         # (origin, class) -> [(next seq, end seq, client)]: messages a moved session still needs
         self._catch_ups: dict[tuple[str, str], list[list[Any]]] = {}
+        # (origin, class) -> [(next seq, client, since)]: moved sessions waiting for a stream this
+        # broker receives for other subscribers but has not heard from yet
+        self._awaiting_start: dict[tuple[str, str], list[tuple[int, str, float]]] = {}
+        # ((origin, class), client) -> messages held for a moved session until its catch-up on
+        # that stream is done
+        self._held_for: dict[tuple[tuple[str, str], str], list[ForwardedMessage]] = {}
         self._deliver_pending_commit = False
 
     # ================================================================== lifecycle
@@ -232,6 +238,8 @@ class ClusterEngine(StreamsMixin):
         logged = self.store.load_log()
         positions = self.store.load_positions()
         self.sender.restore(logged, self.store.load_receivers(), now)
+        assert self.takeover is not None
+        self.takeover.restore_handed_over(self.store.load_handed_over(), now)
         self.receiver.restore(positions, now)
         if self.causal is not None:
             self.causal.restore([*positions, *(((f.origin, f.stream), f.seq + 1) for f in logged)])
@@ -480,6 +488,12 @@ class ClusterEngine(StreamsMixin):
                 self._handle(api.LeaveTopic(cls, Role.PUBLISHER))
         assert self.takeover is not None and self.broker is not None
         self.takeover.forget(self.broker.has_session)
+        for claim_id, claimant in self.takeover.forget_handed_over(now):
+            self.store.set_handed_over(claim_id, claimant, None)
+        for key, waiting in list(self._awaiting_start.items()):  # streams that never came
+            waiting[:] = [entry for entry in waiting if now - entry[2] <= CATCH_UP_GIVE_UP_S]
+            if not waiting:
+                del self._awaiting_start[key]
         forgotten = self.receiver.forget_idle(now, STREAM_IDLE_S)
         if self.causal is not None:
             self.causal.forget(forgotten)
@@ -532,7 +546,9 @@ class ClusterEngine(StreamsMixin):
         assert sender is not None
         added, removed = self.interest_table.apply(peer, interest)
         now = self._now()
-        for cls in added:
+        # a whole list (a broker that comes back, or that a session moved to) registers every
+        # class it names from the log's start: a registration still unconfirmed is lowered to it
+        for cls in sorted(set(interest.subscribed)) if interest.full else added:
             self._sender_actions(sender.register(peer, cls, now, from_log_start=interest.full))
         for cls in removed:
             self._sender_actions(sender.unregister(peer, cls, now))
@@ -733,6 +749,8 @@ class ClusterEngine(StreamsMixin):
             return
         if isinstance(decision, Refuse):
             reply = ClaimReply(claim.claim_id, claim.client_id, False, None)
+        elif isinstance(decision, Answer):
+            reply = decision.reply  # the claim was repeated: our reply with the session was lost
         else:
             assert isinstance(decision, HandOver)
             before = self.receiver.positions()  # (the hand-over may leave classes)
@@ -742,6 +760,7 @@ class ClusterEngine(StreamsMixin):
                 self._deliver_pending_commit = True
             positions = self._hand_over_positions(snapshot, before) if snapshot is not None else ()
             reply = ClaimReply(claim.claim_id, claim.client_id, had, snapshot, positions)
+            self._handed_over(claim.claim_id, claim.origin, reply)
         self._send_envelope(claim.origin, claim.client_id, claim.claim_id, reply)
 
     def _pass_on_if_claimed_elsewhere(self, client_id: str) -> None:
@@ -763,10 +782,49 @@ class ClusterEngine(StreamsMixin):
         self._deliver_pending_commit = True
         positions = self._hand_over_positions(snapshot, before)
         claim_id, origin = newer
-        self._send_envelope(
-            origin, client_id, claim_id, ClaimReply(claim_id, client_id, True, snapshot, positions)
-        )
+        reply = ClaimReply(claim_id, client_id, True, snapshot, positions)
+        self._handed_over(claim_id, origin, reply)
+        self._send_envelope(origin, client_id, claim_id, reply)
         self._after_event()
+
+    def _apply_moved_positions(self, client_id: str) -> None:
+        """A session handed to us was imported: catch it up from the positions it brought."""
+        broker = self.broker
+        if self.stopped or broker is None or not broker.has_session(client_id):
+            return  # not imported: kept for the CONNACK, or passed on with the session
+        positions = self._moved_positions.pop(client_id, None)
+        if positions:
+            self._catch_up(client_id, positions)
+            self._after_event()
+
+    def _pass_on_late(self, reply: ClaimReply) -> bool:
+        """A session answering an old claim of ours arrived after the client had moved on from here
+        to a newer connection elsewhere (the old claim went on through the overlay after a heal):
+        the session and its old broker's positions go on to that connection's broker as they came,
+        instead of staying here as a stored session nobody connects to."""
+        takeover = self.takeover
+        broker = self.broker
+        assert takeover is not None and broker is not None
+        client_id = reply.client_id
+        newer = takeover.newest_remote_claim(client_id)
+        if newer is None or broker.client_connected(client_id) or broker.has_session(client_id):
+            return False
+        claim_id, origin = newer
+        passed = ClaimReply(claim_id, client_id, True, reply.snapshot, reply.positions)
+        self._handed_over(claim_id, origin, passed)
+        self.stats.sessions_handed_over += 1
+        self._send_envelope(origin, client_id, claim_id, passed)
+        return True
+
+    def _handed_over(self, claim_id: int, claimant: str, reply: ClaimReply) -> None:
+        """``reply`` carries a session to ``claimant``: kept for a repeat of the claim, in memory
+        and in the store (in the hand-over's commit: a crash before the reply arrived does not lose
+        the session)."""
+        assert self.takeover is not None
+        if reply.snapshot is None:
+            return
+        self.takeover.handed_over(claim_id, claimant, reply, self._now())
+        self.store.set_handed_over(claim_id, claimant, reply)
 
     def _finish_claims(self, finished: list[ClaimFinished]) -> None:
         for outcome in finished:
@@ -807,7 +865,9 @@ class ClusterEngine(StreamsMixin):
         assert self.takeover is not None and self.retained_sync is not None and self.broker is not None
         if isinstance(body, ClaimReply):
             outcome = self.takeover.on_reply(envelope.orig, body)  # orig: the answering broker
-            if isinstance(outcome, LateSession):
+            if isinstance(outcome, LateSession) and self._pass_on_late(body):
+                pass  # the client has moved on from here: the session went on to it
+            elif isinstance(outcome, LateSession):
                 # came after the wait ended: keep its messages anyway, and what its old broker
                 # had not delivered to it
                 self.stats.sessions_received += 1
@@ -826,8 +886,12 @@ class ClusterEngine(StreamsMixin):
                         self._moved_positions[body.client_id] = body.positions
                 self._finish_claims([outcome])  # schedules the completion: the core imports then
                 if outcome.snapshot is not None:
-                    # scheduled after the import: if a newer CONNECT elsewhere claimed the client
-                    # meanwhile, the session goes on to it
+                    # scheduled after the import, in its commit: what the old broker had not
+                    # delivered is fetched into the session at once (a crash of this broker before
+                    # the CONNACK would otherwise lose the positions, kept in memory only)
+                    self.scheduler.call_soon(self._apply_moved_positions, body.client_id)
+                    # if a newer CONNECT elsewhere claimed the client meanwhile, the session goes
+                    # on to it
                     self.scheduler.call_soon(self._pass_on_if_claimed_elsewhere, body.client_id)
         elif isinstance(body, RetainedSyncRequest):
             if body.digest is not None and not self.retained_sync.differs(body.digest):

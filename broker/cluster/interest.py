@@ -77,6 +77,10 @@ class Interest:
     def classes(self) -> list[str]:
         return sorted(self._class_counts)
 
+    def subscribed_by_others(self, cls: str, client_id: str) -> bool:
+        """Whether a local client other than ``client_id`` subscribes a filter of class ``cls``."""
+        return any(c == cls and key[0] != client_id for key, c in self._subscriptions.items())
+
     def subscribes(self, cls: str) -> bool:
         """Whether some local subscription belongs to class ``cls``."""
         return cls in self._class_counts

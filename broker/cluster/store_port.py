@@ -4,14 +4,15 @@
 broker's SQLite store, in its group-commit transaction); :class:`MemoryClusterStore` keeps nothing
 across a restart (an engine without persistence, and tests). What it holds is seed 004's state
 that must survive a crash: the send log (SL), the receivers' positions it waits for (AL) and this
-broker's own receive positions (REQ).
+broker's own receive positions (REQ); and the replies that carried sessions to other brokers, for a
+claim repeated because its reply was lost (``broker.cluster.takeover``).
 """
 
 from __future__ import annotations
 
 from typing import Protocol
 
-from broker.cluster.messages import ForwardedMessage
+from broker.cluster.messages import ClaimReply, ForwardedMessage
 
 __all__ = ["ClusterStore", "MemoryClusterStore"]
 
@@ -35,6 +36,10 @@ class ClusterStore(Protocol):
 
     def load_positions(self) -> list[tuple[tuple[str, str], int]]: ...
 
+    def set_handed_over(self, claim_id: int, claimant: str, reply: ClaimReply | None) -> None: ...
+
+    def load_handed_over(self) -> list[tuple[int, str, ClaimReply]]: ...
+
 
 class MemoryClusterStore:
     """A ``ClusterStore`` that keeps nothing across a restart (tests of the engine alone)."""
@@ -43,6 +48,7 @@ class MemoryClusterStore:
         self.log: dict[tuple[str, str, int], ForwardedMessage] = {}
         self.receivers: dict[tuple[tuple[str, str], str], int] = {}
         self.positions: dict[tuple[str, str], int] = {}
+        self.handed_over: dict[tuple[int, str], ClaimReply] = {}
 
     def log_append(self, forwarded: ForwardedMessage) -> None:
         self.log[(forwarded.origin, forwarded.stream, forwarded.seq)] = forwarded
@@ -71,3 +77,14 @@ class MemoryClusterStore:
 
     def load_positions(self) -> list[tuple[tuple[str, str], int]]:
         return sorted(self.positions.items())
+
+    def set_handed_over(self, claim_id: int, claimant: str, reply: ClaimReply | None) -> None:
+        if reply is None:
+            self.handed_over.pop((claim_id, claimant), None)
+        else:
+            self.handed_over[(claim_id, claimant)] = reply
+
+    def load_handed_over(self) -> list[tuple[int, str, ClaimReply]]:
+        return [
+            (claim_id, claimant, reply) for (claim_id, claimant), reply in sorted(self.handed_over.items())
+        ]

@@ -82,6 +82,7 @@ ReceiverAction = SendRet | SendAck
 @dataclass(slots=True)
 class _Stream:
     next_seq: int = 0  # REQ; 0 = nothing received yet
+    start: int = 0  # where the stream started here (its first REQ)
     held: SortedDict = field(default_factory=SortedDict)  # seq -> Delivery
     ret_at: float | None = None  # when to ask (again) for the gap before the first held message
     acked: int = 0  # the position last acknowledged to the origin
@@ -140,6 +141,7 @@ class StreamReceiver:
         if stream.next_seq == 0:
             low = forwarded.low
             stream.next_seq = low if 0 < low < seq else seq  # §3.2: REQ of a stream new here
+            stream.start = stream.next_seq
             stream.acked = stream.next_seq
         if seq < stream.next_seq or seq in stream.held:
             self.stats.duplicates_dropped += 1
@@ -219,6 +221,11 @@ class StreamReceiver:
         """REQ of ``key`` (0: no such stream here)."""
         stream = self._streams.get(key)
         return stream.next_seq if stream is not None else 0
+
+    def start_of(self, key: StreamKey) -> int:
+        """Where ``key`` started here: its first REQ (0: no such stream, or restored)."""
+        stream = self._streams.get(key)
+        return stream.start if stream is not None else 0
 
     def positions(self) -> dict[StreamKey, int]:
         return {key: stream.next_seq for key, stream in self._streams.items() if stream.next_seq}

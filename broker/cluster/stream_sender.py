@@ -280,12 +280,15 @@ class StreamSender:
         (a broker that starts or comes back: it may have missed them)."""
         actions: list[SenderAction] = []
         for key, stream in self._streams.items():
-            if key[1] != cls or peer in stream.receivers:
+            if key[1] != cls:
                 continue
             if key[0] != self.origin and not stream.entries:
                 continue  # an old incarnation's stream, all delivered
             first = stream.entries.peekitem(0)[0] if stream.entries else stream.next_seq
             start = int(first) if from_log_start else stream.next_seq
+            known = stream.receivers.get(peer)
+            if known is not None and not (peer in stream.assumed and start < known):
+                continue  # acknowledged (its own position rules), or registered lower already
             stream.receivers[peer] = start
             stream.heard[peer] = now
             stream.assumed.add(peer)
@@ -419,6 +422,10 @@ class StreamSender:
         """The SEQ this broker's next message on ``cls`` will get."""
         stream = self._streams.get((self.origin, cls))
         return stream.next_seq if stream is not None else 1
+
+    def streams_of(self, cls: str) -> list[StreamKey]:
+        """This broker's streams of ``cls`` (this incarnation's, and earlier ones' still logged)."""
+        return sorted(key for key in self._streams if key[1] == cls)
 
     def logged_from(self, key: StreamKey, from_seq: int) -> tuple[list[ForwardedMessage], int]:
         """The logged messages of ``key`` from ``from_seq`` on, and the SEQ below which the log no

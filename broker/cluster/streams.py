@@ -17,7 +17,14 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from broker.cluster.messages import ForwardedMessage, StreamAck, StreamPosition, StreamResend, StreamRet
+from broker.cluster.messages import (
+    ClassInterest,
+    ForwardedMessage,
+    StreamAck,
+    StreamPosition,
+    StreamResend,
+    StreamRet,
+)
 from broker.cluster.stream_receiver import SendAck, SendRet, StreamReceiver, origin_peer
 from broker.cluster.stream_sender import Forget, GaveUp, ReceiverAt, Republish, Resend, StreamSender
 from overlay import api
@@ -55,9 +62,12 @@ class StreamsMixin:
     _deliver_pending_commit: bool
     _catch_ups: dict[tuple[str, str], list[list[Any]]]
     _moved_positions: dict[str, tuple[StreamPosition, ...]]
+    _awaiting_start: dict[tuple[str, str], list[tuple[int, str, float]]]
+    _held_for: dict[tuple[tuple[str, str], str], list[ForwardedMessage]]
     _now: Callable[[], float]
     _handle: Callable[[Any], None]
     _send_envelope: Callable[[str, str, int, Any], None]
+    _announce_interest: Callable[[ClassInterest], None]
 
     def _forward(
         self,
@@ -143,7 +153,21 @@ class StreamsMixin:
             position = StreamPosition(forwarded.origin, forwarded.stream, forwarded.seq)
             self._send_stream(origin_peer(forwarded.origin), StreamAck((), (position,)))
             return
-        self._deliver(self.receiver.receive(forwarded, hops, self._now()))
+        ready = self.receiver.receive(forwarded, hops, self._now())
+        if self._awaiting_start:  # before the delivery: the catch-up holds the client's copies
+            self._stream_started((forwarded.origin, forwarded.stream))
+        self._deliver(ready)
+
+    def _stream_started(self, key: tuple[str, str]) -> None:
+        """Moved sessions waiting for ``key`` to start here: what lies between their position and
+        the stream's start here is asked for, for each of them only."""
+        start = self.receiver.start_of(key)
+        if not start:
+            return
+        for next_seq, client_id, _since in self._awaiting_start.pop(key, ()):
+            if next_seq < start:
+                self._catch_ups.setdefault(key, []).append([next_seq, start, client_id, self._now(), True])
+                self._send_stream(origin_peer(key[0]), StreamRet(key[0], key[1], next_seq, start))
 
     def _deliver(self, ready: list[tuple[ForwardedMessage, int]]) -> None:
         if not ready:
@@ -157,8 +181,16 @@ class StreamsMixin:
                 causal.accepted(forwarded)  # what this broker sends from now on follows it
             stats.received += 1
             stats.observe_hops(hops)
-            matched = broker.deliver_remote(replace(forwarded.message), self._class_filter(forwarded.stream))
-            if not matched:
+            key = (forwarded.origin, forwarded.stream)
+            pending = self._catch_ups.get(key) if self._catch_ups else None
+            waiting = {catch_up[2] for catch_up in pending} if pending else set()
+            for client_id in waiting:
+                # a moved session still catching up on this stream gets this message after the
+                # older ones it waits for (order per publisher): held for it until then
+                self._held_for.setdefault((key, client_id), []).append(forwarded)
+            accept = self._class_filter(forwarded.stream)
+            matched = broker.deliver_remote(replace(forwarded.message), accept, except_clients=waiting)
+            if not matched and not waiting:
                 stats.wasted += 1  # the class reached us, no local filter matched the topic
         self._persist_positions()
         self._deliver_pending_commit = True
@@ -195,14 +227,62 @@ class StreamsMixin:
         for position in self._moved_positions.pop(snapshot.client_id, ()):
             key = (position.origin, position.stream)
             at[key] = min(at.get(key, position.next_seq), position.next_seq)
+        # catch-ups of the session still running here (and the newer messages held for it): the
+        # next broker fetches them from where the session stands
+        client_id = snapshot.client_id
+        for key, pending in list(self._catch_ups.items()):
+            for catch_up in [c for c in pending if c[2] == client_id]:
+                pending.remove(catch_up)
+                at[key] = min(at.get(key, catch_up[0]), catch_up[0])
+            if not pending:
+                del self._catch_ups[key]
+        for key, waiting in list(self._awaiting_start.items()):
+            for entry in [e for e in waiting if e[1] == client_id]:
+                waiting.remove(entry)
+                at[key] = min(at.get(key, entry[0]), entry[0])
+            if not waiting:
+                del self._awaiting_start[key]
+        for held_key in [k for k in self._held_for if k[1] == client_id]:
+            held = self._held_for.pop(held_key)
+            key = held_key[0]
+            at[key] = min(at.get(key, held[0].seq), held[0].seq)
         return tuple(StreamPosition(o, c, p) for (o, c), p in sorted(at.items()))
 
     def _catch_up(self, client_id: str, positions: tuple[StreamPosition, ...]) -> None:
-        """A session moved here is attached: deliver it what its old broker did not."""
+        """A session moved here: deliver it what its old broker did not."""
         sender = self.sender
         broker = self.broker
         assert sender is not None and broker is not None
         now = self._now()
+        # the positions name every stream of the session's classes the old broker received (its
+        # own included); a stream they do not name never reached it (the overlay delivered late),
+        # nor the brokers the session was on before it, whose positions it had adopted. The
+        # session gets such a stream from the start of its origin's log: our streams of those
+        # classes from our send log; where the old broker stood as a receiver (it registered when
+        # it subscribed, after the session's own subscription) is no bound.
+        # the classes the session brought, new here, are registered at their senders from the
+        # start of their logs (as for a broker that comes back), not from their next message: the
+        # session needs what they published since its old broker's positions, which may not name
+        # their streams (they never reached it, or the overlay completed them without it)
+        self._announce_interest(ClassInterest(tuple(self.interest.classes()), (), True))
+        named = {(position.origin, position.stream) for position in positions}
+        classes = {position.stream for position in positions}
+        for cls in sorted(classes):
+            for key in sender.streams_of(cls):
+                if key in named:
+                    continue
+                messages, _kept_from = sender.logged_from(key, 0)
+                accept = self._class_filter(cls)
+                for forwarded in messages:
+                    broker.deliver_remote(replace(forwarded.message), accept, client_id)
+                    self._deliver_pending_commit = True
+        # other brokers' streams of those classes received here: what this broker delivered of
+        # them before the session arrived is asked for, for this client only (not counted as a
+        # gap where the origin's log no longer has it: the client may never have needed it)
+        for key, here in sorted(self.receiver.positions().items()):
+            if key[1] in classes and key not in named and origin_peer(key[0]) != self.peer_id and here > 1:
+                self._catch_ups.setdefault(key, []).append([1, here, client_id, now, False])
+                self._send_stream(origin_peer(key[0]), StreamRet(key[0], key[1], 1, here))
         for position in positions:
             key = (position.origin, position.stream)
             if origin_peer(position.origin) == self.peer_id:  # our stream (any incarnation): our log
@@ -214,11 +294,16 @@ class StreamsMixin:
                     self._deliver_pending_commit = True
                 continue
             here = self.receiver.position(key)
-            if not here:
+            if not here and self.interest.subscribed_by_others(position.stream, client_id):
+                # the stream is on its way here for the class's other subscribers (nothing of it
+                # arrived yet): starting it at the session's position would drop what they still
+                # need. The session is caught up from where the stream starts here instead.
+                self._awaiting_start.setdefault(key, []).append((position.next_seq, client_id, now))
+            elif not here:
                 self.receiver.adopt(key, position.next_seq, now)  # the sender resends from there
             elif position.next_seq < here:
                 # delivered here before the session arrived: asked again, for this client only
-                self._catch_ups.setdefault(key, []).append([position.next_seq, here, client_id, now])
+                self._catch_ups.setdefault(key, []).append([position.next_seq, here, client_id, now, True])
                 request = StreamRet(position.origin, position.stream, position.next_seq, here)
                 self._send_stream(origin_peer(position.origin), request)
 
@@ -228,10 +313,12 @@ class StreamsMixin:
         deadline: float | None = None
         for key, pending in list(self._catch_ups.items()):
             for catch_up in list(pending):
-                next_seq, end, _client_id, started = catch_up
+                next_seq, end, _client_id, started, counted = catch_up
                 if now - started > give_up_s:
                     pending.remove(catch_up)
-                    self._count_given_up(key, end - next_seq)
+                    if counted:
+                        self._count_given_up(key, end - next_seq)
+                    self._release_held(key, _client_id)
                     continue
                 self._send_stream(origin_peer(key[0]), StreamRet(key[0], key[1], next_seq, end))
             if not pending:
@@ -249,7 +336,7 @@ class StreamsMixin:
         broker = self.broker
         assert broker is not None
         for catch_up in list(pending):
-            next_seq, end, client_id, _started = catch_up
+            next_seq, end, client_id, _started, _counted = catch_up
             if forwarded.seq != next_seq:
                 continue
             broker.deliver_remote(replace(forwarded.message), self._class_filter(forwarded.stream), client_id)
@@ -257,8 +344,41 @@ class StreamsMixin:
             catch_up[0] = next_seq + 1
             if catch_up[0] >= end:
                 pending.remove(catch_up)
+                self._release_held(key, client_id)
         if not pending:
-            del self._catch_ups[key]
+            self._catch_ups.pop(key, None)
+
+    def _catch_ups_gone(self, key: tuple[str, str], gone_below: int) -> None:
+        """The origin of ``key`` no longer logs SEQs below ``gone_below``: the catch-ups waiting
+        for them go on from there (counted where the session's position was known)."""
+        pending = self._catch_ups.get(key)
+        if not pending:
+            return
+        for catch_up in list(pending):
+            next_seq, end = catch_up[0], catch_up[1]
+            if next_seq >= gone_below:
+                continue
+            if catch_up[4]:
+                self._count_given_up(key, min(gone_below, end) - next_seq)
+            catch_up[0] = gone_below
+            if gone_below >= end:
+                pending.remove(catch_up)
+                self._release_held(key, catch_up[2])
+        if not pending:
+            self._catch_ups.pop(key, None)
+
+    def _release_held(self, key: tuple[str, str], client_id: str) -> None:
+        """``client_id`` caught up on ``key`` (or gave up): the newer messages held for it go now."""
+        if any(catch_up[2] == client_id for catch_up in self._catch_ups.get(key, ())):
+            return  # another catch-up of this client on this stream still runs
+        held = self._held_for.pop((key, client_id), None)
+        if not held:
+            return
+        broker = self.broker
+        assert broker is not None
+        for forwarded in held:
+            broker.deliver_remote(replace(forwarded.message), self._class_filter(forwarded.stream), client_id)
+        self._deliver_pending_commit = True
 
     def _count_given_up(self, key: tuple[str, str], missing: int) -> None:
         if missing > 0:
@@ -280,6 +400,8 @@ class StreamsMixin:
             self._sender_actions(self.sender.ret(orig, body, self._now()))
         elif isinstance(body, StreamResend):
             now = self._now()
+            if body.gone_below and self._catch_ups:
+                self._catch_ups_gone((body.origin, body.stream), body.gone_below)
             for forwarded in body.messages:
                 if self._catch_ups:
                     self._caught_up(forwarded)

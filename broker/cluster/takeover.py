@@ -49,7 +49,16 @@ class HandOver:
     transfer: bool
 
 
-Decision = Refuse | HandOver
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """Answer ``claim`` again with ``reply``: the session already handed over to this very claim
+    (its first reply may have been lost; the session is no longer here)."""
+
+    claim: SessionClaim
+    reply: ClaimReply
+
+
+Decision = Refuse | HandOver | Answer
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +80,12 @@ class LateSession:
 class _Claim:
     waiting_for: set[str]
     deadline: float
+
+
+@dataclass
+class _HandedOver:
+    reply: ClaimReply
+    until: float
 
 
 @dataclass
@@ -100,6 +115,9 @@ class Takeover:
         # client id -> the newest claim seen from another broker (a local CONNECT still waiting
         # for its own claim's answers must not win against it)
         self._newest_remote: dict[str, ClaimOrder] = {}
+        # (claim id, claimant) -> the reply that carried a session away: a claim repeated because
+        # that reply was lost gets it again (the session is no longer here to be handed over)
+        self._handed_over: dict[ClaimOrder, _HandedOver] = {}
 
     def claim(
         self,
@@ -134,6 +152,12 @@ class Takeover:
         if claim.origin == self.peer_id:
             return None
         incoming = (claim.claim_id, claim.origin)
+        handed = self._handed_over.get(incoming)
+        if handed is not None:
+            mine = self._connection_claims.get(claim.client_id)
+            if mine is None or mine < incoming:
+                return Answer(claim, handed.reply)  # repeated: our reply with the session was lost
+            del self._handed_over[incoming]  # the client connected here again since: newer
         if incoming > self._newest_remote.get(claim.client_id, (0, "")):
             self._newest_remote[claim.client_id] = incoming
         mine = self._connection_claims.get(claim.client_id)
@@ -143,6 +167,14 @@ class Takeover:
             # own claim reaches it
             return Refuse(claim)
         return HandOver(claim, transfer=not claim.clean_start)
+
+    def handed_over(self, claim_id: int, claimant: str, reply: ClaimReply, now: float) -> None:
+        """``reply`` carried the client's session to broker ``claimant`` for claim ``claim_id``: a
+        repeat of that claim (the reply was lost; the claimant repeats a claim until it is
+        answered) gets the same reply, for ``repeat_for_s``. Without it the session would be lost
+        with the reply: the next answer would say there is none."""
+        if reply.snapshot is not None:
+            self._handed_over[(claim_id, claimant)] = _HandedOver(reply, now + self.repeat_for_s)
 
     def on_reply(self, replier: str, reply: ClaimReply) -> ClaimFinished | LateSession | None:
         """A reply to one of our claims from broker ``replier``."""
@@ -198,8 +230,17 @@ class Takeover:
                 continue
             claim = unanswered.claim
             holder = self._connection_claims.get(claim.client_id)
-            if now > unanswered.until or holder != (claim_id, self.peer_id):
-                del self._unanswered[claim_id]  # given up, or the connection is gone or replaced
+            newer = self._newest_remote.get(claim.client_id)
+            if (
+                now > unanswered.until
+                or holder != (claim_id, self.peer_id)
+                or (newer is not None and newer > (claim_id, self.peer_id))
+            ):
+                # given up, or the connection is gone or replaced - also by a newer connection on
+                # another broker, which our session moved to: repeated, our claim would take the
+                # client's older session from a broker that has not answered yet, and this
+                # broker no longer holds the client
+                del self._unanswered[claim_id]
                 continue
             unanswered.next_at = now + self.repeat_s
             out += [(peer, claim) for peer in sorted(unanswered.peers)]
@@ -234,6 +275,20 @@ class Takeover:
             del self._connection_claims[client_id]
             self._clean_starts.pop(client_id, None)
         self._newest_remote.clear()
+
+    def forget_handed_over(self, now: float) -> list[ClaimOrder]:
+        """Drop the replies kept for repeated claims once ``repeat_for_s`` passed (the claimant
+        repeats its claim no longer than that); the (claim id, claimant) pairs dropped."""
+        dropped = [key for key, handed in self._handed_over.items() if handed.until < now]
+        for key in dropped:
+            del self._handed_over[key]
+        return dropped
+
+    def restore_handed_over(self, replies: list[tuple[int, str, ClaimReply]], now: float) -> None:
+        """The replies a previous incarnation kept (durable with the hand-overs): a claim repeated
+        after this broker restarted still gets its session."""
+        for claim_id, claimant, reply in replies:
+            self.handed_over(claim_id, claimant, reply, now)
 
     def abort_all(self) -> list[ClaimFinished]:
         finished = [ClaimFinished(claim_id, None) for claim_id in self._claims]

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import logging
 import random
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from typing import TYPE_CHECKING, Any
 
 from broker.core.client import ClientConnection
@@ -307,8 +307,9 @@ class Broker:
         message: Message,
         accept_filter: Callable[[str], bool] | None = None,
         only_client: str | None = None,
+        except_clients: Collection[str] = (),
     ) -> bool:
-        return self.router.deliver_remote(message, accept_filter, only_client)
+        return self.router.deliver_remote(message, accept_filter, only_client, except_clients)
 
     def set_retained(self, message: Message) -> None:
         self.router.retain(message)

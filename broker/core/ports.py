@@ -19,7 +19,7 @@ result holder that needs no event loop (the core's equivalent of an asyncio futu
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
@@ -352,10 +352,11 @@ class BrokerApi(Protocol):
         message: Message,
         accept_filter: Callable[[str], bool] | None = None,
         only_client: str | None = None,
+        except_clients: Collection[str] = (),
     ) -> bool:
         """Deliver a message another broker accepted to local subscribers (whose filter
-        ``accept_filter`` accepts; only ``only_client``'s when given); True when some local
-        subscription matched."""
+        ``accept_filter`` accepts; only ``only_client``'s when given; none of ``except_clients``');
+        True when some local subscription matched."""
 
     def set_retained(self, message: Message) -> None:
         """Store (or, with an empty payload, delete) a retained message without routing it."""

@@ -15,7 +15,7 @@ and what the cluster wants the publisher's acknowledgement to wait for.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import TYPE_CHECKING, Any
 
 from broker.core.drops import ACL_DENIED
@@ -107,11 +107,13 @@ class Router:
         message: Message,
         accept_filter: Callable[[str], bool] | None = None,
         only_client: str | None = None,
+        except_clients: Collection[str] = (),
     ) -> bool:
         """Deliver a message accepted by another broker to local subscribers (no re-forwarding);
         ``accept_filter(match_filter)`` restricts it to the subscriptions whose filter it accepts,
-        ``only_client`` to one client's (a session that moved here catching up)."""
-        return self.route(message, message.publisher_id, accept_filter, only_client)
+        ``only_client`` to one client's (a session that moved here catching up), and
+        ``except_clients`` leaves those clients out (their copy waits for a catch-up)."""
+        return self.route(message, message.publisher_id, accept_filter, only_client, except_clients)
 
     def retain(self, message: Message) -> None:
         """Store (or, with an empty payload, delete) the retained message of its topic."""
@@ -130,6 +132,7 @@ class Router:
         publisher: str | None,
         accept_filter: Callable[[str], bool] | None = None,
         only_client: str | None = None,
+        except_clients: Collection[str] = (),
     ) -> bool:
         """Deliver to every matching subscription; True when some subscriber matched (even if its
         copy was then dropped: queue full, ACL, too large, expired, slow consumer)."""
@@ -138,6 +141,8 @@ class Router:
             matches = [match for match in matches if accept_filter(match[0])]
         if only_client is not None:
             matches = [match for match in matches if match[1] == only_client]
+        if except_clients and matches:
+            matches = [match for match in matches if match[1] not in except_clients]
         matched = False
         cache: dict[Any, bytes] = {}
         if matches:

@@ -1,0 +1,155 @@
+"""Session moves combined with crashes, partitions and message loss (issue #10's combined-fault
+sweep, ``python -m simulation --faults crash,move --loss 0.05`` and ``--faults partition,move``):
+scripted tests of the causes found, one per cause, each naming the seed that showed it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from broker.adapters.cluster_store import SqliteClusterStore
+from broker.adapters.sqlite_store import Store
+from broker.cluster.interest import Interest
+from broker.cluster.messages import ClaimReply, ForwardedMessage, SessionClaim, StreamPosition
+from broker.cluster.store_port import MemoryClusterStore
+from broker.cluster.stream_receiver import StreamReceiver
+from broker.cluster.stream_sender import ReceiverAt, StreamSender
+from broker.cluster.takeover import Answer, HandOver, LateSession, Refuse, Takeover
+from broker.core.session import Message, SessionSnapshot
+
+
+def _snapshot(client_id: str = "c") -> SessionSnapshot:
+    return SessionSnapshot(client_id, 4, 3600, None, [], [], set())
+
+
+# ============================================================================ the reply with the session
+def test_a_claim_repeated_because_its_reply_with_the_session_was_lost_gets_the_session_again() -> None:
+    """Seed 58 (crash,move): the subscriber's broker A crashed, the client reconnected to B; when
+    A came back it handed the stored session to B's repeated claim, and that reply was lost. B
+    repeats an unanswered claim, but A had ended its copy: the answer said "no session" and the
+    session - with the messages queued for it and the positions B needed - was gone."""
+    old = Takeover("a:1", wait_s=0.5, repeat_s=1.0)
+    new = Takeover("b:1", wait_s=0.5, repeat_s=1.0)
+    claim, waits = new.claim("c", False, [], now=0.0, wall_ns=10, unreachable=["a:1"])
+    assert not waits  # A is down: the CONNECT does not wait, the claim is repeated to A
+    assert old.on_claim(claim, connected_here=False) == HandOver(claim, transfer=True)
+    reply = ClaimReply(claim.claim_id, "c", True, _snapshot(), (StreamPosition("b:1/x", "=t", 5),))
+    old.handed_over(claim.claim_id, claim.origin, reply, now=0.1)
+    # the reply is lost on the way: B has no answer from A and repeats its claim
+    assert new.repeats(now=1.0) == [("a:1", claim)]
+    assert old.on_claim(claim, connected_here=False) == Answer(claim, reply)  # the same session
+    assert new.on_reply("a:1", reply) == LateSession(reply.snapshot)  # type: ignore[arg-type]
+    assert new.repeats(now=2.0) == []  # answered
+    # kept while the claimant may repeat, then dropped
+    old.forget_handed_over(now=0.1 + old.repeat_for_s + 1)
+    assert old.on_claim(claim, connected_here=False) == HandOver(claim, transfer=True)
+
+
+def test_a_repeated_claim_does_not_get_the_session_again_once_the_client_reconnected_here() -> None:
+    old = Takeover("a:1", wait_s=0.5, repeat_s=1.0)
+    claimant = Takeover("b:1", wait_s=0.5, repeat_s=1.0)
+    claim, _ = claimant.claim("c", False, ["a:1"], now=0.0, wall_ns=10)
+    old.on_claim(claim, connected_here=True)
+    old.handed_over(claim.claim_id, claim.origin, ClaimReply(claim.claim_id, "c", True, _snapshot()), 0.1)
+    old.claim("c", False, ["b:1"], now=0.5, wall_ns=20)  # the client came back to A: newer
+    assert old.on_claim(claim, connected_here=True) == Refuse(claim)
+
+
+# ====================================================== streams the old broker never received
+def test_the_sender_lists_its_streams_of_a_class_and_their_whole_log() -> None:
+    """Seeds 27 and 271 (crash,move): a session moved to B while B's messages of the class had
+    never reached the old broker (the overlay delivered them late), so the hand-over positions do
+    not name B's stream. Where B knew the old broker stood (registered by filter propagation when
+    it subscribed, after the session's own subscription, or when the session had moved there from
+    a broker B's stream had not reached either) is no bound: B delivers its whole log of the
+    stream to the session (the catch-up in ``broker.cluster.streams``)."""
+    sender = StreamSender(
+        "b:1/inc", retransmit_s=1.0, retention_s=100.0, presence_grace_s=2.0, receivers_of=lambda cls: ["a:1"]
+    )
+    sender.restore([ForwardedMessage("b:1/old", "=t", 7, Message("t/x", b"old", qos=1))], [], now=0.0)
+    for n in range(1, 4):
+        sender.append("=t", Message("t/x", str(n).encode(), qos=1), now=0.0)
+    sender.append("=u", Message("u/x", b"u", qos=1), now=0.0)
+    assert sender.streams_of("=t") == [("b:1/inc", "=t"), ("b:1/old", "=t")]  # restored ones too
+    messages, kept_from = sender.logged_from(("b:1/inc", "=t"), 0)
+    assert [m.seq for m in messages] == [1, 2, 3] and kept_from == 1
+
+
+# ====================================================== a stream on its way for other subscribers
+def test_a_stream_not_heard_of_yet_is_not_started_at_a_moved_sessions_position() -> None:
+    """Seed 86 (crash,move): a session moved from C to A while C's first messages of the class had
+    not reached A, where another client subscribes the class too. A started C's stream at the
+    moved session's position (``adopt``, and acknowledged it): C's earlier messages then arrived
+    as stale and were dropped - for the client that had been subscribed at A all along. A now
+    starts such a stream as any other (first message, or its ``low``) and catches the moved
+    session up from there; it adopts the position only when nobody else here needs the stream."""
+    interest = Interest(1)
+    interest.subscribe("stay", "mv/x", None)
+    interest.subscribe("moved", "mv/#", None)
+    assert interest.subscribed_by_others("=mv", "moved")
+    assert interest.subscribed_by_others("=mv", "stay")  # "moved" subscribes it too
+    alone = Interest(1)
+    alone.subscribe("moved", "mv/x", None)
+    assert not alone.subscribed_by_others("=mv", "moved")  # adopt: nobody else needs the stream
+    receiver = StreamReceiver(ret_delay_s=0.2, retransmit_s=1.0, ack_delay_s=0.05)
+    key = ("c:1/inc", "=mv")
+    assert receiver.start_of(key) == 0
+    first = ForwardedMessage("c:1/inc", "=mv", 4, Message("mv/x", b"4", qos=1), 1)
+    receiver.receive(first, 1, now=0.0)
+    assert receiver.start_of(key) == 1  # from its low: 1..3 are asked for, not dropped as stale
+
+
+# ====================================================== a broker the client moved on from
+def test_a_claim_is_not_repeated_once_a_newer_claim_for_the_client_came_from_elsewhere() -> None:
+    """Seeds 149, 176 and 250 (partition,move): the client's session was cut off at A; it
+    reconnected to B (a new session, B's claim repeated to A until it answers), then moved on to C,
+    which took B's session. B kept repeating its claim (its connection record was still its own):
+    when the partition healed, A handed the client's old session, with everything queued for it
+    during the split, to B - where nobody connects any more."""
+    b = Takeover("b:1", wait_s=0.5, repeat_s=1.0)
+    claim, _ = b.claim("c", False, [], now=0.0, wall_ns=10, unreachable=["a:1"])
+    assert b.repeats(now=1.0) == [("a:1", claim)]
+    newer = SessionClaim("c:1", "c", 20, False)  # the client connected to C
+    assert b.on_claim(newer, connected_here=False) == HandOver(newer, transfer=True)
+    assert b.repeats(now=2.0) == []  # B no longer claims the client
+    assert b.newest_remote_claim("c") == (20, "c:1")  # a late session goes on to C
+
+
+# ====================================================== classes a moved session brings
+def test_a_whole_list_of_classes_registers_a_receiver_from_the_log_start_lowering_a_guess() -> None:
+    """Seed 271 (partition,move): a session moved from A (which B's messages had never reached) to
+    C, which subscribed the class only then: B registered C from its next message, after the
+    messages the session still needed, and then completed their publication without C (B was
+    cut off alone: the overlay saw nobody else). The broker a session moved to announces its whole
+    list (``ClassInterest.full``): its senders register it from the start of their logs - also
+    lowering a registration not yet confirmed by an acknowledgement, never an acknowledged one."""
+    sender = StreamSender("b:1/inc", retransmit_s=1.0, retention_s=100.0, presence_grace_s=2.0)
+    for n in range(1, 5):
+        sender.append("=t", Message("t/x", str(n).encode(), qos=1), now=0.0)
+    key = ("b:1/inc", "=t")
+    assert sender.register("c:1", "=t", now=0.1, from_log_start=False) == [ReceiverAt(key, "c:1", 5)]
+    assert sender.register("c:1", "=t", now=0.2, from_log_start=True) == [ReceiverAt(key, "c:1", 1)]
+    sender.acked("d:1", (StreamPosition("b:1/inc", "=t", 3),), now=0.3)  # d acknowledged: rules
+    assert sender.register("d:1", "=t", now=0.4, from_log_start=True) == []
+
+
+# ====================================================== the kept reply survives a restart
+def test_a_reply_kept_for_a_repeated_claim_survives_a_restart_of_the_broker(tmp_path: Path) -> None:
+    """Seed 7 (crash,move): the reply carrying the session was lost and the old broker crashed
+    before the claim was repeated; the reply kept for the repeat was in memory only, so after the
+    restart the repeated claim got "no session". It is now written with the hand-over's commit."""
+    store = Store(str(tmp_path / "skipmq.db"))
+    cluster_store = SqliteClusterStore(store)
+    claim = SessionClaim("b:1", "c", 10, False)
+    reply = ClaimReply(10, "c", True, _snapshot(), (StreamPosition("b:1/x", "=t", 5),))
+    cluster_store.set_handed_over(claim.claim_id, claim.origin, reply)
+    store.commit()
+    store.close()
+    again = SqliteClusterStore(Store(str(tmp_path / "skipmq.db")))
+    restarted = Takeover("a:1", wait_s=0.5, repeat_s=1.0)
+    restarted.restore_handed_over(again.load_handed_over(), now=0.0)
+    assert restarted.on_claim(claim, connected_here=False) == Answer(claim, reply)
+    memory = MemoryClusterStore()
+    memory.set_handed_over(10, "b:1", reply)
+    memory.set_handed_over(10, "b:1", None)
+    assert memory.load_handed_over() == []
