@@ -1,6 +1,8 @@
 """The cluster's durable state in the broker's SQLite store (implements ``ClusterStore`` of
 ``broker.cluster.engine``): the send log of the reliable streams, the receivers' positions the
-send log waits for, and this broker's own receive positions (seed 004 SL, AL and REQ).
+send log waits for, and this broker's own receive positions (seed 004 SL, AL and REQ); and the
+versions of the retained topics (``broker.cluster.retained_sync``: last writer wins, deletions
+included), durable with the retained rows they stamp.
 
 Its tables live in the same database and join the same group-commit transaction as the broker's
 own rows, so a message is in the send log by the time its publisher's PUBACK leaves (the PUBACK
@@ -30,6 +32,9 @@ CREATE TABLE IF NOT EXISTS cluster_receivers (
 CREATE TABLE IF NOT EXISTS cluster_positions (
     origin TEXT NOT NULL, stream TEXT NOT NULL, next_seq INTEGER NOT NULL,
     PRIMARY KEY (origin, stream)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS cluster_retained_versions (
+    topic TEXT NOT NULL PRIMARY KEY, version_ms INTEGER NOT NULL, origin TEXT NOT NULL
 ) WITHOUT ROWID;
 """
 
@@ -88,6 +93,23 @@ class SqliteClusterStore:
     def load_positions(self) -> list[tuple[StreamKey, int]]:
         rows = self._store.db.execute("SELECT origin, stream, next_seq FROM cluster_positions").fetchall()
         return [((origin, stream), next_seq) for origin, stream, next_seq in rows]
+
+    # ------------------------------------------------------------------ retained versions
+    def set_retained_version(self, topic: str, version_ms: int, origin: str) -> None:
+        """In the open transaction: that of the retained row it stamps (a local write's publish,
+        or the update applied). Retained writes are rare: one row each."""
+        self._store.begin()
+        self._store.db.execute(
+            "INSERT INTO cluster_retained_versions (topic, version_ms, origin) VALUES (?, ?, ?) "
+            "ON CONFLICT(topic) DO UPDATE SET version_ms = excluded.version_ms, origin = excluded.origin",
+            (topic, version_ms, origin),
+        )
+
+    def load_retained_versions(self) -> list[tuple[str, int, str]]:
+        rows = self._store.db.execute(
+            "SELECT topic, version_ms, origin FROM cluster_retained_versions ORDER BY topic"
+        ).fetchall()
+        return [(topic, version_ms, origin) for topic, version_ms, origin in rows]
 
     # ------------------------------------------------------------------ commit
     def _flush(self) -> None:

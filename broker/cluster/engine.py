@@ -237,7 +237,12 @@ class ClusterEngine(StreamsMixin):
             self._handle(api.JoinTopic(topic, Role.SUBSCRIBER))
         self._next_sweep = self._now() + SWEEP_INTERVAL_S
         self._next_interest = self._now() + self.retransmit_s * INTEREST_REFRESH_RETRANSMITS
-        self._send_copy_request(self.retained_sync.start_copy(contacts, now))
+        retained_sync = self.retained_sync
+        retained_sync.restore(
+            self.store.load_retained_versions(), [m.topic for m in self.broker.retained_messages()]
+        )
+        self._persist_retained_versions()
+        self._send_copy_request(retained_sync.start_copy(contacts, now))
         self.retained_sync.anti_entropy((), now)  # arms the first round
         self._arm_timer()
         self.broker.log_event(logging.INFO, "cluster_started", peer_id=self.peer_id, contacts=contacts)
@@ -665,6 +670,18 @@ class ClusterEngine(StreamsMixin):
         assert self.retained_sync is not None
         wall_ms = int(self.scheduler.wall_time() * 1000)
         self._publish_control(self.retained_sync.local_write(message, wall_ms))
+        self._persist_retained_versions()
+
+    def _persist_retained_versions(self) -> None:
+        """Retained versions that changed go to the store, in the transaction of the retained rows
+        they stamp (a restarted broker's anti-entropy digest then covers what its disk holds)."""
+        assert self.retained_sync is not None
+        changed = self.retained_sync.changed
+        if changed:
+            store = self.store
+            for topic, (version_ms, origin) in changed.items():
+                store.set_retained_version(topic, version_ms, origin)
+            changed.clear()
 
     def _publish_control(self, payload: object) -> None:
         self._publication_id += 1
@@ -695,6 +712,7 @@ class ClusterEngine(StreamsMixin):
         if not self.retained_sync.accept(update):
             return
         self.broker.set_retained(replace(update.message))
+        self._persist_retained_versions()
         self.stats.retained_updates_applied += 1
         self._deliver_pending_commit = True
 
@@ -828,6 +846,7 @@ class ClusterEngine(StreamsMixin):
                 return  # anti-entropy: the same retained versions on both sides
             for reply in self.retained_sync.copy_for(body.request_id, self.broker.retained_messages()):
                 self._send_envelope(envelope.orig, "", body.request_id, reply)
+            self._persist_retained_versions()
         elif isinstance(body, RetainedSyncReply):
             for update in self.retained_sync.reply_received(body):
                 self._apply_retained(update)

@@ -4,7 +4,8 @@
 broker's SQLite store, in its group-commit transaction); :class:`MemoryClusterStore` keeps nothing
 across a restart (an engine without persistence, and tests). What it holds is seed 004's state
 that must survive a crash: the send log (SL), the receivers' positions it waits for (AL) and this
-broker's own receive positions (REQ).
+broker's own receive positions (REQ); and the versions of the retained topics (last writer wins,
+deletions included), so a restarted broker's anti-entropy digest covers what its disk holds.
 """
 
 from __future__ import annotations
@@ -35,6 +36,10 @@ class ClusterStore(Protocol):
 
     def load_positions(self) -> list[tuple[tuple[str, str], int]]: ...
 
+    def set_retained_version(self, topic: str, version_ms: int, origin: str) -> None: ...
+
+    def load_retained_versions(self) -> list[tuple[str, int, str]]: ...
+
 
 class MemoryClusterStore:
     """A ``ClusterStore`` that keeps nothing across a restart (tests of the engine alone)."""
@@ -43,6 +48,7 @@ class MemoryClusterStore:
         self.log: dict[tuple[str, str, int], ForwardedMessage] = {}
         self.receivers: dict[tuple[tuple[str, str], str], int] = {}
         self.positions: dict[tuple[str, str], int] = {}
+        self.retained_versions: dict[str, tuple[int, str]] = {}
 
     def log_append(self, forwarded: ForwardedMessage) -> None:
         self.log[(forwarded.origin, forwarded.stream, forwarded.seq)] = forwarded
@@ -71,3 +77,9 @@ class MemoryClusterStore:
 
     def load_positions(self) -> list[tuple[tuple[str, str], int]]:
         return sorted(self.positions.items())
+
+    def set_retained_version(self, topic: str, version_ms: int, origin: str) -> None:
+        self.retained_versions[topic] = (version_ms, origin)
+
+    def load_retained_versions(self) -> list[tuple[str, int, str]]:
+        return [(topic, ms, origin) for topic, (ms, origin) in sorted(self.retained_versions.items())]

@@ -21,6 +21,10 @@ CRASH_PARTITION = frozenset({"crash", "partition"})
         # data although filter propagation had named the subscriber brokers
         79,
         232,
+        # a retained write accepted on a broker cut off by a partition, which then crashed: restarted
+        # without the write's version, its anti-entropy digest equalled that of the brokers that
+        # never got the write, and the retained values never converged
+        117,
     ],
 )
 def test_crash_and_partition_seed_keeps_every_invariant(seed: int) -> None:
