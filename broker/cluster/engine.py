@@ -49,7 +49,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from broker.cluster.causal_clock import CausalClock
 from broker.cluster.classes import topic_classes
 from broker.cluster.interest import SHARE_PREFIX, Interest, share_topic
-from broker.cluster.interest_table import InterestTable
+from broker.cluster.interest_table import InterestAnnouncer, InterestTable
 from broker.cluster.messages import (
     DEFAULT_ENVELOPE_TTL,
     ClaimReply,
@@ -141,6 +141,7 @@ class ClusterEngine(StreamsMixin):
         self.interest = Interest(cluster.class_levels)
         self.interest_table = InterestTable()  # which other brokers subscribe which classes
         self.retransmit_s = retransmit_s = cluster.retransmit_ms / 1000.0
+        self.announcer = InterestAnnouncer(retransmit_s)  # our classes, until each peer acknowledges
         self.receiver = StreamReceiver(
             ret_delay_s=cluster.reorder_hold_ms / 1000.0,
             retransmit_s=retransmit_s,
@@ -347,6 +348,7 @@ class ClusterEngine(StreamsMixin):
             self._next_probe,
             self._next_interest,
             self._next_catch_up,
+            self.announcer.next_deadline(),
         ):
             if candidate is not None and (deadline is None or candidate < deadline):
                 deadline = candidate
@@ -387,6 +389,11 @@ class ClusterEngine(StreamsMixin):
             self._probe_down_peers(now)
         if self._next_catch_up is not None and self._next_catch_up <= now:
             self._next_catch_up = self._repeat_catch_ups(now, self.retransmit_s, CATCH_UP_GIVE_UP_S)
+        for peer, ref, interest in self.announcer.tick(now):
+            if peer in self._down_peers:
+                self.announcer.forget(peer)  # it gets the whole list when it is back
+            else:
+                self._send_envelope(peer, "", ref, interest)
         if self._next_interest is not None and self._next_interest <= now:
             # announcements are not acknowledged: repeated (as additions: a sender that missed one
             # registers us from its next message on)
@@ -433,6 +440,7 @@ class ClusterEngine(StreamsMixin):
         assert self.transport is not None and self.takeover is not None
         self.transport.drop_queued(peer)  # the overlay re-sends what matters around it
         self._finish_claims(self.takeover.peer_down(peer))
+        self.announcer.forget(peer)
         self._after_event()
 
     def _peer_back(self, peer: str) -> None:
@@ -450,7 +458,9 @@ class ClusterEngine(StreamsMixin):
             return
         for claim in takeover.claims_to_repeat(broker.client_connected):
             self._send_envelope(peer, claim.client_id, claim.claim_id, claim)
-        self._send_envelope(peer, "", 0, ClassInterest(tuple(self.interest.classes()), (), True))
+        full = ClassInterest(tuple(self.interest.classes()), (), True)
+        for dest, ref, interest in self.announcer.announce(full, [peer], self._now()):
+            self._send_envelope(dest, "", ref, interest)
         self._sender_actions(sender.logged_for(peer))
         # compare retained stores at once; and the answer tells ``peer`` we are back too
         self._send_envelope(peer, "", 0, RetainedSyncRequest(0, retained_sync.digest))
@@ -522,9 +532,16 @@ class ClusterEngine(StreamsMixin):
         return peers
 
     def _announce_interest(self, interest: ClassInterest) -> None:
-        """Tell every broker we know which classes we (no longer) subscribe (filter propagation)."""
-        for peer in sorted(self._known_peers()):
-            self._send_envelope(peer, "", 0, interest)
+        """Tell every broker we know which classes we (no longer) subscribe (filter propagation);
+        repeated to each reachable one until it acknowledges (``InterestAnnouncer``). A peer reported
+        down gets the whole list when it is back."""
+        peers = sorted(self._known_peers())
+        for peer in peers:
+            if peer in self._down_peers:
+                self._send_envelope(peer, "", 0, interest)
+        reachable = [peer for peer in peers if peer not in self._down_peers]
+        for peer, ref, body in self.announcer.announce(interest, reachable, self._now()):
+            self._send_envelope(peer, "", ref, body)
 
     def _on_interest(self, peer: str, interest: ClassInterest) -> None:
         sender = self.sender
@@ -853,7 +870,13 @@ class ClusterEngine(StreamsMixin):
         elif isinstance(body, SessionClaim):  # repeated to us after a partition or a restart
             self._on_claim(body)
         elif isinstance(body, ClassInterest):
+            if not body.subscribed and not body.unsubscribed and not body.full:
+                if envelope.ref:  # the acknowledgement of one of our announcements
+                    self.announcer.acked(envelope.orig, envelope.ref)
+                return
             self._on_interest(envelope.orig, body)
+            if envelope.ref:
+                self._send_envelope(envelope.orig, "", envelope.ref, ClassInterest(()))
         else:
             self._on_stream_body(envelope.orig, body)
 

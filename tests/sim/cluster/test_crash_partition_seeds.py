@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 
+from simulation.causal import causal_conversation
 from simulation.scenario import run_seed
 
 CRASH_PARTITION = frozenset({"crash", "partition"})
@@ -29,4 +30,12 @@ CRASH_PARTITION = frozenset({"crash", "partition"})
 )
 def test_crash_and_partition_seed_keeps_every_invariant(seed: int) -> None:
     result = run_seed(seed, faults=CRASH_PARTITION, loss=0.05)
+    assert result.ok, result.report(trace_lines=20)
+
+
+def test_conversation_seed_311_delivers_what_was_published_after_the_suback() -> None:
+    """``python -m simulation --seed 311 --conversation --loss 0.05 --faults crash``: the observer
+    broker's ``ClassInterest`` to the responder's broker was lost and the overlay did not reach
+    its new subscriber node yet; announcements are now repeated until acknowledged."""
+    result = causal_conversation(311, causal=True, loss=0.05, crash=True)
     assert result.ok, result.report(trace_lines=20)
