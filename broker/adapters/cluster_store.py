@@ -1,7 +1,9 @@
 """The cluster's durable state in the broker's SQLite store (implements ``ClusterStore`` of
 ``broker.cluster.engine``): the send log of the reliable streams, the receivers' positions the
 send log waits for, and this broker's own receive positions (seed 004 SL, AL and REQ); and the
-replies that carried sessions away, for a claim repeated because its reply was lost.
+replies that carried sessions away, for a claim repeated because its reply was lost; and the
+versions of the retained topics (``broker.cluster.retained_sync``: last writer wins, deletions
+included), durable with the retained rows they stamp.
 
 Its tables live in the same database and join the same group-commit transaction as the broker's
 own rows, so a message is in the send log by the time its publisher's PUBACK leaves (the PUBACK
@@ -35,6 +37,9 @@ CREATE TABLE IF NOT EXISTS cluster_positions (
 CREATE TABLE IF NOT EXISTS cluster_handed_over (
     claim_id INTEGER NOT NULL, claimant TEXT NOT NULL, reply BLOB NOT NULL,
     PRIMARY KEY (claim_id, claimant)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS cluster_retained_versions (
+    topic TEXT NOT NULL PRIMARY KEY, version_ms INTEGER NOT NULL, origin TEXT NOT NULL
 ) WITHOUT ROWID;
 """
 
@@ -121,6 +126,23 @@ class SqliteClusterStore:
             if isinstance(envelope, Envelope) and isinstance(envelope.body, ClaimReply):
                 out.append((claim_id, claimant, envelope.body))
         return out
+
+    # ------------------------------------------------------------------ retained versions
+    def set_retained_version(self, topic: str, version_ms: int, origin: str) -> None:
+        """In the open transaction: that of the retained row it stamps (a local write's publish,
+        or the update applied). Retained writes are rare: one row each."""
+        self._store.begin()
+        self._store.db.execute(
+            "INSERT INTO cluster_retained_versions (topic, version_ms, origin) VALUES (?, ?, ?) "
+            "ON CONFLICT(topic) DO UPDATE SET version_ms = excluded.version_ms, origin = excluded.origin",
+            (topic, version_ms, origin),
+        )
+
+    def load_retained_versions(self) -> list[tuple[str, int, str]]:
+        rows = self._store.db.execute(
+            "SELECT topic, version_ms, origin FROM cluster_retained_versions ORDER BY topic"
+        ).fetchall()
+        return [(topic, version_ms, origin) for topic, version_ms, origin in rows]
 
     # ------------------------------------------------------------------ commit
     def _flush(self) -> None:

@@ -49,7 +49,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from broker.cluster.causal_clock import CausalClock
 from broker.cluster.classes import topic_classes
 from broker.cluster.interest import SHARE_PREFIX, Interest, share_topic
-from broker.cluster.interest_table import InterestTable
+from broker.cluster.interest_table import InterestAnnouncer, InterestTable
 from broker.cluster.messages import (
     DEFAULT_ENVELOPE_TTL,
     ClaimReply,
@@ -144,6 +144,7 @@ class ClusterEngine(StreamsMixin):
         self.interest = Interest(cluster.class_levels)
         self.interest_table = InterestTable()  # which other brokers subscribe which classes
         self.retransmit_s = retransmit_s = cluster.retransmit_ms / 1000.0
+        self.announcer = InterestAnnouncer(retransmit_s)  # our classes, until each peer acknowledges
         self.receiver = StreamReceiver(
             ret_delay_s=cluster.reorder_hold_ms / 1000.0,
             retransmit_s=retransmit_s,
@@ -250,8 +251,13 @@ class ClusterEngine(StreamsMixin):
             self._handle(api.JoinTopic(topic, Role.SUBSCRIBER))
         self._next_sweep = self._now() + SWEEP_INTERVAL_S
         self._next_interest = self._now() + self.retransmit_s * INTEREST_REFRESH_RETRANSMITS
+        retained_sync = self.retained_sync
+        retained_sync.restore(
+            self.store.load_retained_versions(), [m.topic for m in self.broker.retained_messages()]
+        )
+        self._persist_retained_versions()
         others = [peer for peer in contacts if peer != self.peer_id]
-        self._send_copy_request(self.retained_sync.start_copy(others, now))
+        self._send_copy_request(retained_sync.start_copy(others, now))
         self.retained_sync.anti_entropy((), now)  # arms the first round
         self._arm_timer()
         self.broker.log_event(logging.INFO, "cluster_started", peer_id=self.peer_id, contacts=contacts)
@@ -356,6 +362,7 @@ class ClusterEngine(StreamsMixin):
             self._next_probe,
             self._next_interest,
             self._next_catch_up,
+            self.announcer.next_deadline(),
         ):
             if candidate is not None and (deadline is None or candidate < deadline):
                 deadline = candidate
@@ -396,6 +403,11 @@ class ClusterEngine(StreamsMixin):
             self._probe_down_peers(now)
         if self._next_catch_up is not None and self._next_catch_up <= now:
             self._next_catch_up = self._repeat_catch_ups(now, self.retransmit_s, CATCH_UP_GIVE_UP_S)
+        for peer, ref, interest in self.announcer.tick(now):
+            if peer in self._down_peers:
+                self.announcer.forget(peer)  # it gets the whole list when it is back
+            else:
+                self._send_envelope(peer, "", ref, interest)
         if self._next_interest is not None and self._next_interest <= now:
             # announcements are not acknowledged: repeated (as additions: a sender that missed one
             # registers us from its next message on)
@@ -442,6 +454,7 @@ class ClusterEngine(StreamsMixin):
         assert self.transport is not None and self.takeover is not None
         self.transport.drop_queued(peer)  # the overlay re-sends what matters around it
         self._finish_claims(self.takeover.peer_down(peer))
+        self.announcer.forget(peer)
         self._after_event()
 
     def _peer_back(self, peer: str) -> None:
@@ -459,7 +472,9 @@ class ClusterEngine(StreamsMixin):
             return
         for claim in takeover.claims_to_repeat(broker.client_connected):
             self._send_envelope(peer, claim.client_id, claim.claim_id, claim)
-        self._send_envelope(peer, "", 0, ClassInterest(tuple(self.interest.classes()), (), True))
+        full = ClassInterest(tuple(self.interest.classes()), (), True)
+        for dest, ref, interest in self.announcer.announce(full, [peer], self._now()):
+            self._send_envelope(dest, "", ref, interest)
         self._sender_actions(sender.logged_for(peer))
         # compare retained stores at once; and the answer tells ``peer`` we are back too
         self._send_envelope(peer, "", 0, RetainedSyncRequest(0, retained_sync.digest))
@@ -537,9 +552,16 @@ class ClusterEngine(StreamsMixin):
         return peers
 
     def _announce_interest(self, interest: ClassInterest) -> None:
-        """Tell every broker we know which classes we (no longer) subscribe (filter propagation)."""
-        for peer in sorted(self._known_peers()):
-            self._send_envelope(peer, "", 0, interest)
+        """Tell every broker we know which classes we (no longer) subscribe (filter propagation);
+        repeated to each reachable one until it acknowledges (``InterestAnnouncer``). A peer reported
+        down gets the whole list when it is back."""
+        peers = sorted(self._known_peers())
+        for peer in peers:
+            if peer in self._down_peers:
+                self._send_envelope(peer, "", 0, interest)
+        reachable = [peer for peer in peers if peer not in self._down_peers]
+        for peer, ref, body in self.announcer.announce(interest, reachable, self._now()):
+            self._send_envelope(peer, "", ref, body)
 
     def _on_interest(self, peer: str, interest: ClassInterest) -> None:
         sender = self.sender
@@ -687,6 +709,18 @@ class ClusterEngine(StreamsMixin):
         assert self.retained_sync is not None
         wall_ms = int(self.scheduler.wall_time() * 1000)
         self._publish_control(self.retained_sync.local_write(message, wall_ms))
+        self._persist_retained_versions()
+
+    def _persist_retained_versions(self) -> None:
+        """Retained versions that changed go to the store, in the transaction of the retained rows
+        they stamp (a restarted broker's anti-entropy digest then covers what its disk holds)."""
+        assert self.retained_sync is not None
+        changed = self.retained_sync.changed
+        if changed:
+            store = self.store
+            for topic, (version_ms, origin) in changed.items():
+                store.set_retained_version(topic, version_ms, origin)
+            changed.clear()
 
     def _publish_control(self, payload: object) -> None:
         self._publication_id += 1
@@ -717,6 +751,7 @@ class ClusterEngine(StreamsMixin):
         if not self.retained_sync.accept(update):
             return
         self.broker.set_retained(replace(update.message))
+        self._persist_retained_versions()
         self.stats.retained_updates_applied += 1
         self._deliver_pending_commit = True
 
@@ -898,13 +933,20 @@ class ClusterEngine(StreamsMixin):
                 return  # anti-entropy: the same retained versions on both sides
             for reply in self.retained_sync.copy_for(body.request_id, self.broker.retained_messages()):
                 self._send_envelope(envelope.orig, "", body.request_id, reply)
+            self._persist_retained_versions()
         elif isinstance(body, RetainedSyncReply):
             for update in self.retained_sync.reply_received(body):
                 self._apply_retained(update)
         elif isinstance(body, SessionClaim):  # repeated to us after a partition or a restart
             self._on_claim(body)
         elif isinstance(body, ClassInterest):
+            if not body.subscribed and not body.unsubscribed and not body.full:
+                if envelope.ref:  # the acknowledgement of one of our announcements
+                    self.announcer.acked(envelope.orig, envelope.ref)
+                return
             self._on_interest(envelope.orig, body)
+            if envelope.ref:
+                self._send_envelope(envelope.orig, "", envelope.ref, ClassInterest(()))
         else:
             self._on_stream_body(envelope.orig, body)
 

@@ -16,6 +16,12 @@ versions - an XOR of one 64-bit hash per (topic, version), kept up to date per w
 answers with its whole copy when its own digest differs. Last writer wins makes the merge
 order-free, so after a heal every broker converges within a few rounds.
 
+**Restarts.** The versions are durable (``changed``: the engine writes them with the retained rows
+they stamp) and a restarted broker starts from them (``restore``): its digest covers what its disk
+holds - a write accepted here whose update was lost (a partition, then a crash) is still offered
+to the others, and a deletion is still known. A retained message on disk without a version (a store
+from before versions were kept) gets the oldest possible one, ``(0, this peer)``.
+
 Events in (a local write with the wall clock, an update, a copy request / reply, ``tick``);
 decisions, updates and directed messages out. No I/O.
 """
@@ -55,6 +61,7 @@ class RetainedSync:
         self.anti_entropy_s = anti_entropy_s
         self.versions: dict[str, Version] = {}
         self.digest = 0  # XOR of _version_hash over ``versions``
+        self.changed: dict[str, Version] = {}  # versions to persist (the engine drains it)
         self._next_round: float | None = None
         self._round = 0
         self._contacts: list[str] = []
@@ -87,6 +94,17 @@ class RetainedSync:
             self.digest ^= _version_hash(topic, current)
         self.versions[topic] = version
         self.digest ^= _version_hash(topic, version)
+        self.changed[topic] = version
+
+    def restore(self, versions: Iterable[tuple[str, int, str]], held: Iterable[str]) -> None:
+        """The durable versions a previous incarnation left ((topic, ms, origin)), and the topics
+        whose retained message the store holds (one without a version gets ``(0, this peer)``)."""
+        for topic, version_ms, origin in versions:
+            self._set_version(topic, (version_ms, origin))
+        self.changed.clear()  # already durable
+        for topic in held:
+            if topic not in self.versions:
+                self._set_version(topic, (0, self.peer_id))
 
     # ------------------------------------------------------------------ anti-entropy
     def anti_entropy(self, peers: Iterable[str], now: float) -> CopyRequest | None:

@@ -4,8 +4,10 @@
 broker's SQLite store, in its group-commit transaction); :class:`MemoryClusterStore` keeps nothing
 across a restart (an engine without persistence, and tests). What it holds is seed 004's state
 that must survive a crash: the send log (SL), the receivers' positions it waits for (AL) and this
-broker's own receive positions (REQ); and the replies that carried sessions to other brokers, for a
-claim repeated because its reply was lost (``broker.cluster.takeover``).
+broker's own receive positions (REQ); the replies that carried sessions to other brokers, for a
+claim repeated because its reply was lost (``broker.cluster.takeover``); and the versions of the
+retained topics (last writer wins, deletions included), so a restarted broker's anti-entropy
+digest covers what its disk holds.
 """
 
 from __future__ import annotations
@@ -39,6 +41,9 @@ class ClusterStore(Protocol):
     def set_handed_over(self, claim_id: int, claimant: str, reply: ClaimReply | None) -> None: ...
 
     def load_handed_over(self) -> list[tuple[int, str, ClaimReply]]: ...
+    def set_retained_version(self, topic: str, version_ms: int, origin: str) -> None: ...
+
+    def load_retained_versions(self) -> list[tuple[str, int, str]]: ...
 
 
 class MemoryClusterStore:
@@ -49,6 +54,7 @@ class MemoryClusterStore:
         self.receivers: dict[tuple[tuple[str, str], str], int] = {}
         self.positions: dict[tuple[str, str], int] = {}
         self.handed_over: dict[tuple[int, str], ClaimReply] = {}
+        self.retained_versions: dict[str, tuple[int, str]] = {}
 
     def log_append(self, forwarded: ForwardedMessage) -> None:
         self.log[(forwarded.origin, forwarded.stream, forwarded.seq)] = forwarded
@@ -88,3 +94,8 @@ class MemoryClusterStore:
         return [
             (claim_id, claimant, reply) for (claim_id, claimant), reply in sorted(self.handed_over.items())
         ]
+    def set_retained_version(self, topic: str, version_ms: int, origin: str) -> None:
+        self.retained_versions[topic] = (version_ms, origin)
+
+    def load_retained_versions(self) -> list[tuple[str, int, str]]:
+        return [(topic, ms, origin) for topic, (ms, origin) in sorted(self.retained_versions.items())]

@@ -208,9 +208,13 @@ class StreamSender:
 
     def has_receivers(self, cls: str) -> bool:
         """Whether a receiver broker of this broker's stream of ``cls`` still expects messages
-        (a known receiver that crashed or is cut off must get them when it is back)."""
+        (a known receiver that crashed or is cut off must get them when it is back). Before the
+        stream's first message: whether a broker that subscribes ``cls`` was announced (filter
+        propagation) - the receivers the stream will start with (``append``)."""
         stream = self._streams.get((self.origin, cls))
-        return stream is not None and bool(stream.receivers)
+        if stream is None:
+            return any(True for _peer in self._receivers_of(cls))
+        return bool(stream.receivers)
 
     def skip(
         self, cls: str, message: Message, now: float, deps: tuple[StreamPosition, ...] | None = None

@@ -332,3 +332,26 @@ def test_low_covers_a_registered_receiver_that_has_not_acknowledged_yet() -> Non
     receiver = _receiver()
     assert _seqs(receiver.receive(second, 1, now=0.2)) == []  # waits for 1
     assert _seqs(receiver.receive(first, 1, now=0.3)) == [1, 2]
+
+
+def test_a_class_never_published_here_has_receivers_once_a_subscriber_broker_was_announced() -> None:
+    """Seed 79 (crash + partition): the first message of a stream, published while every
+    subscriber broker of its class is down (the rendezvous point reports none), must not be
+    skipped as exhaust data when filter propagation named subscriber brokers: it is logged for
+    them (``ROUTE_DIRECT``) and resent when they are back."""
+    subscribers: list[str] = []
+    sender = StreamSender(
+        A,
+        retransmit_s=1.0,
+        retention_s=100.0,
+        presence_grace_s=2.0,
+        min_retention_s=10.0,
+        receivers_of=lambda cls: list(subscribers) if cls == CLS else [],
+    )
+    assert not sender.has_receivers(CLS)  # nobody subscribes: exhaust data
+    subscribers.append("b:1")
+    assert sender.has_receivers(CLS)  # before the stream's first message
+    assert not sender.has_receivers("=other")
+    first = sender.append(CLS, _msg(1), now=0.0, confirmed=True)  # ROUTE_DIRECT: not via the overlay
+    assert sender.has_receivers(CLS)
+    assert sender.tick(now=20.0)[-1:] == [Resend("b:1", StreamResend(A, CLS, (first,), 0))]
