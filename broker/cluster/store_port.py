@@ -94,6 +94,7 @@ class MemoryClusterStore:
         return [
             (claim_id, claimant, reply) for (claim_id, claimant), reply in sorted(self.handed_over.items())
         ]
+
     def set_retained_version(self, topic: str, version_ms: int, origin: str) -> None:
         self.retained_versions[topic] = (version_ms, origin)
 
