@@ -470,8 +470,10 @@ class ClusterEngine(StreamsMixin):
         retained_sync = self.retained_sync
         if takeover is None or broker is None or sender is None or retained_sync is None:
             return
-        for claim in takeover.claims_to_repeat(broker.client_connected):
+        claims = takeover.claims_to_repeat(broker.client_connected)
+        for claim in claims:
             self._send_envelope(peer, claim.client_id, claim.claim_id, claim)
+        takeover.repeat_to(peer, claims, self._now())  # until answered: a repeat may be lost
         full = ClassInterest(tuple(self.interest.classes()), (), True)
         for dest, ref, interest in self.announcer.announce(full, [peer], self._now()):
             self._send_envelope(dest, "", ref, interest)

@@ -255,6 +255,21 @@ class Takeover:
             if order[1] == self.peer_id and connected(client_id)
         ]
 
+    def repeat_to(self, peer: str, claims: Iterable[SessionClaim], now: float) -> None:
+        """``claims`` (of :meth:`claims_to_repeat`) were sent again to broker ``peer``, back after
+        a restart or a heal: each is repeated to it until it answers, like a claim it did not answer
+        when made (a lost repeat would leave the client's older session there for good)."""
+        if self.repeat_s <= 0 or peer == self.peer_id:
+            return
+        for claim in claims:
+            unanswered = self._unanswered.get(claim.claim_id)
+            if unanswered is None:
+                self._unanswered[claim.claim_id] = _Unanswered(
+                    claim, {peer}, now + self.repeat_s, now + self.repeat_for_s
+                )
+            else:
+                unanswered.peers.add(peer)
+
     def tick(self, now: float) -> list[ClaimFinished]:
         due = [claim_id for claim_id, claim in self._claims.items() if claim.deadline <= now]
         for claim_id in due:

@@ -383,6 +383,10 @@ FIXED_SEEDS = [
     (284, "crash,move"),
     (23, "partition,move"),
     (49, "partition,move"),
+    # combined sweep (crash,partition,move; docs/cluster.md)
+    (35, "crash,partition,move"),  # a claim repeated to a broker back from a crash, lost
+    (916, "crash,partition,move"),
+    (968, "crash,partition,move"),
 ]
 
 

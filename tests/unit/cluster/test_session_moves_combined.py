@@ -55,6 +55,29 @@ def test_a_repeated_claim_does_not_get_the_session_again_once_the_client_reconne
     assert old.on_claim(claim, connected_here=True) == Refuse(claim)
 
 
+def test_a_claim_repeated_to_a_broker_that_came_back_is_repeated_until_it_answers() -> None:
+    """Seed 35 (crash,partition,move): the subscriber's broker A crashed and the client reconnected
+    to B before B noticed the crash (A neither connected nor reported down: the claim was not kept
+    for A). When A came back, B repeated its claim to A once (``claims_to_repeat``) and that repeat
+    was lost: A kept the client's old session, with a message B had sent A's stream after the
+    crash, for good. The repeat is now kept until A answers, like an unanswered claim."""
+    b = Takeover("b:1", wait_s=0.5, repeat_s=1.0)
+    claim, waits = b.claim("c", False, [], now=0.0, wall_ns=10)
+    assert not waits and b.repeats(now=5.0) == []  # nobody to repeat it to
+    # A is back: B repeats the claims of its connected clients to it (the send is lost)
+    again = b.claims_to_repeat(lambda client_id: client_id == "c")
+    assert again == [claim]
+    b.repeat_to("a:1", again, now=6.0)
+    assert b.repeats(now=6.5) == []  # not before repeat_s
+    assert b.repeats(now=7.0) == [("a:1", claim)]
+    assert b.repeats(now=8.0) == [("a:1", claim)]
+    a = Takeover("a:1", wait_s=0.5, repeat_s=1.0)
+    assert a.on_claim(claim, connected_here=False) == HandOver(claim, transfer=True)
+    reply = ClaimReply(claim.claim_id, "c", True, _snapshot())
+    assert b.on_reply("a:1", reply) == LateSession(reply.snapshot)  # type: ignore[arg-type]
+    assert b.repeats(now=9.0) == []  # answered
+
+
 # ====================================================== streams the old broker never received
 def test_the_sender_lists_its_streams_of_a_class_and_their_whole_log() -> None:
     """Seeds 27 and 271 (crash,move): a session moved to B while B's messages of the class had
