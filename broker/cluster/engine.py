@@ -454,6 +454,7 @@ class ClusterEngine(StreamsMixin):
         assert self.transport is not None and self.takeover is not None
         self.transport.drop_queued(peer)  # the overlay re-sends what matters around it
         self._finish_claims(self.takeover.peer_down(peer))
+        self.takeover.claimant_down(peer, self._now())
         self.announcer.forget(peer)
         self._after_event()
 
@@ -788,6 +789,10 @@ class ClusterEngine(StreamsMixin):
             reply = ClaimReply(claim.claim_id, claim.client_id, False, None)
         elif isinstance(decision, Answer):
             reply = decision.reply  # the claim was repeated: our reply with the session was lost
+            if decision.moved_from is not None:
+                # handed over to a broker that went down right after: it goes to this claim now
+                self.store.set_handed_over(*decision.moved_from, None)
+                self.store.set_handed_over(claim.claim_id, claim.origin, reply)
         else:
             assert isinstance(decision, HandOver)
             before = self.receiver.positions()  # (the hand-over may leave classes)

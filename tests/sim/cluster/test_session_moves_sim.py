@@ -387,6 +387,11 @@ FIXED_SEEDS = [
     (35, "crash,partition,move"),  # a claim repeated to a broker back from a crash, lost
     (916, "crash,partition,move"),
     (968, "crash,partition,move"),
+    (177, "crash,partition,move"),  # a session handed to a broker that had just crashed
+    (607, "crash,partition,move"),
+    (688, "crash,partition,move"),
+    (789, "crash,partition,move"),
+    (932, "crash,partition,move"),
 ]
 
 

@@ -78,6 +78,36 @@ def test_a_claim_repeated_to_a_broker_that_came_back_is_repeated_until_it_answer
     assert b.repeats(now=9.0) == []  # answered
 
 
+def test_a_session_handed_to_a_broker_that_went_down_right_after_goes_to_the_next_claim() -> None:
+    """Seed 177 (crash,partition,move; also 607, 688, 789, 932): the client connected to P, whose
+    claim reached the subscriber's broker H after P had crashed. H handed the session over (with a
+    queued message and its stream positions) and kept the reply for a repeat of that claim - which
+    never came: the restarted P knows nothing of it. The client reconnected to P and its new claim
+    got "no session": the message was lost. A session handed over to a broker reported down right
+    after (``unconfirmed_s``) now goes to the client's next newer claim, from any broker."""
+    h = Takeover("h:1", wait_s=0.5, repeat_s=1.0, unconfirmed_s=2.0)
+    old = SessionClaim("p:1", "c", 10, False)
+    assert h.on_claim(old, connected_here=True) == HandOver(old, transfer=True)
+    reply = ClaimReply(10, "c", True, _snapshot(), (StreamPosition("q:1/x", "=t", 12),))
+    h.handed_over(10, "p:1", reply, now=4.58)
+    h.claimant_down("p:1", now=4.63)  # P crashed: its reply was on its way
+    newer = SessionClaim("p:1", "c", 20, False)  # the client connected to the restarted P
+    moved = ClaimReply(20, "c", True, reply.snapshot, reply.positions)
+    assert h.on_claim(newer, connected_here=False) == Answer(newer, moved, moved_from=(10, "p:1"))
+    assert h.on_claim(newer, connected_here=False) == Answer(newer, moved)  # kept for its repeats
+    assert h.on_claim(old, connected_here=False) == HandOver(old, transfer=True)  # no longer P's
+
+
+def test_a_session_handed_over_long_before_its_claimant_went_down_stays_with_it() -> None:
+    h = Takeover("h:1", wait_s=0.5, repeat_s=1.0, unconfirmed_s=2.0)
+    old = SessionClaim("p:1", "c", 10, False)
+    h.on_claim(old, connected_here=True)
+    h.handed_over(10, "p:1", ClaimReply(10, "c", True, _snapshot()), now=1.0)
+    h.claimant_down("p:1", now=30.0)  # P had imported it long before: no second copy
+    newer = SessionClaim("q:1", "c", 20, False)
+    assert h.on_claim(newer, connected_here=False) == HandOver(newer, transfer=True)
+
+
 # ====================================================== streams the old broker never received
 def test_the_sender_lists_its_streams_of_a_class_and_their_whole_log() -> None:
     """Seeds 27 and 271 (crash,move): a session moved to B while B's messages of the class had
