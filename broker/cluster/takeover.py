@@ -289,12 +289,13 @@ class Takeover:
         return out
 
     def claims_to_repeat(self, connected: Callable[[str], bool]) -> list[SessionClaim]:
-        """The claims of the clients connected here, to repeat to a broker that was unreachable (a
-        partition healed): one client id ends with one owner, the newest connection (issue #10)."""
+        """The claims of the clients connected here, or whose CONNECT still waits for its replies,
+        to repeat to a broker that was unreachable (a partition healed, or it or this broker
+        restarted): one client id ends with one owner, the newest connection (issue #10)."""
         return [
             SessionClaim(self.peer_id, client_id, order[0], self._clean_starts.get(client_id, False))
             for client_id, order in sorted(self._connection_claims.items())
-            if order[1] == self.peer_id and connected(client_id)
+            if order[1] == self.peer_id and (connected(client_id) or order[0] in self._claims)
         ]
 
     def repeat_to(self, peer: str, claims: Iterable[SessionClaim], now: float) -> None:

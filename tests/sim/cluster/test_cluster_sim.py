@@ -114,7 +114,7 @@ def test_sweeps_with_combined_faults_keep_every_invariant() -> None:
 
 
 # seeds of the 1,000-seed combined sweep that still fail (docs/cluster.md "Known limits")
-COMBINED_STILL_FAILING = (41, 159, 206, 470, 483)
+COMBINED_STILL_FAILING = (41, 206)
 
 
 @pytest.mark.xfail(strict=True, raises=KnownViolation, reason="combined faults: still open (docs/cluster.md)")

@@ -392,6 +392,10 @@ FIXED_SEEDS = [
     (688, "crash,partition,move"),
     (789, "crash,partition,move"),
     (932, "crash,partition,move"),
+    (470, "crash,partition,move"),  # a claim not repeated to a broker back while its CONNECT waited
+    (159, "crash,partition,move"),
+    (483, "crash,partition,move"),
+    (745, "crash,partition,move"),
 ]
 
 

@@ -108,6 +108,23 @@ def test_a_session_handed_over_long_before_its_claimant_went_down_stays_with_it(
     assert h.on_claim(newer, connected_here=False) == HandOver(newer, transfer=True)
 
 
+def test_a_claim_whose_connect_still_waits_is_repeated_to_a_broker_that_comes_back() -> None:
+    """Seed 470 (crash,partition,move; also 159, 483, 745): the client's session was at A; it
+    connected to B, restarted while cut off from A (B knew nothing of A: neither connected nor
+    reported down, so the claim was kept for nobody there). The partition healed while the CONNECT
+    still waited for its replies: B repeated to A the claims of its *connected* clients only, so A
+    never got the claim and kept the session, with a message for it, for good."""
+    b = Takeover("b:2", wait_s=0.5, repeat_s=1.0)
+    claim, waits = b.claim("c", False, ["c:1"], now=6.0, wall_ns=10)
+    assert waits
+    assert b.claims_to_repeat(lambda client_id: False) == [claim]  # A is back at 6.3: waiting
+    b.repeat_to("a:1", [claim], now=6.3)
+    assert b.repeats(now=7.3) == [("a:1", claim), ("c:1", claim)]  # until each answers
+    b.tick(now=6.5)  # the wait ends: no session present; the client attaches
+    assert b.claims_to_repeat(lambda client_id: True) == [claim]
+    assert b.claims_to_repeat(lambda client_id: False) == []  # gone: nothing to claim for
+
+
 # ====================================================== streams the old broker never received
 def test_the_sender_lists_its_streams_of_a_class_and_their_whole_log() -> None:
     """Seeds 27 and 271 (crash,move): a session moved to B while B's messages of the class had
