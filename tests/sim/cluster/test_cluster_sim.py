@@ -27,27 +27,12 @@ CI_SEEDS = range(200)
 FAULT_SEEDS = range(20)
 
 
-class KnownViolation(AssertionError):
-    """The violations an expected failure expects (any other failure - the fault no longer
-    reproducing, another kind of violation, an exception in the harness - is a real one)."""
-
-
 def _fail_with(results: list[Result]) -> None:
     failing = [r for r in results if not r.ok]
     if failing:
         pytest.fail(
             "\n".join(r.report(trace_lines=10) for r in failing[:3]) + f"\n{len(failing)} failing seeds"
         )
-
-
-def _known(results: list[Result], kinds: frozenset[str] = frozenset({"lost"})) -> None:
-    failing = [r for r in results if not r.ok]
-    if not failing:
-        pytest.fail("the known fault did not reproduce: update this test (and docs/cluster.md)")
-    other = [v for r in failing for v in r.violations if v.kind not in kinds]
-    if other:
-        pytest.fail(f"violations other than {sorted(kinds)}: {other[:5]}")
-    raise KnownViolation("\n".join(r.report(trace_lines=0) for r in failing[:3]))
 
 
 def test_sweep_without_loss_or_faults_keeps_every_invariant() -> None:
