@@ -454,6 +454,7 @@ class ClusterEngine(StreamsMixin):
         assert self.transport is not None and self.takeover is not None
         self.transport.drop_queued(peer)  # the overlay re-sends what matters around it
         self._finish_claims(self.takeover.peer_down(peer))
+        self.takeover.claimant_down(peer, self._now())
         self.announcer.forget(peer)
         self._after_event()
 
@@ -470,8 +471,10 @@ class ClusterEngine(StreamsMixin):
         retained_sync = self.retained_sync
         if takeover is None or broker is None or sender is None or retained_sync is None:
             return
-        for claim in takeover.claims_to_repeat(broker.client_connected):
+        claims = takeover.claims_to_repeat(broker.client_connected)
+        for claim in claims:
             self._send_envelope(peer, claim.client_id, claim.claim_id, claim)
+        takeover.repeat_to(peer, claims, self._now())  # until answered: a repeat may be lost
         full = ClassInterest(tuple(self.interest.classes()), (), True)
         for dest, ref, interest in self.announcer.announce(full, [peer], self._now()):
             self._send_envelope(dest, "", ref, interest)
@@ -786,6 +789,10 @@ class ClusterEngine(StreamsMixin):
             reply = ClaimReply(claim.claim_id, claim.client_id, False, None)
         elif isinstance(decision, Answer):
             reply = decision.reply  # the claim was repeated: our reply with the session was lost
+            if decision.moved_from is not None:
+                # handed over to a broker that went down right after: it goes to this claim now
+                self.store.set_handed_over(*decision.moved_from, None)
+                self.store.set_handed_over(claim.claim_id, claim.origin, reply)
         else:
             assert isinstance(decision, HandOver)
             before = self.receiver.positions()  # (the hand-over may leave classes)

@@ -26,7 +26,7 @@ No I/O.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from broker.cluster.messages import ClaimReply, SessionClaim
 from broker.core.session import SessionSnapshot
@@ -52,10 +52,13 @@ class HandOver:
 @dataclass(frozen=True, slots=True)
 class Answer:
     """Answer ``claim`` again with ``reply``: the session already handed over to this very claim
-    (its first reply may have been lost; the session is no longer here)."""
+    (its first reply may have been lost; the session is no longer here). ``moved_from``: the
+    older claim the reply was kept for, when it goes to this newer claim instead (its claimant
+    went down right after the hand-over: :meth:`Takeover.claimant_down`)."""
 
     claim: SessionClaim
     reply: ClaimReply
+    moved_from: ClaimOrder | None = None
 
 
 Decision = Refuse | HandOver | Answer
@@ -86,6 +89,8 @@ class _Claim:
 class _HandedOver:
     reply: ClaimReply
     until: float
+    at: float = 0.0  # when it was handed over
+    unconfirmed: bool = False  # its claimant went down right after: it may never have got it
 
 
 @dataclass
@@ -100,9 +105,16 @@ class Takeover:
     """This broker's claims and what it knows of other brokers' claims."""
 
     def __init__(
-        self, peer_id: str, *, wait_s: float, repeat_s: float = 1.0, repeat_for_s: float = 600.0
+        self,
+        peer_id: str,
+        *,
+        wait_s: float,
+        repeat_s: float = 1.0,
+        repeat_for_s: float = 600.0,
+        unconfirmed_s: float = 2.0,
     ) -> None:
         self.peer_id = peer_id
+        self.unconfirmed_s = unconfirmed_s
         self.wait_s = wait_s
         self.repeat_s = repeat_s
         self.repeat_for_s = repeat_for_s
@@ -166,7 +178,28 @@ class Takeover:
             # claim's answers): it keeps the client; the claimant's connection is closed when our
             # own claim reaches it
             return Refuse(claim)
+        if not claim.clean_start and (moved := self._unconfirmed_for(claim, mine)) is not None:
+            return moved
         return HandOver(claim, transfer=not claim.clean_start)
+
+    def _unconfirmed_for(self, claim: SessionClaim, mine: ClaimOrder | None) -> Answer | None:
+        """A session of ``claim``'s client handed over to an older claim whose broker went down
+        right after (it may have crashed before importing it, and a restarted broker does not
+        repeat its claims): it goes to this newer claim of the client instead of being lost."""
+        incoming = (claim.claim_id, claim.origin)
+        for key, handed in sorted(self._handed_over.items()):
+            if (
+                not handed.unconfirmed
+                or handed.reply.client_id != claim.client_id
+                or key >= incoming
+                or (mine is not None and mine > key)  # the client connected here again since
+            ):
+                continue
+            del self._handed_over[key]
+            reply = replace(handed.reply, claim_id=claim.claim_id)
+            self._handed_over[incoming] = _HandedOver(reply, handed.until, handed.at)
+            return Answer(claim, reply, moved_from=key)
+        return None
 
     def handed_over(self, claim_id: int, claimant: str, reply: ClaimReply, now: float) -> None:
         """``reply`` carried the client's session to broker ``claimant`` for claim ``claim_id``: a
@@ -174,7 +207,16 @@ class Takeover:
         answered) gets the same reply, for ``repeat_for_s``. Without it the session would be lost
         with the reply: the next answer would say there is none."""
         if reply.snapshot is not None:
-            self._handed_over[(claim_id, claimant)] = _HandedOver(reply, now + self.repeat_for_s)
+            self._handed_over[(claim_id, claimant)] = _HandedOver(reply, now + self.repeat_for_s, now)
+
+    def claimant_down(self, peer: str, now: float) -> None:
+        """Broker ``peer`` was reported down: the sessions handed over to it in the last
+        ``unconfirmed_s`` may never have reached it (it crashed with the reply on its way, or before
+        importing it). The next newer claim of such a client, from any broker, gets the session
+        (at least once: if ``peer`` did import it, its messages come twice)."""
+        for (_claim_id, claimant), handed in self._handed_over.items():
+            if claimant == peer and now - handed.at <= self.unconfirmed_s:
+                handed.unconfirmed = True
 
     def on_reply(self, replier: str, reply: ClaimReply) -> ClaimFinished | LateSession | None:
         """A reply to one of our claims from broker ``replier``."""
@@ -247,13 +289,29 @@ class Takeover:
         return out
 
     def claims_to_repeat(self, connected: Callable[[str], bool]) -> list[SessionClaim]:
-        """The claims of the clients connected here, to repeat to a broker that was unreachable (a
-        partition healed): one client id ends with one owner, the newest connection (issue #10)."""
+        """The claims of the clients connected here, or whose CONNECT still waits for its replies,
+        to repeat to a broker that was unreachable (a partition healed, or it or this broker
+        restarted): one client id ends with one owner, the newest connection (issue #10)."""
         return [
             SessionClaim(self.peer_id, client_id, order[0], self._clean_starts.get(client_id, False))
             for client_id, order in sorted(self._connection_claims.items())
-            if order[1] == self.peer_id and connected(client_id)
+            if order[1] == self.peer_id and (connected(client_id) or order[0] in self._claims)
         ]
+
+    def repeat_to(self, peer: str, claims: Iterable[SessionClaim], now: float) -> None:
+        """``claims`` (of :meth:`claims_to_repeat`) were sent again to broker ``peer``, back after
+        a restart or a heal: each is repeated to it until it answers, like a claim it did not answer
+        when made (a lost repeat would leave the client's older session there for good)."""
+        if self.repeat_s <= 0 or peer == self.peer_id:
+            return
+        for claim in claims:
+            unanswered = self._unanswered.get(claim.claim_id)
+            if unanswered is None:
+                self._unanswered[claim.claim_id] = _Unanswered(
+                    claim, {peer}, now + self.repeat_s, now + self.repeat_for_s
+                )
+            else:
+                unanswered.peers.add(peer)
 
     def tick(self, now: float) -> list[ClaimFinished]:
         due = [claim_id for claim_id, claim in self._claims.items() if claim.deadline <= now]

@@ -350,6 +350,14 @@ class Broker:
         if session is None:
             self.registry.import_(snapshot)
         else:
+            if session.present_at_connect:
+                # its CONNACK said "session present" (a session left here by an earlier CONNECT,
+                # while this one was out of reach): the client relies on the subscriptions it
+                # made, which this session brings; the ones the session here lacks are added
+                for opts in snapshot.subscriptions:
+                    if opts.topic_filter not in session.subscriptions:
+                        self.subscriptions.add(session, opts)
+                        self.durability.add_subscription(session, opts)
             self.registry.adopt_entries(session, snapshot.pending)
         self.after_batch()
 

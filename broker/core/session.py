@@ -108,6 +108,7 @@ class Session:
         "next_packet_id",
         "out_aliases",
         "persistent",
+        "present_at_connect",
         "protocol_level",
         "queue",
         "subscriptions",
@@ -143,6 +144,8 @@ class Session:
         # reconnect); they go out before any queued message as acknowledgements arrive
         self.unsent: deque[OutEntry] | None = None
         self.ended = False
+        # the last CONNACK said "session present": the client relies on its subscriptions
+        self.present_at_connect = False
 
     def allocate_packet_id(self) -> int:
         """Next free packet identifier (1..65535) not used by an in-flight message."""

@@ -147,6 +147,7 @@ class SessionRegistry:
         session.out_aliases = None
         session.connection = conn
         session.disconnected_at = None
+        session.present_at_connect = present
         durability.make_persistent(session, expiry > 0)
         if session.persistent and (packet.will is not None or present):
             # stored while connected too, so a will survives a broker crash (fired on restart)

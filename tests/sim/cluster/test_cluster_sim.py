@@ -7,9 +7,8 @@ simulated clients, checked by simulation.checkers; a failing seed replays with
 * The three faults named by the architecture issue (SUBACK then publish on another broker, publish
   right after a session move, kill -9 of the subscriber's broker), fixed by issue #10, and sweeps
   with one kind of fault each (crashes, partitions, session moves, 5 % loss): no violation.
-* Combined faults (crashes, partitions and moves together, 5 % loss): the 20 CI seeds keep every
-  invariant; seeds of the 1,000-seed sweep that still break some are an expected failure
-  (``xfail(strict=True)``) that accepts only the violations it names.
+* Combined faults (crashes, partitions and moves together, 5 % loss): the 20 CI seeds and the
+  seeds of the 1,000-seed sweep that used to break some keep every invariant.
 """
 
 from __future__ import annotations
@@ -28,27 +27,12 @@ CI_SEEDS = range(200)
 FAULT_SEEDS = range(20)
 
 
-class KnownViolation(AssertionError):
-    """The violations an expected failure expects (any other failure - the fault no longer
-    reproducing, another kind of violation, an exception in the harness - is a real one)."""
-
-
 def _fail_with(results: list[Result]) -> None:
     failing = [r for r in results if not r.ok]
     if failing:
         pytest.fail(
             "\n".join(r.report(trace_lines=10) for r in failing[:3]) + f"\n{len(failing)} failing seeds"
         )
-
-
-def _known(results: list[Result], kinds: frozenset[str] = frozenset({"lost"})) -> None:
-    failing = [r for r in results if not r.ok]
-    if not failing:
-        pytest.fail("the known fault did not reproduce: update this test (and docs/cluster.md)")
-    other = [v for r in failing for v in r.violations if v.kind not in kinds]
-    if other:
-        pytest.fail(f"violations other than {sorted(kinds)}: {other[:5]}")
-    raise KnownViolation("\n".join(r.report(trace_lines=0) for r in failing[:3]))
 
 
 def test_sweep_without_loss_or_faults_keeps_every_invariant() -> None:
@@ -113,16 +97,18 @@ def test_sweeps_with_combined_faults_keep_every_invariant() -> None:
     _fail_with(results)
 
 
-# seeds of the 1,000-seed combined sweep that still fail (docs/cluster.md "Known limits")
-COMBINED_STILL_FAILING = (35, 41, 159, 177, 206, 470, 483)
+# seeds of the 1,000-seed combined sweep that failed at ebf0907 (docs/cluster.md "Known limits"); the
+# causes and their scripted tests: tests/sim/cluster/test_session_moves_sim.py (FIXED_SEEDS),
+# tests/unit/cluster/test_session_moves_combined.py, tests/unit/cluster/test_late_session.py
+COMBINED_ONCE_FAILING = (35, 41, 159, 177, 206, 470, 483, 607, 688, 745, 789, 916, 932, 968)
 
 
-@pytest.mark.xfail(strict=True, raises=KnownViolation, reason="combined faults: still open (docs/cluster.md)")
-def test_sweeps_with_combined_faults_still_break_invariants() -> None:
-    """Crashes, partitions and session moves together (with 5 % loss) still lose acknowledged
-    messages in some seeds (14 of 1,000): kept as an expected failure naming what breaks."""
+def test_seeds_the_combined_sweep_failed_keep_every_invariant() -> None:
+    """Crashes, partitions and session moves together (with 5 % loss): the seeds of the
+    1,000-seed sweep that lost acknowledged messages (an expected failure until their causes were
+    fixed) keep every invariant."""
     results = [
         run_seed(seed, faults=frozenset({"crash", "partition", "move"}), loss=0.05)
-        for seed in COMBINED_STILL_FAILING
+        for seed in COMBINED_ONCE_FAILING
     ]
-    _known(results, frozenset({"lost", "order", "retained", "owners"}))
+    _fail_with(results)

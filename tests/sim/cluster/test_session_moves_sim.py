@@ -383,6 +383,19 @@ FIXED_SEEDS = [
     (284, "crash,move"),
     (23, "partition,move"),
     (49, "partition,move"),
+    # combined sweep (crash,partition,move; docs/cluster.md)
+    (35, "crash,partition,move"),  # a claim repeated to a broker back from a crash, lost
+    (916, "crash,partition,move"),
+    (968, "crash,partition,move"),
+    (177, "crash,partition,move"),  # a session handed to a broker that had just crashed
+    (607, "crash,partition,move"),
+    (688, "crash,partition,move"),
+    (789, "crash,partition,move"),
+    (932, "crash,partition,move"),
+    (470, "crash,partition,move"),  # a claim not repeated to a broker back while its CONNECT waited
+    (159, "crash,partition,move"),
+    (483, "crash,partition,move"),
+    (745, "crash,partition,move"),
 ]
 
 

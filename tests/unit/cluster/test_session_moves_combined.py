@@ -55,6 +55,76 @@ def test_a_repeated_claim_does_not_get_the_session_again_once_the_client_reconne
     assert old.on_claim(claim, connected_here=True) == Refuse(claim)
 
 
+def test_a_claim_repeated_to_a_broker_that_came_back_is_repeated_until_it_answers() -> None:
+    """Seed 35 (crash,partition,move): the subscriber's broker A crashed and the client reconnected
+    to B before B noticed the crash (A neither connected nor reported down: the claim was not kept
+    for A). When A came back, B repeated its claim to A once (``claims_to_repeat``) and that repeat
+    was lost: A kept the client's old session, with a message B had sent A's stream after the
+    crash, for good. The repeat is now kept until A answers, like an unanswered claim."""
+    b = Takeover("b:1", wait_s=0.5, repeat_s=1.0)
+    claim, waits = b.claim("c", False, [], now=0.0, wall_ns=10)
+    assert not waits and b.repeats(now=5.0) == []  # nobody to repeat it to
+    # A is back: B repeats the claims of its connected clients to it (the send is lost)
+    again = b.claims_to_repeat(lambda client_id: client_id == "c")
+    assert again == [claim]
+    b.repeat_to("a:1", again, now=6.0)
+    assert b.repeats(now=6.5) == []  # not before repeat_s
+    assert b.repeats(now=7.0) == [("a:1", claim)]
+    assert b.repeats(now=8.0) == [("a:1", claim)]
+    a = Takeover("a:1", wait_s=0.5, repeat_s=1.0)
+    assert a.on_claim(claim, connected_here=False) == HandOver(claim, transfer=True)
+    reply = ClaimReply(claim.claim_id, "c", True, _snapshot())
+    assert b.on_reply("a:1", reply) == LateSession(reply.snapshot)  # type: ignore[arg-type]
+    assert b.repeats(now=9.0) == []  # answered
+
+
+def test_a_session_handed_to_a_broker_that_went_down_right_after_goes_to_the_next_claim() -> None:
+    """Seed 177 (crash,partition,move; also 607, 688, 789, 932): the client connected to P, whose
+    claim reached the subscriber's broker H after P had crashed. H handed the session over (with a
+    queued message and its stream positions) and kept the reply for a repeat of that claim - which
+    never came: the restarted P knows nothing of it. The client reconnected to P and its new claim
+    got "no session": the message was lost. A session handed over to a broker reported down right
+    after (``unconfirmed_s``) now goes to the client's next newer claim, from any broker."""
+    h = Takeover("h:1", wait_s=0.5, repeat_s=1.0, unconfirmed_s=2.0)
+    old = SessionClaim("p:1", "c", 10, False)
+    assert h.on_claim(old, connected_here=True) == HandOver(old, transfer=True)
+    reply = ClaimReply(10, "c", True, _snapshot(), (StreamPosition("q:1/x", "=t", 12),))
+    h.handed_over(10, "p:1", reply, now=4.58)
+    h.claimant_down("p:1", now=4.63)  # P crashed: its reply was on its way
+    newer = SessionClaim("p:1", "c", 20, False)  # the client connected to the restarted P
+    moved = ClaimReply(20, "c", True, reply.snapshot, reply.positions)
+    assert h.on_claim(newer, connected_here=False) == Answer(newer, moved, moved_from=(10, "p:1"))
+    assert h.on_claim(newer, connected_here=False) == Answer(newer, moved)  # kept for its repeats
+    assert h.on_claim(old, connected_here=False) == HandOver(old, transfer=True)  # no longer P's
+
+
+def test_a_session_handed_over_long_before_its_claimant_went_down_stays_with_it() -> None:
+    h = Takeover("h:1", wait_s=0.5, repeat_s=1.0, unconfirmed_s=2.0)
+    old = SessionClaim("p:1", "c", 10, False)
+    h.on_claim(old, connected_here=True)
+    h.handed_over(10, "p:1", ClaimReply(10, "c", True, _snapshot()), now=1.0)
+    h.claimant_down("p:1", now=30.0)  # P had imported it long before: no second copy
+    newer = SessionClaim("q:1", "c", 20, False)
+    assert h.on_claim(newer, connected_here=False) == HandOver(newer, transfer=True)
+
+
+def test_a_claim_whose_connect_still_waits_is_repeated_to_a_broker_that_comes_back() -> None:
+    """Seed 470 (crash,partition,move; also 159, 483, 745): the client's session was at A; it
+    connected to B, restarted while cut off from A (B knew nothing of A: neither connected nor
+    reported down, so the claim was kept for nobody there). The partition healed while the CONNECT
+    still waited for its replies: B repeated to A the claims of its *connected* clients only, so A
+    never got the claim and kept the session, with a message for it, for good."""
+    b = Takeover("b:2", wait_s=0.5, repeat_s=1.0)
+    claim, waits = b.claim("c", False, ["c:1"], now=6.0, wall_ns=10)
+    assert waits
+    assert b.claims_to_repeat(lambda client_id: False) == [claim]  # A is back at 6.3: waiting
+    b.repeat_to("a:1", [claim], now=6.3)
+    assert b.repeats(now=7.3) == [("a:1", claim), ("c:1", claim)]  # until each answers
+    b.tick(now=6.5)  # the wait ends: no session present; the client attaches
+    assert b.claims_to_repeat(lambda client_id: True) == [claim]
+    assert b.claims_to_repeat(lambda client_id: False) == []  # gone: nothing to claim for
+
+
 # ====================================================== streams the old broker never received
 def test_the_sender_lists_its_streams_of_a_class_and_their_whole_log() -> None:
     """Seeds 27 and 271 (crash,move): a session moved to B while B's messages of the class had
