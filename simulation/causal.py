@@ -111,8 +111,7 @@ def causal_conversation(
     )
     run = Run(seed, scenario)
     b0, b1, b2, b3, b4 = run.peer_ids
-    for index, peer_id in enumerate(run.peer_ids):
-        run.world.at(0.2 * index, run.start_broker, peer_id)
+    run.start_brokers()
 
     def subscribe(client: SimClient, topic_filter: str) -> None:
         def on_connack(client: SimClient, session_present: bool) -> None:

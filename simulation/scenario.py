@@ -158,6 +158,11 @@ class Run:
         self.history.trace("broker_start", peer_id, incarnation)
         return sim
 
+    def start_brokers(self, step_s: float = 0.2) -> None:
+        """Start the brokers at virtual times 0, ``step_s``, 2 ``step_s``... (each joins through those up)."""
+        for index, peer_id in enumerate(self.peer_ids):
+            self.world.at(step_s * index, self.start_broker, peer_id)
+
     def crash(self, peer_id: str) -> None:
         sim = self.brokers[peer_id]
         if sim.alive:
@@ -325,8 +330,7 @@ def known_suback_then_publish(seed: int = 1) -> Result:
     publishes QoS 1 right after it: the first messages are acknowledged and never delivered."""
     run = Run(seed, Scenario(brokers=3, quiet_s=8.0, title="SUBACK on B, then publish on A"))
     a, b, _c = run.peer_ids
-    for index, peer_id in enumerate(run.peer_ids):
-        run.world.at(0.2 * index, run.start_broker, peer_id)
+    run.start_brokers()
     run.add_client("pub", a, persistent=False)
     subscriber = run.add_client("sub", b, persistent=True)
     subscriber.on_connack = _subscribe_once("fresh/x")
@@ -345,8 +349,7 @@ def known_publish_after_session_move(seed: int = 1) -> Result:
     C right after the CONNACK is acknowledged and never delivered."""
     run = Run(seed, Scenario(brokers=3, quiet_s=8.0, title="session moves A -> B, publish from C"))
     a, b, c = run.peer_ids
-    for index, peer_id in enumerate(run.peer_ids):
-        run.world.at(0.2 * index, run.start_broker, peer_id)
+    run.start_brokers()
     run.add_client("pub", c, persistent=False)
     subscriber = run.add_client("sub", a, persistent=True)
     moved = {"done": False}
@@ -371,8 +374,7 @@ def known_kill_subscriber_broker(seed: int = 1) -> Result:
     messages acknowledged to the publisher while the broker was down or dying are lost."""
     run = Run(seed, Scenario(brokers=3, quiet_s=10.0, title="kill -9 of the subscriber's broker"))
     a, b, _c = run.peer_ids
-    for index, peer_id in enumerate(run.peer_ids):
-        run.world.at(0.2 * index, run.start_broker, peer_id)
+    run.start_brokers()
     run.add_client("pub", a, persistent=False)
     subscriber = run.add_client("sub", b, persistent=True)
     subscriber.on_connack = _subscribe_once("kill/x")

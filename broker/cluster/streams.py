@@ -13,7 +13,7 @@ It holds no state of its own; the engine owns everything (attributes declared be
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -42,6 +42,19 @@ if TYPE_CHECKING:
 log = logging.getLogger("skipmq.cluster")
 
 CONTROL_CLASS = "!ctl"  # every broker subscribes: retained updates and session claims
+
+
+def _take_client_entries(
+    table: dict[tuple[str, str], Any], client_id: str, client_at: int
+) -> Iterator[tuple[tuple[str, str], int]]:
+    """Remove the entries of ``client_id`` (at index ``client_at``; their first field is a SEQ)
+    from the lists of ``table``, dropping emptied keys; yield (stream key, SEQ) of each."""
+    for key, entries in list(table.items()):
+        for entry in [e for e in entries if e[client_at] == client_id]:
+            entries.remove(entry)
+            yield key, entry[0]
+        if not entries:
+            del table[key]
 
 
 class StreamsMixin:
@@ -230,18 +243,9 @@ class StreamsMixin:
         # catch-ups of the session still running here (and the newer messages held for it): the
         # next broker fetches them from where the session stands
         client_id = snapshot.client_id
-        for key, pending in list(self._catch_ups.items()):
-            for catch_up in [c for c in pending if c[2] == client_id]:
-                pending.remove(catch_up)
-                at[key] = min(at.get(key, catch_up[0]), catch_up[0])
-            if not pending:
-                del self._catch_ups[key]
-        for key, waiting in list(self._awaiting_start.items()):
-            for entry in [e for e in waiting if e[1] == client_id]:
-                waiting.remove(entry)
-                at[key] = min(at.get(key, entry[0]), entry[0])
-            if not waiting:
-                del self._awaiting_start[key]
+        for table, client_at in ((self._catch_ups, 2), (self._awaiting_start, 1)):
+            for key, seq in _take_client_entries(table, client_id, client_at):
+                at[key] = min(at.get(key, seq), seq)
         for held_key in [k for k in self._held_for if k[1] == client_id]:
             held = self._held_for.pop(held_key)
             key = held_key[0]

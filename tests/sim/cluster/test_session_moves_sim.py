@@ -48,8 +48,7 @@ def moved_session_then_crash_before_connack(seed: int = 1) -> Result:
     in B's send log: the catch-up from A's positions must be durable with the import."""
     run = Run(seed, Scenario(brokers=3, quiet_s=8.0, title="moved session, crash before CONNACK"))
     a, b, _c = run.peer_ids
-    for index, peer_id in enumerate(run.peer_ids):
-        run.world.at(0.2 * index, run.start_broker, peer_id)
+    run.start_brokers()
     run.add_client("pub", b, persistent=False)
     subscriber = run.add_client("sub", a, persistent=True)
     subscriber.on_connack = _subscribe_once("mv/x")
@@ -100,8 +99,7 @@ def moved_before_the_new_brokers_messages_reached_the_old_one(seed: int = 1) -> 
     never had."""
     run = Run(seed, Scenario(brokers=3, quiet_s=8.0, title="moved before B's stream reached A"))
     a, b, _c = run.peer_ids
-    for index, peer_id in enumerate(run.peer_ids):
-        run.world.at(0.2 * index, run.start_broker, peer_id)
+    run.start_brokers()
     run.add_client("pub", b, persistent=False)
     subscriber = run.add_client("sub", a, persistent=True)
     subscriber.on_connack = _subscribe_once("mv/x")
@@ -181,8 +179,7 @@ def moved_to_a_broker_the_stream_had_not_reached_yet(seed: int = 1) -> Result:
     position, "stay" needs the messages before it."""
     run = Run(seed, Scenario(brokers=3, quiet_s=8.0, title="moved to where the stream is late"))
     a, b, _c = run.peer_ids
-    for index, peer_id in enumerate(run.peer_ids):
-        run.world.at(0.2 * index, run.start_broker, peer_id)
+    run.start_brokers()
     run.add_client("pub", b, persistent=False)
     for client_id, home, at in (("stay", a, 2.5), ("sub", b, 2.6)):
         run.add_client(client_id, home, persistent=True).on_connack = _subscribe_once("mv/x")
@@ -208,8 +205,7 @@ def moved_from_a_broker_a_third_ones_stream_had_not_reached(seed: int = 1) -> Re
     positions do not name C's stream: B must ask C for them, for this client."""
     run = Run(seed, Scenario(brokers=3, quiet_s=8.0, title="moved before C's stream reached A"))
     a, b, c = run.peer_ids
-    for index, peer_id in enumerate(run.peer_ids):
-        run.world.at(0.2 * index, run.start_broker, peer_id)
+    run.start_brokers()
     run.add_client("pub", c, persistent=False)
     for client_id, home, at in (("other", b, 2.5), ("sub", a, 2.6)):
         run.add_client(client_id, home, persistent=True).on_connack = _subscribe_once("mv/x")
@@ -236,8 +232,7 @@ def moved_twice_before_a_stream_reached_the_first_broker(seed: int = 1) -> Resul
     position in C's stream, as C knows it, is where B registered - after those messages."""
     run = Run(seed, Scenario(brokers=3, quiet_s=8.0, title="moved twice before C's stream reached A"))
     a, b, c = run.peer_ids
-    for index, peer_id in enumerate(run.peer_ids):
-        run.world.at(0.2 * index, run.start_broker, peer_id)
+    run.start_brokers()
     run.add_client("pub", c, persistent=False)
     subscriber = run.add_client("sub", a, persistent=True)
     subscriber.on_connack = _subscribe_once("mv/x")
@@ -265,8 +260,7 @@ def moved_on_from_a_new_session_while_the_old_one_was_cut_off(seed: int = 1) -> 
     at A - with what A's publisher queued for it during the split - must reach C, not B."""
     run = Run(seed, Scenario(brokers=3, quiet_s=8.0, title="moved on while the old session was cut off"))
     a, b, c = run.peer_ids
-    for index, peer_id in enumerate(run.peer_ids):
-        run.world.at(0.2 * index, run.start_broker, peer_id)
+    run.start_brokers()
     run.add_client("pub", a, persistent=False)
     subscriber = run.add_client("sub", a, persistent=True)
     subscriber.on_connack = _subscribe_once("mv/x")
@@ -295,8 +289,7 @@ def moved_while_the_old_broker_lagged_behind_a_fast_stream(seed: int = 1) -> Res
     what A had not delivered (RET, for this client) while newer messages keep arriving."""
     run = Run(seed, Scenario(brokers=3, quiet_s=8.0, title="moved while A lagged behind C"))
     a, b, c = run.peer_ids
-    for index, peer_id in enumerate(run.peer_ids):
-        run.world.at(0.2 * index, run.start_broker, peer_id)
+    run.start_brokers()
     run.add_client("pub", c, persistent=False)
     for client_id, home, at in (("other", b, 2.5), ("sub", a, 2.6)):
         run.add_client(client_id, home, persistent=True).on_connack = _subscribe_once("mv/x")
@@ -324,8 +317,7 @@ def hand_over_reply_lost_then_the_old_broker_crashes(seed: int = 1) -> Result:
     during the move)."""
     run = Run(seed, Scenario(brokers=3, quiet_s=8.0, title="hand-over reply lost, old broker crashes"))
     a, b, c = run.peer_ids
-    for index, peer_id in enumerate(run.peer_ids):
-        run.world.at(0.2 * index, run.start_broker, peer_id)
+    run.start_brokers()
     run.add_client("pub", c, persistent=False)
     subscriber = run.add_client("sub", a, persistent=True)
     subscriber.on_connack = _subscribe_once("mv/x")
