@@ -120,6 +120,32 @@ class HttpConfig:
     enabled: bool = _key(True, "serve GET /metrics (Prometheus) and GET /healthz")
     host: str = _key("127.0.0.1", "address to bind")
     port: int = _key(9090, "HTTP port (0 = an ephemeral port)", min_value=0, max_value=65535)
+    certfile: str = _key("", "PEM server certificate (chain): set with keyfile to serve HTTPS")
+    keyfile: str = _key("", "PEM private key of certfile")
+    cafile: str = _key("", "PEM CA bundle to verify client certificates (optional)")
+
+
+@dataclass(frozen=True, slots=True)
+class PullConfig:
+    enabled: bool = _key(False, "serve the HTTP pull gateway /v1/* on the HTTP listener (docs/pull.md)")
+    max_body_bytes: int = _key(
+        65536, "largest request body of /v1/* (413 names this key)", min_value=1024, max_value=16777216
+    )
+    max_wait_s: int = _key(
+        30, "longest long-poll a client may ask for in POST /v1/pull", min_value=0, max_value=300
+    )
+    requests_per_s: int = _key(
+        50, "requests per second per client id (bucket of the same size; 429 names this key)", min_value=1
+    )
+    lease_s: int = _key(
+        30,
+        "a pull session stays attached (receiving into its buffer) this long after its last request",
+        min_value=1,
+        max_value=3600,
+    )
+    session_expiry_s: int = _key(
+        86400, "session expiry of a pull session when the request does not give one", min_value=1
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -328,6 +354,7 @@ class BrokerConfig:
     store: StoreConfig = field(default_factory=StoreConfig)
     listeners: ListenersConfig = field(default_factory=ListenersConfig)
     http: HttpConfig = field(default_factory=HttpConfig)
+    pull: PullConfig = field(default_factory=PullConfig)
     auth: AuthConfig = field(default_factory=AuthConfig)
     limits: LimitsConfig = field(default_factory=LimitsConfig)
     sys: SysConfig = field(default_factory=SysConfig)
@@ -635,6 +662,16 @@ def _validate_together(flat: Mapping[str, Any], sources: Mapping[str, str]) -> N
             raise error(
                 "listeners.tls.use_identity_as_username", "requires listeners.tls.require_client_cert = true"
             )
+
+    if bool(flat["http.certfile"]) != bool(flat["http.keyfile"]):
+        raise error("http.certfile", "HTTPS needs both http.certfile and http.keyfile")
+    for name in ("http.certfile", "http.keyfile", "http.cafile"):
+        if flat[name] and not os.path.isfile(flat[name]):
+            raise error(name, f"file {flat[name]!r} does not exist")
+    if flat["pull.enabled"] and not flat["http.enabled"]:
+        raise error(
+            "pull.enabled", "the pull gateway is served on the HTTP listener: set http.enabled = true"
+        )
 
     for name in ("auth.password_file", "auth.acl_file"):
         if flat[name] and not os.path.isfile(flat[name]):

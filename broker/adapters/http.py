@@ -1,39 +1,56 @@
-"""The HTTP endpoint: GET /metrics (Prometheus), /healthz, /readyz and /cluster; a minimal HTTP/1.1 server.
+"""The HTTP endpoint on aiohttp: GET /metrics (Prometheus), /healthz, /readyz and /cluster, and
+the pull gateway's /v1/* routes when ``pull.enabled`` (``broker.adapters.http_pull``).
 
 /metrics renders ``broker.metrics`` (plus the cluster collector when clustered); /healthz
 (liveness) answers 200 while serving and 503 while shutting down; /readyz (readiness) answers 200
 once the broker is listening and, when clustered, has joined the cluster, and 503 before that and
 while shutting down (the body names the reason); /cluster is the cluster engine's state (404 when
-the broker is not clustered); 404 for other paths, 405 for other methods, 400 for a malformed
-request line. One request per connection, bounded header size and read time.
+the broker is not clustered); 404 for other paths, 405 for other methods. aiohttp parses the
+requests (keep-alive, bounded headers, TLS when ``http.certfile`` is set); :meth:`respond` decides
+the answer of the four probe paths and stays a plain function of (method, path).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from aiohttp import web
+
 from broker.metrics import make_registry, render
 
 if TYPE_CHECKING:
+    import ssl
+
     from prometheus_client import CollectorRegistry
     from prometheus_client.registry import Collector
 
     from broker.core.broker import Broker
 
-HTTP_MAX_HEADER_BYTES = 16 * 1024
-HTTP_TIMEOUT_S = 10.0
-_REASONS = {
-    200: "OK",
-    400: "Bad Request",
-    404: "Not Found",
-    405: "Method Not Allowed",
-    503: "Service Unavailable",
-}
+HTTP_SHUTDOWN_TIMEOUT_S = 2.0
+PROBE_PATHS = ("/metrics", "/healthz", "/readyz", "/cluster")
+
+
+class HttpServer:
+    """A running aiohttp site: ``port`` (the bound one), ``close`` and ``wait_closed`` like an
+    ``asyncio.Server``, so the broker server stops it as it stops its other listeners."""
+
+    def __init__(self, runner: web.AppRunner) -> None:
+        self._runner = runner
+        self.port: int = runner.addresses[0][1]
+        self._closed: asyncio.Task[None] | None = None
+
+    def close(self) -> None:
+        if self._closed is None:
+            self._closed = asyncio.get_running_loop().create_task(self._runner.cleanup())
+
+    async def wait_closed(self) -> None:
+        self.close()
+        assert self._closed is not None
+        await asyncio.shield(self._closed)
 
 
 class HttpEndpoint:
@@ -56,41 +73,52 @@ class HttpEndpoint:
         self._cluster_collector = cluster_collector
         self._registry: CollectorRegistry | None = None
 
-    async def start(self, host: str, port: int) -> asyncio.Server:
-        return await asyncio.start_server(self._client, host, port, limit=HTTP_MAX_HEADER_BYTES)
+    def routes(self, app: web.Application) -> None:
+        """Add the probe paths to ``app`` (GET and HEAD; 405 for any other method)."""
+        for path in PROBE_PATHS:
+            app.router.add_route("*", path, self._probe)
 
-    async def _client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def start(
+        self,
+        host: str,
+        port: int,
+        *,
+        ssl_context: ssl.SSLContext | None = None,
+        extend: Callable[[web.Application], None] | None = None,
+    ) -> HttpServer:
+        """Serve on ``host:port`` (HTTPS with ``ssl_context``); ``extend`` adds more routes."""
+        app = web.Application(handler_args={"max_field_size": 16 * 1024})
+        self.routes(app)
+        if extend is not None:
+            extend(app)
+        app.router.add_route("*", "/{tail:.*}", self._not_found)
+        runner = web.AppRunner(app, access_log=None, shutdown_timeout=HTTP_SHUTDOWN_TIMEOUT_S)
+        await runner.setup()
+        site = web.TCPSite(runner, host, port, ssl_context=ssl_context, backlog=1024)
         try:
-            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), timeout=HTTP_TIMEOUT_S)
-        except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError, ConnectionError):
-            writer.close()
-            return
-        request_line = head.split(b"\r\n", 1)[0].decode("latin-1")
-        parts = request_line.split()
-        method = ""
-        if len(parts) != 3 or not parts[2].startswith("HTTP/"):
-            status, content_type, body = 400, "text/plain", b"bad request\n"
-        else:
-            method, target = parts[0], parts[1].split("?", 1)[0]
-            status, content_type, body = self.respond(method, target)
-        headers = [
-            f"HTTP/1.1 {status} {_REASONS[status]}",
-            f"Content-Type: {content_type}",
-            f"Content-Length: {len(body)}",
-            "Connection: close",
-        ]
-        if status == 405:
-            headers.append("Allow: GET, HEAD")
-        payload = b"" if method == "HEAD" else body
-        writer.write(("\r\n".join(headers) + "\r\n\r\n").encode("latin-1") + payload)
-        with contextlib.suppress(Exception):
-            await writer.drain()
-        writer.close()
+            await site.start()
+        except BaseException:
+            await runner.cleanup()
+            raise
+        return HttpServer(runner)
+
+    async def _probe(self, request: web.Request) -> web.StreamResponse:
+        status, content_type, body = self.respond(request.method, request.path)
+        headers = {"Allow": "GET, HEAD"} if status == 405 else None
+        response = web.Response(status=status, body=body, headers=headers)
+        response.headers["Content-Type"] = content_type
+        return response
+
+    async def _not_found(self, request: web.Request) -> web.StreamResponse:
+        status, content_type, body = self.respond(request.method, request.path)
+        response = web.Response(status=status, body=body)
+        response.headers["Content-Type"] = content_type
+        return response
 
     def respond(self, method: str, target: str) -> tuple[int, str, bytes]:
         """(status, content type, body) of one request."""
         broker = self.broker
-        if target not in ("/metrics", "/healthz", "/readyz", "/cluster"):
+        if target not in PROBE_PATHS:
             return 404, "text/plain", b"not found: try /metrics, /healthz, /readyz or /cluster\n"
         if method not in ("GET", "HEAD"):
             return 405, "text/plain", b"method not allowed\n"

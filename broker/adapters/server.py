@@ -30,8 +30,9 @@ from broker.core.broker import Broker
 
 if TYPE_CHECKING:
     from broker.adapters.cluster_runtime import ClusterRuntime
+    from broker.adapters.http_pull import PullHttpApi
     from broker.adapters.sqlite_store import Store
-    from broker.config import BrokerConfig, TlsListenerConfig
+    from broker.config import BrokerConfig, HttpConfig, TlsListenerConfig
     from broker.core.ports import ClusterPort
 
 log = logging.getLogger("skipmq.server")
@@ -97,6 +98,22 @@ def make_tls_context(tls: TlsListenerConfig) -> ssl.SSLContext:
     return context
 
 
+def make_http_tls_context(http: HttpConfig) -> ssl.SSLContext:
+    """HTTPS for the HTTP listener, configured like the MQTT TLS listener (``http.certfile``...)."""
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    try:
+        context.load_cert_chain(http.certfile, http.keyfile)
+        if http.cafile:
+            context.load_verify_locations(cafile=http.cafile)
+            context.verify_mode = ssl.CERT_OPTIONAL
+    except (OSError, ssl.SSLError) as exc:
+        raise StartupError(
+            f"http: cannot load certfile {http.certfile!r} / keyfile {http.keyfile!r} / cafile "
+            f"{http.cafile!r}: {_reason(exc)}"
+        ) from exc
+    return context
+
+
 class BrokerServer:
     """A broker with its listeners; create and use inside a running event loop.
 
@@ -117,6 +134,7 @@ class BrokerServer:
         self.stopping = False  # /healthz answers 503 from now on
         self._stop_started = False
         self.listening = False  # every listener bound (readiness)
+        self.pull_api: PullHttpApi | None = None
 
     async def start(self) -> dict[str, int]:
         config = self.config
@@ -182,9 +200,21 @@ class BrokerServer:
                 not_ready=self.not_ready,
             )
             http = config.http
-            server = await _listen("HTTP", http.host, http.port, lambda: endpoint.start(http.host, http.port))
-            self._servers.append(server)
-            self.ports["http"] = server.sockets[0].getsockname()[1]
+            http_tls = make_http_tls_context(http) if http.certfile else None
+            extend = None
+            if config.pull.enabled:
+                from broker.adapters.http_pull import PullHttpApi
+
+                self.pull_api = PullHttpApi(broker, config)
+                extend = self.pull_api.routes
+            http_server = await _listen(
+                "HTTP",
+                http.host,
+                http.port,
+                lambda: endpoint.start(http.host, http.port, ssl_context=http_tls, extend=extend),
+            )
+            self._servers.append(http_server)
+            self.ports["http"] = http_server.port
         broker.log_event(logging.INFO, "listening", node_id=broker.node_id, **self.ports)
         return self.ports
 

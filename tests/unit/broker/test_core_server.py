@@ -406,3 +406,16 @@ def test_paho_clients_over_tcp_keep_working_after_malformed_neighbour(start_brok
     good.publish("n/t", b"fine", 0)
     assert good.get().payload == b"fine"
     good.stop()
+
+
+def test_http_listener_serves_https_when_given_a_certificate(
+    start_broker: Start, certificates: dict[str, str]
+) -> None:
+    """http.certfile/keyfile turn the HTTP listener into HTTPS, like the MQTT TLS listener."""
+    broker = start_broker(http__certfile=certificates["server.pem"], http__keyfile=certificates["server.key"])
+    port = broker.ports["http"]
+    context = ssl.create_default_context(cafile=certificates["ca.pem"])
+    with urllib.request.urlopen(f"https://127.0.0.1:{port}/healthz", timeout=5, context=context) as response:
+        assert response.status == 200 and json.loads(response.read())["status"] == "ok"
+    with pytest.raises(OSError):  # plain HTTP on the HTTPS port gets no HTTP answer
+        urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=5).read()

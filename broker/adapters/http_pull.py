@@ -1,0 +1,336 @@
+"""The pull gateway's HTTP API on aiohttp (seed 001 §4; docs/pull.md; the OpenAPI 3 document is
+``broker/adapters/pull_openapi.json``, served at ``GET /v1/openapi.json``).
+
+Thin handlers: read a bounded JSON body, check the per-client rate, parse with
+``broker.core.pull``, drive the client id's :class:`broker.adapters.pull_sessions.PullLink`, answer
+JSON. Errors are RFC 9457 ``application/problem+json`` documents whose ``detail`` says what was
+wrong and whose ``limit`` names the limit that refused the request (``pull.max_body_bytes``,
+``acks_per_request``, ``pull.max_wait_s``, ``pull.requests_per_s``).
+
+Credentials are the MQTT ones (the broker's password file and ACL): HTTP Basic
+(``Authorization: Basic base64(user:password)``) or ``username`` / ``password`` fields in the body.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import logging
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from aiohttp import web
+
+from broker.adapters.pull_sessions import PullError, PullGateway, PullLink
+from broker.core.pull import (
+    MAX_MESSAGES,
+    Problem,
+    RateLimiter,
+    bad_request,
+    parse_open,
+    parse_publish,
+    parse_pull,
+)
+from broker.mqtt.packets import Publish
+
+if TYPE_CHECKING:
+    from broker.config import BrokerConfig
+    from broker.core.broker import Broker
+
+log = logging.getLogger("skipmq.pull")
+
+OPENAPI_PATH = Path(__file__).with_name("pull_openapi.json")
+PROBLEM_JSON = "application/problem+json"
+
+
+def problem_response(problem: Problem, headers: dict[str, str] | None = None) -> web.Response:
+    return web.Response(
+        status=problem.status,
+        text=json.dumps(problem.body()),
+        content_type=PROBLEM_JSON,
+        headers=headers,
+    )
+
+
+def _json(body: dict[str, Any], status: int = 200) -> web.Response:
+    return web.Response(status=status, text=json.dumps(body), content_type="application/json")
+
+
+class PullHttpApi:
+    """The /v1 routes of one broker."""
+
+    def __init__(self, broker: Broker, config: BrokerConfig) -> None:
+        self.broker = broker
+        self.pull = config.pull
+        self.gateway = PullGateway(broker, config)
+        self.rate = RateLimiter(config.pull.requests_per_s)
+        self._openapi: bytes | None = None
+
+    def routes(self, app: web.Application) -> None:
+        app.router.add_get("/v1/openapi.json", self.openapi)
+        app.router.add_post("/v1/pull", self.pull_messages)
+        app.router.add_post("/v1/publish", self.publish)
+        app.router.add_post("/v1/sessions/open", self.open_session)
+        app.router.add_post("/v1/sessions/close", self.close_session)
+        app.router.add_post("/v1/sessions/subscriptions", self.subscriptions)
+        app.on_shutdown.append(self._shutdown)
+
+    async def _shutdown(self, _app: web.Application) -> None:
+        self.gateway.close_all()
+
+    async def openapi(self, _request: web.Request) -> web.Response:
+        if self._openapi is None:
+            self._openapi = OPENAPI_PATH.read_bytes()
+        return web.Response(body=self._openapi, content_type="application/json")
+
+    # ---------------------------------------------------------------- request plumbing
+    async def _body(self, request: web.Request) -> dict[str, Any] | Problem:
+        limit = self.pull.max_body_bytes
+        too_large = Problem(
+            413,
+            "Content Too Large",
+            f"the body is larger than pull.max_body_bytes = {limit} bytes",
+            "pull.max_body_bytes",
+        )
+        if request.content_length is not None and request.content_length > limit:
+            return too_large
+        data = bytearray()
+        while True:
+            chunk = await request.content.read(limit + 1 - len(data))
+            if not chunk:
+                break
+            data += chunk
+            if len(data) > limit:
+                return too_large
+        try:
+            body = json.loads(data or b"{}")
+        except (ValueError, UnicodeDecodeError) as exc:
+            return bad_request(f"the body is not JSON: {exc}")
+        if not isinstance(body, dict):
+            return bad_request("the body must be a JSON object")
+        return body
+
+    def _credentials(
+        self, request: web.Request, body: dict[str, Any]
+    ) -> tuple[str | None, str | None] | Problem:
+        header = request.headers.get("Authorization")
+        if header is not None:
+            scheme, _, value = header.partition(" ")
+            if scheme.lower() != "basic":
+                return Problem(401, "Unauthorized", "only HTTP Basic authentication is supported")
+            try:
+                user, sep, password = base64.b64decode(value.strip(), validate=True).decode().partition(":")
+            except (binascii.Error, ValueError, UnicodeDecodeError):
+                return Problem(401, "Unauthorized", "the Authorization header is not valid Basic credentials")
+            if not sep:
+                return Problem(401, "Unauthorized", "Basic credentials need user:password")
+            return user, password
+        body_user = body.get("username")
+        body_password = body.get("password")
+        if (body_user is not None and not isinstance(body_user, str)) or (
+            body_password is not None and not isinstance(body_password, str)
+        ):
+            return bad_request("username and password are strings")
+        return body_user, body_password
+
+    def _rate_limited(self, client_id: str) -> Problem | None:
+        if self.rate.allow(client_id, self.broker.scheduler.time()):
+            return None
+        return Problem(
+            429,
+            "Too Many Requests",
+            f"more than pull.requests_per_s = {self.rate.rate_per_s} requests per second "
+            f"for client id {client_id!r}",
+            "pull.requests_per_s",
+        )
+
+    async def _prepare(
+        self, request: web.Request, parse: Any
+    ) -> tuple[Any, str | None, str | None] | web.Response:
+        body = await self._body(request)
+        if isinstance(body, Problem):
+            return problem_response(body)
+        parsed = parse(body)
+        if isinstance(parsed, Problem):
+            return problem_response(parsed)
+        limited = self._rate_limited(parsed.client_id)
+        if limited is not None:
+            return problem_response(limited, {"Retry-After": "1"})
+        credentials = self._credentials(request, body)
+        if isinstance(credentials, Problem):
+            return problem_response(credentials, {"WWW-Authenticate": 'Basic realm="skipmq"'})
+        return parsed, credentials[0], credentials[1]
+
+    async def _attach(
+        self, parsed: Any, username: str | None, password: str | None, **kwargs: Any
+    ) -> PullLink:
+        if self.broker.shutting_down:
+            raise PullError(503, "the broker is shutting down")
+        return await self.gateway.attach(parsed.client_id, username, password, **kwargs)
+
+    @staticmethod
+    def _error(exc: PullError) -> web.Response:
+        titles = {401: "Unauthorized", 403: "Forbidden", 409: "Conflict", 503: "Service Unavailable"}
+        headers = {"WWW-Authenticate": 'Basic realm="skipmq"'} if exc.status == 401 else None
+        return problem_response(
+            Problem(exc.status, titles.get(exc.status, "Error"), exc.detail, exc.limit), headers
+        )
+
+    # ---------------------------------------------------------------- endpoints
+    async def pull_messages(self, request: web.Request) -> web.Response:
+        """POST /v1/pull: delete the acknowledged numbers, answer up to 16 messages (seed 001 §4.6)."""
+        prepared = await self._prepare(
+            request, lambda body: parse_pull(body, max_wait_s=self.pull.max_wait_s)
+        )
+        if isinstance(prepared, web.Response):
+            return prepared
+        req, username, password = prepared
+        try:
+            link = await self._attach(req, username, password, expiry_s=req.session_expiry_s)
+            link.busy += 1
+            try:
+                applied = link.session_present and req.epoch in (None, link.epoch)
+                if applied:
+                    link.acknowledge(req.acks)
+                self.gateway.commit()
+                if not len(link.buffer):
+                    await link.wait_for_messages(req.wait_s)
+                    self.gateway.commit()
+                if link.closed:
+                    raise PullError(409, "the session was taken over by another connection")
+                messages, remaining = link.buffer.take(min(req.max_messages, MAX_MESSAGES))
+                session = self.broker.sessions.get(req.client_id)
+                if session is not None and session.queue:
+                    remaining = True
+                body = {
+                    "client_id": req.client_id,
+                    "epoch": link.epoch,
+                    "session_present": link.session_present,
+                    "acks_applied": applied,
+                    "messages": [message.as_json() for message in messages],
+                    "remaining": remaining,
+                }
+            finally:
+                link.busy -= 1
+                link.renew_lease(self.gateway.lease_s)
+        except PullError as exc:
+            return self._error(exc)
+        return _json(body)
+
+    async def publish(self, request: web.Request) -> web.Response:
+        """POST /v1/publish: the response is the PUBACK (after the commit, as for MQTT)."""
+        prepared = await self._prepare(request, parse_publish)
+        if isinstance(prepared, web.Response):
+            return prepared
+        req, username, password = prepared
+        try:
+            link = await self._attach(req, username, password)
+            link.busy += 1
+            try:
+                code = await link.publish(
+                    Publish(req.topic, req.payload, req.qos, req.retain, False, None, dict(req.properties))
+                )
+            finally:
+                link.busy -= 1
+                link.renew_lease(self.gateway.lease_s)
+        except PullError as exc:
+            return self._error(exc)
+        if code == 0x87:
+            return self._error(PullError(403, f"not authorized to publish to {req.topic!r} (ACL)"))
+        if code >= 0x80:
+            return self._error(
+                PullError(503, f"the broker refused the message (MQTT reason code 0x{code:02X})")
+            )
+        return _json(
+            {"client_id": req.client_id, "topic": req.topic, "qos": req.qos, "matched": code != 0x10}
+        )
+
+    async def open_session(self, request: web.Request) -> web.Response:
+        """POST /v1/sessions/open: attach (clean start or resume) and subscribe."""
+        prepared = await self._prepare(request, parse_open)
+        if isinstance(prepared, web.Response):
+            return prepared
+        req, username, password = prepared
+        try:
+            link = await self._attach(
+                req, username, password, clean_start=req.clean_start, expiry_s=req.session_expiry_s
+            )
+            link.busy += 1
+            try:
+                codes = await link.subscribe(list(req.subscriptions)) if req.subscriptions else []
+                self.gateway.commit()
+            finally:
+                link.busy -= 1
+                link.renew_lease(self.gateway.lease_s)
+        except PullError as exc:
+            return self._error(exc)
+        refused = [f for (f, _q), code in zip(req.subscriptions, codes, strict=True) if code >= 0x80]
+        if refused:
+            return self._error(
+                PullError(403, f"not authorized to subscribe to {', '.join(refused)} (ACL or invalid filter)")
+            )
+        return _json(
+            {
+                "client_id": req.client_id,
+                "session_present": link.session_present,
+                "epoch": link.epoch,
+                "subscriptions": [
+                    {"filter": f, "qos": code} for (f, _q), code in zip(req.subscriptions, codes, strict=True)
+                ],
+            }
+        )
+
+    async def close_session(self, request: web.Request) -> web.Response:
+        """POST /v1/sessions/close: end the session (its queue and subscriptions go)."""
+        prepared = await self._prepare(request, _client_only)
+        if isinstance(prepared, web.Response):
+            return prepared
+        req, username, password = prepared
+        try:
+            link = await self._attach(req, username, password)
+            link.disconnect(expiry_s=0)
+            self.gateway.commit()
+        except PullError as exc:
+            return self._error(exc)
+        return _json({"client_id": req.client_id, "closed": True})
+
+    async def subscriptions(self, request: web.Request) -> web.Response:
+        """POST /v1/sessions/subscriptions: the session's subscriptions."""
+        prepared = await self._prepare(request, _client_only)
+        if isinstance(prepared, web.Response):
+            return prepared
+        req, username, password = prepared
+        try:
+            link = await self._attach(req, username, password)
+            link.renew_lease(self.gateway.lease_s)
+        except PullError as exc:
+            return self._error(exc)
+        session = self.broker.sessions.get(req.client_id)
+        subs = (
+            []
+            if session is None
+            else [{"filter": opts.topic_filter, "qos": opts.qos} for opts in session.subscriptions.values()]
+        )
+        return _json(
+            {"client_id": req.client_id, "session_present": link.session_present, "subscriptions": subs}
+        )
+
+
+class _ClientOnly:
+    __slots__ = ("client_id",)
+
+    def __init__(self, client_id: str) -> None:
+        self.client_id = client_id
+
+
+def _client_only(body: dict[str, Any]) -> _ClientOnly | Problem:
+    client_id = body.get("client_id")
+    if (
+        not isinstance(client_id, str)
+        or not client_id
+        or "\x00" in client_id
+        or len(client_id.encode()) > 65535
+    ):
+        return bad_request("client_id: a non-empty string is required")
+    return _ClientOnly(client_id)
