@@ -21,6 +21,7 @@ SkipMQ MQTT 3.1.1/5.0 broker.
 Commands:
   skipmq [run] [options]    run the broker (the default command)
   skipmq passwd ...         create/update password files (see: skipmq passwd --help)
+  skipmq pull ...           receive messages over the HTTP pull gateway (see: skipmq pull --help)
   skipmq cluster ...        start N brokers on loopback as one cluster (see: skipmq cluster --help)
 
 Configuration precedence: built-in defaults < --config TOML file < SKIPMQ_* environment
@@ -196,6 +197,10 @@ def main(argv: list[str] | None = None) -> int:
         from broker.passwd import main as passwd_main
 
         return passwd_main(arguments[1:])
+    if arguments and arguments[0] == "pull":
+        from broker.pull_client import main as pull_main
+
+        return pull_main(arguments[1:])
     if arguments and arguments[0] == "cluster":
         from tools.launcher import main as cluster_main
 
