@@ -155,6 +155,8 @@ class PullLink:
             code = connack.reason_code
             if code in (0x86, 0x8C):
                 raise PullError(401, "bad user name or password (the broker's password file)")
+            if code == 0x87 and self.username is None:
+                raise PullError(401, "credentials required: anonymous clients are not allowed (HTTP Basic)")
             if code in (0x87, 0x85):
                 raise PullError(403, f"not authorized to connect as client id {self.client_id!r}")
             raise PullError(503, f"the broker refused the session (MQTT reason code 0x{code:02X})")

@@ -1,0 +1,339 @@
+"""The HTTP pull gateway (seed 001 §4) against real broker processes, with real clients: the
+package's ``PullClient`` (stdlib HTTP), ``curl``-like raw requests, paho for MQTT.
+
+Nothing lost or duplicated across ``kill -9`` and a proxy that drops every third HTTP response;
+a session alternating MQTT and HTTP pull; the 1,024 / 16 limits, body size and rate limits; auth
+and ACL refusals. (A request at a broker that is not the session's home: tests/process/cluster/
+test_pull_cluster.py.)
+"""
+
+from __future__ import annotations
+
+import http.client
+import http.server
+import json
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from paho.mqtt.packettypes import PacketTypes
+from paho.mqtt.properties import Properties
+
+from broker.pull_client import PullClient, PullFailed, payload_bytes
+from tests.support.interop_broker import IS_MOSQUITTO, BrokerOptions, BrokerProcess
+from tests.support.interop_clients import PahoClient
+
+pytestmark = pytest.mark.skipif(IS_MOSQUITTO, reason="the pull gateway is SkipMQ's")
+
+PULL = {"pull": {"enabled": True, "requests_per_s": 1000, "max_wait_s": 10}}
+Factory = Callable[[BrokerOptions], BrokerProcess]
+PahoFactory = Callable[..., PahoClient]
+
+
+def _url(broker: BrokerProcess) -> str:
+    return f"http://127.0.0.1:{broker.http_port}"
+
+
+def _post(
+    url: str, body: Any, *, raw: bytes | None = None, headers: dict[str, str] | None = None
+) -> tuple[int, str, Any]:
+    data = raw if raw is not None else json.dumps(body).encode()
+    request = urllib.request.Request(url, data=data, method="POST", headers=headers or {})
+    try:
+        with urllib.request.urlopen(request, timeout=20) as response:
+            return response.status, response.headers.get("Content-Type", ""), json.loads(response.read())
+    except urllib.error.HTTPError as error:
+        return error.code, error.headers.get("Content-Type", ""), json.loads(error.read())
+
+
+def _drain(client: PullClient, want: int, *, timeout_s: float = 30.0) -> list[bytes]:
+    got: list[bytes] = []
+    deadline = time.monotonic() + timeout_s
+    while len(got) < want and time.monotonic() < deadline:
+        try:
+            fresh, _ = client.pull_once(wait_s=1.0)
+        except (OSError, PullFailed):
+            time.sleep(0.2)
+            continue
+        got.extend(payload_bytes(m) for m in fresh)
+    return got
+
+
+@pytest.fixture
+def pull_broker(broker_factory: Factory) -> BrokerProcess:
+    return broker_factory(BrokerOptions(skipmq_extra=PULL))
+
+
+# ---------------------------------------------------------------------- a proxy that drops responses
+class DroppingProxy(http.server.ThreadingHTTPServer):
+    """Forwards each HTTP request to the broker and drops every third response (the request
+    reached the broker, the answer never reaches the device), closing the connection instead."""
+
+    daemon_threads = True
+
+    def __init__(self, target_port: int) -> None:
+        self.target_port = target_port
+        self.count = 0
+        self.dropped = 0
+        self.lock = threading.Lock()
+        super().__init__(("127.0.0.1", 0), _ProxyHandler)
+        self.thread = threading.Thread(target=self.serve_forever, daemon=True)
+        self.thread.start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}"
+
+    def stop(self) -> None:
+        self.shutdown()
+        self.server_close()
+
+
+class _ProxyHandler(http.server.BaseHTTPRequestHandler):
+    server: DroppingProxy
+
+    def log_message(self, format: str, *args: Any) -> None:
+        return None
+
+    def do_POST(self) -> None:
+        body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+        try:
+            upstream = http.client.HTTPConnection("127.0.0.1", self.server.target_port, timeout=30)
+            upstream.request("POST", self.path, body, {"Content-Type": "application/json"})
+            response = upstream.getresponse()
+            data = response.read()
+            status = response.status
+            upstream.close()
+        except OSError:
+            self.close_connection = True
+            return  # the broker is down: the device sees the connection close
+        with self.server.lock:
+            self.server.count += 1
+            drop = self.server.count % 3 == 0
+            self.server.dropped += drop
+        if drop:
+            self.close_connection = True
+            return
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+
+@pytest.fixture
+def proxy_factory() -> Iterator[Callable[[int], DroppingProxy]]:
+    made: list[DroppingProxy] = []
+
+    def make(port: int) -> DroppingProxy:
+        proxy = DroppingProxy(port)
+        made.append(proxy)
+        return proxy
+
+    yield make
+    for proxy in made:
+        proxy.stop()
+
+
+# ---------------------------------------------------------------------- tests
+def test_nothing_lost_or_duplicated_across_kill9_and_dropped_responses(
+    pull_broker: BrokerProcess, paho_factory: PahoFactory, proxy_factory: Callable[[int], DroppingProxy]
+) -> None:
+    broker = pull_broker
+    proxy = proxy_factory(broker.http_port)
+    device = PullClient(proxy.url, "dev-kill9", timeout_s=15)
+    opened = PullClient(_url(broker), "dev-kill9").open([("k9/q1/#", 1), ("k9/q2/#", 2)])
+    assert opened["session_present"] is False
+    total = 120
+    publisher = paho_factory(broker, client_id="k9-pub", version=5)
+    for n in range(total // 2):
+        publisher.publish(f"k9/q{1 + n % 2}/x", f"m{n}".encode(), qos=1 + n % 2)
+    publisher.close()
+    got = _drain(device, 25)
+    assert len(got) >= 25
+    broker.kill()  # kill -9 while the device holds numbers it has not had confirmed
+    broker.start()
+    publisher = paho_factory(broker, client_id="k9-pub2", version=5)
+    for n in range(total // 2, total):
+        publisher.publish(f"k9/q{1 + n % 2}/x", f"m{n}".encode(), qos=1 + n % 2)
+    got += _drain(device, total - len(got))
+    device.acknowledge_received()
+    assert proxy.dropped >= 3, "the proxy should have dropped responses"
+    assert sorted(got, key=lambda p: int(p[1:])) == [f"m{n}".encode() for n in range(total)]
+    assert len(got) == len(set(got)) == total  # each message once: duplicates were dropped by number
+    # the session's queue is empty: everything acknowledged was deleted
+    status, _type, answer = _post(_url(broker) + "/v1/pull", {"client_id": "dev-kill9"})
+    assert status == 200 and answer["messages"] == [] and answer["remaining"] is False
+
+
+def test_a_lost_response_brings_the_same_numbers_again(
+    pull_broker: BrokerProcess, paho_factory: PahoFactory
+) -> None:
+    url = _url(pull_broker)
+    _post(
+        url + "/v1/sessions/open",
+        {"client_id": "dev-same", "subscriptions": [{"filter": "same/#", "qos": 2}]},
+    )
+    publisher = paho_factory(pull_broker, version=5)
+    for n in range(3):
+        publisher.publish("same/t", f"s{n}".encode(), qos=2)
+    _s, _t, first = _post(url + "/v1/pull", {"client_id": "dev-same"})
+    _s, _t, again = _post(url + "/v1/pull", {"client_id": "dev-same"})  # as if `first` was lost
+    seqs = [m["seq"] for m in first["messages"]]
+    assert len(seqs) == 3 and [m["seq"] for m in again["messages"]] == seqs
+    _s, _t, acked = _post(
+        url + "/v1/pull", {"client_id": "dev-same", "acks": seqs[:2], "epoch": first["epoch"]}
+    )
+    assert [m["seq"] for m in acked["messages"]] == seqs[2:]
+    _s, _t, stale = _post(url + "/v1/pull", {"client_id": "dev-same", "acks": seqs[2:], "epoch": "elsewhere"})
+    assert stale["acks_applied"] is False and [m["seq"] for m in stale["messages"]] == seqs[2:]
+
+
+def test_session_alternates_between_mqtt_and_pull(
+    pull_broker: BrokerProcess, paho_factory: PahoFactory
+) -> None:
+    url = _url(pull_broker)
+    device = PullClient(url, "dev-alt")
+    assert device.open([("alt/#", 1)], session_expiry_s=600)["session_present"] is False
+    publisher = paho_factory(pull_broker, version=5)
+    received: list[bytes] = []
+    for round_number in range(3):
+        for n in range(5):
+            publisher.publish("alt/t", f"a{round_number}-{n}-http".encode(), qos=1)
+        received += _drain(device, 5)
+        device.acknowledge_received()
+        for n in range(5):
+            publisher.publish("alt/t", f"a{round_number}-{n}-mqtt".encode(), qos=1)
+        props = Properties(PacketTypes.CONNECT)
+        props.SessionExpiryInterval = 600
+        mqtt = paho_factory(pull_broker, client_id="dev-alt", version=5, clean=False, connect_props=props)
+        assert mqtt.session_present, "the MQTT connection gets the pull session"
+        received += [m.payload for m in mqtt.wait_messages(5)]
+        mqtt.assert_no_message(0.3)
+        mqtt.disconnect()
+        mqtt.close()
+    expected = [f"a{r}-{n}-{via}".encode() for r in range(3) for via in ("http", "mqtt") for n in range(5)]
+    assert received == expected  # in order, each once, through both transports
+    _s, _t, answer = _post(url + "/v1/sessions/subscriptions", {"client_id": "dev-alt"})
+    assert answer["session_present"] is True and answer["subscriptions"] == [{"filter": "alt/#", "qos": 1}]
+
+
+def test_limits_16_1024_body_size_rate(broker_factory: Factory, paho_factory: PahoFactory) -> None:
+    broker = broker_factory(BrokerOptions(skipmq_extra={"pull": {"enabled": True, "requests_per_s": 5}}))
+    url = _url(broker)
+    _post(
+        url + "/v1/sessions/open", {"client_id": "dev-lim", "subscriptions": [{"filter": "lim/#", "qos": 1}]}
+    )
+    publisher = paho_factory(broker, version=5)
+    for n in range(20):
+        publisher.publish("lim/t", f"{n}".encode(), qos=1)
+    status, _type, answer = _post(url + "/v1/pull", {"client_id": "dev-lim", "acks": list(range(1000, 2024))})
+    assert status == 200 and len(answer["messages"]) == 16 and answer["remaining"] is True
+    status, content_type, problem = _post(
+        url + "/v1/pull", {"client_id": "dev-lim", "acks": list(range(1, 1026))}
+    )
+    assert status == 400 and content_type.startswith("application/problem+json")
+    assert problem["limit"] == "acks_per_request" and "1024" in problem["detail"]
+    seqs = [m["seq"] for m in answer["messages"]]
+    status, _type, rest = _post(url + "/v1/pull", {"client_id": "dev-lim", "acks": seqs})
+    assert status == 200 and len(rest["messages"]) == 4 and rest["remaining"] is False
+    status, _type, problem = _post(
+        url + "/v1/pull", None, raw=b'{"client_id": "x", "pad": "' + b"a" * 70000 + b'"}'
+    )
+    assert status == 413 and problem["limit"] == "pull.max_body_bytes"
+    status, _type, problem = _post(url + "/v1/pull", None, raw=b"{not json")
+    assert status == 400 and "JSON" in problem["detail"]
+    statuses = [_post(url + "/v1/pull", {"client_id": "dev-rate"})[0] for _ in range(12)]
+    assert statuses.count(429) >= 1 and statuses[0] == 200
+    status, _type, problem = _post(url + "/v1/pull", {"client_id": "dev-rate"})
+    if status == 429:
+        assert problem["limit"] == "pull.requests_per_s"
+
+
+ACL = """\
+user alice
+topic readwrite alice/#
+topic read public/#
+"""
+
+
+def test_auth_and_acl_refusals(broker_factory: Factory, tmp_path: Path) -> None:
+    passwd = tmp_path / "passwd"
+    subprocess.run(
+        [sys.executable, "-m", "broker.passwd", "-c", "-b", "alice-pw", str(passwd), "alice"],
+        check=True,
+        timeout=60,
+    )
+    acl = tmp_path / "acl"
+    acl.write_text(ACL)
+    broker = broker_factory(
+        BrokerOptions(allow_anonymous=False, password_file=str(passwd), acl_file=str(acl), skipmq_extra=PULL)
+    )
+    url = _url(broker)
+    sub = {"client_id": "alice-dev", "subscriptions": [{"filter": "alice/#", "qos": 1}]}
+    status, content_type, problem = _post(url + "/v1/sessions/open", sub)
+    assert status == 401 and content_type.startswith("application/problem+json")
+    status, _type, problem = _post(
+        url + "/v1/sessions/open", {**sub, "username": "alice", "password": "wrong"}
+    )
+    assert status == 401 and "password" in problem["detail"]
+    alice = PullClient(url, "alice-dev", username="alice", password="alice-pw")
+    assert alice.open([("alice/#", 1)])["subscriptions"] == [{"filter": "alice/#", "qos": 1}]
+    with pytest.raises(PullFailed) as refused:
+        alice.open([("secret/#", 1)])
+    assert refused.value.status == 403 and "secret/#" in refused.value.problem["detail"]
+    with pytest.raises(PullFailed) as refused:
+        alice.post(
+            "/v1/publish", {"client_id": "alice-dev", "topic": "public/news", "payload": "x", "qos": 1}
+        )
+    assert refused.value.status == 403 and "public/news" in refused.value.problem["detail"]
+    ok = alice.post(
+        "/v1/publish", {"client_id": "alice-dev", "topic": "alice/self", "payload": "hi", "qos": 1}
+    )
+    assert ok["qos"] == 1
+    fresh, _ = alice.pull_once(wait_s=3)
+    assert [payload_bytes(m) for m in fresh] == [b"hi"]
+    # another password on the attached session's client id is checked again, not let through
+    status, _type, problem = _post(
+        url + "/v1/pull", {"client_id": "alice-dev", "username": "alice", "password": "x"}
+    )
+    assert status == 401
+
+
+def test_publish_is_acknowledged_after_commit_and_survives_kill9(pull_broker: BrokerProcess) -> None:
+    url = _url(pull_broker)
+    device = PullClient(url, "dev-pubsub")
+    device.open([("pk/#", 2)])
+    for n in range(5):
+        answer = device.post(
+            "/v1/publish", {"client_id": "pub-http", "topic": "pk/t", "payload": f"p{n}", "qos": 2}
+        )
+        assert answer["matched"] is True
+    pull_broker.kill()  # every 200 above was a PUBREC after the commit: nothing may be missing
+    pull_broker.start()
+    got = _drain(device, 5)
+    assert got == [f"p{n}".encode() for n in range(5)]
+
+
+def test_qos0_reaches_an_attached_pull_session_and_binary_payloads_are_base64(
+    pull_broker: BrokerProcess, paho_factory: PahoFactory
+) -> None:
+    url = _url(pull_broker)
+    device = PullClient(url, "dev-q0")
+    device.open([("q0/#", 0)])
+    publisher = paho_factory(pull_broker, version=5)
+    publisher.publish("q0/t", b"\xff\x00binary", qos=0)
+    fresh, _ = device.pull_once(wait_s=3)
+    assert len(fresh) == 1 and fresh[0]["seq"] is None and "payload_base64" in fresh[0]
+    assert payload_bytes(fresh[0]) == b"\xff\x00binary"
+    status, _type, answer = _post(url + "/v1/sessions/close", {"client_id": "dev-q0"})
+    assert status == 200 and answer["closed"] is True
+    status, _type, answer = _post(url + "/v1/sessions/subscriptions", {"client_id": "dev-q0"})
+    assert answer["session_present"] is False and answer["subscriptions"] == []
