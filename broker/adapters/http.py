@@ -87,11 +87,10 @@ class HttpEndpoint:
         extend: Callable[[web.Application], None] | None = None,
     ) -> HttpServer:
         """Serve on ``host:port`` (HTTPS with ``ssl_context``); ``extend`` adds more routes."""
-        app = web.Application(handler_args={"max_field_size": 16 * 1024})
+        app = web.Application(handler_args={"max_field_size": 16 * 1024}, middlewares=[self._errors])
         self.routes(app)
         if extend is not None:
             extend(app)
-        app.router.add_route("*", "/{tail:.*}", self._not_found)
         runner = web.AppRunner(app, access_log=None, shutdown_timeout=HTTP_SHUTDOWN_TIMEOUT_S)
         await runner.setup()
         site = web.TCPSite(runner, host, port, ssl_context=ssl_context, backlog=1024)
@@ -109,11 +108,34 @@ class HttpEndpoint:
         response.headers["Content-Type"] = content_type
         return response
 
-    async def _not_found(self, request: web.Request) -> web.StreamResponse:
-        status, content_type, body = self.respond(request.method, request.path)
-        response = web.Response(status=status, body=body)
-        response.headers["Content-Type"] = content_type
-        return response
+    @web.middleware
+    async def _errors(self, request: web.Request, handler: Any) -> web.StreamResponse:
+        """aiohttp's own 404 / 405 (and other HTTP errors): text for the probe paths as before,
+        an RFC 9457 problem document under /v1/ (with the Allow header of a 405)."""
+        try:
+            response: web.StreamResponse = await handler(request)
+            return response
+        except web.HTTPException as exc:
+            if request.path.startswith("/v1/"):
+                problem = {
+                    "type": "about:blank",
+                    "title": exc.reason,
+                    "status": exc.status,
+                    "detail": f"{request.method} {request.path}: {exc.reason.lower()}",
+                }
+                headers = {"Allow": exc.headers["Allow"]} if "Allow" in exc.headers else None
+                return web.Response(
+                    status=exc.status,
+                    text=json.dumps(problem),
+                    content_type="application/problem+json",
+                    headers=headers,
+                )
+            if exc.status == 404:
+                status, content_type, body = self.respond(request.method, request.path)
+                response = web.Response(status=status, body=body)
+                response.headers["Content-Type"] = content_type
+                return response
+            raise
 
     def respond(self, method: str, target: str) -> tuple[int, str, bytes]:
         """(status, content type, body) of one request."""

@@ -114,25 +114,30 @@ class PullHttpApi:
     def _credentials(
         self, request: web.Request, body: dict[str, Any]
     ) -> tuple[str | None, str | None] | Problem:
-        header = request.headers.get("Authorization")
-        if header is not None:
-            scheme, _, value = header.partition(" ")
-            if scheme.lower() != "basic":
-                return Problem(401, "Unauthorized", "only HTTP Basic authentication is supported")
-            try:
-                user, sep, password = base64.b64decode(value.strip(), validate=True).decode().partition(":")
-            except (binascii.Error, ValueError, UnicodeDecodeError):
-                return Problem(401, "Unauthorized", "the Authorization header is not valid Basic credentials")
-            if not sep:
-                return Problem(401, "Unauthorized", "Basic credentials need user:password")
-            return user, password
+        """HTTP Basic, else the body's ``username`` / ``password`` (whose types are checked
+        either way: a malformed body is refused even when a header carries the credentials)."""
         body_user = body.get("username")
         body_password = body.get("password")
         if (body_user is not None and not isinstance(body_user, str)) or (
             body_password is not None and not isinstance(body_password, str)
         ):
             return bad_request("username and password are strings")
-        return body_user, body_password
+        for text in (body_user, body_password):
+            if text is not None and not _encodable(text):
+                return bad_request("username and password must be valid UTF-8 text")
+        header = request.headers.get("Authorization")
+        if header is None:
+            return body_user, body_password
+        scheme, _, value = header.partition(" ")
+        if scheme.lower() != "basic":
+            return Problem(401, "Unauthorized", "only HTTP Basic authentication is supported")
+        try:
+            user, sep, password = base64.b64decode(value.strip(), validate=True).decode().partition(":")
+        except (binascii.Error, ValueError, UnicodeDecodeError):
+            return Problem(401, "Unauthorized", "the Authorization header is not valid Basic credentials")
+        if not sep:
+            return Problem(401, "Unauthorized", "Basic credentials need user:password")
+        return user, password
 
     def _rate_limited(self, client_id: str) -> Problem | None:
         if self.rate.allow(client_id, self.broker.scheduler.time()):
@@ -265,11 +270,12 @@ class PullHttpApi:
                 link.renew_lease(self.gateway.lease_s)
         except PullError as exc:
             return self._error(exc)
+        invalid = [f for (f, _q), code in zip(req.subscriptions, codes, strict=True) if code == 0x8F]
+        if invalid:
+            return problem_response(bad_request(f"invalid topic filter: {', '.join(invalid)}"))
         refused = [f for (f, _q), code in zip(req.subscriptions, codes, strict=True) if code >= 0x80]
         if refused:
-            return self._error(
-                PullError(403, f"not authorized to subscribe to {', '.join(refused)} (ACL or invalid filter)")
-            )
+            return self._error(PullError(403, f"not authorized to subscribe to {', '.join(refused)} (ACL)"))
         return _json(
             {
                 "client_id": req.client_id,
@@ -317,6 +323,14 @@ class PullHttpApi:
         )
 
 
+def _encodable(text: str) -> bool:
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 class _ClientOnly:
     __slots__ = ("client_id",)
 
@@ -325,6 +339,9 @@ class _ClientOnly:
 
 
 def _client_only(body: dict[str, Any]) -> _ClientOnly | Problem:
+    for name in ("client_id", "username", "password"):
+        if name in body and body[name] is None:
+            return bad_request(f"{name}: null is not allowed (leave the field out)")
     client_id = body.get("client_id")
     if (
         not isinstance(client_id, str)

@@ -95,17 +95,45 @@ class OpenRequest:
     session_expiry_s: int | None
 
 
-def _object(body: Any) -> dict[str, Any] | Problem:
+CREDENTIALS = ("username", "password")
+PULL_FIELDS = ("client_id", "acks", "epoch", "wait_s", "max_messages", "session_expiry_s", *CREDENTIALS)
+OPEN_FIELDS = ("client_id", "subscriptions", "clean_start", "session_expiry_s", *CREDENTIALS)
+PUBLISH_FIELDS = (
+    "client_id",
+    "topic",
+    "payload",
+    "payload_base64",
+    "qos",
+    "retain",
+    "properties",
+    *CREDENTIALS,
+)
+
+
+def _object(body: Any, fields: tuple[str, ...] = ()) -> dict[str, Any] | Problem:
+    """The body as an object; a field of ``fields`` given as null is refused (unknown fields are
+    ignored, so newer clients work with older brokers)."""
     if not isinstance(body, dict):
         return bad_request("the body must be a JSON object")
+    for name in fields:
+        if name in body and body[name] is None:
+            return bad_request(f"{name}: null is not allowed (leave the field out)")
     return body
+
+
+def _utf8(text: str) -> bool:
+    try:
+        text.encode()
+    except UnicodeEncodeError:  # a lone surrogate (JSON allows the escape, UTF-8 does not)
+        return False
+    return "\x00" not in text
 
 
 def _client_id(body: dict[str, Any]) -> str | Problem:
     client_id = body.get("client_id")
     if not isinstance(client_id, str) or not client_id:
         return bad_request("client_id: a non-empty string is required")
-    if len(client_id.encode()) > 65535 or "\x00" in client_id:
+    if not _utf8(client_id) or len(client_id.encode()) > 65535:
         return bad_request("client_id: at most 65,535 UTF-8 bytes, no NUL")
     return client_id
 
@@ -121,8 +149,9 @@ def _int(body: dict[str, Any], name: str, default: int | None, low: int, high: i
 
 def parse_pull(body: Any, *, max_wait_s: int) -> PullRequest | Problem:
     """A ``POST /v1/pull`` body: ``client_id``, ``acks`` (0..1,024 received numbers), ``epoch``,
-    ``wait_s`` (long-poll, 0..``max_wait_s``), ``max_messages`` (1..16), ``session_expiry_s``."""
-    obj = _object(body)
+    ``wait_s`` (long-poll; more than ``max_wait_s`` waits ``max_wait_s``), ``max_messages``
+    (1..16), ``session_expiry_s``."""
+    obj = _object(body, PULL_FIELDS)
     if isinstance(obj, Problem):
         return obj
     client_id = _client_id(obj)
@@ -145,8 +174,7 @@ def parse_pull(body: Any, *, max_wait_s: int) -> PullRequest | Problem:
     wait = obj.get("wait_s", 0)
     if isinstance(wait, bool) or not isinstance(wait, (int, float)) or wait < 0:
         return bad_request(f"wait_s: a number of seconds >= 0 is required, got {wait!r}")
-    if wait > max_wait_s:
-        return bad_request(f"wait_s: at most pull.max_wait_s = {max_wait_s} s, got {wait}", "pull.max_wait_s")
+    wait = min(wait, max_wait_s)  # bounded by the broker (pull.max_wait_s)
     max_messages = _int(obj, "max_messages", MAX_MESSAGES, 1, MAX_MESSAGES)
     if isinstance(max_messages, Problem):
         return max_messages
@@ -160,7 +188,7 @@ def parse_pull(body: Any, *, max_wait_s: int) -> PullRequest | Problem:
 def parse_open(body: Any) -> OpenRequest | Problem:
     """A ``POST /v1/sessions/open`` body: ``client_id``, ``subscriptions`` ([{"filter", "qos"}]),
     ``clean_start``, ``session_expiry_s``."""
-    obj = _object(body)
+    obj = _object(body, OPEN_FIELDS)
     if isinstance(obj, Problem):
         return obj
     client_id = _client_id(obj)
@@ -171,7 +199,12 @@ def parse_open(body: Any) -> OpenRequest | Problem:
         return bad_request(f"subscriptions: a list of at most {MAX_FILTERS} objects is required")
     parsed: list[tuple[str, int]] = []
     for sub in subs:
-        if not isinstance(sub, dict) or not isinstance(sub.get("filter"), str) or not sub["filter"]:
+        if (
+            not isinstance(sub, dict)
+            or not isinstance(sub.get("filter"), str)
+            or not sub["filter"]
+            or not _utf8(sub["filter"])
+        ):
             return bad_request('subscriptions: each is {"filter": "<topic filter>", "qos": 0|1|2}')
         qos = sub.get("qos", 1)
         if isinstance(qos, bool) or qos not in (0, 1, 2):
@@ -203,21 +236,24 @@ def decode_payload(obj: dict[str, Any]) -> bytes | Problem:
         return b""
     if not isinstance(text, str):
         return bad_request("payload: a string is required (use payload_base64 for bytes)")
-    return text.encode()
+    try:
+        return text.encode()
+    except UnicodeEncodeError:
+        return bad_request("payload: not encodable as UTF-8 (a lone surrogate); use payload_base64")
 
 
 def parse_publish(body: Any) -> PublishRequest | Problem:
     """A ``POST /v1/publish`` body: ``client_id``, ``topic``, ``payload`` | ``payload_base64``,
     ``qos``, ``retain``, ``properties`` ({"content_type", "response_topic", "user_properties",
     "message_expiry_interval"})."""
-    obj = _object(body)
+    obj = _object(body, PUBLISH_FIELDS)
     if isinstance(obj, Problem):
         return obj
     client_id = _client_id(obj)
     if isinstance(client_id, Problem):
         return client_id
     topic = obj.get("topic")
-    if not isinstance(topic, str) or not topic or "+" in topic or "#" in topic or "\x00" in topic:
+    if not isinstance(topic, str) or not topic or "+" in topic or "#" in topic or not _utf8(topic):
         return bad_request("topic: a topic name is required (no wildcards, no NUL)")
     payload = decode_payload(obj)
     if isinstance(payload, Problem):
@@ -241,7 +277,7 @@ def parse_properties(props: Any) -> dict[str, Any] | Problem:
     out: dict[str, Any] = {}
     for name, value in props.items():
         if name in ("content_type", "response_topic"):
-            if not isinstance(value, str) or "\x00" in value:
+            if not isinstance(value, str) or not _utf8(value):
                 return bad_request(f"properties.{name}: a string is required")
             if name == "response_topic" and (not value or "+" in value or "#" in value):
                 return bad_request("properties.response_topic: a topic name is required")
@@ -254,11 +290,12 @@ def parse_properties(props: Any) -> dict[str, Any] | Problem:
             if not isinstance(value, list) or not all(
                 isinstance(pair, list)
                 and len(pair) == 2
-                and all(isinstance(part, str) and "\x00" not in part for part in pair)
+                and all(isinstance(part, str) and _utf8(part) for part in pair)
                 for pair in value
             ):
                 return bad_request('properties.user_properties: a list of ["name", "value"] pairs')
-            out[name] = [(pair[0], pair[1]) for pair in value]
+            if value:
+                out["user_property"] = [(pair[0], pair[1]) for pair in value]  # the codec's name
         else:
             return bad_request(
                 f"properties.{name}: unknown (content_type, response_topic, "
@@ -301,8 +338,8 @@ def properties_json(props: dict[str, Any]) -> dict[str, Any]:
             out[name] = props[name]
     if "correlation_data" in props:
         out["correlation_data_base64"] = base64.b64encode(bytes(props["correlation_data"])).decode()
-    if props.get("user_properties"):
-        out["user_properties"] = [[str(k), str(v)] for k, v in props["user_properties"]]
+    if props.get("user_property"):
+        out["user_properties"] = [[str(k), str(v)] for k, v in props["user_property"]]
     if props.get("subscription_identifier"):
         ids = props["subscription_identifier"]
         out["subscription_identifiers"] = list(ids) if isinstance(ids, (list, tuple)) else [ids]

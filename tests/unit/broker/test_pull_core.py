@@ -80,8 +80,8 @@ def test_request_limits_name_the_limit() -> None:
     too_many = parse_pull({"client_id": "d", "acks": list(range(1, MAX_ACKS + 2))}, max_wait_s=30)
     assert isinstance(too_many, Problem) and too_many.status == 400 and too_many.limit == "acks_per_request"
     assert "1024" in too_many.detail
-    long_wait = parse_pull({"client_id": "d", "wait_s": 31}, max_wait_s=30)
-    assert isinstance(long_wait, Problem) and long_wait.limit == "pull.max_wait_s"
+    long_wait = parse_pull({"client_id": "d", "wait_s": 1e16}, max_wait_s=30)
+    assert isinstance(long_wait, PullRequest) and long_wait.wait_s == 30  # bounded by pull.max_wait_s
     for bad in (
         [],
         {"acks": []},
@@ -93,6 +93,7 @@ def test_request_limits_name_the_limit() -> None:
         {"client_id": "d", "max_messages": 17},
         {"client_id": "d", "wait_s": -1},
         {"client_id": "d", "epoch": 3},
+        {"client_id": "\ud800"},  # a lone surrogate: not UTF-8
     ):
         problem = parse_pull(bad, max_wait_s=30)
         assert isinstance(problem, Problem) and problem.status == 400, bad
@@ -154,3 +155,21 @@ def test_rate_limiter_refills() -> None:
     assert limiter.allow("b", 0.0)  # per key
     assert limiter.allow("a", 0.5)  # one token back after half a second
     assert not limiter.allow("a", 0.5)
+
+
+def test_properties_use_the_codecs_names_and_null_is_refused() -> None:
+    publish = parse_publish(
+        {"client_id": "d", "topic": "a", "properties": {"user_properties": [["k", "v"]], "content_type": ""}}
+    )
+    assert not isinstance(publish, Problem)
+    assert publish.properties == {"user_property": [("k", "v")], "content_type": ""}
+    empty = parse_publish({"client_id": "d", "topic": "a", "properties": {"user_properties": []}})
+    assert not isinstance(empty, Problem) and empty.properties == {}
+    message = PulledMessage(1, 1, "a", b"x", 1, False, {"user_property": [("k", "v")]})
+    assert message.as_json()["properties"] == {"user_properties": [["k", "v"]]}
+    for body in (
+        {"client_id": "d", "topic": "a", "payload_base64": None},
+        {"client_id": "d", "password": None},
+    ):
+        assert isinstance(parse_publish(body), Problem)
+    assert isinstance(parse_pull({"client_id": "d", "epoch": None}, max_wait_s=1), Problem)
