@@ -203,7 +203,7 @@ class PullHttpApi:
                     await link.wait_for_messages(req.wait_s)
                     self.gateway.commit()
                 if link.closed:
-                    raise PullError(409, "the session was taken over by another connection")
+                    raise link.closed_error()
                 messages, remaining = link.buffer.take(min(req.max_messages, MAX_MESSAGES))
                 session = self.broker.sessions.get(req.client_id)
                 if session is not None and session.queue:

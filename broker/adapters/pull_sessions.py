@@ -109,6 +109,7 @@ class PullLink:
         self.conn: ClientConnection | None = None
         self.closed = False
         self.session_present = False
+        self.disconnect_reason: int | None = None  # the core's DISCONNECT reason code, if any
         loop = asyncio.get_running_loop()
         self._loop = loop
         self._connack: asyncio.Future[Connack] = loop.create_future()
@@ -232,6 +233,7 @@ class PullLink:
         elif isinstance(packet, Pubcomp):
             pass
         elif isinstance(packet, Disconnect):
+            self.disconnect_reason = packet.reason_code
             log.info(
                 "pull session %s: disconnected by the broker (reason 0x%02X)",
                 self.client_id,
@@ -282,7 +284,7 @@ class PullLink:
             self._lease.cancel()
         for future in self._replies.values():
             if not future.done():
-                future.set_exception(PullError(409, "the session was taken over by another connection"))
+                future.set_exception(self.closed_error())
         if not self._connack.done():
             self._connack.set_exception(PullError(503, "the broker closed the session's connection"))
         self._replies.clear()
@@ -290,6 +292,15 @@ class PullLink:
         conn = self.conn
         if conn is not None:
             self._loop.call_soon(conn.lost)
+
+    def closed_error(self) -> PullError:
+        """Why requests on this closed link fail."""
+        reason = self.disconnect_reason
+        if reason == 0x8E:
+            return PullError(409, "the session was taken over by another connection")
+        if reason == 0x8B:
+            return PullError(503, "the broker is shutting down")
+        return PullError(503, "the broker closed the session's connection; retry the request")
 
     # ---------------------------------------------------------------- waiting
     async def wait_for_messages(self, timeout_s: float) -> None:
