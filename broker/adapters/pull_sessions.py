@@ -338,7 +338,7 @@ class PullGateway:
         self.lease_s = float(config.pull.lease_s)
         self.default_expiry_s = config.pull.session_expiry_s
         self.links: dict[str, PullLink] = {}
-        self._attaching: dict[str, asyncio.Lock] = {}
+        self._attaching: dict[str, tuple[asyncio.Lock, list[int]]] = {}  # lock, requests using it
 
     def forget(self, link: PullLink) -> None:
         if self.links.get(link.client_id) is link:
@@ -355,34 +355,53 @@ class PullGateway:
     ) -> PullLink:
         """The link of ``client_id`` for a request with these credentials: the attached one when
         they match (and no clean start is asked), else a new CONNECT (checked by the broker)."""
-        lock = self._attaching.setdefault(client_id, asyncio.Lock())
-        async with lock:
-            link = self.links.get(client_id)
-            if (
-                link is not None
-                and not link.closed
-                and not clean_start
-                and link.same_credentials(username, password)
-            ):
-                link.session_present = True
-                return link
-            new = PullLink(self, client_id, username, password)
-            session = self.broker.sessions.get(client_id)
-            if expiry_s is None:
-                expiry_s = (
-                    session.expiry_interval_s
-                    if session is not None and session.expiry_interval_s
-                    else self.default_expiry_s
-                )
-            try:
-                await new.connect(clean_start=clean_start, expiry_s=expiry_s, password=password)
-            except PullError:
-                if not new.closed:
-                    new.core_closed()
-                raise
-            self.links[client_id] = new
-            new.renew_lease(self.lease_s)
-            return new
+        entry = self._attaching.get(client_id)
+        if entry is None:
+            entry = self._attaching[client_id] = (asyncio.Lock(), [0])
+        lock, users = entry
+        users[0] += 1
+        try:
+            async with lock:
+                return await self._attach_locked(client_id, username, password, clean_start, expiry_s)
+        finally:
+            users[0] -= 1
+            if not users[0]:
+                del self._attaching[client_id]  # bounded: a lock per client id being attached
+
+    async def _attach_locked(
+        self,
+        client_id: str,
+        username: str | None,
+        password: str | None,
+        clean_start: bool,
+        expiry_s: int | None,
+    ) -> PullLink:
+        link = self.links.get(client_id)
+        if (
+            link is not None
+            and not link.closed
+            and not clean_start
+            and link.same_credentials(username, password)
+        ):
+            link.session_present = True
+            return link
+        new = PullLink(self, client_id, username, password)
+        session = self.broker.sessions.get(client_id)
+        if expiry_s is None:
+            expiry_s = (
+                session.expiry_interval_s
+                if session is not None and session.expiry_interval_s
+                else self.default_expiry_s
+            )
+        try:
+            await new.connect(clean_start=clean_start, expiry_s=expiry_s, password=password)
+        except PullError:
+            if not new.closed:
+                new.core_closed()
+            raise
+        self.links[client_id] = new
+        new.renew_lease(self.lease_s)
+        return new
 
     def commit(self) -> None:
         """Make what the acknowledgements changed durable, and let the core hand out what they
