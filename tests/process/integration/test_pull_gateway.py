@@ -337,3 +337,45 @@ def test_qos0_reaches_an_attached_pull_session_and_binary_payloads_are_base64(
     assert status == 200 and answer["closed"] is True
     status, _type, answer = _post(url + "/v1/sessions/subscriptions", {"client_id": "dev-q0"})
     assert answer["session_present"] is False and answer["subscriptions"] == []
+
+
+def test_skipmq_pull_prints_messages_as_they_come(
+    pull_broker: BrokerProcess, paho_factory: PahoFactory
+) -> None:
+    """The package's command line client, as a device script would run it."""
+    command = [
+        sys.executable, "-m", "broker", "pull", "--url", _url(pull_broker), "--client-id", "cli-dev",
+        "-t", "cli/#", "-q", "2", "--wait", "2", "--json", "-C", "3",
+    ]  # fmt: skip
+    cli = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline and _subscriptions(pull_broker) < 1:
+            time.sleep(0.1)  # the client has opened its session and subscribed (this broker's only one)
+        publisher = paho_factory(pull_broker, version=5)
+        for n in range(4):
+            publisher.publish("cli/t", f"c{n}".encode(), qos=2)
+        out, err = cli.communicate(timeout=30)
+    finally:
+        if cli.poll() is None:
+            cli.kill()
+    assert cli.returncode == 0, err.decode()
+    lines = [json.loads(line) for line in out.decode().splitlines()]
+    assert [line["payload"] for line in lines] == ["c0", "c1", "c2"]
+    assert all(line["qos"] == 2 and isinstance(line["seq"], int) for line in lines)
+    # the fourth stays queued for the next run; the three printed were acknowledged
+    device = PullClient(_url(pull_broker), "cli-dev")
+    fresh, _ = device.pull_once(wait_s=2)
+    assert [payload_bytes(m) for m in fresh] == [b"c3"]
+
+
+def _subscriptions(broker: BrokerProcess) -> float:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with urllib.request.urlopen(f"http://127.0.0.1:{broker.http_port}/metrics", timeout=5) as response:
+        text = response.read().decode()
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == "skipmq_subscriptions":
+                return sample.value
+    return 0.0
