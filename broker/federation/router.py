@@ -1,0 +1,504 @@
+"""One broker's semantic-information router (SI-R) for one event place (seed 000 §3.7).
+
+* Shared links (§3.7.1, §3.7.3): a router requests at most one link per event place (its
+  *parent*) and accepts any number (its *children*): an open link topology, a tree, so events
+  never loop. A second request while one is held or pending is refused locally; the accepting
+  side refuses a requester that is already linked, is itself, is upstream of it (the link would
+  close a loop) or names another place - each with a reason. On establishment the acceptor
+  returns the place name, routing mode, description and the link topology (root .. acceptor).
+* Event paths (§3.7.2, §3.7.4): local subscriptions and neighbours' registrations are sources
+  counted per (link, key) in ``EventPaths``; only 0->1 and 1->0 transitions are sent, with a
+  TTL (Fig. 16). Registrations carry no origin (anonymity).
+* Events flow back along the paths: an event is sent on a link only when that link's neighbour
+  registered a key matching it, never on the link it came from (and the tree has no cycle, so
+  it never returns to its site); it is delivered locally when a local key matches.
+* Leave (§3.7.3 (2)-(3)): the leaving router tells its 1-hop neighbours; its children get its
+  parent (or, without one, one of its children) as replacement and re-link; nobody else moves.
+* Crash (§3.7.3 (4)): each router learns its upstream entities in advance with an n-hop
+  discovery event (hop attribute UPSTREAM); when its parent's link is lost it re-links to the
+  nearest one still there. After any (re-)link both sides re-register what they hold.
+
+Pure: events and ``now`` in, ``Action`` lists out; no I/O, no clock, no randomness.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+from broker.federation.event_paths import EventPaths, PathChange
+from broker.federation.keys import RoutingMode, TopicView, key_for
+from broker.federation.messages import (
+    Action,
+    Deliver,
+    Event,
+    HopAttribute,
+    Leave,
+    LinkAccepted,
+    LinkMessage,
+    LinkRefused,
+    LinkRequest,
+    Note,
+    Probe,
+    ProbeReply,
+    Register,
+    Send,
+    TopologyUpdate,
+    Unlink,
+    Unregister,
+)
+
+
+class LinkError(Exception):
+    """A link request this router refuses to make (it already holds or awaits one, §3.7.3)."""
+
+
+@dataclass(frozen=True, slots=True)
+class PlaceSettings:
+    """An event place as this router runs it (§3.7.5)."""
+
+    place: str
+    mode: RoutingMode = RoutingMode.FULL_FILTER
+    description: str = ""
+    ttl: int = 16  # routers a local filter reaches, counting this one (1 = stays in the site)
+    class_levels: int = 1  # topic levels of an event type (type-only mode)
+    accept_links: bool = True
+    probe_hops: int = 3  # n of the n-hop upstream discovery
+    probe_interval_s: float = 10.0
+    retry_interval_s: float = 2.0
+    link_timeout_s: float = 5.0
+
+
+@dataclass(slots=True)
+class RouterStats:
+    """Messages this router sent, by kind (the set-up cost and the events of the two modes)."""
+
+    sent: Counter[str] = field(default_factory=Counter)
+    events_in: int = 0
+    events_delivered: int = 0
+    events_wasted: int = 0  # came over a link, matched no local key and went nowhere else
+
+
+class FederationRouter:
+    """The SI-R of broker ``name`` in one event place; see the module docstring."""
+
+    def __init__(self, name: str, settings: PlaceSettings) -> None:
+        self.name = name
+        self.settings = settings
+        self.parent: str | None = None
+        self.children: set[str] = set()
+        self.topology: tuple[str, ...] = (name,)  # root .. this router
+        self.stats = RouterStats()
+        self._paths = EventPaths()
+        self._received: dict[str, dict[str, int]] = {}  # link -> key -> ttl the neighbour registered
+        self._local: Counter[tuple[str, int]] = Counter()  # (key, ttl) -> local subscriptions
+        self._local_keys: Counter[str] = Counter()
+        self._one_way_links: set[str] = set()  # we register nothing toward these
+        self._pending: str | None = None
+        self._pending_since = 0.0
+        self._pending_one_way = False
+        self._upstream_target: str | None = None  # the configured upstream, retried when unlinked
+        self._candidates: list[str] = []
+        self._retry_at = 0.0
+        self._probe_round = 0
+        self._next_probe_at = 0.0
+        self._upstream_known: dict[str, int] = {}  # name -> hops, from the latest discovery round
+        self._upstream_round = 0
+        self.left = False
+
+    # ================================================================== reading
+    @property
+    def place(self) -> str:
+        return self.settings.place
+
+    def links(self) -> list[str]:
+        return ([self.parent] if self.parent else []) + sorted(self.children)
+
+    def counter(self, link: str, key: str) -> int:
+        return self._paths.counter(link, key)
+
+    def counters(self) -> dict[str, dict[str, int]]:
+        """Per link, per key: how many sources want the key registered toward that link."""
+        return self._paths.counters()
+
+    def registered_toward(self, link: str) -> dict[str, int]:
+        """What this router registered on ``link`` (key -> TTL), i.e. told that neighbour."""
+        if link in self._one_way_links:
+            return {}
+        return self._paths.registered(link)
+
+    def received_from(self, link: str) -> dict[str, int]:
+        """What the neighbour on ``link`` registered here (key -> TTL)."""
+        return dict(self._received.get(link, {}))
+
+    def upstream_known(self) -> dict[str, int]:
+        return dict(self._upstream_known)
+
+    def local_keys(self) -> set[str]:
+        return {key for key, count in self._local_keys.items() if count > 0}
+
+    def key_of(self, topic_filter: str, mode: RoutingMode | None = None) -> str:
+        return key_for(topic_filter, mode or self.settings.mode, self.settings.class_levels)
+
+    # ================================================================== local subscriptions
+    def subscribe(
+        self, topic_filter: str, *, mode: RoutingMode | None = None, ttl: int | None = None
+    ) -> list[Action]:
+        """A local subscription to ``topic_filter`` appeared (one more source of its key)."""
+        key = self.key_of(topic_filter, mode)
+        hops = self.settings.ttl if ttl is None else ttl
+        self._local[(key, hops)] += 1
+        self._local_keys[key] += 1
+        return self._changes(self._paths.add_source(key, hops - 1, except_link=None))
+
+    def unsubscribe(
+        self, topic_filter: str, *, mode: RoutingMode | None = None, ttl: int | None = None
+    ) -> list[Action]:
+        """The inverse of ``subscribe`` with the same arguments (an unknown one is ignored)."""
+        key = self.key_of(topic_filter, mode)
+        hops = self.settings.ttl if ttl is None else ttl
+        if self._local[(key, hops)] <= 0:
+            return []
+        self._local[(key, hops)] -= 1
+        if self._local[(key, hops)] == 0:
+            del self._local[(key, hops)]
+        self._local_keys[key] -= 1
+        if self._local_keys[key] == 0:
+            del self._local_keys[key]
+        return self._changes(self._paths.remove_source(key, hops - 1, except_link=None))
+
+    # ================================================================== events
+    def publish(self, event: Event) -> list[Action]:
+        """A local client published ``event`` (the broker already delivered it locally)."""
+        return self._forward(event, came_from=None)
+
+    def _forward(self, event: Event, came_from: str | None) -> list[Action]:
+        view = TopicView(event.topic, self.settings.class_levels)
+        actions: list[Action] = []
+        for link in self.links():
+            if link == came_from:
+                continue  # never back where it came from
+            if any(view.matches(key) for key in self._received.get(link, {})):
+                actions.append(self._send(link, event))
+        if came_from is not None:
+            if any(view.matches(key) for key in self._local_keys):
+                self.stats.events_delivered += 1
+                actions.append(Deliver(event, came_from))
+            elif not actions:
+                self.stats.events_wasted += 1
+        return actions
+
+    # ================================================================== links: requesting side
+    def set_upstream(self, peer: str, now: float, *, one_way: bool = False) -> list[Action]:
+        """Configure the entity to request the link to (retried by ``tick`` while unlinked)."""
+        self._upstream_target = peer
+        self._pending_one_way = one_way
+        return self.request_link(peer, now)
+
+    def request_link(self, peer: str, now: float) -> list[Action]:
+        """Request the shared link of this place to ``peer``; LinkError when one is held or
+        pending (at most one request per event place, §3.7.3)."""
+        if self.left:
+            raise LinkError(f"{self.name} left event place {self.place!r}")
+        if self.parent is not None:
+            raise LinkError(
+                f"{self.name} already holds its link of event place {self.place!r} (to {self.parent})"
+            )
+        if self._pending is not None:
+            raise LinkError(
+                f"{self.name} already requested its link of event place {self.place!r} (to {self._pending})"
+            )
+        if peer == self.name or peer in self.children:
+            raise LinkError(f"{self.name} cannot request a link to {peer}: it is itself or already linked")
+        self._pending = peer
+        self._pending_since = now
+        return [self._send(peer, LinkRequest(self.place, self.name, self._pending_one_way))]
+
+    def _on_accepted(self, peer: str, message: LinkAccepted, now: float) -> list[Action]:
+        if peer != self._pending:
+            return [Unlink(peer), Note("federation_unexpected_accept", (("peer", peer),))]
+        self._pending = None
+        if self.name in message.topology or message.place != self.place:
+            reason = "loop" if self.name in message.topology else f"place {message.place!r}"
+            actions: list[Action] = [Send(peer, Leave(None)), Unlink(peer)]
+            actions.append(Note("federation_link_rejected", (("peer", peer), ("reason", reason))))
+            return actions + self._next_candidate(now)
+        self.parent = peer
+        self._candidates = []
+        if self._pending_one_way:
+            self._one_way_links.add(peer)
+        self._received[peer] = {}
+        actions = [Note("federation_link_up", (("peer", peer), ("role", "parent"), ("mode", message.mode)))]
+        actions += self._changes(self._paths.seed_link(peer, self._sources()))
+        actions += self._set_topology((*message.topology, self.name))
+        actions += self._probe(now)
+        return actions
+
+    def _on_refused(self, peer: str, message: LinkRefused, now: float) -> list[Action]:
+        if peer != self._pending:
+            return []
+        self._pending = None
+        note = Note("federation_link_refused", (("peer", peer), ("reason", message.reason)))
+        return [note, Unlink(peer), *self._next_candidate(now)]
+
+    def _next_candidate(self, now: float) -> list[Action]:
+        while self._candidates:
+            candidate = self._candidates.pop(0)
+            if candidate != self.name and candidate not in self.children:
+                return self.request_link(candidate, now)
+        self._retry_at = now + self.settings.retry_interval_s
+        return []
+
+    # ================================================================== links: accepting side
+    def _on_request(self, peer: str, message: LinkRequest) -> list[Action]:
+        reason = self._refusal(peer, message)
+        if reason is not None:
+            return [
+                self._send(peer, LinkRefused(self.place, reason)),
+                Note("federation_refused", (("peer", peer), ("reason", reason))),
+            ]
+        self.children.add(peer)
+        self._received[peer] = {}
+        accepted = LinkAccepted(
+            self.place, self.settings.mode.value, self.settings.description, self.topology
+        )
+        actions: list[Action] = [self._send(peer, accepted)]
+        actions.append(Note("federation_link_up", (("peer", peer), ("role", "child"))))
+        actions += self._changes(self._paths.seed_link(peer, self._sources()))
+        return actions
+
+    def _refusal(self, peer: str, message: LinkRequest) -> str | None:
+        if self.left:
+            return f"{self.name} has left event place {self.place!r}"
+        if message.place != self.place:
+            return f"unknown event place {message.place!r} (this broker serves {self.place!r})"
+        if not self.settings.accept_links:
+            return f"{self.name} does not accept shared links"
+        if peer == self.name or message.requester == self.name:
+            return "a broker cannot link to itself"
+        if peer in self.children or peer == self.parent:
+            return f"{peer} already holds a shared link with {self.name} in event place {self.place!r}"
+        if peer in self.topology:
+            return f"{peer} is upstream of {self.name}: the link would close a loop"
+        return None
+
+    # ================================================================== messages from a link
+    def on_message(self, peer: str, message: LinkMessage, now: float) -> list[Action]:
+        if isinstance(message, LinkRequest):
+            return self._on_request(peer, message)
+        if isinstance(message, LinkAccepted):
+            return self._on_accepted(peer, message, now)
+        if isinstance(message, LinkRefused):
+            return self._on_refused(peer, message, now)
+        if peer not in self._received:
+            return []  # not (or no longer) a link of ours
+        if isinstance(message, Register):
+            return self._on_register(peer, message)
+        if isinstance(message, Unregister):
+            return self._on_unregister(peer, message)
+        if isinstance(message, Event):
+            self.stats.events_in += 1
+            return self._forward(message, came_from=peer)
+        if isinstance(message, Leave):
+            return self._on_leave(peer, message, now)
+        if isinstance(message, TopologyUpdate):
+            if peer != self.parent:
+                return []
+            if self.name in message.topology:  # our parent re-linked below us: break the loop
+                return self.link_lost(peer, now)
+            return self._set_topology((*message.topology, self.name))
+        if isinstance(message, Probe):
+            return self._on_probe(peer, message)
+        return self._on_probe_reply(message)
+
+    def _on_register(self, peer: str, message: Register) -> list[Action]:
+        held = self._received[peer]
+        old = held.get(message.key)
+        held[message.key] = message.ttl
+        changes: list[PathChange] = []
+        if old is not None:
+            changes += self._paths.remove_source(message.key, old - 1, except_link=peer)
+        changes += self._paths.add_source(message.key, message.ttl - 1, except_link=peer)
+        return self._changes(_net(changes))
+
+    def _on_unregister(self, peer: str, message: Unregister) -> list[Action]:
+        old = self._received[peer].pop(message.key, None)
+        if old is None:
+            return []
+        return self._changes(self._paths.remove_source(message.key, old - 1, except_link=peer))
+
+    # ================================================================== leave and crash (§3.7.3)
+    def leave(self) -> list[Action]:
+        """Leave the place: children get the parent (or, without one, one of the children) as
+        replacement; the parent is told; every link closes."""
+        actions: list[Action] = []
+        children = sorted(self.children)
+        replacement = self.parent if self.parent is not None else (children[0] if children else None)
+        for child in children:
+            actions.append(self._send(child, Leave(replacement)))
+            actions.append(Unlink(child))
+        if self.parent is not None:
+            actions.append(self._send(self.parent, Leave(None)))
+            actions.append(Unlink(self.parent))
+        if self._pending is not None:
+            actions.append(Unlink(self._pending))
+        self.left = True
+        self.parent = None
+        self._pending = None
+        self.children.clear()
+        for link in list(self._received):
+            self._paths.drop_link(link)
+        self._received.clear()
+        actions.append(Note("federation_left", (("replacement", replacement or ""),)))
+        return actions
+
+    def _on_leave(self, peer: str, message: Leave, now: float) -> list[Action]:
+        was_parent = peer == self.parent
+        actions: list[Action] = [Note("federation_neighbour_left", (("peer", peer),))]
+        actions += self._drop(peer)
+        if not was_parent:
+            return actions
+        replacement = message.replacement
+        if replacement is None or replacement == self.name:
+            actions += self._set_topology((self.name,))  # this router is now the root
+            self._upstream_known = {}
+            return actions
+        actions += self._set_topology((self.name,))
+        self._candidates = [name for name in self._upstream_candidates(exclude=peer) if name != replacement]
+        return actions + self.request_link(replacement, now)
+
+    def link_lost(self, peer: str, now: float) -> list[Action]:
+        """The link to ``peer`` broke without a Leave (crash, power or network failure)."""
+        if peer == self._pending:
+            self._pending = None
+            return [Note("federation_link_failed", (("peer", peer),)), *self._next_candidate(now)]
+        if peer != self.parent and peer not in self.children:
+            return []
+        was_parent = peer == self.parent
+        actions: list[Action] = [Note("federation_link_lost", (("peer", peer),)), Unlink(peer)]
+        actions += self._drop(peer)
+        if was_parent:
+            self._candidates = self._upstream_candidates(exclude=peer)
+            if (
+                self._upstream_target
+                and self._upstream_target not in self._candidates
+                and self._upstream_target != peer
+            ):
+                self._candidates.append(self._upstream_target)
+            actions += self._set_topology((self.name,))
+            actions += self._next_candidate(now)
+        return actions
+
+    def _upstream_candidates(self, exclude: str) -> list[str]:
+        known = sorted(self._upstream_known.items(), key=lambda item: (item[1], item[0]))
+        return [name for name, _hop in known if name != exclude]
+
+    def _drop(self, peer: str) -> list[Action]:
+        """Forget the link to ``peer``: what it registered stops counting toward the others."""
+        if peer == self.parent:
+            self.parent = None
+        self.children.discard(peer)
+        self._one_way_links.discard(peer)
+        self._paths.drop_link(peer)
+        held = self._received.pop(peer, {})
+        changes: list[PathChange] = []
+        for key, ttl in held.items():
+            changes += self._paths.remove_source(key, ttl - 1, except_link=peer)
+        return self._changes(changes)
+
+    # ================================================================== timers and discovery
+    def tick(self, now: float) -> list[Action]:
+        """Retry the upstream link while unlinked; time out a pending request; re-probe."""
+        actions: list[Action] = []
+        if self.left:
+            return actions
+        if self._pending is not None and now - self._pending_since >= self.settings.link_timeout_s:
+            peer = self._pending
+            actions += [Unlink(peer), *self.link_lost(peer, now)]
+        if self.parent is None and self._pending is None and now >= self._retry_at:
+            if not self._candidates and self.topology == (self.name,):
+                refill = self._upstream_candidates(exclude="")
+                if self._upstream_target is not None and self._upstream_target not in refill:
+                    refill.append(self._upstream_target)
+                self._candidates = refill
+            if self._candidates:
+                actions += self._next_candidate(now)
+        if self.parent is not None and now >= self._next_probe_at:
+            actions += self._probe(now)
+        return actions
+
+    def _probe(self, now: float) -> list[Action]:
+        self._next_probe_at = now + self.settings.probe_interval_s
+        if self.parent is None or self.settings.probe_hops < 1:
+            return []
+        self._probe_round += 1
+        probe = Probe(self._probe_round, self.settings.probe_hops, HopAttribute.UPSTREAM, (self.name,))
+        return [self._send(self.parent, probe)]
+
+    def _on_probe(self, peer: str, probe: Probe) -> list[Action]:
+        hop = len(probe.trail)
+        reply = ProbeReply(probe.round, probe.attribute, self.name, hop, probe.trail[:-1])
+        actions: list[Action] = [self._send(peer, reply)]
+        if probe.hops_left - 1 >= 1:
+            onward = Probe(probe.round, probe.hops_left - 1, probe.attribute, (*probe.trail, self.name))
+            for link in self._hop_targets(probe.attribute):
+                if link != peer and link not in probe.trail:
+                    actions.append(self._send(link, onward))
+        return actions
+
+    def _hop_targets(self, attribute: HopAttribute) -> list[str]:
+        if attribute is HopAttribute.UPSTREAM:
+            return [self.parent] if self.parent else []
+        if attribute is HopAttribute.DOWNSTREAM:
+            return sorted(self.children)
+        return self.links()
+
+    def _on_probe_reply(self, reply: ProbeReply) -> list[Action]:
+        if reply.route:
+            onward = ProbeReply(reply.round, reply.attribute, reply.responder, reply.hop, reply.route[:-1])
+            target = reply.route[-1]
+            return [self._send(target, onward)] if target in self._received else []
+        if reply.attribute is HopAttribute.UPSTREAM and reply.round >= self._upstream_round:
+            if reply.round > self._upstream_round:
+                self._upstream_round = reply.round
+                self._upstream_known = {}
+            self._upstream_known[reply.responder] = reply.hop
+        return []
+
+    # ================================================================== helpers
+    def _set_topology(self, topology: tuple[str, ...]) -> list[Action]:
+        if topology == self.topology:
+            return []
+        self.topology = topology
+        return [self._send(child, TopologyUpdate(topology)) for child in sorted(self.children)]
+
+    def _sources(self) -> list[tuple[str, int, str | None]]:
+        sources: list[tuple[str, int, str | None]] = []
+        for (key, hops), count in self._local.items():
+            sources.extend([(key, hops - 1, None)] * count)
+        for link, held in self._received.items():
+            sources.extend((key, ttl - 1, link) for key, ttl in held.items())
+        return sources
+
+    def _changes(self, changes: list[PathChange]) -> list[Action]:
+        actions: list[Action] = []
+        for change in changes:
+            if change.link in self._one_way_links:
+                continue
+            if change.ttl is None:
+                actions.append(self._send(change.link, Unregister(change.key)))
+            else:
+                actions.append(self._send(change.link, Register(change.key, change.ttl)))
+        return actions
+
+    def _send(self, peer: str, message: LinkMessage) -> Send:
+        self.stats.sent[type(message).__name__] += 1
+        return Send(peer, message)
+
+
+def _net(changes: list[PathChange]) -> list[PathChange]:
+    """Collapse a remove-then-add of one (link, key) into its final state (a TTL update)."""
+    final: dict[tuple[str, str], PathChange] = {}
+    for change in changes:
+        final[(change.link, change.key)] = change
+    return list(final.values())
