@@ -255,6 +255,7 @@ class FederationRouter:
         if reason is not None:
             return [
                 self._send(peer, LinkRefused(self.place, reason)),
+                Unlink(peer),
                 Note("federation_refused", (("peer", peer), ("reason", reason))),
             ]
         self.children.add(peer)
