@@ -332,6 +332,11 @@ class FederationConfig:
     )
     place: str = _key("", "event place name (seed 000 §3.7.5); every broker of a federation names the same")
     description: str = _key("", "the event place's description, returned to brokers that link here")
+    site: str = _key(
+        "",
+        "name of this broker's site; the brokers of one cluster that each link into the place set the "
+        "same name, so an event published in the site is not delivered there twice",
+    )
     mode: str = _key(
         "full_filter",
         "routing mode: full_filter (filters travel: no wasted events) or type_only (topic classes "

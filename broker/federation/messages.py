@@ -75,12 +75,15 @@ class Unregister:
 
 @dataclass(frozen=True, slots=True)
 class Event:
-    """An application message crossing a link (MQTT topic, payload, QoS, retain flag)."""
+    """An application message crossing a link (MQTT topic, payload, QoS, retain flag) and the
+    site it was published in (an operator-chosen name shared by the brokers of one cluster, or
+    "" for a stand-alone broker), so it is not delivered a second time inside that site."""
 
     topic: str
     payload: bytes
     qos: int = 0
     retain: bool = False
+    site: str = ""
 
 
 # ---------------------------------------------------------------- n-hop discovery (§3.7.3 (4))

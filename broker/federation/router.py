@@ -63,6 +63,7 @@ class PlaceSettings:
     ttl: int = 16  # routers a local filter reaches, counting this one (1 = stays in the site)
     class_levels: int = 1  # topic levels of an event type (type-only mode)
     accept_links: bool = True
+    site: str = ""  # brokers of one cluster share it: an event of their site is not delivered twice
     probe_hops: int = 3  # n of the n-hop upstream discovery
     probe_interval_s: float = 10.0
     retry_interval_s: float = 2.0
@@ -169,7 +170,10 @@ class FederationRouter:
 
     # ================================================================== events
     def publish(self, event: Event) -> list[Action]:
-        """A local client published ``event`` (the broker already delivered it locally)."""
+        """A local client published ``event`` (the broker already delivered it locally, and its
+        cluster to the rest of its site); it leaves tagged with this router's site."""
+        if self.settings.site and event.site != self.settings.site:
+            event = Event(event.topic, event.payload, event.qos, event.retain, self.settings.site)
         return self._forward(event, came_from=None)
 
     def _forward(self, event: Event, came_from: str | None) -> list[Action]:
@@ -181,7 +185,9 @@ class FederationRouter:
             if any(view.matches(key) for key in self._received.get(link, {})):
                 actions.append(self._send(link, event))
         if came_from is not None:
-            if any(view.matches(key) for key in self._local_keys):
+            if event.site and event.site == self.settings.site:
+                pass  # published in this router's own site (a cluster): the cluster delivered it there
+            elif any(view.matches(key) for key in self._local_keys):
                 self.stats.events_delivered += 1
                 actions.append(Deliver(event, came_from))
             elif not actions:

@@ -67,6 +67,7 @@ class _Link:
         self.channel: grpc.aio.Channel | None = None
         self.call: Any = None
         self.closed = False
+        self.unlinked = False  # we ended it (Unlink): its end is no news
 
 
 class FederationNode(pb_grpc.FederationServicer):
@@ -108,6 +109,7 @@ class FederationNode(pb_grpc.FederationServicer):
             ttl=config.ttl,
             class_levels=config.class_levels,
             accept_links=config.accept_links,
+            site=config.site,
             probe_hops=config.probe_hops,
             probe_interval_s=config.probe_interval_ms / 1000,
             retry_interval_s=config.retry_ms / 1000,
@@ -217,6 +219,7 @@ class FederationNode(pb_grpc.FederationServicer):
                 self._flush(batches, only=action.peer)
                 link = self._links.pop(action.peer, None)
                 if link is not None:
+                    link.unlinked = True
                     link.outbox.put_nowait(None)
             elif isinstance(action, Note):
                 self._log(action.event, logging.INFO, **dict(action.fields))
@@ -311,7 +314,7 @@ class FederationNode(pb_grpc.FederationServicer):
         except asyncio.CancelledError:
             raise
         except Exception as exc:
-            if not link.closed:
+            if not link.closed and not link.unlinked:
                 self._log("federation_stream_failed", peer=link.peer, reason=_describe(exc))
         self._lost(link)
 

@@ -60,7 +60,13 @@ def encode(message: LinkMessage) -> pb.FedMessage:
         out.unregister.CopyFrom(pb.FedUnregister(key=message.key))
     elif isinstance(message, Event):
         out.event.CopyFrom(
-            pb.FedEvent(topic=message.topic, payload=message.payload, qos=message.qos, retain=message.retain)
+            pb.FedEvent(
+                topic=message.topic,
+                payload=message.payload,
+                qos=message.qos,
+                retain=message.retain,
+                site=message.site,
+            )
         )
     elif isinstance(message, Probe):
         out.probe.CopyFrom(
@@ -112,7 +118,7 @@ def decode(item: pb.FedMessage) -> LinkMessage:
             event = item.event
             if event.qos > 2:
                 raise FederationWireError(f"event QoS {event.qos}")
-            return Event(event.topic, bytes(event.payload), event.qos, event.retain)
+            return Event(event.topic, bytes(event.payload), event.qos, event.retain, event.site)
         if kind == "probe":
             probe = item.probe
             return Probe(probe.round, probe.hops_left, HopAttribute(probe.attribute), tuple(probe.trail))

@@ -59,7 +59,9 @@ class Sites:
     tmp: Path
     sites: dict[str, Site] = field(default_factory=dict)
 
-    def start(self, name: str, upstream: Site | None = None, **settings: str) -> Site:
+    def start(
+        self, name: str, upstream: Site | None = None, *, args: tuple[str, ...] = (), **settings: str
+    ) -> Site:
         mqtt, http, fed = free_ports(3)
         site = Site(name, mqtt, http, fed, self.tmp / f"{name}.log")
         command = [
@@ -70,6 +72,7 @@ class Sites:
             "--set", f"federation.port={fed}", "--set", "federation.retry_ms=300",
             "--set", "federation.probe_interval_ms=500",
         ]  # fmt: skip
+        command += list(args)
         if upstream is not None:
             command += ["--set", f"federation.upstream={upstream.address}"]
         for key, value in settings.items():
@@ -247,3 +250,62 @@ def test_a_leaving_broker_hands_its_children_its_parent(sites: Sites) -> None:
     finally:
         at_cloud.close()
         at_edge.close()
+
+
+def test_two_edge_sites_of_two_clustered_brokers_each_get_every_event_once(sites: Sites) -> None:
+    """Each edge site is a 2-broker SkipMQ cluster whose brokers both link to the regional broker
+    with the same federation.site: events published in a site are delivered there by the
+    cluster only, events from elsewhere by the federation only - each subscriber gets one copy."""
+    cloud = sites.start("cloud")
+    regional = sites.start("regional", cloud)
+    edge: dict[str, Site] = {}
+    for site_name in ("a", "b"):
+        first_port, second_port = free_ports(2)
+        first = sites.start(
+            f"{site_name}1", regional, args=("--cluster-port", str(first_port)), site=f"edge-{site_name}"
+        )
+        second = sites.start(
+            f"{site_name}2",
+            regional,
+            args=("--cluster-port", str(second_port), "--join", f"{HOST}:{first_port}"),
+            site=f"edge-{site_name}",
+        )
+        edge[f"{site_name}1"], edge[f"{site_name}2"] = first, second
+    subscribers = {name: Client(edge[name], f"sub-{name}") for name in ("a1", "a2")}
+    publishers = {name: Client(site, f"pub-{name}") for name, site in {**edge, "cloud": cloud}.items()}
+    try:
+        for client in subscribers.values():
+            client.subscribe("plant/#")
+        wait_until(lambda: key("plant/#") in cloud.state()["received_from"][regional.address], WAIT_S)
+        for name in ("a1", "a2"):  # the cluster carries in-site events: a probe from the other broker
+            other = "a2" if name == "a1" else "a1"
+            wait_until(
+                lambda name=name, other=other: _probe(publishers[other], subscribers[name]),
+                WAIT_S,
+                what="cluster",
+            )
+        for client in subscribers.values():  # drop the probes' copies
+            while not client.nothing_within(0.3):
+                pass
+        for publisher in ("b1", "b2", "cloud", "a1", "a2"):
+            payload = f"from {publisher}".encode()
+            publishers[publisher].publish("plant/x", payload)
+            for name, client in subscribers.items():
+                assert client.received() == ("plant/x", payload), (publisher, name)
+            for name, client in subscribers.items():
+                assert client.nothing_within(0.3), f"{name} got the event from {publisher} twice"
+    finally:
+        for client in [*subscribers.values(), *publishers.values()]:
+            client.close()
+
+
+def _probe(publisher: Client, subscriber: Client) -> bool:
+    publisher.publish("plant/probe", b"probe")
+    try:
+        while True:
+            if subscriber.received(0.3) == ("plant/probe", b"probe"):
+                while not subscriber.nothing_within(0.3):
+                    pass
+                return True
+    except queue.Empty:
+        return False

@@ -263,3 +263,19 @@ def test_unlinked_router_retries_its_upstream_until_it_is_there() -> None:
     net.add("cloud")
     net.tick(PLACE.retry_interval_s)
     assert edge.parent == "cloud"
+
+
+def test_an_event_of_a_routers_own_site_is_forwarded_but_not_delivered_again() -> None:
+    """Two brokers of one cluster (site "edge") link separately: the cluster delivers in-site."""
+    net = FederationNet(PLACE)
+    net.add("regional")
+    for name in ("e1", "e2"):
+        net.add(name, dataclasses.replace(PLACE, site="edge"))
+    net.add("other")
+    net.build_tree({"e1": "regional", "e2": "regional", "other": "regional"})
+    for name in ("e2", "other"):
+        net.do(name, net.routers[name].subscribe("x/#"))
+    net.do("e1", net.routers["e1"].publish(Event("x/1", b"")))
+    assert net.delivered["e2"] == [] and [e.site for e in net.delivered["other"]] == ["edge"]
+    net.do("other", net.routers["other"].publish(Event("x/2", b"")))
+    assert [e.topic for e in net.delivered["e2"]] == ["x/2"]

@@ -67,16 +67,18 @@ class FedUnregister(_message.Message):
     def __init__(self, key: _Optional[str] = ...) -> None: ...
 
 class FedEvent(_message.Message):
-    __slots__ = ("topic", "payload", "qos", "retain")
+    __slots__ = ("topic", "payload", "qos", "retain", "site")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     PAYLOAD_FIELD_NUMBER: _ClassVar[int]
     QOS_FIELD_NUMBER: _ClassVar[int]
     RETAIN_FIELD_NUMBER: _ClassVar[int]
+    SITE_FIELD_NUMBER: _ClassVar[int]
     topic: str
     payload: bytes
     qos: int
     retain: bool
-    def __init__(self, topic: _Optional[str] = ..., payload: _Optional[bytes] = ..., qos: _Optional[int] = ..., retain: _Optional[bool] = ...) -> None: ...
+    site: str
+    def __init__(self, topic: _Optional[str] = ..., payload: _Optional[bytes] = ..., qos: _Optional[int] = ..., retain: _Optional[bool] = ..., site: _Optional[str] = ...) -> None: ...
 
 class FedProbe(_message.Message):
     __slots__ = ("round", "hops_left", "attribute", "trail")
