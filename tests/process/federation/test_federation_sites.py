@@ -6,7 +6,8 @@ edge draws events published at the other edge and at the cloud; counters on ever
 (GET /federation) count sources and only transitions travel; unsubscribing stops the flow (the
 publisher's site no longer forwards); TTL 2 keeps a filter one site away; kill -9 of the
 regional broker: both edges re-link to the cloud (found by upstream discovery) and delivery
-resumes; a gracefully stopped broker hands its child its parent (§3.7.3 leave).
+resumes; a gracefully stopped broker hands its child its parent (§3.7.3 leave); a will crosses
+sites; two edge sites made of 2-broker clusters get every event once.
 """
 
 from __future__ import annotations
@@ -237,6 +238,18 @@ def test_a_leaving_broker_hands_its_children_its_parent(sites: Sites) -> None:
     edge = sites.start("edge", regional)
     at_cloud, at_edge = Client(cloud, "c-cloud"), Client(edge, "c-edge")
     try:
+        # a will crosses sites like any publication: a mosquitto_sub killed with -9 at the edge
+        at_cloud.subscribe("will/#")
+        wait_until(lambda: key("will/#") in edge.state()["received_from"][regional.address], WAIT_S)
+        doomed = subprocess.Popen(
+            ["mosquitto_sub", "-p", str(edge.mqtt), "-t", "nothing", "-i", "doomed",
+             "--will-topic", "will/doomed", "--will-payload", "gone", "--will-qos", "1"],
+        )  # fmt: skip
+        wait_until(lambda: '"doomed"' in edge.log.read_text(), WAIT_S, what="mosquitto_sub connected")
+        doomed.kill()
+        doomed.wait()
+        assert at_cloud.received() == ("will/doomed", b"gone")
+
         at_edge.subscribe("cmd/#")
         wait_until(lambda: key("cmd/#") in cloud.state()["received_from"][regional.address], WAIT_S)
         assert regional.process is not None
