@@ -12,152 +12,18 @@ sites; two edge sites made of 2-broker clusters get every event once.
 
 from __future__ import annotations
 
-import json
 import os
 import queue
 import signal
 import subprocess
-import sys
-import urllib.request
-from collections.abc import Iterator
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
 
-import paho.mqtt.client as paho
 import pytest
-from paho.mqtt.enums import CallbackAPIVersion
 
 from tests.support.cluster import wait_until
-from tests.support.paths import REPO_ROOT
+from tests.support.federation import HOST, WAIT_S, Client, Site, Sites, key
 from tools.ports import free_ports
 
 pytestmark = pytest.mark.slow
-HOST = "127.0.0.1"
-WAIT_S = 10.0
-
-
-@dataclass
-class Site:
-    name: str
-    mqtt: int
-    http: int
-    fed: int
-    log: Path
-    process: subprocess.Popen[bytes] | None = None
-
-    @property
-    def address(self) -> str:
-        return f"{HOST}:{self.fed}"
-
-    def state(self) -> dict[str, Any]:
-        with urllib.request.urlopen(f"http://{HOST}:{self.http}/federation", timeout=2) as response:
-            return json.loads(response.read())  # type: ignore[no-any-return]
-
-
-@dataclass
-class Sites:
-    tmp: Path
-    sites: dict[str, Site] = field(default_factory=dict)
-
-    def start(
-        self, name: str, upstream: Site | None = None, *, args: tuple[str, ...] = (), **settings: str
-    ) -> Site:
-        mqtt, http, fed = free_ports(3)
-        site = Site(name, mqtt, http, fed, self.tmp / f"{name}.log")
-        command = [
-            sys.executable, "-m", "broker", "--port", str(mqtt), "--http-port", str(http),
-            "--data-dir", str(self.tmp / name), "--node-id", name, "--no-uvloop",
-            "--set", "store.persistence=false", "--set", "sys.interval_s=0",
-            "--set", "federation.enabled=true", "--set", "federation.place=plant",
-            "--set", f"federation.port={fed}", "--set", "federation.retry_ms=300",
-            "--set", "federation.probe_interval_ms=500",
-        ]  # fmt: skip
-        command += list(args)
-        if upstream is not None:
-            command += ["--set", f"federation.upstream={upstream.address}"]
-        for key, value in settings.items():
-            command += ["--set", f"federation.{key}={value}"]
-        with site.log.open("wb") as log:
-            site.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, cwd=REPO_ROOT)
-        self.sites[name] = site
-        wait_until(lambda: _reachable(site), WAIT_S, what=f"{name} serving /federation")
-        if upstream is not None:
-            wait_until(lambda: site.state()["parent"] == upstream.address, WAIT_S, what=f"{name} linked")
-        return site
-
-    def close(self) -> None:
-        for site in self.sites.values():
-            if site.process is not None and site.process.poll() is None:
-                site.process.send_signal(signal.SIGTERM)
-        for site in self.sites.values():
-            if site.process is not None:
-                try:
-                    site.process.wait(timeout=10)
-                except subprocess.TimeoutExpired:
-                    site.process.kill()
-                    site.process.wait()
-
-    def tails(self) -> str:
-        return "\n".join(
-            f"--- {s.name}\n" + "".join(s.log.read_text().splitlines(True)[-15:]) for s in self.sites.values()
-        )
-
-
-def _reachable(site: Site) -> bool:
-    try:
-        site.state()
-    except OSError:
-        assert site.process is not None and site.process.poll() is None, site.log.read_text()[-2000:]
-        return False
-    return True
-
-
-class Client:
-    """A paho-mqtt client; received (topic, payload) pairs land in ``messages``."""
-
-    def __init__(self, site: Site, client_id: str) -> None:
-        self.messages: queue.Queue[tuple[str, bytes]] = queue.Queue()
-        self.client = paho.Client(CallbackAPIVersion.VERSION2, client_id=client_id)
-        self.client.on_message = lambda _c, _u, msg: self.messages.put((msg.topic, msg.payload))
-        self.client.connect(HOST, site.mqtt)
-        self.client.loop_start()
-
-    def subscribe(self, topic_filter: str) -> None:
-        result, _mid = self.client.subscribe(topic_filter, qos=1)
-        assert result == paho.MQTT_ERR_SUCCESS
-
-    def unsubscribe(self, topic_filter: str) -> None:
-        self.client.unsubscribe(topic_filter)
-
-    def publish(self, topic: str, payload: bytes) -> None:
-        self.client.publish(topic, payload, qos=1).wait_for_publish(timeout=WAIT_S)
-
-    def received(self, timeout_s: float = WAIT_S) -> tuple[str, bytes]:
-        return self.messages.get(timeout=timeout_s)
-
-    def nothing_within(self, seconds: float) -> bool:
-        try:
-            self.messages.get(timeout=seconds)
-        except queue.Empty:
-            return True
-        return False
-
-    def close(self) -> None:
-        self.client.disconnect()
-        self.client.loop_stop()
-
-
-@pytest.fixture
-def sites(tmp_path: Path) -> Iterator[Sites]:
-    group = Sites(tmp_path)
-    yield group
-    group.close()
-    print(group.tails())  # pytest shows it for a failing test only
-
-
-def key(topic_filter: str) -> str:
-    return "f:" + topic_filter
 
 
 def test_three_levels_subscribe_unsubscribe_ttl_and_kill_of_the_regional_broker(sites: Sites) -> None:
@@ -268,7 +134,8 @@ def test_a_leaving_broker_hands_its_children_its_parent(sites: Sites) -> None:
 def test_two_edge_sites_of_two_clustered_brokers_each_get_every_event_once(sites: Sites) -> None:
     """Each edge site is a 2-broker SkipMQ cluster whose brokers both link to the regional broker
     with the same federation.site: events published in a site are delivered there by the
-    cluster only, events from elsewhere by the federation only - each subscriber gets one copy."""
+    cluster only, events from elsewhere by the federation only - each subscriber gets one copy,
+    also after kill -9 of the regional broker, when all four edge brokers re-link to the cloud."""
     cloud = sites.start("cloud")
     regional = sites.start("regional", cloud)
     edge: dict[str, Site] = {}
@@ -305,6 +172,27 @@ def test_two_edge_sites_of_two_clustered_brokers_each_get_every_event_once(sites
             publishers[publisher].publish("plant/x", payload)
             for name, client in subscribers.items():
                 assert client.received() == ("plant/x", payload), (publisher, name)
+            for name, client in subscribers.items():
+                assert client.nothing_within(0.3), f"{name} got the event from {publisher} twice"
+
+        # kill -9 the regional broker: all four edge brokers re-link to the cloud
+        assert regional.process is not None
+        os.kill(regional.process.pid, signal.SIGKILL)
+        for site in edge.values():
+            wait_until(lambda site=site: site.state()["parent"] == cloud.address, WAIT_S, what="re-link")
+        for name in ("a1", "a2"):
+            wait_until(
+                lambda name=name: key("plant/#") in cloud.state()["received_from"][edge[name].address], WAIT_S
+            )
+        for name in ("b1", "b2"):
+            wait_until(
+                lambda name=name: key("plant/#") in edge[name].state()["received_from"][cloud.address], WAIT_S
+            )
+        for publisher in ("b2", "cloud"):
+            payload = f"from {publisher} after the crash".encode()
+            publishers[publisher].publish("plant/y", payload)
+            for name, client in subscribers.items():
+                assert client.received() == ("plant/y", payload), (publisher, name)
             for name, client in subscribers.items():
                 assert client.nothing_within(0.3), f"{name} got the event from {publisher} twice"
     finally:
