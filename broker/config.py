@@ -370,6 +370,13 @@ class FederationConfig:
     link_timeout_ms: int = _key(
         5000, "a link request unanswered this long has failed", min_value=100, max_value=600_000
     )
+    custody_grace_ms: int = _key(
+        10_000,
+        "a QoS>=1 event whose link broke (or published while unlinked) waits this long for the "
+        "re-linked paths before it is given up",
+        min_value=0,
+        max_value=3_600_000,
+    )
 
 
 @dataclass(frozen=True, slots=True)

@@ -59,8 +59,14 @@ class FederationNet:
 
     def run(self, max_steps: int = 1_000_000) -> int:
         """Deliver queued messages until none is left; the number delivered."""
+        steps = self.step(max_steps)
+        assert not self._queue, "the federation did not settle"
+        return steps
+
+    def step(self, count: int) -> int:
+        """Deliver at most ``count`` queued messages (an event half-way through the tree)."""
         steps = 0
-        while self._queue and steps < max_steps:
+        while self._queue and steps < count:
             source, target, message = self._queue.popleft()
             steps += 1
             router = self.routers.get(target)
@@ -72,7 +78,6 @@ class FederationNet:
                 continue
             else:
                 self.apply(target, router.on_message(source, message, self.now))
-        assert not self._queue, "the federation did not settle"
         return steps
 
     def do(self, name: str, actions: list[Action]) -> None:
@@ -85,14 +90,16 @@ class FederationNet:
             self.apply(name, self.routers[name].tick(self.now))
         self.run()
 
-    def crash(self, name: str) -> None:
-        """Kill ``name``: its links break (the other ends see ``link_lost``)."""
+    def crash(self, name: str, *, settle: bool = True) -> None:
+        """Kill ``name``: its links break (the other ends see ``link_lost`` after what is queued);
+        messages queued to it are lost."""
         del self.routers[name]
         for pair in [pair for pair in self._links if name in pair]:
             self._links.discard(pair)
             (other,) = pair - {name}
             self._queue.append((name, other, _LOST))
-        self.run()
+        if settle:
+            self.run()
 
     def build_tree(self, parents: dict[str, str]) -> None:
         """Link every router to its parent (children named after their parents are linked later)."""

@@ -84,6 +84,14 @@ class Event:
     qos: int = 0
     retain: bool = False
     site: str = ""
+    event_id: str = ""  # QoS >= 1: "<publishing router's incarnation>/<n>", for custody (custody.py)
+
+
+@dataclass(frozen=True, slots=True)
+class EventAck:
+    """Every site downstream of the sender that wanted event ``event_id`` has it (custody.py)."""
+
+    event_id: str
 
 
 # ---------------------------------------------------------------- n-hop discovery (§3.7.3 (4))
@@ -118,6 +126,7 @@ LinkMessage = (
     | Register
     | Unregister
     | Event
+    | EventAck
     | Probe
     | ProbeReply
 )

@@ -17,21 +17,26 @@
 * Crash (§3.7.3 (4)): each router learns its upstream entities in advance with an n-hop
   discovery event (hop attribute UPSTREAM); when its parent's link is lost it re-links to the
   nearest one still there. After any (re-)link both sides re-register what they hold.
+* Custody (custody.py, SkipMQ's addition): QoS >= 1 events are acknowledged hop by hop once
+  everything downstream has them, held across a broken link, and re-routed after the re-link;
+  a lost link's registrations stay as ghosts for ``custody_grace_s`` meanwhile.
 
 Pure: events and ``now`` in, ``Action`` lists out; no I/O, no clock, no randomness.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
-from dataclasses import dataclass, field
 
+from broker.federation.custody import Custody, Entry
 from broker.federation.event_paths import EventPaths, PathChange
 from broker.federation.keys import RoutingMode, TopicView, key_for
 from broker.federation.messages import (
     Action,
     Deliver,
     Event,
+    EventAck,
     HopAttribute,
     Leave,
     LinkAccepted,
@@ -47,37 +52,9 @@ from broker.federation.messages import (
     Unlink,
     Unregister,
 )
+from broker.federation.settings import LinkError, PlaceSettings, RouterStats
 
-
-class LinkError(Exception):
-    """A link request this router refuses to make (it already holds or awaits one, §3.7.3)."""
-
-
-@dataclass(frozen=True, slots=True)
-class PlaceSettings:
-    """An event place as this router runs it (§3.7.5)."""
-
-    place: str
-    mode: RoutingMode = RoutingMode.FULL_FILTER
-    description: str = ""
-    ttl: int = 16  # routers a local filter reaches, counting this one (1 = stays in the site)
-    class_levels: int = 1  # topic levels of an event type (type-only mode)
-    accept_links: bool = True
-    site: str = ""  # brokers of one cluster share it: an event of their site is not delivered twice
-    probe_hops: int = 3  # n of the n-hop upstream discovery
-    probe_interval_s: float = 10.0
-    retry_interval_s: float = 2.0
-    link_timeout_s: float = 5.0
-
-
-@dataclass(slots=True)
-class RouterStats:
-    """Messages this router sent, by kind (the set-up cost and the events of the two modes)."""
-
-    sent: Counter[str] = field(default_factory=Counter)
-    events_in: int = 0
-    events_delivered: int = 0
-    events_wasted: int = 0  # came over a link, matched no local key and went nowhere else
+__all__ = ["FederationRouter", "LinkError", "PlaceSettings", "RouterStats"]
 
 
 class FederationRouter:
@@ -105,6 +82,9 @@ class FederationRouter:
         self._next_probe_at = 0.0
         self._upstream_known: dict[str, int] = {}  # name -> hops, from the latest discovery round
         self._upstream_round = 0
+        self._custody = Custody()
+        self._event_seq = 0
+        self._ghosts: dict[str, tuple[dict[str, int], float]] = {}  # lost link -> (its keys, until)
         self.left = False
 
     # ================================================================== reading
@@ -169,20 +149,38 @@ class FederationRouter:
         return self._changes(self._paths.remove_source(key, hops - 1, except_link=None))
 
     # ================================================================== events
-    def publish(self, event: Event) -> list[Action]:
+    def publish(self, event: Event, now: float = 0.0) -> list[Action]:
         """A local client published ``event`` (the broker already delivered it locally, and its
-        cluster to the rest of its site); it leaves tagged with this router's site."""
+        cluster to the rest of its site); it leaves tagged with this router's site and, at
+        QoS >= 1, with an id that puts it in custody (custody.py)."""
         if self.settings.site and event.site != self.settings.site:
-            event = Event(event.topic, event.payload, event.qos, event.retain, self.settings.site)
-        return self._forward(event, came_from=None)
+            event = dataclasses.replace(event, site=self.settings.site)
+        if event.qos >= 1 and not event.event_id:
+            self._event_seq += 1
+            event = dataclasses.replace(
+                event, event_id=f"{self.settings.incarnation or self.name}/{self._event_seq}"
+            )
+        return self._forward(event, came_from=None, now=now)
 
-    def _forward(self, event: Event, came_from: str | None) -> list[Action]:
+    def _forward(self, event: Event, came_from: str | None, now: float) -> list[Action]:
+        event_id = event.event_id
+        if event_id and self._custody.seen(event_id):  # a re-routed copy: never delivered twice
+            self._custody.stats.duplicates += 1
+            if came_from is None:
+                return []
+            # this router takes over the copy's custody (it re-routes it to links that were not
+            # in its first route) and acknowledges at once: two routers re-routing the same
+            # event to each other must not wait for each other
+            self._custody.revive(event_id, came_from, now)
+            return [self._send(came_from, EventAck(event_id))]
         view = TopicView(event.topic, self.settings.class_levels)
         actions: list[Action] = []
+        targets: set[str] = set()
         for link in self.links():
             if link == came_from:
                 continue  # never back where it came from
             if any(view.matches(key) for key in self._received.get(link, {})):
+                targets.add(link)
                 actions.append(self._send(link, event))
         if came_from is not None:
             if event.site and event.site == self.settings.site:
@@ -190,9 +188,60 @@ class FederationRouter:
             elif any(view.matches(key) for key in self._local_keys):
                 self.stats.events_delivered += 1
                 actions.append(Deliver(event, came_from))
-            elif not actions:
+            elif not targets:
                 self.stats.events_wasted += 1
+        if event_id:  # after the local delivery: an acknowledgement may go out at once
+            ghostly = any(
+                any(view.matches(key) for key in held)
+                for peer, (held, _until) in self._ghosts.items()
+                if peer != came_from
+            )
+            actions += self._take_custody(event_id, event, came_from, targets, now, hold=ghostly)
         return actions
+
+    def _take_custody(
+        self, event_id: str, event: Event, came_from: str | None, targets: set[str], now: float, *, hold: bool
+    ) -> list[Action]:
+        """Keep the event until ``targets`` acknowledge it; ``hold``: it also matches a lost
+        link's ghost, so it waits (and is re-routed) for that side's re-link."""
+        unlinked = came_from is None and self.parent is None and not self.left and self._relinking()
+        if not targets and not hold and not unlinked:
+            self._custody.finish(event_id)  # nobody to wait for (remembered against copies)
+            return [self._send(came_from, EventAck(event_id))] if came_from is not None else []
+        entry = Entry(event, came_from, waiting=targets, orphaned_since=now if hold or not targets else None)
+        if came_from is not None:
+            entry.ack_to.add(came_from)
+        evicted = self._custody.hold(event_id, entry)
+        return [] if evicted is None else [Note("federation_custody_full", (("evicted", evicted),))]
+
+    def _relinking(self) -> bool:
+        return self._pending is not None or bool(self._candidates) or self._upstream_target is not None
+
+    def _on_event_ack(self, peer: str, ack: EventAck) -> list[Action]:
+        entry = self._custody.acked(ack.event_id, peer)
+        return [] if entry is None else self._complete(ack.event_id, entry)
+
+    def _complete(self, event_id: str, entry: Entry) -> list[Action]:
+        self._custody.finish(event_id)
+        return [
+            self._send(link, EventAck(event_id)) for link in sorted(entry.ack_to) if link in self._received
+        ]
+
+    def _reroute(self, now: float) -> list[Action]:
+        """Events whose links broke go out on the links that match them now (the neighbours
+        re-registered after the re-link); after ``custody_grace_s`` they are complete."""
+        sends, complete = self._custody.reroute(now, self.settings.custody_grace_s, self.links(), self._wants)
+        actions: list[Action] = [self._send(link, event) for link, event in sends]
+        for event_id, entry in complete:
+            actions += self._complete(event_id, entry)
+        return actions
+
+    def _wants(self, link: str, topic: str) -> bool:
+        view = TopicView(topic, self.settings.class_levels)
+        return any(view.matches(key) for key in self._received.get(link, {}))
+
+    def custody_stats(self) -> dict[str, int]:
+        return self._custody.as_dict()
 
     # ================================================================== links: requesting side
     def set_upstream(self, peer: str, now: float, *, one_way: bool = False) -> list[Action]:
@@ -305,7 +354,9 @@ class FederationRouter:
             return self._on_unregister(peer, message)
         if isinstance(message, Event):
             self.stats.events_in += 1
-            return self._forward(message, came_from=peer)
+            return self._forward(message, came_from=peer, now=now)
+        if isinstance(message, EventAck):
+            return self._on_event_ack(peer, message)
         if isinstance(message, Leave):
             return self._on_leave(peer, message, now)
         if isinstance(message, TopologyUpdate):
@@ -362,7 +413,7 @@ class FederationRouter:
     def _on_leave(self, peer: str, message: Leave, now: float) -> list[Action]:
         was_parent = peer == self.parent
         actions: list[Action] = [Note("federation_neighbour_left", (("peer", peer),))]
-        actions += self._drop(peer)
+        actions += self._drop(peer, now)
         if not was_parent:
             return actions
         replacement = message.replacement
@@ -383,7 +434,7 @@ class FederationRouter:
             return []
         was_parent = peer == self.parent
         actions: list[Action] = [Note("federation_link_lost", (("peer", peer),)), Unlink(peer)]
-        actions += self._drop(peer)
+        actions += self._drop(peer, now)
         if was_parent:
             self._candidates = self._upstream_candidates(exclude=peer)
             if (
@@ -400,18 +451,34 @@ class FederationRouter:
         known = sorted(self._upstream_known.items(), key=lambda item: (item[1], item[0]))
         return [name for name, _hop in known if name != exclude]
 
-    def _drop(self, peer: str) -> list[Action]:
-        """Forget the link to ``peer``: what it registered stops counting toward the others."""
+    def _drop(self, peer: str, now: float) -> list[Action]:
+        """Forget the link to ``peer``. What it registered stays a *ghost* source for
+        ``custody_grace_s`` (custody.py): the paths upstream stay while its side re-links, and
+        QoS >= 1 events matching it are held for re-routing; then it stops counting."""
+        self._custody.link_lost(peer, now)
         if peer == self.parent:
             self.parent = None
         self.children.discard(peer)
         self._one_way_links.discard(peer)
         self._paths.drop_link(peer)
         held = self._received.pop(peer, {})
+        actions = self._expire_ghost(peer)  # a previous ghost of the same peer
+        if held:
+            self._ghosts[peer] = (held, now + self.settings.custody_grace_s)
+        return actions
+
+    def _expire_ghost(self, peer: str) -> list[Action]:
+        held, _until = self._ghosts.pop(peer, ({}, 0.0))
         changes: list[PathChange] = []
         for key, ttl in held.items():
             changes += self._paths.remove_source(key, ttl - 1, except_link=peer)
         return self._changes(changes)
+
+    def _expire_ghosts(self, now: float) -> list[Action]:
+        actions: list[Action] = []
+        for peer in [peer for peer, (_held, until) in self._ghosts.items() if until <= now]:
+            actions += self._expire_ghost(peer)
+        return actions
 
     # ================================================================== timers and discovery
     def tick(self, now: float) -> list[Action]:
@@ -432,6 +499,8 @@ class FederationRouter:
                 actions += self._next_candidate(now)
         if self.parent is not None and now >= self._next_probe_at:
             actions += self._probe(now)
+        actions += self._reroute(now)
+        actions += self._expire_ghosts(now)
         return actions
 
     def _probe(self, now: float) -> list[Action]:
@@ -484,6 +553,8 @@ class FederationRouter:
         for (key, hops), count in self._local.items():
             sources.extend([(key, hops - 1, None)] * count)
         for link, held in self._received.items():
+            sources.extend((key, ttl - 1, link) for key, ttl in held.items())
+        for link, (held, _until) in self._ghosts.items():
             sources.extend((key, ttl - 1, link) for key, ttl in held.items())
         return sources
 

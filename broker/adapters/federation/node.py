@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -114,6 +115,8 @@ class FederationNode(pb_grpc.FederationServicer):
             probe_interval_s=config.probe_interval_ms / 1000,
             retry_interval_s=config.retry_ms / 1000,
             link_timeout_s=config.link_timeout_ms / 1000,
+            custody_grace_s=config.custody_grace_ms / 1000,
+            incarnation=f"{name}/{os.urandom(4).hex()}",
         )
         self.router = FederationRouter(name, settings)
         for topic_filter in self._pending_filters:
@@ -176,7 +179,7 @@ class FederationNode(pb_grpc.FederationServicer):
         if self.router is None or message.topic.startswith("$"):
             return
         event = Event(message.topic, message.payload, message.qos, message.retain)
-        self._apply(self.router.publish(event))
+        self._apply(self.router.publish(event, time.monotonic()))
 
     # ------------------------------------------------------------------ state (GET /federation)
     def state(self) -> dict[str, Any]:
@@ -200,6 +203,7 @@ class FederationNode(pb_grpc.FederationServicer):
             "events_delivered": router.stats.events_delivered,
             "events_wasted": router.stats.events_wasted,
             "events_forwarded": self.events_forwarded,
+            "custody": router.custody_stats(),
         }
 
     # ------------------------------------------------------------------ actions

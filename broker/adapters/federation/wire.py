@@ -5,6 +5,7 @@ from __future__ import annotations
 from broker.adapters.transport._pb.skipmq.v1 import federation_pb2 as pb
 from broker.federation.messages import (
     Event,
+    EventAck,
     HopAttribute,
     Leave,
     LinkAccepted,
@@ -66,8 +67,11 @@ def encode(message: LinkMessage) -> pb.FedMessage:
                 qos=message.qos,
                 retain=message.retain,
                 site=message.site,
+                event_id=message.event_id,
             )
         )
+    elif isinstance(message, EventAck):
+        out.event_ack.CopyFrom(pb.FedEventAck(event_id=message.event_id))
     elif isinstance(message, Probe):
         out.probe.CopyFrom(
             pb.FedProbe(
@@ -118,7 +122,11 @@ def decode(item: pb.FedMessage) -> LinkMessage:
             event = item.event
             if event.qos > 2:
                 raise FederationWireError(f"event QoS {event.qos}")
-            return Event(event.topic, bytes(event.payload), event.qos, event.retain, event.site)
+            return Event(
+                event.topic, bytes(event.payload), event.qos, event.retain, event.site, event.event_id
+            )
+        if kind == "event_ack":
+            return EventAck(item.event_ack.event_id)
         if kind == "probe":
             probe = item.probe
             return Probe(probe.round, probe.hops_left, HopAttribute(probe.attribute), tuple(probe.trail))

@@ -216,6 +216,7 @@ def test_leaves_and_crashes_keep_one_tree_with_correct_counters(seed: int) -> No
             net.crash(victim)
         del oracle.subs[victim]
         net.tick(settings.retry_interval_s)
+        net.tick(settings.custody_grace_s)  # the lost links' ghost registrations expire
         oracle.check_counters()
         for serial in range(5):
             publish_and_check(net, oracle, rng, 1000 * round_ + serial)
@@ -241,3 +242,53 @@ def test_type_only_needs_fewer_setup_messages_and_wastes_events() -> None:
         results[mode] = (setup, net.sent["Event"] - events_before)
     assert results[RoutingMode.TYPE_ONLY][0] < results[RoutingMode.FULL_FILTER][0]
     assert results[RoutingMode.TYPE_ONLY][1] > results[RoutingMode.FULL_FILTER][1]
+
+
+@pytest.mark.parametrize("seed", [21, 22, 23])
+def test_qos1_events_reach_every_live_subscriber_once_across_crashes_on_their_way(seed: int) -> None:
+    """Custody (broker/federation/custody.py): a QoS 1 event is cut off half-way by the crash of a
+    site on its way; after the re-links it still reaches every live site with a matching
+    subscription, and none twice (re-routed copies are suppressed by event id)."""
+    rng = random.Random(seed)
+    settings = PlaceSettings("custody", ttl=64, probe_hops=8, custody_grace_s=30.0)
+    net = FederationNet(settings)
+    random_tree(net, rng)
+    subs: dict[str, list[str]] = {name: [] for name in net.routers}
+    for _ in range(80):
+        site, topic_filter = rng.choice(sorted(net.routers)), random_filter(rng)
+        subs[site].append(topic_filter)
+        net.do(site, net.routers[site].subscribe(topic_filter))
+    root = next(name for name, router in net.routers.items() if router.parent is None)
+    events: list[tuple[str, str, bytes]] = []
+    for serial in range(15):
+        net.tick(settings.probe_interval_s)  # discovery known before the crash
+        publisher = rng.choice(sorted(net.routers))
+        topic, payload = random_topic(rng), f"e{serial}".encode()
+        events.append((publisher, topic, payload))
+        net.apply(publisher, net.routers[publisher].publish(Event(topic, payload, qos=1), net.now))
+        net.step(rng.randint(0, 40))  # the event is somewhere on its way
+        publishers = {name for name, _t, _p in events}
+        victim = rng.choice(sorted(set(net.routers) - publishers - {root}))
+        net.crash(victim, settle=False)
+        del subs[victim]
+        net.run()
+        for _ in range(3):
+            net.tick(settings.retry_interval_s)
+    for _ in range(4):  # re-routes done; custody given back (a revived copy waits one more grace)
+        net.tick(settings.custody_grace_s + 1)
+    Oracle(net).check_tree(Oracle(net).adjacency())
+    for publisher, topic, payload in events:
+        wanted = {
+            site
+            for site, filters in subs.items()
+            if site != publisher and any(topic_matches(f, topic) for f in filters)
+        }
+        got = Counter(
+            site for site, log in net.delivered.items() for event in log if event.payload == payload
+        )
+        assert set(got) >= wanted, (payload, sorted(wanted - set(got)))
+        assert all(count == 1 for count in got.values()), (payload, got)
+    left = {
+        name: dict(router._custody.entries) for name, router in net.routers.items() if router._custody.entries
+    }
+    assert not left, left
