@@ -150,8 +150,12 @@ class FederationNode(pb_grpc.FederationServicer):
     async def _tick_forever(self) -> None:
         while True:
             await asyncio.sleep(TICK_INTERVAL_S)
-            if self.router is not None:
+            if self.router is None:
+                continue
+            try:
                 self._apply(self.router.tick(time.monotonic()))
+            except Exception:  # a bug must not stop the retries, discovery and custody timers
+                log.exception("federation tick failed")
 
     # ------------------------------------------------------------------ the core's events
     def on_subscribe(self, client_id: str, topic_filter: str, share_group: str | None) -> None:
