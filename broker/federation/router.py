@@ -273,8 +273,8 @@ class FederationRouter:
         if peer != self._pending:
             return [Unlink(peer), Note("federation_unexpected_accept", (("peer", peer),))]
         self._pending = None
-        if self.name in message.topology or message.place != self.place:
-            reason = "loop" if self.name in message.topology else f"place {message.place!r}"
+        reason = self._rejection(message)
+        if reason is not None:
             actions: list[Action] = [Send(peer, Leave(None)), Unlink(peer)]
             actions.append(Note("federation_link_rejected", (("peer", peer), ("reason", reason))))
             return actions + self._next_candidate(now)
@@ -288,6 +288,19 @@ class FederationRouter:
         actions += self._set_topology((*message.topology, self.name))
         actions += self._probe(now)
         return actions
+
+    def _rejection(self, accepted: LinkAccepted) -> str | None:
+        """Why this router will not keep a link the other side accepted (§3.7.1's returned
+        information does not fit: a loop, another place, another routing mode)."""
+        if self.name in accepted.topology:
+            return "loop"
+        if accepted.place != self.place:
+            return f"place {accepted.place!r}"
+        if accepted.mode != self.settings.mode.value:
+            return (
+                f"event place {self.place!r} routes {accepted.mode}, this broker {self.settings.mode.value}"
+            )
+        return None
 
     def _on_refused(self, peer: str, message: LinkRefused, now: float) -> list[Action]:
         if peer != self._pending:

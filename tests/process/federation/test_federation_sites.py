@@ -265,3 +265,27 @@ def test_qos1_events_acknowledged_at_an_edge_survive_kill_9_of_the_regional_brok
         publisher.disconnect()
         publisher.loop_stop()
         at_a.close()
+
+
+def test_type_only_routing_registers_the_class_and_matches_at_the_destination(sites: Sites) -> None:
+    """federation.mode = type_only (vocabulary-concept routing, §3.7.2): the topic class travels,
+    events of the class cross the links, the destination broker delivers only exact matches."""
+    cloud = sites.start("cloud", mode="type_only")
+    edge_a = sites.start("edge_a", cloud, mode="type_only")
+    edge_b = sites.start("edge_b", cloud, mode="type_only")
+    at_a, at_b = Client(edge_a, "sub-a"), Client(edge_b, "pub-b")
+    try:
+        at_a.subscribe("plant/a")
+        at_a.subscribe("plant/+/x")  # same class: counted, not sent again
+        wait_until(lambda: edge_a.state()["counters"][cloud.address] == {"t:=plant": 2}, WAIT_S)
+        wait_until(lambda: "t:=plant" in edge_b.state()["received_from"][cloud.address], WAIT_S)
+        assert edge_a.state()["sent"]["Register"] == 1
+        forwarded = edge_b.state()["events_forwarded"]
+        at_b.publish("plant/b", b"same class, no match")
+        at_b.publish("plant/a", b"match")
+        assert at_a.received() == ("plant/a", b"match")
+        assert at_a.nothing_within(0.5)
+        assert edge_b.state()["events_forwarded"] == forwarded + 2  # the wasted event crossed too
+    finally:
+        at_a.close()
+        at_b.close()

@@ -279,3 +279,15 @@ def test_an_event_of_a_routers_own_site_is_forwarded_but_not_delivered_again() -
     assert net.delivered["e2"] == [] and [e.site for e in net.delivered["other"]] == ["edge"]
     net.do("other", net.routers["other"].publish(Event("x/2", b"")))
     assert [e.topic for e in net.delivered["e2"]] == ["x/2"]
+
+
+def test_a_requester_configured_for_another_routing_mode_drops_the_link_with_a_reason() -> None:
+    net = FederationNet(PLACE)
+    net.add("cloud")
+    edge = net.add("edge", dataclasses.replace(PLACE, mode=RoutingMode.TYPE_ONLY))
+    net.do("edge", edge.set_upstream("cloud", net.now))
+    assert edge.parent is None and net.routers["cloud"].children == set()
+    rejected = [
+        note for name, note in net.notes if name == "edge" and note.event == "federation_link_rejected"
+    ]
+    assert rejected and "routes full_filter, this broker type_only" in dict(rejected[0].fields)["reason"]
