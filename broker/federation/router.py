@@ -30,6 +30,7 @@ import dataclasses
 from collections import Counter
 
 from broker.federation.custody import Custody, Entry
+from broker.federation.discovery import Discovery
 from broker.federation.event_paths import EventPaths, PathChange
 from broker.federation.keys import RoutingMode, TopicView, key_for
 from broker.federation.messages import (
@@ -78,10 +79,7 @@ class FederationRouter:
         self._upstream_target: str | None = None  # the configured upstream, retried when unlinked
         self._candidates: list[str] = []
         self._retry_at = 0.0
-        self._probe_round = 0
-        self._next_probe_at = 0.0
-        self._upstream_known: dict[str, int] = {}  # name -> hops, from the latest discovery round
-        self._upstream_round = 0
+        self._discovery = Discovery()
         self._custody = Custody()
         self._event_seq = 0
         self._ghosts: dict[str, tuple[dict[str, int], float]] = {}  # lost link -> (its keys, until)
@@ -113,7 +111,7 @@ class FederationRouter:
         return dict(self._received.get(link, {}))
 
     def upstream_known(self) -> dict[str, int]:
-        return dict(self._upstream_known)
+        return dict(self._discovery.upstream)
 
     def local_keys(self) -> set[str]:
         return {key for key, count in self._local_keys.items() if count > 0}
@@ -432,7 +430,7 @@ class FederationRouter:
         replacement = message.replacement
         if replacement is None or replacement == self.name:
             actions += self._set_topology((self.name,))  # this router is now the root
-            self._upstream_known = {}
+            self._discovery.forget()
             return actions
         actions += self._set_topology((self.name,))
         self._candidates = [name for name in self._upstream_candidates(exclude=peer) if name != replacement]
@@ -450,6 +448,10 @@ class FederationRouter:
         actions += self._drop(peer, now)
         if was_parent:
             self._candidates = self._upstream_candidates(exclude=peer)
+            if not self._candidates:  # the root died: its children elect one of them (discovery.py)
+                self._candidates = self._discovery.election(self.name)
+                if not self._candidates:
+                    actions.append(Note("federation_new_root", (("place", self.place),)))
             if (
                 self._upstream_target
                 and self._upstream_target not in self._candidates
@@ -461,8 +463,7 @@ class FederationRouter:
         return actions
 
     def _upstream_candidates(self, exclude: str) -> list[str]:
-        known = sorted(self._upstream_known.items(), key=lambda item: (item[1], item[0]))
-        return [name for name, _hop in known if name != exclude]
+        return self._discovery.candidates(exclude)
 
     def _drop(self, peer: str, now: float) -> list[Action]:
         """Forget the link to ``peer``. What it registered stays a *ghost* source for
@@ -510,19 +511,16 @@ class FederationRouter:
                 self._candidates = refill
             if self._candidates:
                 actions += self._next_candidate(now)
-        if self.parent is not None and now >= self._next_probe_at:
+        if self.parent is not None and now >= self._discovery.next_at:
             actions += self._probe(now)
         actions += self._reroute(now)
         actions += self._expire_ghosts(now)
         return actions
 
     def _probe(self, now: float) -> list[Action]:
-        self._next_probe_at = now + self.settings.probe_interval_s
-        if self.parent is None or self.settings.probe_hops < 1:
-            return []
-        self._probe_round += 1
-        probe = Probe(self._probe_round, self.settings.probe_hops, HopAttribute.UPSTREAM, (self.name,))
-        return [self._send(self.parent, probe)]
+        settings, parent = self.settings, self.parent
+        probes = self._discovery.probes(self.name, now, settings.probe_interval_s, settings.probe_hops)
+        return [self._send(parent, probe) for probe in probes] if parent is not None else []
 
     def _on_probe(self, peer: str, probe: Probe) -> list[Action]:
         hop = len(probe.trail)
@@ -547,11 +545,7 @@ class FederationRouter:
             onward = ProbeReply(reply.round, reply.attribute, reply.responder, reply.hop, reply.route[:-1])
             target = reply.route[-1]
             return [self._send(target, onward)] if target in self._received else []
-        if reply.attribute is HopAttribute.UPSTREAM and reply.round >= self._upstream_round:
-            if reply.round > self._upstream_round:
-                self._upstream_round = reply.round
-                self._upstream_known = {}
-            self._upstream_known[reply.responder] = reply.hop
+        self._discovery.learned(reply)
         return []
 
     # ================================================================== helpers

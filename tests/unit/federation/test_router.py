@@ -241,6 +241,7 @@ def test_a_leaving_root_hands_its_children_one_of_them() -> None:
 def test_fig18_crash_children_relink_to_a_replacement_found_by_upstream_discovery() -> None:
     net = net_of({"2": "1", "3": "2", "4": "2", "5": "3", "6": "3"})
     assert net.routers["6"].upstream_known() == {"3": 1, "2": 2, "1": 3}  # hop attribute UPSTREAM, n = 3
+    assert net.routers["6"]._discovery.siblings() == {"5"}  # hop attribute ALL, n = 2
     assert net.routers["4"].upstream_known() == {"2": 1, "1": 2}  # downstream entities are not probed
     net.do("6", net.routers["6"].subscribe("alarm/#"))
     net.do("1", net.routers["1"].subscribe("alarm/#"))
@@ -291,3 +292,16 @@ def test_a_requester_configured_for_another_routing_mode_drops_the_link_with_a_r
         note for name, note in net.notes if name == "edge" and note.event == "federation_link_rejected"
     ]
     assert rejected and "routes full_filter, this broker type_only" in dict(rejected[0].fields)["reason"]
+
+
+def test_when_the_root_crashes_its_children_elect_the_smallest_of_them_as_the_new_root() -> None:
+    net = net_of({"c": "root", "a": "root", "b": "root", "leaf": "b"})
+    net.tick(PLACE.probe_interval_s)  # the next discovery round: c, linked first, learns a and b
+    assert net.routers["c"]._discovery.siblings() == {"a", "b"}
+    net.do("leaf", net.routers["leaf"].subscribe("x/#"))
+    net.crash("root")
+    assert net.routers["a"].parent is None and net.routers["a"].children == {"b", "c"}
+    assert net.routers["leaf"].topology == ("a", "b", "leaf")
+    assert any(n.event == "federation_new_root" for name, n in net.notes if name == "a")
+    net.do("c", net.routers["c"].publish(Event("x/1", b"")))
+    assert [e.topic for e in net.delivered["leaf"]] == ["x/1"]
