@@ -347,6 +347,65 @@ class ClusterConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class FederationConfig:
+    enabled: bool = _key(
+        False, "federate this broker's site with other sites over SIONet shared links (docs/federation.md)"
+    )
+    host: str = _key("127.0.0.1", "address the federation gRPC listener binds")
+    port: int = _key(7990, "federation gRPC port (0 = an ephemeral port)", min_value=0, max_value=65535)
+    advertise_host: str = _key(
+        "", 'host other sites dial to reach this broker; "" = federation.host; host:port is its name'
+    )
+    place: str = _key("", "event place name (seed 000 §3.7.5); every broker of a federation names the same")
+    description: str = _key("", "the event place's description, returned to brokers that link here")
+    site: str = _key(
+        "",
+        "name of this broker's site; the brokers of one cluster that each link into the place set the "
+        "same name, so an event published in the site is not delivered there twice",
+    )
+    mode: str = _key(
+        "full_filter",
+        "routing mode: full_filter (filters travel: no wasted events) or type_only (topic classes "
+        "travel: fewer set-up messages, matched at the destination)",
+        choices=("full_filter", "type_only"),
+    )
+    class_levels: int = _key(
+        1, "topic levels that form an event type (topic class) in type_only mode", min_value=1, max_value=16
+    )
+    ttl: int = _key(
+        16,
+        "how many sites a filter reaches, counting its own (1 = stays in the site, 2 = the neighbours)",
+        min_value=1,
+        max_value=255,
+    )
+    upstream: str = _key("", 'host:port of the broker to request the place\'s one shared link to; "" = root')
+    one_way: bool = _key(False, "register no filter upstream: this site only publishes into the place")
+    accept_links: bool = _key(True, "accept shared links from other sites (children)")
+    probe_hops: int = _key(
+        3,
+        "n of the n-hop upstream discovery that finds re-link targets after a crash",
+        min_value=0,
+        max_value=64,
+    )
+    probe_interval_ms: int = _key(
+        10_000, "how often the upstream discovery is repeated", min_value=100, max_value=3_600_000
+    )
+    retry_ms: int = _key(
+        2000, "an unlinked broker requests its link again after this long", min_value=50, max_value=600_000
+    )
+    link_timeout_ms: int = _key(
+        5000, "a link request unanswered this long has failed", min_value=100, max_value=600_000
+    )
+    custody_grace_ms: int = _key(
+        10_000,
+        "a QoS>=1 event whose link broke (or published while unlinked) waits this long for the "
+        "re-linked paths before it is given up",
+        min_value=0,
+        max_value=3_600_000,
+    )
+
+
+@dataclass(frozen=True, slots=True)
 class BrokerConfig:
     node_id: str = _key("", 'this broker\'s id in the cluster; "" = derived from the hostname by the broker')
     data_dir: str = _key("./data", "directory for the store and other state")
@@ -360,6 +419,7 @@ class BrokerConfig:
     sys: SysConfig = field(default_factory=SysConfig)
     logging: LoggingConfig = field(default_factory=LoggingConfig)
     cluster: ClusterConfig = field(default_factory=ClusterConfig)
+    federation: FederationConfig = field(default_factory=FederationConfig)
     # Not a key: notes about ignored SKIPMQ_* environment variables, for the broker to log.
     warnings: tuple[str, ...] = field(default=(), metadata={"internal": True})
 
@@ -638,6 +698,13 @@ def _validate_together(flat: Mapping[str, Any], sources: Mapping[str, str]) -> N
             validate_topic_filter(group)
         except TopicError as exc:
             raise error("cluster.causal_groups", str(exc)) from None
+    if flat["federation.enabled"] and not flat["federation.place"].strip():
+        raise error("federation.place", "must name the event place when federation.enabled is true")
+    upstream = flat["federation.upstream"].strip()
+    if upstream:
+        host, sep, port_text = upstream.rpartition(":")
+        if not sep or not host or not port_text.isdigit() or not 1 <= int(port_text) <= 65535:
+            raise error("federation.upstream", f"must be host:port with a port in 1..65535, got {upstream!r}")
     for name in ("listeners.tcp.host", "listeners.tls.host", "listeners.websocket.host", "http.host"):
         if not flat[name].strip():
             raise error(name, "must not be empty (use 0.0.0.0 for all interfaces)")
@@ -678,7 +745,7 @@ def _validate_together(flat: Mapping[str, Any], sources: Mapping[str, str]) -> N
             raise error(name, f"file {flat[name]!r} does not exist")
 
     bound: dict[int, tuple[str, str]] = {}
-    for section in ("listeners.tcp", "listeners.tls", "listeners.websocket", "http", "cluster"):
+    for section in ("listeners.tcp", "listeners.tls", "listeners.websocket", "http", "cluster", "federation"):
         port = flat[section + ".port"]
         if not flat[section + ".enabled"] or port == 0:
             continue

@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from broker.core.broker import Broker
 
 HTTP_SHUTDOWN_TIMEOUT_S = 2.0
-PROBE_PATHS = ("/metrics", "/healthz", "/readyz", "/cluster")
+PROBE_PATHS = ("/metrics", "/healthz", "/readyz", "/cluster", "/federation")
 
 
 class HttpServer:
@@ -65,12 +65,14 @@ class HttpEndpoint:
         cluster_state: Callable[[], dict[str, Any]] | None = None,
         cluster_collector: Collector | None = None,
         not_ready: Callable[[], str | None] = lambda: None,
+        federation_state: Callable[[], dict[str, Any]] | None = None,
     ) -> None:
         self.broker = broker
         self._stopping = stopping
         self._not_ready = not_ready
         self._cluster_state = cluster_state
         self._cluster_collector = cluster_collector
+        self._federation_state = federation_state
         self._registry: CollectorRegistry | None = None
 
     def routes(self, app: web.Application) -> None:
@@ -141,7 +143,7 @@ class HttpEndpoint:
         """(status, content type, body) of one request."""
         broker = self.broker
         if target not in PROBE_PATHS:
-            return 404, "text/plain", b"not found: try /metrics, /healthz, /readyz or /cluster\n"
+            return 404, "text/plain", b"not found: try /metrics, /healthz, /readyz, /cluster or /federation\n"
         if method not in ("GET", "HEAD"):
             return 405, "text/plain", b"method not allowed\n"
         if target == "/healthz":
@@ -161,6 +163,10 @@ class HttpEndpoint:
                 ready["reason"] = reason
             ready["node_id"] = broker.node_id
             return (200 if reason is None else 503), "application/json", json.dumps(ready).encode() + b"\n"
+        if target == "/federation":
+            if self._federation_state is None:
+                return 404, "text/plain", b"this broker is not federated (federation.enabled is false)\n"
+            return 200, "application/json", json.dumps(self._federation_state()).encode() + b"\n"
         if target == "/cluster":
             if self._cluster_state is None:
                 return 404, "text/plain", b"this broker is not clustered (cluster.enabled is false)\n"

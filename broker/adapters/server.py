@@ -30,6 +30,7 @@ from broker.core.broker import Broker
 
 if TYPE_CHECKING:
     from broker.adapters.cluster_runtime import ClusterRuntime
+    from broker.adapters.federation.node import FederationNode
     from broker.adapters.http_pull import PullHttpApi
     from broker.adapters.sqlite_store import Store
     from broker.config import BrokerConfig, HttpConfig, TlsListenerConfig
@@ -128,6 +129,7 @@ class BrokerServer:
         self._cluster_port = cluster
         self.broker: Broker | None = None
         self.runtime: ClusterRuntime | None = None
+        self.federation: FederationNode | None = None
         self.ports: dict[str, int] = {}
         self._servers: list[Any] = []
         self._ws_server: Any = None
@@ -146,16 +148,31 @@ class BrokerServer:
 
             self.runtime = ClusterRuntime(config, scheduler)
             cluster = self.runtime.engine
+        if config.federation.enabled:  # the core's events go to the cluster and to the federation
+            from broker.adapters.federation.node import FederationNode
+            from broker.adapters.federation.port import FederatedClusterPort
+            from broker.core.ports import NullCluster
+
+            self.federation = FederationNode(config.federation)
+            cluster = FederatedClusterPort(cluster or NullCluster(), self.federation)
         authenticator, acl = build_access(config.auth)
         store = open_store(config)
         broker = Broker(config, scheduler, authenticator=authenticator, acl=acl, store=store, cluster=cluster)
         self.broker = broker
+        if self.federation is not None:
+            self.federation.broker = broker
         broker.start()
         started = self.runtime
         if started is not None:  # in the overlay before the first client can connect
             cluster_config = config.cluster
             self.ports["cluster"] = await _listen(
                 "cluster", cluster_config.host, cluster_config.port, lambda: started.start(broker, store)
+            )
+        federation = self.federation
+        if federation is not None:  # linked (or retrying) before the first client can connect
+            fed_config = config.federation
+            self.ports["federation"] = await _listen(
+                "federation", fed_config.host, fed_config.port, federation.start
             )
         listeners = config.listeners
         if listeners.tcp.enabled:
@@ -198,6 +215,7 @@ class BrokerServer:
                 cluster_state=runtime.state if runtime is not None else None,
                 cluster_collector=runtime.collector() if runtime is not None else None,
                 not_ready=self.not_ready,
+                federation_state=federation.state if federation is not None else None,
             )
             http = config.http
             http_tls = make_http_tls_context(http) if http.certfile else None
@@ -258,6 +276,9 @@ class BrokerServer:
             # leave, while the store still takes deliveries for persistent sessions
             broker.disconnect_all()
             await asyncio.sleep(0.05)  # let the transports flush the DISCONNECTs (and the overlay the wills)
+        if self.federation is not None:  # leave the event place: children re-link to our parent
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self.federation.stop(), timeout=5.0)
         if self.runtime is not None:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self.runtime.stop(), timeout=5.0)

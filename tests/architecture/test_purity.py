@@ -1,5 +1,5 @@
 """The pure cores are pure (sans-I/O, docs/overlay.md, docs/architecture.md): checked by parsing
-overlay/**/*.py and broker/{mqtt,core,cluster}/**/*.py (import-linter checks the imports too,
+overlay/**/*.py and broker/{mqtt,core,cluster,federation}/**/*.py (import-linter checks the imports too,
 transitively: pyproject.toml [tool.importlinter]).
 
 * no import of asyncio, socket, time, threading, selectors or subprocess anywhere in overlay/;
@@ -22,7 +22,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 OVERLAY = ROOT / "overlay"
-BROKER_CORES = [ROOT / "broker" / name for name in ("mqtt", "core", "cluster")]
+BROKER_CORES = [ROOT / "broker" / name for name in ("mqtt", "core", "cluster", "federation")]
 BROKER_SOURCES = sorted(path for package in BROKER_CORES for path in package.rglob("*.py"))
 FORBIDDEN_MODULES = {"asyncio", "socket", "time", "threading", "selectors", "subprocess"}
 SOURCES = sorted(OVERLAY.rglob("*.py"))

@@ -1,0 +1,374 @@
+"""One broker's federation node: the shared-link streams over gRPC around the pure router.
+
+Every shared link (seed 000 §3.7.1) is one ``skipmq.v1.Federation/Link`` bidirectional stream,
+opened by the requesting side; its first frame is the ``LinkRequest``. Frames carry
+``FedMessage`` batches in both directions. ``FederationNode`` feeds what arrives into
+``FederationRouter.on_message`` and carries out the router's actions: ``Send`` (a
+``LinkRequest`` dials), ``Deliver`` (``BrokerApi.deliver_remote`` to the local subscribers),
+``Unlink`` (end the stream after what is queued) and ``Note`` (a structured log line). A stream
+that ends without a ``Leave`` - the peer was killed, the network failed - is ``link_lost``, and
+the router re-links (§3.7.3 (4)). A timer drives ``tick`` (retries, discovery, timeouts).
+
+Delivery over a link is at most once per hop (a frame written into a stream that breaks is
+lost); docs/federation.md says what that means and what is not done.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import time
+from typing import TYPE_CHECKING, Any
+
+import grpc
+
+from broker.adapters.federation import wire
+from broker.adapters.transport._pb.skipmq.v1 import federation_pb2 as pb
+from broker.adapters.transport._pb.skipmq.v1 import federation_pb2_grpc as pb_grpc
+from broker.core.session import Message
+from broker.federation.keys import RoutingMode
+from broker.federation.messages import Action, Deliver, Event, LinkMessage, LinkRequest, Note, Send, Unlink
+from broker.federation.router import FederationRouter, LinkError, PlaceSettings
+
+if TYPE_CHECKING:
+    from broker.config import FederationConfig
+    from broker.core.ports import BrokerApi
+
+log = logging.getLogger("skipmq.federation")
+
+TICK_INTERVAL_S = 0.25
+FIRST_FRAME_TIMEOUT_S = 5.0
+_KEEPALIVE_MS = 5000
+_OPTIONS = [
+    ("grpc.keepalive_time_ms", _KEEPALIVE_MS),
+    ("grpc.keepalive_timeout_ms", 2000),
+    ("grpc.keepalive_permit_without_calls", 1),
+    ("grpc.http2.max_pings_without_data", 0),
+    ("grpc.use_local_subchannel_pool", 1),
+]
+_SERVER_OPTIONS = [
+    ("grpc.keepalive_time_ms", _KEEPALIVE_MS),
+    ("grpc.keepalive_timeout_ms", 2000),
+    ("grpc.http2.min_recv_ping_interval_without_data_ms", 1000),
+    ("grpc.http2.max_ping_strikes", 0),
+    ("grpc.so_reuseport", 0),
+]
+
+
+class _Link:
+    """One shared-link stream; ``outbox`` holds frames to write, None ends our direction."""
+
+    def __init__(self, peer: str, *, dialed: bool) -> None:
+        self.peer = peer
+        self.dialed = dialed
+        self.outbox: asyncio.Queue[pb.FedFrame | None] = asyncio.Queue()
+        self.tasks: list[asyncio.Task[None]] = []
+        self.channel: grpc.aio.Channel | None = None
+        self.call: Any = None
+        self.closed = False
+        self.unlinked = False  # we ended it (Unlink): its end is no news
+
+
+class FederationNode(pb_grpc.FederationServicer):
+    """Serves and dials shared links for one event place; create and use on the broker's loop."""
+
+    def __init__(self, config: FederationConfig, broker: BrokerApi | None = None) -> None:
+        self.config = config
+        self.broker = broker  # set before start()
+        self.router: FederationRouter | None = None
+        self.port = 0
+        self._links: dict[str, _Link] = {}
+        self._server: grpc.aio.Server | None = None
+        self._ticker: asyncio.Task[None] | None = None
+        self._subscriptions: set[tuple[str, str]] = set()  # (client id, filter) counted in the router
+        self._pending_filters: list[str] = []  # subscriptions restored before start()
+        self.events_forwarded = 0
+        self.events_received = 0
+        self._background: set[asyncio.Task[None]] = set()
+
+    # ------------------------------------------------------------------ life cycle
+    async def start(self) -> int:
+        config = self.config
+        server = grpc.aio.server(options=_SERVER_OPTIONS)
+        pb_grpc.add_FederationServicer_to_server(self, server)
+        try:
+            port = server.add_insecure_port(f"{config.host}:{config.port}")
+        except RuntimeError:  # grpc reports a port in use this way
+            port = 0
+        if port == 0:
+            raise OSError(98, f"cannot bind the federation listener {config.host}:{config.port}")
+        await server.start()
+        self._server = server
+        self.port = port
+        name = f"{config.advertise_host or config.host}:{port}"
+        settings = PlaceSettings(
+            place=config.place,
+            mode=RoutingMode(config.mode),
+            description=config.description,
+            ttl=config.ttl,
+            class_levels=config.class_levels,
+            accept_links=config.accept_links,
+            site=config.site,
+            probe_hops=config.probe_hops,
+            probe_interval_s=config.probe_interval_ms / 1000,
+            retry_interval_s=config.retry_ms / 1000,
+            link_timeout_s=config.link_timeout_ms / 1000,
+            custody_grace_s=config.custody_grace_ms / 1000,
+            incarnation=f"{name}/{os.urandom(4).hex()}",
+        )
+        self.router = FederationRouter(name, settings)
+        for topic_filter in self._pending_filters:
+            self._apply(self.router.subscribe(topic_filter))
+        self._pending_filters.clear()
+        if config.upstream:
+            self._apply(self.router.set_upstream(config.upstream, time.monotonic(), one_way=config.one_way))
+        self._ticker = asyncio.get_running_loop().create_task(self._tick_forever())
+        self._log("federation_started", name=name, place=config.place, mode=config.mode)
+        return port
+
+    async def stop(self, *, leave: bool = True) -> None:
+        """Leave the place (children re-link to our parent, §3.7.3) and close everything."""
+        if self._ticker is not None:
+            self._ticker.cancel()
+        router = self.router
+        if leave and router is not None and not router.left:
+            self._apply(router.leave())
+            with contextlib.suppress(Exception):  # let the Leave frames reach the neighbours
+                await asyncio.wait_for(self._drain(), timeout=2.0)
+        for link in list(self._links.values()):
+            self._close(link)
+        if self._server is not None:
+            await self._server.stop(grace=0.5)
+
+    async def _drain(self) -> None:
+        while any(not link.outbox.empty() for link in self._links.values()):
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.05)
+
+    async def _tick_forever(self) -> None:
+        while True:
+            await asyncio.sleep(TICK_INTERVAL_S)
+            if self.router is None:
+                continue
+            try:
+                self._apply(self.router.tick(time.monotonic()))
+            except Exception:  # a bug must not stop the retries, discovery and custody timers
+                log.exception("federation tick failed")
+
+    # ------------------------------------------------------------------ the core's events
+    def on_subscribe(self, client_id: str, topic_filter: str, share_group: str | None) -> None:
+        if share_group is not None or topic_filter.startswith("$"):
+            return  # $share stays inside its site; $SYS and other $ topics are local
+        if (client_id, topic_filter) in self._subscriptions:
+            return  # a replaced subscription is still one source
+        self._subscriptions.add((client_id, topic_filter))
+        if self.router is None:
+            self._pending_filters.append(topic_filter)
+        else:
+            self._apply(self.router.subscribe(topic_filter))
+
+    def on_unsubscribe(self, client_id: str, topic_filter: str, share_group: str | None) -> None:
+        if (client_id, topic_filter) not in self._subscriptions or share_group is not None:
+            return
+        self._subscriptions.discard((client_id, topic_filter))
+        if self.router is None:
+            with contextlib.suppress(ValueError):
+                self._pending_filters.remove(topic_filter)
+        else:
+            self._apply(self.router.unsubscribe(topic_filter))
+
+    def on_publish(self, message: Message) -> None:
+        if self.router is None or message.topic.startswith("$"):
+            return
+        event = Event(message.topic, message.payload, message.qos, message.retain)
+        self._apply(self.router.publish(event, time.monotonic()))
+
+    # ------------------------------------------------------------------ state (GET /federation)
+    def state(self) -> dict[str, Any]:
+        router = self.router
+        if router is None:
+            return {"started": False}
+        return {
+            "name": router.name,
+            "place": router.place,
+            "mode": router.settings.mode.value,
+            "parent": router.parent,
+            "children": sorted(router.children),
+            "topology": list(router.topology),
+            "upstream_known": router.upstream_known(),
+            "local_keys": sorted(router.local_keys()),
+            "counters": router.counters(),
+            "registered_toward": {link: router.registered_toward(link) for link in router.links()},
+            "received_from": {link: router.received_from(link) for link in router.links()},
+            "sent": dict(router.stats.sent),
+            "events_in": router.stats.events_in,
+            "events_delivered": router.stats.events_delivered,
+            "events_wasted": router.stats.events_wasted,
+            "events_forwarded": self.events_forwarded,
+            "custody": router.custody_stats(),
+        }
+
+    # ------------------------------------------------------------------ actions
+    def _apply(self, actions: list[Action]) -> None:
+        batches: dict[str, list[pb.FedMessage]] = {}
+        for action in actions:
+            if isinstance(action, Send):
+                if isinstance(action.message, LinkRequest) and action.peer not in self._links:
+                    self._flush(batches)
+                    self._dial(action.peer)
+                if isinstance(action.message, Event):
+                    self.events_forwarded += 1
+                batches.setdefault(action.peer, []).append(wire.encode(action.message))
+            elif isinstance(action, Deliver):
+                self._deliver(action)
+            elif isinstance(action, Unlink):
+                self._flush(batches, only=action.peer)
+                link = self._links.pop(action.peer, None)
+                if link is not None:
+                    link.unlinked = True
+                    link.outbox.put_nowait(None)
+            elif isinstance(action, Note):
+                self._log(action.event, logging.INFO, **dict(action.fields))
+        self._flush(batches)
+
+    def _flush(self, batches: dict[str, list[pb.FedMessage]], only: str | None = None) -> None:
+        for peer in [only] if only is not None else list(batches):
+            messages = batches.pop(peer, None)
+            link = self._links.get(peer)
+            if messages and link is not None:
+                link.outbox.put_nowait(pb.FedFrame(messages=messages))
+
+    def _deliver(self, action: Deliver) -> None:
+        event = action.event
+        self.events_received += 1
+        message = Message(topic=event.topic, payload=event.payload, qos=event.qos, origin="federation")
+        broker = self.broker
+        if broker is not None:
+            broker.deliver_remote(message)
+            broker.after_batch()
+
+    # ------------------------------------------------------------------ dialing (the requester)
+    def _dial(self, peer: str) -> None:
+        link = _Link(peer, dialed=True)
+        link.channel = grpc.aio.insecure_channel(peer, options=_OPTIONS)
+        link.call = pb_grpc.FederationStub(link.channel).Link()
+        self._links[peer] = link
+        loop = asyncio.get_running_loop()
+        link.tasks = [loop.create_task(self._write_dialed(link)), loop.create_task(self._read(link))]
+
+    async def _write_dialed(self, link: _Link) -> None:
+        with contextlib.suppress(Exception):
+            while True:
+                frame = await link.outbox.get()
+                if frame is None:
+                    await link.call.done_writing()
+                    return
+                await link.call.write(frame)
+
+    # ------------------------------------------------------------------ accepting
+    async def Link(self, request_iterator: Any, context: Any) -> None:
+        try:
+            first = await asyncio.wait_for(context.read(), timeout=FIRST_FRAME_TIMEOUT_S)
+        except TimeoutError:
+            await context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, "no LinkRequest within 5 s")
+            return
+        if first is grpc.aio.EOF:
+            return
+        try:
+            messages = [wire.decode(item) for item in first.messages]
+        except wire.FederationWireError as exc:
+            self._log("federation_bad_frame", peer=context.peer(), reason=str(exc), level=logging.WARNING)
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+            return
+        if len(messages) != 1 or not isinstance(messages[0], LinkRequest) or ":" not in messages[0].requester:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "the first frame must hold one LinkRequest")
+            return
+        if self.router is None:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, "federation is starting")
+            return
+        peer = messages[0].requester
+        old = self._links.get(peer)
+        if old is not None and not old.dialed:  # the peer restarted and requests again
+            self._lost(old)
+        link = _Link(peer, dialed=False)
+        link.call = context
+        self._links[peer] = link
+        link.tasks = [asyncio.get_running_loop().create_task(self._read(link))]
+        self._receive(link, messages)
+        while True:
+            frame = await link.outbox.get()
+            if frame is None:
+                return
+            try:
+                await context.write(frame)
+            except Exception:
+                return
+
+    # ------------------------------------------------------------------ reading (both sides)
+    async def _read(self, link: _Link) -> None:
+        try:
+            while True:
+                frame = await link.call.read()
+                if frame is grpc.aio.EOF:
+                    break
+                try:
+                    messages = [wire.decode(item) for item in frame.messages]
+                except wire.FederationWireError as exc:
+                    self._log("federation_bad_frame", peer=link.peer, reason=str(exc), level=logging.WARNING)
+                    break
+                self._receive(link, messages)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            if not link.closed and not link.unlinked:
+                self._log("federation_stream_failed", peer=link.peer, reason=_describe(exc))
+        self._lost(link)
+
+    def _receive(self, link: _Link, messages: list[LinkMessage]) -> None:
+        router = self.router
+        if router is None or link.closed:
+            return
+        for message in messages:
+            try:
+                self._apply(router.on_message(link.peer, message, time.monotonic()))
+            except LinkError as exc:
+                self._log("federation_link_error", peer=link.peer, reason=str(exc), level=logging.WARNING)
+
+    def _lost(self, link: _Link) -> None:
+        """The stream ended: without a Leave before it, the router treats it as a crash."""
+        was_current = self._links.get(link.peer) is link
+        if was_current:
+            del self._links[link.peer]
+        self._close(link)
+        if was_current and self.router is not None:
+            self._apply(self.router.link_lost(link.peer, time.monotonic()))
+
+    def _close(self, link: _Link) -> None:
+        if link.closed:
+            return
+        link.closed = True
+        link.outbox.put_nowait(None)
+        current = asyncio.current_task()
+        for task in link.tasks:
+            if task is not current and not task.done():
+                task.cancel()
+        if link.dialed and link.call is not None:
+            link.call.cancel()
+        if link.channel is not None:
+            closing = asyncio.get_running_loop().create_task(link.channel.close())
+            self._background.add(closing)
+            closing.add_done_callback(self._background.discard)
+
+    def _log(self, event: str, level: int = logging.INFO, **fields: str) -> None:
+        if self.broker is not None:
+            self.broker.log_event(level, event, **fields)
+        else:
+            log.log(level, "%s %s", event, fields)
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, grpc.aio.AioRpcError):
+        return f"{exc.code().name}: {exc.details()}"
+    return f"{type(exc).__name__}: {exc}"

@@ -1,0 +1,71 @@
+"""n-hop discovery of re-link targets with hop attributes (seed 000 §3.7.3 (4), Fig. 18).
+
+Every router, once linked and then every ``probe_interval_s``, sends two discovery events to its
+parent: one with hop attribute UPSTREAM and ``n = probe_hops`` (it climbs the tree: the
+ancestors answer with their distance - the re-link targets after the parent's crash, nearest
+first) and one with hop attribute ALL and ``n = 2`` (the parent passes it to its other links:
+the grandparent and the *siblings* answer). When the root itself crashes its children have no
+ancestor left; they all knew the same siblings, so each picks the smallest name among them and
+itself: that one becomes the new root, the others request their link to it (and, failing that,
+to the next). The replies retrace the discovery event's trail; ``Discovery`` keeps what the
+latest round found.
+"""
+
+from __future__ import annotations
+
+from broker.federation.messages import HopAttribute, Probe, ProbeReply
+
+SIBLING_HOPS = 2
+
+
+class Discovery:
+    """What one router's discovery rounds found."""
+
+    def __init__(self) -> None:
+        self.round = 0
+        self.next_at = 0.0
+        self.upstream: dict[str, int] = {}  # ancestor -> hops, latest UPSTREAM round
+        self._upstream_round = 0
+        self._nearby: dict[str, int] = {}  # ALL round: grandparent and siblings at 2 hops
+        self._nearby_round = 0
+
+    def probes(self, name: str, now: float, interval_s: float, hops: int) -> list[Probe]:
+        """The discovery events to send to the parent now."""
+        self.next_at = now + interval_s
+        if hops < 1:
+            return []
+        self.round += 1
+        return [
+            Probe(self.round, hops, HopAttribute.UPSTREAM, (name,)),
+            Probe(self.round, SIBLING_HOPS, HopAttribute.ALL, (name,)),
+        ]
+
+    def learned(self, reply: ProbeReply) -> None:
+        """A reply reached this router, the prober."""
+        if reply.attribute is HopAttribute.UPSTREAM and reply.round >= self._upstream_round:
+            if reply.round > self._upstream_round:
+                self._upstream_round, self.upstream = reply.round, {}
+            self.upstream[reply.responder] = reply.hop
+        elif reply.attribute is HopAttribute.ALL and reply.round >= self._nearby_round:
+            if reply.round > self._nearby_round:
+                self._nearby_round, self._nearby = reply.round, {}
+            self._nearby[reply.responder] = reply.hop
+
+    def siblings(self) -> set[str]:
+        return {name for name, hop in self._nearby.items() if hop == SIBLING_HOPS} - set(self.upstream)
+
+    def candidates(self, exclude: str) -> list[str]:
+        """The ancestors to re-link to, nearest first."""
+        known = sorted(self.upstream.items(), key=lambda item: (item[1], item[0]))
+        return [name for name, _hop in known if name != exclude]
+
+    def election(self, name: str) -> list[str]:
+        """After the root's crash: the siblings to request a link to, the elected one first;
+        [] when this router is the elected one (the new root)."""
+        siblings = sorted(self.siblings())
+        if not siblings or name < siblings[0]:
+            return []
+        return siblings
+
+    def forget(self) -> None:
+        self.upstream, self._nearby = {}, {}
