@@ -5,7 +5,8 @@
     python -m simulation --seeds 0:1000              # sweep; exit 1 naming the failing seeds
     python -m simulation --seeds 0:200 --faults crash,partition,move --loss 0.05
     python -m simulation --known                     # the three known faults, one run each
-    python -m simulation --seeds 0:200 --conversation --loss 0.05 --faults crash   # causal groups
+    python -m simulation --seeds 0:200 --conversation --loss 0.05 --faults crash,partition
+                                                     # causal groups, every fault at once
 
 A run is a pure function of its seed and options. Python's string hashing is salted per process
 and would change the iteration order of sets, so this command re-executes itself with
@@ -76,8 +77,18 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help=f"comma-separated fault kinds to add: {', '.join(FAULTS)} (default none)",
     )
     parser.add_argument("--loss", type=float, default=0.0, help="maximum message loss rate per run (0)")
-    parser.add_argument("--duplicate", type=float, default=0.05, help="maximum duplication rate (0.05)")
-    parser.add_argument("--reorder", type=float, default=0.05, help="maximum reordering rate (0.05)")
+    parser.add_argument(
+        "--duplicate",
+        type=float,
+        default=0.05,
+        help="maximum duplication rate (0.05; with --conversation: the rate of every link)",
+    )
+    parser.add_argument(
+        "--reorder",
+        type=float,
+        default=None,
+        help="maximum reordering rate (0.05; with --conversation: the rate of every link, 0.3)",
+    )
     parser.add_argument(
         "--brokers", type=int, default=None, help="exactly this many brokers (default: 3 to 5 per seed)"
     )
@@ -85,8 +96,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--conversation",
         action="store_true",
         help="run the causal-group conversation (simulation/causal.py: 5 brokers, responders, an "
-        "independent vector-clock oracle) instead of the random script; --loss applies, --faults "
-        "crash kills one broker mid-conversation",
+        "independent vector-clock oracle) instead of the random script; --loss, --duplicate and "
+        "--reorder set every link's rates; --faults crash kills one broker mid-conversation, "
+        "--faults partition cuts two brokers off the other three and heals (move: not here)",
     )
     parser.add_argument(
         "--no-causal-groups",
@@ -102,20 +114,26 @@ def main(argv: list[str] | None = None) -> int:
         os.environ["PYTHONHASHSEED"] = "0"
         os.execv(sys.executable, [sys.executable, "-m", "simulation", *(argv or sys.argv[1:])])
     args = parse_args(argv)
-    options = {
+    options: dict[str, object] = {
         "faults": args.faults,
         "loss": args.loss,
         "duplicate": args.duplicate,
-        "reorder": args.reorder,
+        "reorder": 0.05 if args.reorder is None else args.reorder,
     }
     if args.brokers is not None:
         options["brokers"] = (args.brokers, args.brokers)
     if args.conversation:
+        if "move" in args.faults:
+            print("python -m simulation: --faults move is not part of --conversation", file=sys.stderr)
+            return 2
         options = {
             "conversation": True,
             "causal": not args.no_causal_groups,
             "loss": args.loss,
+            "duplicate": args.duplicate,
+            "reorder": 0.3 if args.reorder is None else args.reorder,
             "crash": "crash" in args.faults,
+            "partition": "partition" in args.faults,
         }
     if args.known:
         failed = 0
@@ -162,10 +180,21 @@ def _sweep(seeds: range, trace_lines: int, options: dict[str, object]) -> int:
 
 def _run(seed: int, options: dict[str, object]) -> Result:
     if options.get("conversation"):
-        causal, loss, crash = bool(options["causal"]), float(options["loss"]), bool(options["crash"])  # type: ignore[arg-type]
-        result = causal_conversation(seed, causal=causal, loss=loss, crash=crash)
-        words = [f"python -m simulation --seed {seed} --conversation", f"--loss {loss}"]
-        words += ["--faults crash"] * crash + ["--no-causal-groups"] * (not causal)
+        rates = {name: float(options[name]) for name in ("loss", "duplicate", "reorder")}  # type: ignore[arg-type]
+        faults = [name for name in ("crash", "partition") if options[name]]
+        causal = bool(options["causal"])
+        result = causal_conversation(
+            seed,
+            causal=causal,
+            loss=rates["loss"],
+            duplicate=rates["duplicate"],
+            reorder=rates["reorder"],
+            crash="crash" in faults,
+            partition="partition" in faults,
+        )
+        words = [f"python -m simulation --seed {seed} --conversation"]
+        words += [f"--{name} {rate}" for name, rate in rates.items()]
+        words += [f"--faults {','.join(faults)}"] * bool(faults) + ["--no-causal-groups"] * (not causal)
         result.replay = " ".join(words)
         return result
     return run_seed(seed, **options)  # type: ignore[arg-type]

@@ -6,14 +6,18 @@ broker answers each one it receives with a message of its own; a second responde
 answers the answers; observers on other brokers subscribe everything (one through ``plant/#``, the
 exact class, one through ``#``, the wildcard class: the two reach them on different streams). With
 links that delay some messages (reordering), an observer can get an answer before the message it
-answers - unless the topics are a causal group.
+answers - unless the topics are a causal group. On top: message loss and duplication between
+brokers, a broker killed and restarted, a partition that heals (:func:`causal_conversation`).
 
-The oracle knows nothing of the broker: it rebuilds happened-before from what the clients did on
-each connection (its publishes in order; a message it received before it published another; the
-cluster keeps no causal state for a client across connections, docs/cluster.md), as a vector
-clock per message (publishing connection -> the highest SEQ of its messages that precede it), and
-checks every observer's first receipts against it: a message received before one that precedes it
-is a violation.
+The oracle knows nothing of the broker (it reads no broker, cluster or ``causal_clock`` state):
+it rebuilds happened-before from what the clients did on each connection, in the order they did
+it (its publishes in order; a message it received before it published another; the cluster keeps
+no causal state for a client across connections, docs/cluster.md), as a vector clock per message
+(publishing connection -> the highest SEQ of its messages that precede it), and checks every
+subscriber's first receipts against it: a message received before one that precedes it is a
+violation (:func:`vector_clocks`, :func:`causal_order`). Every PUBLISH a client sent counts, with
+or without its PUBACK: a message the broker took before a crash cut the PUBACK off still orders
+what follows it.
 """
 
 from __future__ import annotations
@@ -26,67 +30,85 @@ from simulation.clients import SimClient
 from simulation.network import NetworkConfig
 from simulation.scenario import Result, Run, Scenario
 
-MessageId = tuple[str, int, int]  # (publisher, epoch, seq)
+MessageId = tuple[str, int, int]  # (publisher, connection epoch, seq): what the payload carries
+Connection = tuple[str, int]  # (client id, connection epoch)
+VectorClock = dict[Connection, int]  # publishing connection -> the highest SEQ of its messages
 GROUP_FILTER = "plant/#"
 
 
-def causal_order(history: History, group_filters: Iterable[str] = (GROUP_FILTER,)) -> list[Violation]:
-    """Every observer's first receipts respect happened-before among the group's messages."""
+def vector_clocks(
+    history: History, group_filters: Iterable[str] = (GROUP_FILTER,)
+) -> dict[MessageId, VectorClock]:
+    """Happened-before among the group's messages, from the clients' own actions only.
+
+    Every client connection keeps a vector clock: for each publishing connection, the highest SEQ
+    of its group messages this connection has *seen* (published itself, or received - with
+    everything that message had seen when it was published: transitivity). A publish takes a copy
+    of its connection's clock (what precedes it), then counts itself. Actions are replayed in the
+    order they happened (``step``; virtual time for histories without steps). Nothing here reads
+    a broker: the messages' identities come from the payloads the clients wrote and decoded
+    (``publisher:epoch:seq``), the clocks from the order of their actions."""
     filters = tuple(group_filters)
 
     def in_group(topic: str) -> bool:
         return any(topic_matches(f, topic) for f in filters)
 
-    # happened-before, from the clients' own events in time order, per connection: what a client
-    # publishes on a connection follows what that connection published and received before
-    events: list[tuple[float, int, tuple[str, int], MessageId, str]] = []
-    for a in history.acked:
-        events.append((a.published_at, 1, (a.publisher, a.epoch), (a.publisher, a.epoch, a.seq), a.topic))
-    first: dict[tuple[str, MessageId], float] = {}
+    # (at, step, kind, connection, message): kind 0 = a receipt, 1 = a publish (a receipt and a
+    # publish at one virtual instant without steps: the receipt first, as a responder answers)
+    actions: list[tuple[float, int, int, Connection, MessageId]] = []
+    for p in history.published:
+        if in_group(p.topic):
+            actions.append((p.published_at, p.step, 1, (p.publisher, p.epoch), (p.publisher, p.epoch, p.seq)))
     for r in history.received:
-        key = (r.subscriber, (r.publisher, r.epoch, r.seq))
-        if key not in first:
-            first[key] = r.at
-            events.append((r.at, 0, (r.subscriber, r.connection), key[1], r.topic))
-    events.sort(key=lambda e: (e[0], e[1]))
-    # connection -> publishing connection -> the highest SEQ of its messages known to precede
-    knows: dict[tuple[str, int], dict[tuple[str, int], int]] = {}
-    clock: dict[MessageId, dict[tuple[str, int], int]] = {}  # message -> its dependencies
-    for _at, kind, client, message, topic in events:
-        if not in_group(topic):
+        if in_group(r.topic):
+            actions.append((r.at, r.step, 0, (r.subscriber, r.connection), (r.publisher, r.epoch, r.seq)))
+    actions.sort(key=lambda a: (a[0], a[1], a[2]))
+    seen: dict[Connection, VectorClock] = {}
+    clocks: dict[MessageId, VectorClock] = {}
+    for _at, _step, kind, connection, message in actions:
+        mine = seen.setdefault(connection, {})
+        if kind == 1:
+            clocks[message] = dict(mine)
+            mine[connection] = max(mine.get(connection, 0), message[2])
             continue
-        mine = knows.setdefault(client, {})
-        if kind == 1:  # publish: depends on everything the publisher knows
-            clock[message] = dict(mine)
-            mine[client] = max(mine.get(client, 0), message[2])
-        else:  # receipt: the receiver now knows the message and what precedes it
-            for sender, seq in clock.get(message, {}).items():
-                if seq > mine.get(sender, 0):
-                    mine[sender] = seq
-            sender = (message[0], message[1])
-            if message[2] > mine.get(sender, 0):
-                mine[sender] = message[2]
-    # every observer's first receipts in order
-    violations = []
+        for origin, seq in clocks.get(message, {}).items():
+            if seq > mine.get(origin, 0):
+                mine[origin] = seq
+        origin = (message[0], message[1])
+        if message[2] > mine.get(origin, 0):
+            mine[origin] = message[2]
+    return clocks
+
+
+def causal_order(history: History, group_filters: Iterable[str] = (GROUP_FILTER,)) -> list[Violation]:
+    """Every subscriber's first receipts of the group's messages respect happened-before
+    (:func:`vector_clocks`): a message received after one whose clock says it precedes is a
+    violation. A message never received is not ordered here (``lost_acknowledged`` asks for
+    every acknowledged one)."""
+    filters = tuple(group_filters)
+    clocks = vector_clocks(history, filters)
     by_subscriber: dict[str, list[MessageId]] = {}
-    for r in sorted(history.received, key=lambda r: r.at):
+    got: set[tuple[str, MessageId]] = set()
+    for r in sorted(history.received, key=lambda r: (r.at, r.step)):
         message = (r.publisher, r.epoch, r.seq)
-        if in_group(r.topic) and first.get((r.subscriber, message)) == r.at:
-            order = by_subscriber.setdefault(r.subscriber, [])
-            if message not in order:
-                order.append(message)
+        if (r.subscriber, message) in got or not any(topic_matches(f, r.topic) for f in filters):
+            continue  # a duplicate (QoS 1) or outside the group
+        got.add((r.subscriber, message))
+        by_subscriber.setdefault(r.subscriber, []).append(message)
+    violations = []
     for subscriber, order in sorted(by_subscriber.items()):
         for index, message in enumerate(order):
-            for (publisher, epoch), seq in clock.get(message, {}).items():
-                later = [m for m in order[index + 1 :] if m[:2] == (publisher, epoch) and m[2] <= seq]
-                if later:
+            before = clocks.get(message, {})
+            for later in order[index + 1 :]:
+                if later[2] <= before.get((later[0], later[1]), 0):
                     violations.append(
                         Violation(
                             "causal",
                             f"{subscriber} got {':'.join(map(str, message))} before "
-                            f"{':'.join(map(str, later[0]))}, which precedes it",
+                            f"{':'.join(map(str, later))}, which precedes it",
                         )
                     )
+                    break
     return violations
 
 
@@ -96,19 +118,31 @@ def causal_conversation(
     causal: bool = True,
     messages: int = 30,
     loss: float = 0.0,
+    duplicate: float = 0.0,
     reorder: float = 0.3,
     crash: bool = False,
+    partition: bool = False,
 ) -> Result:
     """The conversation on 5 brokers (see the module docstring); ``causal``: ``plant/#`` is a
-    causal group; ``crash``: one broker is killed (-9) mid-conversation and restarted. Checked by
-    the usual invariants and by :func:`causal_order`."""
+    causal group; ``loss``, ``duplicate``, ``reorder``: the rates of every inter-broker link;
+    ``crash``: one broker is killed (-9) mid-conversation and restarted 0.5-2 s later;
+    ``partition``: two of the five brokers are cut off from the other three mid-conversation and
+    the network heals 1-5 s later. Checked by the usual invariants (``check_all``: nothing
+    acknowledged lost at any subscriber, per-publisher order, one owner, retained) and by the
+    vector-clock oracle :func:`causal_order`."""
     settings: tuple[tuple[str, object], ...] = (("cluster.causal_groups", GROUP_FILTER),) if causal else ()
     network = NetworkConfig(
-        latency_s=0.002, jitter_s=0.002, loss_rate=loss, reorder_rate=reorder, reorder_delay_s=0.03
+        latency_s=0.002,
+        jitter_s=0.002,
+        loss_rate=loss,
+        duplicate_rate=duplicate,
+        reorder_rate=reorder,
+        reorder_delay_s=0.03,
     )
-    scenario = Scenario(
-        brokers=5, quiet_s=10.0, network=network, settings=settings, title="causal conversation"
-    )
+    faults = [f"loss {loss:.0%} dup {duplicate:.0%} reorder {reorder:.0%}"]
+    faults += ["a crash"] * crash + ["a partition"] * partition + ["no causal group"] * (not causal)
+    title = f"causal conversation: {', '.join(faults)}"
+    scenario = Scenario(brokers=5, quiet_s=10.0, network=network, settings=settings, title=title)
     run = Run(seed, scenario)
     b0, b1, b2, b3, b4 = run.peer_ids
     run.start_brokers()
@@ -146,6 +180,11 @@ def causal_conversation(
         at = scenario.settle_s + run.rng.uniform(0.1, messages * 0.04)
         run.world.at(at, run.crash, victim)
         run.world.at(at + run.rng.uniform(0.5, 2.0), run.restart, victim)
+    if partition:
+        side = run.rng.sample(run.peer_ids, 2)
+        at = scenario.settle_s + run.rng.uniform(0.1, messages * 0.04)
+        run.world.at(at, run.partition, side)
+        run.world.at(at + run.rng.uniform(1.0, 5.0), run.heal)
     result = run.finish()
     result.violations = [*result.violations, *causal_order(result.history)]
     return result

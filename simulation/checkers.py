@@ -36,6 +36,7 @@ class Acked:
     topic: str
     published_at: float
     acked_at: float | None = None
+    step: int = 0  # the client's action number in the whole run (History.next_step): ties in time
 
 
 @dataclass(frozen=True)
@@ -47,13 +48,15 @@ class Received:
     seq: int
     at: float
     connection: int = 0  # the subscriber's connection (its epoch) that received it
+    step: int = 0  # the client's action number in the whole run (History.next_step): ties in time
 
 
 @dataclass
 class History:
-    """Everything the clients saw, in virtual time."""
+    """Everything the clients did and saw, in virtual time."""
 
-    acked: list[Acked] = field(default_factory=list)
+    acked: list[Acked] = field(default_factory=list)  # the publishes whose PUBACK came back
+    published: list[Acked] = field(default_factory=list)  # every PUBLISH a client sent, acked or not
     received: list[Received] = field(default_factory=list)
     # subscriber -> [(filter, virtual time of its first SUBACK)]
     subscriptions: dict[str, list[tuple[str, float]]] = field(default_factory=dict)
@@ -61,6 +64,11 @@ class History:
     sessions: dict[str, list[float]] = field(default_factory=dict)
     events: list[tuple[object, ...]] = field(default_factory=list)
     clock: Callable[[], float] = lambda: 0.0  # the virtual clock the trace is stamped with
+    steps: int = 0  # client actions (publishes, receipts) so far, in the order they happened
+
+    def next_step(self) -> int:
+        self.steps += 1
+        return self.steps
 
     def subscribed(self, subscriber: str, topic_filter: str, at: float) -> None:
         filters = self.subscriptions.setdefault(subscriber, [])

@@ -162,8 +162,11 @@ class SimClient:
         self._seq += 1
         packet_id = self._packet_id()
         payload = f"{self.client_id}:{self.epoch}:{self._seq}".encode()
-        record = Acked(self.client_id, self.epoch, self._seq, topic, self.world.now)
+        record = Acked(
+            self.client_id, self.epoch, self._seq, topic, self.world.now, step=self.history.next_step()
+        )
         self._in_flight[packet_id] = record
+        self.history.published.append(record)
         self.history.trace("publish", self.client_id, topic, self._seq)
         self._send(Publish(topic, payload, qos=1, retain=retain, packet_id=packet_id))
 
@@ -208,7 +211,14 @@ class SimClient:
         elif isinstance(packet, Publish):
             publisher, epoch, seq = packet.payload.decode().split(":")
             received = Received(
-                self.client_id, packet.topic, publisher, int(epoch), int(seq), self.world.now, self.epoch
+                self.client_id,
+                packet.topic,
+                publisher,
+                int(epoch),
+                int(seq),
+                self.world.now,
+                self.epoch,
+                step=history.next_step(),
             )
             history.received.append(received)
             history.trace("receive", self.client_id, publisher, int(seq))

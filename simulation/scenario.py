@@ -24,7 +24,7 @@ from typing import Any
 
 from simulation.checkers import History, Violation, check_all
 from simulation.clients import SimClient
-from simulation.network import Network, NetworkConfig
+from simulation.network import Network, NetworkConfig, NetworkStats
 from simulation.process import SimBroker
 from simulation.world import SimulationFailure, World
 
@@ -102,6 +102,7 @@ class Result:
     events: int
     history: History
     replay: str = ""  # the command that replays this run
+    network: NetworkStats | None = None  # what the network did to the brokers' items
 
     @property
     def ok(self) -> bool:
@@ -288,7 +289,13 @@ class Run:
             if self._own_workdir:
                 shutil.rmtree(self.workdir, ignore_errors=True)
         return Result(
-            self.seed, self.scenario, violations, self.history.digest(), self.world.events, self.history
+            self.seed,
+            self.scenario,
+            violations,
+            self.history.digest(),
+            self.world.events,
+            self.history,
+            network=self.network.stats,
         )
 
 

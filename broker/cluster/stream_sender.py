@@ -101,6 +101,7 @@ class _Entry:
     sent_at: float
     created_at: float
     held: bool = False  # waits for the class's presence before it is published
+    incomplete: bool = False  # the overlay reported a publication of it incomplete
 
 
 @dataclass(slots=True)
@@ -139,6 +140,8 @@ class StreamSender:
         self._skipped: dict[str, deque[tuple[float, Message, tuple[StreamPosition, ...] | None]]] = {}
         self._present_at: dict[str, float] = {}  # class -> when it last had subscribers
         self._next_check: float | None = None
+        # class -> the receivers of a previous incarnation's stream of it (``restore``)
+        self._restored_receivers: dict[str, set[str]] = {}
 
     # ------------------------------------------------------------------ sending
     def append(
@@ -160,9 +163,10 @@ class StreamSender:
         stream = self._streams.get(key)
         if stream is None:
             stream = self._streams[key] = _Stream()
-            # the subscriber brokers of the class we were told of (filter propagation) receive it
-            # from its first message on; later ones are added by ``register``
-            for peer in self._receivers_of(cls):
+            # the subscriber brokers of the class we were told of (filter propagation), or that
+            # received it from a previous incarnation (our store), receive it from its first
+            # message on; later ones are added by ``register``
+            for peer in self._subscribers(cls):
                 stream.receivers[peer] = 1
                 stream.heard[peer] = now
                 stream.assumed.add(peer)
@@ -203,6 +207,7 @@ class StreamSender:
             stream.unconfirmed.discard(seq)
             return self._free(key, stream, now)
         entry.sent_at = now - self.retransmit_s / 2  # published again soon, not at once
+        entry.incomplete = True  # its republications do not stand for resends to known receivers
         self._arm(now)
         return []
 
@@ -213,7 +218,7 @@ class StreamSender:
         propagation) - the receivers the stream will start with (``append``)."""
         stream = self._streams.get((self.origin, cls))
         if stream is None:
-            return any(True for _peer in self._receivers_of(cls))
+            return bool(self._subscribers(cls))
         return bool(stream.receivers)
 
     def skip(
@@ -345,6 +350,12 @@ class StreamSender:
             stream.entries[forwarded.seq] = _Entry(forwarded, True, False, now - self.retransmit_s, now)
             stream.unconfirmed.add(forwarded.seq)
         for key, peer, next_seq in receivers:
+            if key[0] != self.origin:
+                # a broker restarted while cut off from some subscriber brokers does not hear of
+                # them (filter propagation) until they talk again, and the overlay may complete a
+                # publication without them (seed 521 of the causal conversation): they are the
+                # new streams' receivers from the first message on (one that left answers "left")
+                self._restored_receivers.setdefault(key[1], set()).add(peer)
             stream = self._streams.get(key)
             if stream is not None:
                 stream.receivers[peer] = next_seq
@@ -395,8 +406,12 @@ class StreamSender:
                 if next_seq > last or stream.resent_at.get(peer, -1e18) > due:
                     continue
                 oldest = entries.get(next_seq)
-                if oldest is not None and oldest.sent_at > due:
-                    continue  # sent recently: its acknowledgement may be on the way
+                if oldest is not None and oldest.sent_at > due and not oldest.incomplete:
+                    # sent recently: its acknowledgement may be on the way (but not when the
+                    # overlay could not complete it: republishing it through a half of the overlay
+                    # that does not reach this receiver - a heal not yet repaired - would hold
+                    # it back until the overlay is repaired, seed 24 of the causal conversation)
+                    continue
                 stream.resent_at[peer] = now
                 actions.append(Resend(peer, self._resend(key, entries, next_seq, last + 1)))
             actions += self._free(key, stream, now)
@@ -451,6 +466,10 @@ class StreamSender:
         return sum(len(stream.receivers) for stream in self._streams.values())
 
     # ------------------------------------------------------------------ internals
+    def _subscribers(self, cls: str) -> list[str]:
+        """The brokers known to subscribe ``cls``: announced, or receivers of our store's streams."""
+        return sorted({*self._receivers_of(cls), *self._restored_receivers.get(cls, ())})
+
     def _arm(self, now: float) -> None:
         if self._next_check is None:
             self._next_check = now + self.retransmit_s / 2

@@ -355,3 +355,55 @@ def test_a_class_never_published_here_has_receivers_once_a_subscriber_broker_was
     first = sender.append(CLS, _msg(1), now=0.0, confirmed=True)  # ROUTE_DIRECT: not via the overlay
     assert sender.has_receivers(CLS)
     assert sender.tick(now=20.0)[-1:] == [Resend("b:1", StreamResend(A, CLS, (first,), 0))]
+
+
+def test_a_restarted_broker_counts_the_receivers_of_its_previous_incarnations_streams() -> None:
+    """Seed 521 of the causal conversation with every fault (``python -m simulation --seed 521
+    --conversation --loss 0.05 --faults crash,partition``): a broker restarted while cut off from
+    a subscriber broker, so its interest table (refilled by announcements) did not name it; the
+    overlay, whose half did not reach it, called the new stream's first message complete and the
+    second one went out with ``low`` = 2: the subscriber started the stream at 2 and dropped 1 as
+    stale. Its store still said that broker received the class from the previous incarnation:
+    the new stream starts with it as a receiver, so ``low`` covers 1 and 1 is resent to it."""
+    old = ForwardedMessage(A, CLS, 3, _msg(3), 0)
+    restarted = StreamSender("a:1/inc2", retransmit_s=1.0, retention_s=100.0, presence_grace_s=2.0)
+    restarted.restore([old], [((A, CLS), "b:1", 3)], now=50.0)
+    assert restarted.has_receivers(CLS)  # before the new stream's first message
+    first = restarted.append(CLS, _msg(1), now=51.0)
+    restarted.published(1, first)
+    restarted.done(1, True, now=51.1)  # the overlay's half did not reach b
+    second = restarted.append(CLS, _msg(2), now=51.2)
+    assert second.low == 1
+    resends = [a for a in restarted.tick(now=53.0) if isinstance(a, Resend) and a.resend.origin == "a:1/inc2"]
+    assert resends == [Resend("b:1", StreamResend("a:1/inc2", CLS, (first, second), 0))]
+    receiver = _receiver()  # b: whichever arrives first, it gets both
+    assert _seqs(receiver.receive(second, 1, now=51.3)) == []
+    assert _seqs(receiver.receive(first, 1, now=53.1)) == [1, 2]
+
+
+def test_a_known_receiver_behind_gets_a_resend_while_the_overlay_cannot_complete_the_publication() -> None:
+    """Seed 24 of the causal conversation with every fault (``python -m simulation --seed 24
+    --conversation --loss 0.05 --faults crash,partition``): after a heal, a receiver broker
+    acknowledged position 7 while the overlay, not yet repaired, reported every publication of 7
+    and on incomplete. Each republication counted as "sent recently", so the direct resend to
+    the receiver waited for the overlay's repair (4.5 s there). Now a republication of what the
+    overlay could not complete does not hold the resend back."""
+    sender = _sender()
+    first = sender.append(CLS, _msg(1), now=0.0)
+    sender.published(1, first)
+    sender.acked("b:1", (StreamPosition(A, CLS, 1),), now=0.1)  # b knows the stream, lacks 1
+    sender.done(1, False, now=0.2)  # the overlay did not reach b
+    publication = 1
+    resends: list[float] = []
+    now = 0.5
+    while now <= 3.0:
+        for action in sender.tick(now):
+            if isinstance(action, Republish):  # the overlay fails again, as right after a heal
+                publication += 1
+                sender.published(publication, action.forwarded)
+                sender.done(publication, False, now=now + 0.01)
+            elif isinstance(action, Resend) and action.peer == "b:1":
+                assert action.resend.messages == (first,)
+                resends.append(now)
+        now += 0.5
+    assert resends and resends[0] <= 1.5
