@@ -759,7 +759,9 @@ class ClusterEngine(StreamsMixin):
         self._deliver_pending_commit = True
 
     # ================================================================== takeover
-    def before_attach(self, client_id: str, clean_start: bool) -> Completion[SessionSnapshot | None] | None:
+    def before_attach(
+        self, client_id: str, clean_start: bool, username: str | None = None
+    ) -> Completion[SessionSnapshot | None] | None:
         if self.stopped or self.node is None or self.transport is None or self.takeover is None:
             return None
         peers = self.transport.connected_peers()
@@ -767,7 +769,13 @@ class ClusterEngine(StreamsMixin):
         # recorded even with no peer connected: it is repeated to brokers that come back (one of
         # them may hold a stored session of this client)
         claim, waits = self.takeover.claim(
-            client_id, clean_start, peers, self._now(), wall_ns, unreachable=self._down_peers
+            client_id,
+            clean_start,
+            peers,
+            self._now(),
+            wall_ns,
+            unreachable=self._down_peers,
+            username=username,
         )
         if peers:
             self.stats.claims_sent += 1
@@ -782,6 +790,20 @@ class ClusterEngine(StreamsMixin):
     def _on_claim(self, claim: SessionClaim) -> None:
         assert self.takeover is not None and self.broker is not None
         broker = self.broker
+        if claim.origin != self.peer_id and broker.owned_by_other(claim.client_id, claim.username):
+            # sessions are bound to their owner (docs/security.md): the session stays here, its
+            # client stays connected, and the claimant refuses its CONNECT with 0x87
+            self.stats.claims_refused += 1
+            broker.log_event(
+                logging.WARNING,
+                "session_owner_mismatch",
+                client_id=claim.client_id,
+                username=claim.username,
+                claimant=claim.origin,
+            )
+            refusal = ClaimReply(claim.claim_id, claim.client_id, True, None, (), refused=True)
+            self._send_envelope(claim.origin, claim.client_id, claim.claim_id, refusal)
+            return
         decision = self.takeover.on_claim(claim, connected_here=broker.client_connected(claim.client_id))
         if decision is None:
             return
@@ -868,6 +890,19 @@ class ClusterEngine(StreamsMixin):
         self.takeover.handed_over(claim_id, claimant, reply, self._now())
         self.store.set_handed_over(claim_id, claimant, reply)
 
+    def _claim_refused(self, reply: ClaimReply) -> None:
+        """Another broker holds the client id's session for another user: the CONNECT waiting for
+        the claim is refused (0x87); a connection already attached without waiting (clean start)
+        is disconnected with 0x87."""
+        assert self.takeover is not None and self.broker is not None
+        current = self.takeover.refused(reply.claim_id, reply.client_id)
+        completion = self._claim_waits.pop(reply.claim_id, None)
+        if completion is not None:
+            error = PermissionError(f"client id {reply.client_id!r} belongs to another user")
+            self.scheduler.call_soon(completion.set_exception, error)
+        elif current and self.broker.client_connected(reply.client_id):
+            self.scheduler.call_soon(self.broker.kick, reply.client_id, 0x87)
+
     def _finish_claims(self, finished: list[ClaimFinished]) -> None:
         for outcome in finished:
             completion = self._claim_waits.pop(outcome.claim_id, None)
@@ -906,6 +941,20 @@ class ClusterEngine(StreamsMixin):
         body = envelope.body
         assert self.takeover is not None and self.retained_sync is not None and self.broker is not None
         if isinstance(body, ClaimReply):
+            if not self.takeover.is_own_claim(body.claim_id, body.client_id) or (
+                body.snapshot is not None and body.snapshot.client_id != body.client_id
+            ):
+                self.stats.inbound_rejected += 1
+                log.warning(
+                    "cluster_message_rejected ClaimReply from %s: claim %d for %r is not ours",
+                    envelope.orig,
+                    body.claim_id,
+                    body.client_id,
+                )
+                return
+            if body.refused:
+                self._claim_refused(body)
+                return
             outcome = self.takeover.on_reply(envelope.orig, body)  # orig: the answering broker
             if isinstance(outcome, LateSession) and self._pass_on_late(body):
                 pass  # the client has moved on from here: the session went on to it

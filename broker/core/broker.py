@@ -327,6 +327,13 @@ class Broker:
     def has_session(self, client_id: str) -> bool:
         return client_id in self.sessions
 
+    def owned_by_other(self, client_id: str, username: str | None) -> bool:
+        """Sessions are bound to their owner (docs/security.md): a client id whose session here
+        (connected or stored) was made by another user is not resumed, taken over or ended by
+        this user's CONNECT; the CONNECT is refused with 0x87 Not authorized."""
+        session = self.sessions.get(client_id)
+        return session is not None and not session.ended and session.username != username
+
     def client_connected(self, client_id: str) -> bool:
         session = self.sessions.get(client_id)
         return session is not None and session.connection is not None

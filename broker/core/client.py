@@ -408,6 +408,9 @@ class ClientConnection:
         if broker.at_connection_limit(client_id):
             self.refuse(ReasonCode.SERVER_BUSY, "too many connections")
             return
+        if broker.owned_by_other(client_id, username):
+            self._refuse_not_owner(client_id, username)
+            return
         will = packet.will
         if will is not None:
             if will.retain and not broker.limits.retain_available:
@@ -424,7 +427,7 @@ class ClientConnection:
         if is_v5 and max_keepalive and (keep_alive == 0 or keep_alive > max_keepalive):
             keep_alive = max_keepalive
             server_keep_alive = max_keepalive
-        claim = broker.cluster.before_attach(client_id, packet.clean_start)
+        claim = broker.cluster.before_attach(client_id, packet.clean_start, username)
         if claim is not None:  # another broker may hold this client: wait for its hand-over
             self.auth_pending = []
             claim.add_done_callback(
@@ -445,7 +448,12 @@ class ClientConnection:
         """The cluster answered the session claim: import a handed-over session, attach, then
         replay the packets that arrived meanwhile."""
         broker = self.broker
+        refused = isinstance(done.exception(), PermissionError)
         snapshot = None if done.exception() is not None else done.result()
+        if refused and self.protocol.state != STATE_CLOSED:
+            self.auth_pending = None
+            self._refuse_not_owner(client_id, self.username)
+            return
         if self.protocol.state == STATE_CLOSED:
             self.auth_pending = None
             if snapshot is not None:
@@ -483,6 +491,9 @@ class ClientConnection:
         pending = self.auth_pending or []
         self.auth_pending = None
         if self.protocol.state == STATE_CLOSED:
+            return
+        if self.broker.owned_by_other(client_id, self.username):  # a session handed over for another user
+            self._refuse_not_owner(client_id, self.username)
             return
         try:
             self._attach(packet, client_id, assigned, keep_alive, server_keep_alive)
@@ -531,7 +542,20 @@ class ClientConnection:
             keep_alive_s=keep_alive,
             session_present=session_present,
         )
+        broker.router.withhold_unreadable(session)
         broker.outbound.resume(session)
+
+    def _refuse_not_owner(self, client_id: str, username: str | None) -> None:
+        """The client id's session belongs to another user (here or on another broker of the
+        cluster): refused with 0x87 Not authorized (3.1.1: return code 5); the session stays
+        untouched for its owner (docs/security.md)."""
+        self.refuse(
+            ReasonCode.NOT_AUTHORIZED,
+            "client id in use by another user",
+            client_id=client_id,
+            username=username,
+            event="session_owner_mismatch",
+        )
 
     def refuse(
         self,
@@ -549,7 +573,7 @@ class ClientConnection:
             props["reason_string"] = reason_string
         self.send_packet(Connack(session_present=False, reason_code=int(reason_code), properties=props))
         self.broker.log_event(
-            logging.WARNING if event == "auth_failed" else logging.INFO,
+            logging.WARNING if event in ("auth_failed", "session_owner_mismatch") else logging.INFO,
             event,
             client_id=client_id if client_id is not None else self.client_id,
             username=username,
