@@ -184,6 +184,33 @@ class LimitsConfig:
     connect_timeout_s: int = _key(
         10, "seconds a new connection has to send CONNECT", min_value=1, max_value=3600
     )
+    max_connect_packet_bytes: int = _key(
+        65_536,
+        "largest packet accepted before a CONNECT succeeded (the CONNECT itself and what is "
+        "pipelined behind it; larger: CONNACK 0x95); caps the memory of unauthenticated sockets",
+        min_value=64,
+        max_value=268_435_455,
+    )
+    max_connections_per_ip: int = _key(
+        0,
+        "concurrent sockets from one IP address (0 = unlimited); beyond: CONNACK 0x97 Quota exceeded",
+        min_value=0,
+        max_value=2**31 - 1,
+    )
+    connect_rate_per_ip: int = _key(
+        0,
+        "new connections per second from one IP address, bursts up to twice that (0 = unlimited); "
+        "beyond: CONNACK 0x9F Connection rate exceeded",
+        min_value=0,
+        max_value=1_000_000,
+    )
+    max_output_buffer_bytes: int = _key(
+        4_194_304,
+        "slow consumers: a client whose unsent output is above this gets no QoS 0 messages "
+        "(dropped, counted as reason slow_consumer); QoS 1/2 wait in its session queue",
+        min_value=1024,
+        max_value=2**31 - 1,
+    )
 
 
 @dataclass(frozen=True, slots=True)

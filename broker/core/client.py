@@ -25,6 +25,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
+from broker.core.admission import Refusal, address_of
 from broker.core.ports import Completion
 from broker.core.session import STATE_PUBREL_SENT, Message, Session, SessionSnapshot, SubOptions
 from broker.mqtt import codec
@@ -78,6 +79,7 @@ class ClientConnection:
     __slots__ = (
         "_now",
         "acks",
+        "address",
         "auth_pending",
         "broker",
         "cert_username",
@@ -89,6 +91,7 @@ class ClientConnection:
         "out",
         "peer",
         "protocol",
+        "refusal",
         "session",
         "transport",
         "username",
@@ -113,7 +116,11 @@ class ClientConnection:
             max_packet_size=broker.max_packet_size,
             topic_alias_maximum=broker.limits.topic_alias_maximum,
             now=self._now(),
+            max_connect_packet_size=broker.limits.max_connect_packet_bytes,
         )
+        self.address = address_of(peer)
+        # set by the broker when this socket is over a per-IP limit: refused at its CONNECT
+        self.refusal: Refusal | None = None
         self.acks = AckOrder()
         self.session: Session | None = None
         self.client_id = ""
@@ -339,6 +346,9 @@ class ClientConnection:
         is_v5 = packet.protocol_level == MQTT_5
         props = packet.properties
         self.protocol.connect_received(packet.protocol_level, props)
+        if self.refusal is not None:
+            self.refuse(self.refusal.reason_code, self.refusal.reason, client_id=packet.client_id)
+            return
         if is_v5 and props.get("authentication_method") is not None:
             self.refuse(ReasonCode.BAD_AUTHENTICATION_METHOD, "enhanced authentication is not supported")
             return
