@@ -345,6 +345,32 @@ class ClusterConfig:
         min_value=200,
         max_value=3_600_000,
     )
+    tls_ca_file: str = _key(
+        "", "PEM cluster CA (skipmq certs init): peers must present a certificate it signed"
+    )
+    tls_cert_file: str = _key(
+        "", "PEM certificate of this broker naming its peer id (skipmq certs issue); re-read when it changes"
+    )
+    tls_key_file: str = _key("", "PEM private key of cluster.tls_cert_file")
+    insecure: bool = _key(
+        False,
+        "plaintext, unauthenticated cluster links (anyone reaching the cluster port is a broker); "
+        "without it a clustered broker needs cluster.tls_ca_file, tls_cert_file and tls_key_file",
+    )
+    max_frame_bytes: int = _key(
+        67_108_864,
+        "largest gRPC message (frame of items) sent or accepted on a cluster link; a larger one "
+        "closes that link only",
+        min_value=65_536,
+        max_value=2**31 - 1,
+    )
+    max_batch_items: int = _key(
+        256,
+        "items per frame sent; a received frame with more closes that link only (set the same "
+        "on every broker)",
+        min_value=1,
+        max_value=1_000_000,
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -680,6 +706,28 @@ def _validate_together(flat: Mapping[str, Any], sources: Mapping[str, str]) -> N
                     section + ".port", f"port {port} is also used by {other_section}.port on {other_host}"
                 )
         bound[port] = (section, host)
+
+
+def validate_cluster_links(config: BrokerConfig) -> None:
+    """A broker process that clusters needs its mutual-TLS files, unless ``cluster.insecure``
+    asks for plaintext links explicitly (docs/security.md). Checked when a broker process
+    starts (``skipmq``), not by ``load_config``: in-process engines (the simulation, tests) have
+    no links."""
+    cluster = config.cluster
+    if not cluster.enabled or cluster.insecure:
+        return
+    names = ("tls_ca_file", "tls_cert_file", "tls_key_file")
+    for name in names:
+        value = getattr(cluster, name)
+        if not value:
+            raise ConfigError(
+                f"cluster.{name}: a clustered broker needs cluster.tls_ca_file, cluster.tls_cert_file "
+                "and cluster.tls_key_file (make them with `skipmq certs`; docs/security.md), or "
+                "cluster.insecure = true for plaintext, unauthenticated links",
+                key=f"cluster.{name}",
+            )
+        if not os.path.isfile(value):
+            raise ConfigError(f"cluster.{name}: file {value!r} does not exist", key=f"cluster.{name}")
 
 
 def load_config(

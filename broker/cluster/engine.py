@@ -48,6 +48,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from broker.cluster.causal_clock import CausalClock
 from broker.cluster.classes import topic_classes
+from broker.cluster.inbound import envelope_problem, payload_problem
 from broker.cluster.interest import SHARE_PREFIX, Interest, share_topic
 from broker.cluster.interest_table import InterestAnnouncer, InterestTable
 from broker.cluster.messages import (
@@ -85,6 +86,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("skipmq.cluster")
 
 RETAINED_SYNC_TIMEOUT_S = 5.0  # then the next contact is asked for the retained store
+RETAINED_ASK_MEMORY_S = 300.0  # a retained-store copy is taken from a broker asked this recently
 PUBLISHER_IDLE_S = 600.0  # a publisher virtual node unused this long leaves its class
 SWEEP_INTERVAL_S = 30.0
 ROUTE_OVERLAY, ROUTE_DIRECT, ROUTE_HELD, ROUTE_SKIP = range(4)  # how a message goes out on a class
@@ -180,6 +182,8 @@ class ClusterEngine(StreamsMixin):
         self._next_interest: float | None = None
         self._next_catch_up: float | None = None
         self._heard_from: set[str] = set()  # peers this incarnation has heard from
+        # peer -> {request id: when} of our RetainedSyncRequests (a reply must answer one)
+        self._retained_asked: dict[str, dict[int, float]] = {}
         # (origin, class) -> [(next seq, end seq, client)]: messages a moved session still needs
         self._catch_ups: dict[tuple[str, str], list[list[Any]]] = {}
         # (origin, class) -> [(next seq, client, since)]: moved sessions waiting for a stream this
@@ -436,7 +440,13 @@ class ClusterEngine(StreamsMixin):
             self._peer_back(sender)
         try:
             if isinstance(item, Envelope):
-                self._on_envelope(item)
+                problem = envelope_problem(sender, self.peer_id, item)
+                if problem is None and isinstance(item.body, RetainedSyncReply):
+                    problem = self._unasked_retained_reply(sender, item.body.request_id)
+                if problem is not None:
+                    self._reject(sender, item.body, problem)
+                else:
+                    self._on_envelope(item)
             else:
                 self._handle(api.Receive(sender, item))
         except Exception:
@@ -735,6 +745,10 @@ class ClusterEngine(StreamsMixin):
         payload = action.payload
         if action.publisher == self.peer_id:
             return  # our own publication: local subscribers already have it
+        problem = payload_problem(action.publisher, payload)
+        if problem is not None:
+            self._reject(action.publisher, payload, problem)
+            return
         if isinstance(payload, ForwardedMessage):
             self._receive_forwarded(payload, int(action.hops))
         elif isinstance(payload, RetainedUpdate):
@@ -923,7 +937,26 @@ class ClusterEngine(StreamsMixin):
         return None  # its claim record is dropped by the sweep once the session is gone
 
     # ================================================================== directed messages
+    def _reject(self, sender: str, body: object, problem: str) -> None:
+        """A cluster message not valid from the broker that sent it (``broker.cluster.inbound``)."""
+        self.stats.inbound_rejected += 1
+        log.warning("cluster_message_rejected %s from %s: %s", type(body).__name__, sender, problem)
+
+    def _unasked_retained_reply(self, sender: str, request_id: int) -> str | None:
+        """A retained-store copy is taken only from a broker this one asked, with that request's
+        id, in the last RETAINED_ASK_MEMORY_S: an unsolicited one would plant retained messages."""
+        asked = self._retained_asked.get(sender, {})
+        asked_at = asked.get(request_id)
+        if asked_at is None or self._now() - asked_at > RETAINED_ASK_MEMORY_S:
+            return f"RetainedSyncReply to request {request_id}, which was not asked"
+        return None
+
     def _send_envelope(self, dest: str, to_client: str, ref: int, body: Any) -> None:
+        if isinstance(body, RetainedSyncRequest):
+            asked = self._retained_asked.setdefault(dest, {})
+            if len(asked) > 64:  # old requests of a peer that never answered
+                asked.clear()
+            asked[body.request_id] = self._now()
         self._commit()
         self._send(dest, Envelope(self.peer_id, dest, "", to_client, ref, DEFAULT_ENVELOPE_TTL, body))
 
