@@ -27,6 +27,7 @@ from broker.adapters.transport import GrpcTransport, wire
 from broker.adapters.transport.tls import ClusterTls, TlsFiles, issue_broker_cert, make_ca
 from broker.cluster.messages import (
     ClaimReply,
+    ClassInterest,
     Envelope,
     RetainedSyncReply,
     RetainedSyncRequest,
@@ -37,6 +38,7 @@ from tests.support.cluster import (
     ClientFactory,
     ClusterFactory,
     metric_total,
+    probe_route,
     unique_id,
     wait_until,
 )
@@ -230,3 +232,53 @@ def test_forged_cluster_messages_are_rejected(
         assert log.count("cluster_message_rejected") >= len(forged)
     finally:
         listener.close()
+
+
+async def _hostile_stream(
+    target: str, credentials: grpc.ChannelCredentials, own_id: str, frame: bytes
+) -> Any:
+    """A certified link (own id) whose first data frame is ``frame``; how the acceptor ends it."""
+    channel = grpc.aio.secure_channel(target, credentials)
+    try:
+        call = channel.stream_stream(wire.PEER_LINK_OPEN_METHOD)()
+        async with asyncio.timeout(10.0):
+            await call.write(wire.encode_hello(own_id, 16))
+            await call.read()  # the acceptor's Hello
+            await call.write(frame)
+            while True:
+                answer = await call.read()
+                if answer is grpc.aio.EOF:
+                    return "EOF"
+    except grpc.aio.AioRpcError as exc:
+        return exc.code()
+    except TimeoutError:
+        return "still open"
+    finally:
+        await channel.close()
+
+
+def test_malformed_frames_close_only_their_own_stream(
+    cluster2: LocalCluster, client_factory: ClientFactory, tmp_path: Path
+) -> None:
+    own_id = f"{HOST}:{free_port()}"
+    tls = _rogue_credentials(cluster2, tmp_path, own_id)
+    target = cluster2.brokers[0].peer_id
+    subscriber = client_factory(cluster2, 0)
+    subscriber.subscribe("frames/#", qos=1)
+    probe_route(cluster2, 1, subscriber, "frames/probe")
+    interest = wire.encode_item(Envelope(own_id, target, "", "", 0, 4, ClassInterest(())))
+    hostile = {
+        "not a Frame": b"\xff\xff\xff\xff garbage",
+        "too many items": wire.encode_frame_from_items([interest] * 300),
+        "a Hello again": wire.encode_hello(own_id, 16),
+    }
+    for what, frame in hostile.items():
+        ended = asyncio.run(_hostile_stream(target, tls.channel_credentials(), own_id, frame))
+        assert ended != "still open", f"{what}: the stream stayed open"
+    # nothing else was lost: the brokers' own link carries a QoS 1 message as before
+    publisher = client_factory(cluster2, 1)
+    publisher.publish("frames/after", b"still delivered", qos=1)
+    message = subscriber.wait_message()
+    assert (message.topic, message.payload) == ("frames/after", b"still delivered")
+    assert cluster2.brokers[1].peer_id in cluster2.cluster_state(0)["connected_peers"]
+    assert "malformed frame from" in cluster2.brokers[0].log_text()
