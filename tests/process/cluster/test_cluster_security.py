@@ -258,8 +258,9 @@ async def _hostile_stream(
 
 
 def test_malformed_frames_close_only_their_own_stream(
-    cluster2: LocalCluster, client_factory: ClientFactory, tmp_path: Path
+    cluster_factory: ClusterFactory, client_factory: ClientFactory, tmp_path: Path
 ) -> None:
+    cluster2 = cluster_factory(2, settings={"cluster.max_frame_bytes": "65536"})
     own_id = f"{HOST}:{free_port()}"
     tls = _rogue_credentials(cluster2, tmp_path, own_id)
     target = cluster2.brokers[0].peer_id
@@ -267,14 +268,20 @@ def test_malformed_frames_close_only_their_own_stream(
     subscriber.subscribe("frames/#", qos=1)
     probe_route(cluster2, 1, subscriber, "frames/probe")
     interest = wire.encode_item(Envelope(own_id, target, "", "", 0, 4, ClassInterest(())))
+    classes = tuple(f"class-{n}" for n in range(10_000))  # a well-formed item of ~110 KB
+    big = wire.encode_item(Envelope(own_id, target, "", "", 0, 4, ClassInterest(classes)))
+    assert len(big) > 65_536
     hostile = {
         "not a Frame": b"\xff\xff\xff\xff garbage",
         "too many items": wire.encode_frame_from_items([interest] * 300),
         "a Hello again": wire.encode_hello(own_id, 16),
+        "a frame over cluster.max_frame_bytes": wire.encode_frame_from_items([big]),
     }
     for what, frame in hostile.items():
         ended = asyncio.run(_hostile_stream(target, tls.channel_credentials(), own_id, frame))
         assert ended != "still open", f"{what}: the stream stayed open"
+        if "max_frame_bytes" in what:
+            assert ended == grpc.StatusCode.RESOURCE_EXHAUSTED, ended
     # nothing else was lost: the brokers' own link carries a QoS 1 message as before
     publisher = client_factory(cluster2, 1)
     publisher.publish("frames/after", b"still delivered", qos=1)
