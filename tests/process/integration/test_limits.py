@@ -138,3 +138,16 @@ def test_slow_consumer_output_buffer_cap(broker_factory: Factory) -> None:
             slow.close()
         except ConnectionClosed:
             pass
+
+
+def test_total_connections(broker_factory: Factory) -> None:
+    broker = broker_factory(_limits(max_connections=2))
+    first, second = RawClient(broker.host, broker.port, level=5), RawClient(broker.host, broker.port, level=5)
+    try:
+        assert first.connect(unique_id("one"))[1] == 0
+        assert second.connect(unique_id("two"))[1] == 0
+        assert _connack_code(broker) == 0x89  # Server busy
+        _event(broker, "connect_refused", reason_code=0x89)
+    finally:
+        first.close()
+        second.close()
