@@ -204,6 +204,13 @@ class LimitsConfig:
         min_value=0,
         max_value=1_000_000,
     )
+    max_publish_rate: int = _key(
+        0,
+        "PUBLISH packets per second one connection may send, bursts up to twice that (0 = "
+        "unlimited); beyond: DISCONNECT 0x96 Message rate too high (3.1.1: closed)",
+        min_value=0,
+        max_value=10_000_000,
+    )
     max_output_buffer_bytes: int = _key(
         4_194_304,
         "slow consumers: a client whose unsent output is above this gets no QoS 0 messages "

@@ -97,6 +97,27 @@ class Admission:
                 del self._addresses[address]
 
 
+class TokenBucket:
+    """``rate`` tokens per second, holding at most ``burst``; starts full."""
+
+    __slots__ = ("burst", "rate", "tokens", "updated_at")
+
+    def __init__(self, rate: float, burst: float, now: float) -> None:
+        self.rate = rate
+        self.burst = burst
+        self.tokens = burst
+        self.updated_at = now
+
+    def take(self, now: float) -> bool:
+        """Take one token; False (nothing taken) when the bucket is empty."""
+        self.tokens = min(self.burst, self.tokens + (now - self.updated_at) * self.rate)
+        self.updated_at = now
+        if self.tokens < 1.0:
+            return False
+        self.tokens -= 1.0
+        return True
+
+
 def address_of(peer: str) -> str:
     """The IP address of a ``host:port`` / ``[v6]:port`` peer name (the name itself otherwise)."""
     if peer.startswith("["):

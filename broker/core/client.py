@@ -25,7 +25,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
-from broker.core.admission import Refusal, address_of
+from broker.core.admission import Refusal, TokenBucket, address_of
 from broker.core.ports import Completion
 from broker.core.session import STATE_PUBREL_SENT, Message, Session, SessionSnapshot, SubOptions
 from broker.mqtt import codec
@@ -91,6 +91,7 @@ class ClientConnection:
         "out",
         "peer",
         "protocol",
+        "publish_bucket",
         "refusal",
         "session",
         "transport",
@@ -119,6 +120,8 @@ class ClientConnection:
             max_connect_packet_size=broker.limits.max_connect_packet_bytes,
         )
         self.address = address_of(peer)
+        rate = broker.limits.max_publish_rate
+        self.publish_bucket = TokenBucket(rate, 2.0 * rate, self._now()) if rate else None
         # set by the broker when this socket is over a per-IP limit: refused at its CONNECT
         self.refusal: Refusal | None = None
         self.acks = AckOrder()
@@ -599,6 +602,18 @@ class ClientConnection:
         broker = self.broker
         session = self.session
         assert session is not None
+        bucket = self.publish_bucket
+        if bucket is not None and not bucket.take(self._now()):
+            broker.log_event(
+                logging.WARNING,
+                "publish_rate_exceeded",
+                client_id=self.client_id,
+                peer=self.peer,
+                reason_code=int(ReasonCode.MESSAGE_RATE_TOO_HIGH),
+                limit_per_s=broker.limits.max_publish_rate,
+            )
+            self.disconnect(ReasonCode.MESSAGE_RATE_TOO_HIGH, "message rate too high")
+            return
         qos = packet.qos
         stats = broker.stats
         stats.messages_received[qos] += 1

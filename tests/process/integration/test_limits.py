@@ -151,3 +151,31 @@ def test_total_connections(broker_factory: Factory) -> None:
     finally:
         first.close()
         second.close()
+
+
+def test_publish_rate_per_connection(broker_factory: Factory) -> None:
+    """A connection publishing faster than limits.max_publish_rate (bursts up to twice it) is
+    disconnected with 0x96 Message rate too high; what it had acknowledged was delivered."""
+    broker = broker_factory(_limits(max_publish_rate=5))
+    with (
+        RawClient(broker.host, broker.port, level=5) as sub,
+        RawClient(broker.host, broker.port, level=5) as pub,
+    ):
+        assert sub.connect(unique_id("sub"))[1] == 0
+        assert sub.subscribe([("limits/rate", 1)]) == [1]
+        assert pub.connect(unique_id("fast"))[1] == 0
+        pub.send(
+            b"".join(
+                publish_packet("limits/rate", b"%d" % n, qos=1, packet_id=n + 1, level=5) for n in range(40)
+            )
+        )
+        packets = pub.read_until_closed(5.0)
+        acked = [p for p in packets if p.ptype == 4]
+        disconnects = [p for p in packets if p.ptype == 14]
+        assert disconnects and disconnects[-1].body[0] == 0x96, packets
+        assert 1 <= len(acked) <= 10 + 1  # the burst (2 x 5) and perhaps one refilled token
+        received = [sub.read_publish().payload for _ in acked]
+        assert received == [b"%d" % n for n in range(len(acked))]
+    _event(broker, "publish_rate_exceeded", reason_code=0x96)
+    # another connection from the same address is not affected
+    assert _connack_code(broker) == 0
