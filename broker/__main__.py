@@ -23,6 +23,7 @@ Commands:
   skipmq passwd ...         create/update password files (see: skipmq passwd --help)
   skipmq pull ...           receive messages over the HTTP pull gateway (see: skipmq pull --help)
   skipmq cluster ...        start N brokers on loopback as one cluster (see: skipmq cluster --help)
+  skipmq certs ...          make the cluster CA and broker certificates (see: skipmq certs --help)
 
 Configuration precedence: built-in defaults < --config TOML file < SKIPMQ_* environment
 variables < command-line flags. Each flag below is a shorthand for one configuration key
@@ -160,11 +161,12 @@ def overrides_from_args(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def run(argv: list[str]) -> int:
-    from broker.config import ConfigError, load_config
+    from broker.config import ConfigError, load_config, validate_cluster_links
 
     args = build_parser().parse_args(argv)
     try:
         config = load_config(args.config, overrides=overrides_from_args(args))
+        validate_cluster_links(config)
     except (ConfigError, OSError) as exc:
         print(f"skipmq: configuration error: {exc}", file=sys.stderr)
         return 2
@@ -201,6 +203,10 @@ def main(argv: list[str] | None = None) -> int:
         from broker.pull_client import main as pull_main
 
         return pull_main(arguments[1:])
+    if arguments and arguments[0] == "certs":
+        from broker.certs import main as certs_main
+
+        return certs_main(arguments[1:])
     if arguments and arguments[0] == "cluster":
         from tools.launcher import main as cluster_main
 

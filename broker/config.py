@@ -210,6 +210,40 @@ class LimitsConfig:
     connect_timeout_s: int = _key(
         10, "seconds a new connection has to send CONNECT", min_value=1, max_value=3600
     )
+    max_connect_packet_bytes: int = _key(
+        65_536,
+        "largest packet accepted before a CONNECT succeeded (the CONNECT itself and what is "
+        "pipelined behind it; larger: CONNACK 0x95); caps the memory of unauthenticated sockets",
+        min_value=64,
+        max_value=268_435_455,
+    )
+    max_connections_per_ip: int = _key(
+        0,
+        "concurrent sockets from one IP address (0 = unlimited); beyond: CONNACK 0x97 Quota exceeded",
+        min_value=0,
+        max_value=2**31 - 1,
+    )
+    connect_rate_per_ip: int = _key(
+        0,
+        "new connections per second from one IP address, bursts up to twice that (0 = unlimited); "
+        "beyond: CONNACK 0x9F Connection rate exceeded",
+        min_value=0,
+        max_value=1_000_000,
+    )
+    max_publish_rate: int = _key(
+        0,
+        "PUBLISH packets per second one connection may send, bursts up to twice that (0 = "
+        "unlimited); beyond: DISCONNECT 0x96 Message rate too high (3.1.1: closed)",
+        min_value=0,
+        max_value=10_000_000,
+    )
+    max_output_buffer_bytes: int = _key(
+        4_194_304,
+        "slow consumers: a client whose unsent output is above this gets no QoS 0 messages "
+        "(dropped, counted as reason slow_consumer); QoS 1/2 wait in its session queue",
+        min_value=1024,
+        max_value=2**31 - 1,
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -343,6 +377,32 @@ class ClusterConfig:
         "silence after which a neighbour broker is declared crashed (> ping_interval_ms)",
         min_value=200,
         max_value=3_600_000,
+    )
+    tls_ca_file: str = _key(
+        "", "PEM cluster CA (skipmq certs init): peers must present a certificate it signed"
+    )
+    tls_cert_file: str = _key(
+        "", "PEM certificate of this broker naming its peer id (skipmq certs issue); re-read when it changes"
+    )
+    tls_key_file: str = _key("", "PEM private key of cluster.tls_cert_file")
+    insecure: bool = _key(
+        False,
+        "plaintext, unauthenticated cluster links (anyone reaching the cluster port is a broker); "
+        "without it a clustered broker needs cluster.tls_ca_file, tls_cert_file and tls_key_file",
+    )
+    max_frame_bytes: int = _key(
+        67_108_864,
+        "largest gRPC message (frame of items) sent or accepted on a cluster link; a larger one "
+        "closes that link only",
+        min_value=65_536,
+        max_value=2**31 - 1,
+    )
+    max_batch_items: int = _key(
+        256,
+        "items per frame sent; a received frame with more closes that link only (set the same "
+        "on every broker)",
+        min_value=1,
+        max_value=1_000_000,
     )
 
 
@@ -757,6 +817,28 @@ def _validate_together(flat: Mapping[str, Any], sources: Mapping[str, str]) -> N
                     section + ".port", f"port {port} is also used by {other_section}.port on {other_host}"
                 )
         bound[port] = (section, host)
+
+
+def validate_cluster_links(config: BrokerConfig) -> None:
+    """A broker process that clusters needs its mutual-TLS files, unless ``cluster.insecure``
+    asks for plaintext links explicitly (docs/security.md). Checked when a broker process
+    starts (``skipmq``), not by ``load_config``: in-process engines (the simulation, tests) have
+    no links."""
+    cluster = config.cluster
+    if not cluster.enabled or cluster.insecure:
+        return
+    names = ("tls_ca_file", "tls_cert_file", "tls_key_file")
+    for name in names:
+        value = getattr(cluster, name)
+        if not value:
+            raise ConfigError(
+                f"cluster.{name}: a clustered broker needs cluster.tls_ca_file, cluster.tls_cert_file "
+                "and cluster.tls_key_file (make them with `skipmq certs`; docs/security.md), or "
+                "cluster.insecure = true for plaintext, unauthenticated links",
+                key=f"cluster.{name}",
+            )
+        if not os.path.isfile(value):
+            raise ConfigError(f"cluster.{name}: file {value!r} does not exist", key=f"cluster.{name}")
 
 
 def load_config(

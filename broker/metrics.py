@@ -243,6 +243,16 @@ class ClusterCollector(Collector):
             "skipmq_cluster_claims_sent", "Session claims sent for CONNECTs", stats.claims_sent
         )
         yield CounterMetricFamily(
+            "skipmq_cluster_claims_refused",
+            "Session claims refused: the client id's session here belongs to another user",
+            stats.claims_refused,
+        )
+        yield CounterMetricFamily(
+            "skipmq_cluster_inbound_rejected",
+            "Cluster messages dropped as not valid from the broker that sent them",
+            stats.inbound_rejected,
+        )
+        yield CounterMetricFamily(
             "skipmq_cluster_sessions_handed_over",
             "Sessions handed to another broker",
             stats.sessions_handed_over,

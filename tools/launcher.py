@@ -309,13 +309,38 @@ class LocalCluster:
         self.brokers.append(broker)
         return broker
 
+    def _tls_settings(self, broker: BrokerProcess) -> dict[str, str]:
+        """Mutual TLS between the brokers (docs/security.md): a cluster CA in <data root>/certs,
+        made on first use, and a certificate for each peer id a broker starts with. None when the
+        settings ask for plaintext links (cluster.insecure) or name certificate files."""
+        settings = self.settings
+        if settings.get("cluster.insecure", "false").lower() in ("true", "1", "yes"):
+            return {}
+        if "cluster.tls_cert_file" in settings:
+            return {}
+        from broker.adapters.transport.tls import issue_broker_cert, make_ca
+
+        ca_dir = Path(self.data_root) / "certs"
+        if not (ca_dir / "ca.pem").exists():
+            make_ca(ca_dir, name="SkipMQ local cluster CA")
+        stem = f"broker-{broker.index}-{broker.cluster_port}"
+        cert, key = ca_dir / f"{stem}.pem", ca_dir / f"{stem}.key"
+        if not cert.exists():
+            cert, key = issue_broker_cert(ca_dir, broker.peer_id, name=stem)
+        return {
+            "cluster.tls_ca_file": str(ca_dir / "ca.pem"),
+            "cluster.tls_cert_file": str(cert),
+            "cluster.tls_key_file": str(key),
+        }
+
     def _running_peers(self, excluding: BrokerProcess) -> list[str]:
         return [b.peer_id for b in self.brokers if b is not excluding and b.alive()]
 
     def _spawn(self, broker: BrokerProcess, seeds: list[str] | None = None) -> None:
         join = self._running_peers(broker) if seeds is None else seeds
         broker.joined_through = join
-        cmd = broker.command(self.python, join, self.settings, seed=seeds is not None)
+        settings = {**self.settings, **self._tls_settings(broker)}
+        cmd = broker.command(self.python, join, settings, seed=seeds is not None)
         env = dict(os.environ)
         env["PYTHONPATH"] = str(REPO_ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
         env["PYTHONUNBUFFERED"] = "1"

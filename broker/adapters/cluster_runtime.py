@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ipaddress
+import logging
 import os
 import random
 import socket
@@ -21,9 +22,11 @@ from broker.adapters.cluster_store import SqliteClusterStore
 from broker.cluster.engine import ClusterEngine
 from broker.metrics import ClusterCollector
 
+log = logging.getLogger("skipmq.cluster")
+
 if TYPE_CHECKING:
     from broker.adapters.sqlite_store import Store
-    from broker.config import BrokerConfig
+    from broker.config import BrokerConfig, ClusterConfig
     from broker.core.ports import BrokerApi, Scheduler
 
 
@@ -51,14 +54,23 @@ class ClusterRuntime:
             cluster.host if cluster.host not in ("0.0.0.0", "::", "") else socket.gethostname()
         )
         factory = self._transport_factory
-        if factory is None:
-            from broker.adapters.transport import GrpcTransport
-
-            factory = GrpcTransport
         engine = self.engine
-        self.transport = factory(
-            advertise_host=advertise, on_receive=engine.on_receive, on_peer_down=engine.on_peer_down
-        )
+        if factory is None:
+            from broker.adapters.transport import GrpcTransport, TransportConfig
+
+            self.transport = GrpcTransport(
+                advertise_host=advertise,
+                on_receive=engine.on_receive,
+                on_peer_down=engine.on_peer_down,
+                config=TransportConfig(
+                    max_batch_items=cluster.max_batch_items, max_message_bytes=cluster.max_frame_bytes
+                ),
+                tls=cluster_tls(cluster),
+            )
+        else:
+            self.transport = factory(
+                advertise_host=advertise, on_receive=engine.on_receive, on_peer_down=engine.on_peer_down
+            )
         port = int(await self.transport.start(cluster.host, cluster.port))
         # the send log and stream positions live in the broker's store (none: persistence off)
         cluster_store = SqliteClusterStore(store) if store is not None else None
@@ -77,6 +89,22 @@ class ClusterRuntime:
 
     def collector(self) -> ClusterCollector:
         return ClusterCollector(self.engine.stats, self.engine.gauges)
+
+
+def cluster_tls(cluster: ClusterConfig) -> Any:
+    """The mutual-TLS credentials of the cluster links, or None with ``cluster.insecure`` (warned
+    about at every start: anyone who reaches the cluster port can act as a broker)."""
+    if cluster.insecure:
+        log.warning(
+            "cluster.insecure is set: cluster links are plaintext and unauthenticated; anyone who "
+            "reaches %s:%d can read and inject cluster traffic (docs/security.md)",
+            cluster.host,
+            cluster.port,
+        )
+        return None
+    from broker.adapters.transport.tls import ClusterTls, TlsFiles
+
+    return ClusterTls(TlsFiles(cluster.tls_ca_file, cluster.tls_cert_file, cluster.tls_key_file))
 
 
 async def resolve_contacts(join: str, self_id: str, own_port: int | None = None) -> list[str]:

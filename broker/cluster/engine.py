@@ -48,6 +48,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from broker.cluster.causal_clock import CausalClock
 from broker.cluster.classes import topic_classes
+from broker.cluster.inbound import envelope_problem, payload_problem
 from broker.cluster.interest import SHARE_PREFIX, Interest, share_topic
 from broker.cluster.interest_table import InterestAnnouncer, InterestTable
 from broker.cluster.messages import (
@@ -85,6 +86,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("skipmq.cluster")
 
 RETAINED_SYNC_TIMEOUT_S = 5.0  # then the next contact is asked for the retained store
+RETAINED_ASK_MEMORY_S = 300.0  # a retained-store copy is taken from a broker asked this recently
 PUBLISHER_IDLE_S = 600.0  # a publisher virtual node unused this long leaves its class
 SWEEP_INTERVAL_S = 30.0
 ROUTE_OVERLAY, ROUTE_DIRECT, ROUTE_HELD, ROUTE_SKIP = range(4)  # how a message goes out on a class
@@ -180,6 +182,8 @@ class ClusterEngine(StreamsMixin):
         self._next_interest: float | None = None
         self._next_catch_up: float | None = None
         self._heard_from: set[str] = set()  # peers this incarnation has heard from
+        # peer -> {request id: when} of our RetainedSyncRequests (a reply must answer one)
+        self._retained_asked: dict[str, dict[int, float]] = {}
         # (origin, class) -> [(next seq, end seq, client)]: messages a moved session still needs
         self._catch_ups: dict[tuple[str, str], list[list[Any]]] = {}
         # (origin, class) -> [(next seq, client, since)]: moved sessions waiting for a stream this
@@ -436,7 +440,13 @@ class ClusterEngine(StreamsMixin):
             self._peer_back(sender)
         try:
             if isinstance(item, Envelope):
-                self._on_envelope(item)
+                problem = envelope_problem(sender, self.peer_id, item)
+                if problem is None and isinstance(item.body, RetainedSyncReply):
+                    problem = self._unasked_retained_reply(sender, item.body.request_id)
+                if problem is not None:
+                    self._reject(sender, item.body, problem)
+                else:
+                    self._on_envelope(item)
             else:
                 self._handle(api.Receive(sender, item))
         except Exception:
@@ -735,6 +745,10 @@ class ClusterEngine(StreamsMixin):
         payload = action.payload
         if action.publisher == self.peer_id:
             return  # our own publication: local subscribers already have it
+        problem = payload_problem(action.publisher, payload)
+        if problem is not None:
+            self._reject(action.publisher, payload, problem)
+            return
         if isinstance(payload, ForwardedMessage):
             self._receive_forwarded(payload, int(action.hops))
         elif isinstance(payload, RetainedUpdate):
@@ -759,7 +773,9 @@ class ClusterEngine(StreamsMixin):
         self._deliver_pending_commit = True
 
     # ================================================================== takeover
-    def before_attach(self, client_id: str, clean_start: bool) -> Completion[SessionSnapshot | None] | None:
+    def before_attach(
+        self, client_id: str, clean_start: bool, username: str | None = None
+    ) -> Completion[SessionSnapshot | None] | None:
         if self.stopped or self.node is None or self.transport is None or self.takeover is None:
             return None
         peers = self.transport.connected_peers()
@@ -767,7 +783,13 @@ class ClusterEngine(StreamsMixin):
         # recorded even with no peer connected: it is repeated to brokers that come back (one of
         # them may hold a stored session of this client)
         claim, waits = self.takeover.claim(
-            client_id, clean_start, peers, self._now(), wall_ns, unreachable=self._down_peers
+            client_id,
+            clean_start,
+            peers,
+            self._now(),
+            wall_ns,
+            unreachable=self._down_peers,
+            username=username,
         )
         if peers:
             self.stats.claims_sent += 1
@@ -782,6 +804,20 @@ class ClusterEngine(StreamsMixin):
     def _on_claim(self, claim: SessionClaim) -> None:
         assert self.takeover is not None and self.broker is not None
         broker = self.broker
+        if claim.origin != self.peer_id and broker.owned_by_other(claim.client_id, claim.username):
+            # sessions are bound to their owner (docs/security.md): the session stays here, its
+            # client stays connected, and the claimant refuses its CONNECT with 0x87
+            self.stats.claims_refused += 1
+            broker.log_event(
+                logging.WARNING,
+                "session_owner_mismatch",
+                client_id=claim.client_id,
+                username=claim.username,
+                claimant=claim.origin,
+            )
+            refusal = ClaimReply(claim.claim_id, claim.client_id, True, None, (), refused=True)
+            self._send_envelope(claim.origin, claim.client_id, claim.claim_id, refusal)
+            return
         decision = self.takeover.on_claim(claim, connected_here=broker.client_connected(claim.client_id))
         if decision is None:
             return
@@ -868,6 +904,19 @@ class ClusterEngine(StreamsMixin):
         self.takeover.handed_over(claim_id, claimant, reply, self._now())
         self.store.set_handed_over(claim_id, claimant, reply)
 
+    def _claim_refused(self, reply: ClaimReply) -> None:
+        """Another broker holds the client id's session for another user: the CONNECT waiting for
+        the claim is refused (0x87); a connection already attached without waiting (clean start)
+        is disconnected with 0x87."""
+        assert self.takeover is not None and self.broker is not None
+        current = self.takeover.refused(reply.claim_id, reply.client_id)
+        completion = self._claim_waits.pop(reply.claim_id, None)
+        if completion is not None:
+            error = PermissionError(f"client id {reply.client_id!r} belongs to another user")
+            self.scheduler.call_soon(completion.set_exception, error)
+        elif current and self.broker.client_connected(reply.client_id):
+            self.scheduler.call_soon(self.broker.kick, reply.client_id, 0x87)
+
     def _finish_claims(self, finished: list[ClaimFinished]) -> None:
         for outcome in finished:
             completion = self._claim_waits.pop(outcome.claim_id, None)
@@ -888,7 +937,26 @@ class ClusterEngine(StreamsMixin):
         return None  # its claim record is dropped by the sweep once the session is gone
 
     # ================================================================== directed messages
+    def _reject(self, sender: str, body: object, problem: str) -> None:
+        """A cluster message not valid from the broker that sent it (``broker.cluster.inbound``)."""
+        self.stats.inbound_rejected += 1
+        log.warning("cluster_message_rejected %s from %s: %s", type(body).__name__, sender, problem)
+
+    def _unasked_retained_reply(self, sender: str, request_id: int) -> str | None:
+        """A retained-store copy is taken only from a broker this one asked, with that request's
+        id, in the last RETAINED_ASK_MEMORY_S: an unsolicited one would plant retained messages."""
+        asked = self._retained_asked.get(sender, {})
+        asked_at = asked.get(request_id)
+        if asked_at is None or self._now() - asked_at > RETAINED_ASK_MEMORY_S:
+            return f"RetainedSyncReply to request {request_id}, which was not asked"
+        return None
+
     def _send_envelope(self, dest: str, to_client: str, ref: int, body: Any) -> None:
+        if isinstance(body, RetainedSyncRequest):
+            asked = self._retained_asked.setdefault(dest, {})
+            if len(asked) > 64:  # old requests of a peer that never answered
+                asked.clear()
+            asked[body.request_id] = self._now()
         self._commit()
         self._send(dest, Envelope(self.peer_id, dest, "", to_client, ref, DEFAULT_ENVELOPE_TTL, body))
 
@@ -906,6 +974,20 @@ class ClusterEngine(StreamsMixin):
         body = envelope.body
         assert self.takeover is not None and self.retained_sync is not None and self.broker is not None
         if isinstance(body, ClaimReply):
+            if not self.takeover.is_own_claim(body.claim_id, body.client_id) or (
+                body.snapshot is not None and body.snapshot.client_id != body.client_id
+            ):
+                self.stats.inbound_rejected += 1
+                log.warning(
+                    "cluster_message_rejected ClaimReply from %s: claim %d for %r is not ours",
+                    envelope.orig,
+                    body.claim_id,
+                    body.client_id,
+                )
+                return
+            if body.refused:
+                self._claim_refused(body)
+                return
             outcome = self.takeover.on_reply(envelope.orig, body)  # orig: the answering broker
             if isinstance(outcome, LateSession) and self._pass_on_late(body):
                 pass  # the client has moved on from here: the session went on to it

@@ -77,6 +77,9 @@ class SessionClaim:
     client_id: str
     claim_id: int
     clean_start: bool
+    # the authenticated user name of the claiming connection: a broker holding the client id's
+    # session for another user refuses the claim (sessions are bound to their owner, docs/security.md)
+    username: str | None = None
 
 
 OverlayPayload = ForwardedMessage | RetainedUpdate | SessionClaim
@@ -85,7 +88,9 @@ OverlayPayload = ForwardedMessage | RetainedUpdate | SessionClaim
 @dataclass(frozen=True, slots=True)
 class ClaimReply:
     """Answer to a :class:`SessionClaim`: ``had_client`` says whether the replier held the client
-    (connected or as a stored session); ``snapshot`` is its session when it is handed over."""
+    (connected or as a stored session); ``snapshot`` is its session when it is handed over;
+    ``refused``: the replier holds the client id's session for another user (the claim's CONNECT
+    is refused with 0x87 Not authorized, docs/security.md)."""
 
     claim_id: int
     client_id: str
@@ -93,6 +98,7 @@ class ClaimReply:
     snapshot: SessionSnapshot | None
     # the answering broker's positions in the streams of the session's classes at the hand-over
     positions: tuple[StreamPosition, ...] = ()
+    refused: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -37,6 +37,8 @@ class ClusterStats:
         self.subscribe_waits_timed_out = 0  # SUBACK/CONNACK waits that hit cluster.subscribe_wait_ms
         self.publish_done = {"true": 0, "false": 0}
         self.claims_sent = 0
+        self.claims_refused = 0  # claims of another user for a client id whose session is here
+        self.inbound_rejected = 0  # cluster messages dropped as not valid from their sender
         self.sessions_handed_over = 0
         self.sessions_received = 0
         self.retained_updates_applied = 0

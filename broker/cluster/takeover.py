@@ -124,6 +124,10 @@ class Takeover:
         # client id -> the claim its current local connection made (a newer claim wins)
         self._connection_claims: dict[str, ClaimOrder] = {}
         self._clean_starts: dict[str, bool] = {}  # client id -> its local connection's clean start
+        self._usernames: dict[str, str | None] = {}  # client id -> its local connection's user name
+        # our claims (claim id -> client id) still answerable: a ClaimReply to anything else is
+        # not an answer to this broker and is dropped (a forged reply must not inject a session)
+        self._own: dict[int, tuple[str, float]] = {}
         # client id -> the newest claim seen from another broker (a local CONNECT still waiting
         # for its own claim's answers must not win against it)
         self._newest_remote: dict[str, ClaimOrder] = {}
@@ -139,6 +143,7 @@ class Takeover:
         now: float,
         wall_ns: int,
         unreachable: Iterable[str] = (),
+        username: str | None = None,
     ) -> tuple[SessionClaim, bool]:
         """A local CONNECT for ``client_id``: the claim to publish, and whether the CONNECT waits
         for the replies of ``peers`` (not for a clean start: there is nothing to hand over). The
@@ -146,11 +151,13 @@ class Takeover:
         self._last_claim_id = claim_id = max(self._last_claim_id + 1, wall_ns)
         self._connection_claims[client_id] = (claim_id, self.peer_id)
         self._clean_starts[client_id] = clean_start
+        self._usernames[client_id] = username
+        self._own[claim_id] = (client_id, now + self.repeat_for_s + self.wait_s)
         peers = set(peers)
         waits = bool(peers) and not clean_start and self.wait_s > 0
         if waits:
             self._claims[claim_id] = _Claim(peers, now + self.wait_s)
-        claim = SessionClaim(self.peer_id, client_id, claim_id, clean_start)
+        claim = SessionClaim(self.peer_id, client_id, claim_id, clean_start, username)
         everyone = peers | set(unreachable)
         everyone.discard(self.peer_id)
         if everyone and self.repeat_s > 0:
@@ -217,6 +224,20 @@ class Takeover:
         for (_claim_id, claimant), handed in self._handed_over.items():
             if claimant == peer and now - handed.at <= self.unconfirmed_s:
                 handed.unconfirmed = True
+
+    def is_own_claim(self, claim_id: int, client_id: str) -> bool:
+        """Whether ``claim_id`` is a claim this broker made for ``client_id`` and may still be
+        answered (a reply to anything else is forged or stray: dropped)."""
+        own = self._own.get(claim_id)
+        return own is not None and own[0] == client_id
+
+    def refused(self, claim_id: int, client_id: str) -> bool:
+        """Our claim ``claim_id`` was refused (another broker holds the client id's session for
+        another user): it stops waiting and repeating. True when the client's current local
+        connection is the one that made it (to be disconnected with 0x87)."""
+        self._claims.pop(claim_id, None)
+        self._unanswered.pop(claim_id, None)
+        return self._connection_claims.get(client_id) == (claim_id, self.peer_id)
 
     def on_reply(self, replier: str, reply: ClaimReply) -> ClaimFinished | LateSession | None:
         """A reply to one of our claims from broker ``replier``."""
@@ -293,7 +314,13 @@ class Takeover:
         to repeat to a broker that was unreachable (a partition healed, or it or this broker
         restarted): one client id ends with one owner, the newest connection (issue #10)."""
         return [
-            SessionClaim(self.peer_id, client_id, order[0], self._clean_starts.get(client_id, False))
+            SessionClaim(
+                self.peer_id,
+                client_id,
+                order[0],
+                self._clean_starts.get(client_id, False),
+                self._usernames.get(client_id),
+            )
             for client_id, order in sorted(self._connection_claims.items())
             if order[1] == self.peer_id and (connected(client_id) or order[0] in self._claims)
         ]
@@ -305,6 +332,7 @@ class Takeover:
         if self.repeat_s <= 0 or peer == self.peer_id:
             return
         for claim in claims:
+            self._own[claim.claim_id] = (claim.client_id, now + self.repeat_for_s + self.wait_s)
             unanswered = self._unanswered.get(claim.claim_id)
             if unanswered is None:
                 self._unanswered[claim.claim_id] = _Unanswered(
@@ -332,11 +360,14 @@ class Takeover:
         for client_id in [c for c in self._connection_claims if not has_session(c)]:
             del self._connection_claims[client_id]
             self._clean_starts.pop(client_id, None)
+            self._usernames.pop(client_id, None)
         self._newest_remote.clear()
 
     def forget_handed_over(self, now: float) -> list[ClaimOrder]:
         """Drop the replies kept for repeated claims once ``repeat_for_s`` passed (the claimant
         repeats its claim no longer than that); the (claim id, claimant) pairs dropped."""
+        for claim_id in [c for c, (_client, until) in self._own.items() if until < now]:
+            del self._own[claim_id]
         dropped = [key for key, handed in self._handed_over.items() if handed.until < now]
         for key in dropped:
             del self._handed_over[key]

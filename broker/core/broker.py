@@ -23,6 +23,7 @@ import random
 from collections.abc import Callable, Collection, Iterable
 from typing import TYPE_CHECKING, Any
 
+from broker.core.admission import Admission
 from broker.core.client import ClientConnection
 from broker.core.drops import DropReporter
 from broker.core.durability import Durability, decode_will, message_from
@@ -83,6 +84,9 @@ class Broker:
         self.tls_identity_as_username: bool = bool(tls.enabled and tls.use_identity_as_username)
         self.connect_timeout_s: float = float(self.limits.connect_timeout_s)
         self.connections: dict[ClientConnection, None] = {}  # insertion order: deterministic
+        self.admission = Admission(
+            max_per_ip=self.limits.max_connections_per_ip, rate_per_ip=self.limits.connect_rate_per_ip
+        )
         self._client_counter = 0
         self._sweep_handle: Any = None
         self._sys_handle: Any = None
@@ -211,10 +215,15 @@ class Broker:
             return None  # no log line per socket: this is what a connection flood looks like
         conn = ClientConnection(self, transport, listener, peer=peer, cert_username=cert_username)
         self.connections[conn] = None
+        admission = self.admission
+        if admission.enabled:
+            conn.refusal = admission.opened(conn.address, self.scheduler.time())
         return conn
 
     def connection_gone(self, conn: ClientConnection) -> None:
-        self.connections.pop(conn, None)
+        if conn in self.connections:
+            del self.connections[conn]
+            self.admission.closed(conn.address)
 
     @property
     def connected_count(self) -> int:
@@ -326,6 +335,13 @@ class Broker:
 
     def has_session(self, client_id: str) -> bool:
         return client_id in self.sessions
+
+    def owned_by_other(self, client_id: str, username: str | None) -> bool:
+        """Sessions are bound to their owner (docs/security.md): a client id whose session here
+        (connected or stored) was made by another user is not resumed, taken over or ended by
+        this user's CONNECT; the CONNECT is refused with 0x87 Not authorized."""
+        session = self.sessions.get(client_id)
+        return session is not None and not session.ended and session.username != username
 
     def client_connected(self, client_id: str) -> bool:
         session = self.sessions.get(client_id)

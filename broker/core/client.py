@@ -25,6 +25,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
+from broker.core.admission import Refusal, TokenBucket, address_of
 from broker.core.ports import Completion
 from broker.core.session import STATE_PUBREL_SENT, Message, Session, SessionSnapshot, SubOptions
 from broker.mqtt import codec
@@ -78,6 +79,7 @@ class ClientConnection:
     __slots__ = (
         "_now",
         "acks",
+        "address",
         "auth_pending",
         "broker",
         "cert_username",
@@ -89,6 +91,8 @@ class ClientConnection:
         "out",
         "peer",
         "protocol",
+        "publish_bucket",
+        "refusal",
         "session",
         "transport",
         "username",
@@ -113,7 +117,13 @@ class ClientConnection:
             max_packet_size=broker.max_packet_size,
             topic_alias_maximum=broker.limits.topic_alias_maximum,
             now=self._now(),
+            max_connect_packet_size=broker.limits.max_connect_packet_bytes,
         )
+        self.address = address_of(peer)
+        rate = broker.limits.max_publish_rate
+        self.publish_bucket = TokenBucket(rate, 2.0 * rate, self._now()) if rate else None
+        # set by the broker when this socket is over a per-IP limit: refused at its CONNECT
+        self.refusal: Refusal | None = None
         self.acks = AckOrder()
         self.session: Session | None = None
         self.client_id = ""
@@ -339,6 +349,9 @@ class ClientConnection:
         is_v5 = packet.protocol_level == MQTT_5
         props = packet.properties
         self.protocol.connect_received(packet.protocol_level, props)
+        if self.refusal is not None:
+            self.refuse(self.refusal.reason_code, self.refusal.reason, client_id=packet.client_id)
+            return
         if is_v5 and props.get("authentication_method") is not None:
             self.refuse(ReasonCode.BAD_AUTHENTICATION_METHOD, "enhanced authentication is not supported")
             return
@@ -408,6 +421,9 @@ class ClientConnection:
         if broker.at_connection_limit(client_id):
             self.refuse(ReasonCode.SERVER_BUSY, "too many connections")
             return
+        if broker.owned_by_other(client_id, username):
+            self._refuse_not_owner(client_id, username)
+            return
         will = packet.will
         if will is not None:
             if will.retain and not broker.limits.retain_available:
@@ -424,7 +440,7 @@ class ClientConnection:
         if is_v5 and max_keepalive and (keep_alive == 0 or keep_alive > max_keepalive):
             keep_alive = max_keepalive
             server_keep_alive = max_keepalive
-        claim = broker.cluster.before_attach(client_id, packet.clean_start)
+        claim = broker.cluster.before_attach(client_id, packet.clean_start, username)
         if claim is not None:  # another broker may hold this client: wait for its hand-over
             self.auth_pending = []
             claim.add_done_callback(
@@ -445,7 +461,12 @@ class ClientConnection:
         """The cluster answered the session claim: import a handed-over session, attach, then
         replay the packets that arrived meanwhile."""
         broker = self.broker
+        refused = isinstance(done.exception(), PermissionError)
         snapshot = None if done.exception() is not None else done.result()
+        if refused and self.protocol.state != STATE_CLOSED:
+            self.auth_pending = None
+            self._refuse_not_owner(client_id, self.username)
+            return
         if self.protocol.state == STATE_CLOSED:
             self.auth_pending = None
             if snapshot is not None:
@@ -483,6 +504,9 @@ class ClientConnection:
         pending = self.auth_pending or []
         self.auth_pending = None
         if self.protocol.state == STATE_CLOSED:
+            return
+        if self.broker.owned_by_other(client_id, self.username):  # a session handed over for another user
+            self._refuse_not_owner(client_id, self.username)
             return
         try:
             self._attach(packet, client_id, assigned, keep_alive, server_keep_alive)
@@ -531,7 +555,20 @@ class ClientConnection:
             keep_alive_s=keep_alive,
             session_present=session_present,
         )
+        broker.router.withhold_unreadable(session)
         broker.outbound.resume(session)
+
+    def _refuse_not_owner(self, client_id: str, username: str | None) -> None:
+        """The client id's session belongs to another user (here or on another broker of the
+        cluster): refused with 0x87 Not authorized (3.1.1: return code 5); the session stays
+        untouched for its owner (docs/security.md)."""
+        self.refuse(
+            ReasonCode.NOT_AUTHORIZED,
+            "client id in use by another user",
+            client_id=client_id,
+            username=username,
+            event="session_owner_mismatch",
+        )
 
     def refuse(
         self,
@@ -549,7 +586,7 @@ class ClientConnection:
             props["reason_string"] = reason_string
         self.send_packet(Connack(session_present=False, reason_code=int(reason_code), properties=props))
         self.broker.log_event(
-            logging.WARNING if event == "auth_failed" else logging.INFO,
+            logging.WARNING if event in ("auth_failed", "session_owner_mismatch") else logging.INFO,
             event,
             client_id=client_id if client_id is not None else self.client_id,
             username=username,
@@ -565,6 +602,18 @@ class ClientConnection:
         broker = self.broker
         session = self.session
         assert session is not None
+        bucket = self.publish_bucket
+        if bucket is not None and not bucket.take(self._now()):
+            broker.log_event(
+                logging.WARNING,
+                "publish_rate_exceeded",
+                client_id=self.client_id,
+                peer=self.peer,
+                reason_code=int(ReasonCode.MESSAGE_RATE_TOO_HIGH),
+                limit_per_s=broker.limits.max_publish_rate,
+            )
+            self.disconnect(ReasonCode.MESSAGE_RATE_TOO_HIGH, "message rate too high")
+            return
         qos = packet.qos
         stats = broker.stats
         stats.messages_received[qos] += 1

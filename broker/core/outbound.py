@@ -11,7 +11,7 @@ per client).
 QoS 0 output of one event-loop iteration is coalesced per connection: the fan-out path appends
 the encoded PUBLISH to ``conn.out`` and :meth:`Outbound.flush_writes` hands each dirty
 connection's output to its transport once (one send() for many messages). A subscriber whose
-transport buffer is above ``SLOW_CONSUMER_HIGH_WATER_BYTES`` gets no QoS 0 messages (counted as
+transport buffer is above ``limits.max_output_buffer_bytes`` gets no QoS 0 messages (counted as
 ``slow_consumer``), nor does a disconnected session (``qos0_offline``); QoS>0 messages wait in its
 bounded queue instead (``limits.max_queued_messages``; when it is full ``limits.queue_overflow``
 evicts the oldest queued one, ``queue_full_oldest``, or refuses the new one, ``queue_full_new``).
@@ -42,8 +42,6 @@ if TYPE_CHECKING:
     from broker.core.ports import ClientPort, Scheduler
     from broker.core.stats import BrokerStats
 
-SLOW_CONSUMER_HIGH_WATER_BYTES = 4 * 1024 * 1024
-
 
 class Outbound:
     """Per-session outgoing queues and in-flight windows, and the per-iteration write coalescing."""
@@ -54,6 +52,7 @@ class Outbound:
         "_durability",
         "_flush_scheduled",
         "_max_queued",
+        "_output_cap",
         "_scheduler",
         "_window_cap",
         "drops",
@@ -71,6 +70,7 @@ class Outbound:
         self._window_cap: int = limits.max_inflight_messages
         self._max_queued: int = limits.max_queued_messages
         self._drop_oldest: bool = limits.queue_overflow == "drop_oldest"
+        self._output_cap: int = limits.max_output_buffer_bytes
         self._durability = durability
         self.stats = stats
         self.drops = drops
@@ -108,7 +108,7 @@ class Outbound:
         if conn is None:  # QoS 0 is not queued for a disconnected session (MQTT-3.1.2-5 permits it)
             self.drops.dropped(session.client_id, QOS0_OFFLINE)
             return 0
-        if conn.transport.get_write_buffer_size() > SLOW_CONSUMER_HIGH_WATER_BYTES:
+        if conn.transport.get_write_buffer_size() > self._output_cap:
             self.drops.dropped(session.client_id, SLOW_CONSUMER)
             return 0
         if session.protocol_level != MQTT_5:

@@ -266,9 +266,13 @@ class ClusterPort(Protocol):
         """A message was accepted locally (after local routing, before the publisher's ack). A
         returned completion holds the publisher's PUBACK/PUBREC (QoS 1/2) until it is done."""
 
-    def before_attach(self, client_id: str, clean_start: bool) -> Completion[SessionSnapshot | None] | None:
-        """A CONNECT for ``client_id`` is about to attach its session. A returned completion holds
-        the CONNACK until it is done; a snapshot it yields is imported first (session moved here)."""
+    def before_attach(
+        self, client_id: str, clean_start: bool, username: str | None = None
+    ) -> Completion[SessionSnapshot | None] | None:
+        """A CONNECT for ``client_id`` by user ``username`` is about to attach its session. A
+        returned completion holds the CONNACK until it is done; a snapshot it yields is imported
+        first (session moved here); a ``PermissionError`` it fails with refuses the CONNECT
+        (another broker holds the client id's session for another user)."""
 
     def owns_share_group(self, group: str, topic_filter: str) -> bool:
         """Whether this broker delivers the copy of share group (group, filter) (one per cluster)."""
@@ -299,7 +303,9 @@ class NullCluster:
     def on_publish(self, message: Message, from_client_id: str | None) -> Completion[bool] | None:
         return None
 
-    def before_attach(self, client_id: str, clean_start: bool) -> Completion[SessionSnapshot | None] | None:
+    def before_attach(
+        self, client_id: str, clean_start: bool, username: str | None = None
+    ) -> Completion[SessionSnapshot | None] | None:
         return None
 
     def owns_share_group(self, group: str, topic_filter: str) -> bool:
@@ -366,6 +372,11 @@ class BrokerApi(Protocol):
     def has_retained(self, topic: str) -> bool: ...
 
     def has_session(self, client_id: str) -> bool: ...
+
+    def owned_by_other(self, client_id: str, username: str | None) -> bool:
+        """Whether ``client_id`` has a session here that belongs to a user other than
+        ``username`` (sessions are bound to their owner: docs/security.md)."""
+        ...
 
     def client_connected(self, client_id: str) -> bool: ...
 

@@ -294,6 +294,28 @@ class Router:
             )
         return self._outbound.send_qos0(session, message, retain, sub_ids, cache)
 
+    def withhold_unreadable(self, session: Session) -> int:
+        """Before a session resumes: drop the queued messages its user may not read (the ACL
+        changed since they were queued, or the session was handed over from another broker);
+        every delivery is checked against the receiving user's read ACL. Returns the count."""
+        acl = self.acl
+        if acl is None or not session.queue:
+            return 0
+        client_id, username = session.client_id, session.username
+        kept = []
+        denied = 0
+        for entry in session.queue:
+            if acl.can_receive(client_id, username, entry.message.topic):
+                kept.append(entry)
+            else:
+                denied += 1
+                self._durability.ack(session, entry)  # gone from the store too
+        if denied:
+            session.queue.clear()
+            session.queue.extend(kept)
+            self._outbound.drops.dropped(client_id, ACL_DENIED, denied)
+        return denied
+
     # ================================================================== retained on subscribe
     def deliver_retained(self, session: Session, retained: list[tuple[SubOptions, Message]]) -> None:
         """Send retained messages to one new subscription (retain flag set, MQTT-3.3.1-8)."""

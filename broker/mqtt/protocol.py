@@ -52,14 +52,26 @@ class ServerProtocol:
         "keep_alive_s",
         "last_rx",
         "max_out_packet_size",
+        "max_packet_size",
         "opened_at",
         "protocol_level",
         "state",
         "topic_alias_maximum",
     )
 
-    def __init__(self, *, max_packet_size: int, topic_alias_maximum: int, now: float) -> None:
-        self.decoder = codec.Decoder(role="server", max_packet_size=max_packet_size)
+    def __init__(
+        self,
+        *,
+        max_packet_size: int,
+        topic_alias_maximum: int,
+        now: float,
+        max_connect_packet_size: int | None = None,
+    ) -> None:
+        # until a CONNECT succeeded, packets are capped lower (an unauthenticated socket cannot
+        # make the broker buffer a large packet); ``connected`` lifts the cap to max_packet_size
+        self.max_packet_size = max_packet_size
+        before_connect = max_packet_size if max_connect_packet_size is None else max_connect_packet_size
+        self.decoder = codec.Decoder(role="server", max_packet_size=min(max_packet_size, before_connect))
         self.state = STATE_CONNECTING
         self.protocol_level = 4
         self.keep_alive_s = 0
@@ -85,6 +97,7 @@ class ServerProtocol:
 
     def connected(self, keep_alive_s: int) -> None:
         self.state = STATE_CONNECTED
+        self.decoder.max_packet_size = self.max_packet_size
         self.keep_alive_s = keep_alive_s
 
     def closed(self) -> None:

@@ -52,6 +52,9 @@ def make_config(data_dir: Path, **overrides: Any) -> Any:
         "data_dir": str(data_dir),
         "sys.interval_s": 0,
         "uvloop": False,
+        # in-process clustered brokers test other things than the links' security (the mutual-TLS
+        # tests, tests/process/cluster/test_cluster_security.py, set cluster.tls_* themselves)
+        "cluster.insecure": True,
     }
     values.update(overrides)
     return load_config(None, env={}, overrides=values)

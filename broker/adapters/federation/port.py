@@ -32,8 +32,10 @@ class FederatedClusterPort:
         self.federation.on_publish(message)
         return wait
 
-    def before_attach(self, client_id: str, clean_start: bool) -> Completion[SessionSnapshot | None] | None:
-        return self.inner.before_attach(client_id, clean_start)
+    def before_attach(
+        self, client_id: str, clean_start: bool, username: str | None = None
+    ) -> Completion[SessionSnapshot | None] | None:
+        return self.inner.before_attach(client_id, clean_start, username)
 
     def owns_share_group(self, group: str, topic_filter: str) -> bool:
         return self.inner.owns_share_group(group, topic_filter)

@@ -46,6 +46,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from broker.adapters.transport import wire
+from broker.adapters.transport.tls import ClusterTls, authenticated_peer_ids
 
 log = logging.getLogger("skipmq.transport")
 
@@ -217,6 +218,7 @@ class GrpcTransport:
         on_receive: Callable[[str, object], None],
         on_peer_down: Callable[[str], None],
         config: TransportConfig | None = None,
+        tls: ClusterTls | None = None,
     ) -> None:
         if not advertise_host:
             raise ValueError("advertise_host must name this broker's address as its peers reach it")
@@ -233,6 +235,7 @@ class GrpcTransport:
         self._stopped = False
         self._background: set[asyncio.Task[None]] = set()
         self._max_item_bytes = self.config.max_message_bytes - _FRAME_HEADROOM_BYTES
+        self._tls = tls  # None: plaintext links (cluster.insecure); see tls.py
 
     # ------------------------------------------------------------------ public API
 
@@ -251,7 +254,7 @@ class GrpcTransport:
         if bind_port:
             _check_port_free(bind_host, bind_port)
         try:
-            port = server.add_insecure_port(address)
+            port = self._add_port(server, address)
         except RuntimeError as exc:
             raise OSError(f"transport cannot bind {address}: {exc}") from None
         if port == 0:
@@ -424,7 +427,7 @@ class GrpcTransport:
     async def _connect(self, state: _Peer) -> bool:
         """One dial + Hello exchange; True when a link to the peer exists afterwards."""
         state.dialing = True
-        channel = grpc.aio.insecure_channel(state.id, options=self._channel_options())
+        channel = self._open_channel(state.id)
         call = channel.stream_stream(wire.PEER_LINK_OPEN_METHOD)()
         link: _DialedLink | None = None
         try:
@@ -494,6 +497,11 @@ class GrpcTransport:
             return
         if ":" not in hello.peer_id or hello.peer_id == self.self_id:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"bad peer id {hello.peer_id!r} in Hello")
+            return
+        refusal = self._identity_refusal(hello.peer_id, context)
+        if refusal is not None:
+            log.warning("rejecting a PeerLink stream from %s: %s", context.peer(), refusal)
+            await context.abort(grpc.StatusCode.PERMISSION_DENIED, refusal)
             return
         state = self._peer(hello.peer_id)
         own_link_dialed = state.link is not None and state.link.dialed
@@ -572,6 +580,11 @@ class GrpcTransport:
                 stats.bytes_received += len(data)
                 try:
                     raw_items = wire.decode_frame_items(data)
+                    if len(raw_items) > self.config.max_batch_items:
+                        raise wire.WireError(
+                            f"{len(raw_items)} items in one frame; max_batch_items is "
+                            f"{self.config.max_batch_items}"
+                        )
                 except wire.WireError as exc:
                     log.error("malformed frame from %s: %s; closing the link", state.id, exc)
                     reason = f"malformed frame: {exc}"
@@ -600,6 +613,33 @@ class GrpcTransport:
             self._on_receive(peer_id, item)
         except Exception:
             log.exception("on_receive raised for %s from %s", type(item).__name__, peer_id)
+
+    # ------------------------------------------------------------------ credentials (tls.py)
+
+    def _add_port(self, server: grpc.aio.Server, address: str) -> int:
+        if self._tls is None:
+            return int(server.add_insecure_port(address))
+        return int(server.add_secure_port(address, self._tls.server_credentials()))
+
+    def _open_channel(self, peer_id: str) -> grpc.aio.Channel:
+        if self._tls is None:
+            return grpc.aio.insecure_channel(peer_id, options=self._channel_options())
+        return grpc.aio.secure_channel(
+            peer_id, self._tls.channel_credentials(), options=self._channel_options()
+        )
+
+    def _identity_refusal(self, claimed: str, context: Any) -> str | None:
+        """Why a Hello claiming ``claimed`` is refused on this accepted stream, or None: with TLS,
+        the client certificate (verified against the cluster CA in the handshake) must name the
+        peer id the Hello claims."""
+        if self._tls is None:
+            return None
+        names = authenticated_peer_ids(context)
+        if names is None:
+            return "no client certificate on a TLS link"
+        if claimed not in names:
+            return f"Hello claims peer id {claimed!r}; the certificate names {sorted(names)}"
+        return None
 
     # ------------------------------------------------------------------ gRPC options
 

@@ -380,6 +380,13 @@ def _claim_to_proto(claim: SessionClaim, out: Any, where: str) -> None:
     _set(out, "client_id", claim.client_id, where)
     _set(out, "claim_id", _check_int(claim.claim_id, f"{where}.claim_id"), where)
     _set(out, "clean_start", bool(claim.clean_start), where)
+    if claim.username is not None:
+        _set(out, "username", claim.username, where)
+
+
+def _claim_from_proto(body: Any) -> SessionClaim:
+    username = body.username if body.HasField("username") else None
+    return SessionClaim(body.origin, body.client_id, body.claim_id, body.clean_start, username)
 
 
 def _forwarded_to_proto(forwarded: ForwardedMessage, out: Any, where: str) -> None:
@@ -491,8 +498,7 @@ def payload_from_proto(src: Any, where: str = "payload") -> Any:
     if case == "retained":
         return _retained_from_proto(src.retained, f"{where}.RetainedUpdate")
     if case == "session_claim":
-        body = src.session_claim
-        return SessionClaim(body.origin, body.client_id, body.claim_id, body.clean_start)
+        return _claim_from_proto(src.session_claim)
     raise WireError(f"{where}: OverlayPayload without a kind (unknown to this schema version?)")
 
 
@@ -621,6 +627,8 @@ def envelope_to_proto(envelope: Envelope, out: Any | None = None, where: str = "
         else:
             reply.SetInParent()
         _positions_to_proto(body.positions, reply.positions, f"{body_where}.positions")
+        if body.refused:
+            reply.refused = True
     elif isinstance(body, RetainedSyncRequest):
         body_where = f"{where}.RetainedSyncRequest"
         out.retained_sync_request.SetInParent()
@@ -676,6 +684,7 @@ def envelope_from_proto(src: Any, where: str = "envelope") -> Envelope:
             reply.had_client,
             snapshot,
             _positions_from_proto(reply.positions),
+            reply.refused,
         )
     elif case == "retained_sync_request":
         request = src.retained_sync_request
@@ -691,8 +700,7 @@ def envelope_from_proto(src: Any, where: str = "envelope") -> Envelope:
         interest = src.class_interest
         body = ClassInterest(tuple(interest.subscribed), tuple(interest.unsubscribed), interest.full)
     elif case == "session_claim":
-        claim = src.session_claim
-        body = SessionClaim(claim.origin, claim.client_id, claim.claim_id, claim.clean_start)
+        body = _claim_from_proto(src.session_claim)
     elif case in ("stream_ack", "stream_ret", "stream_resend"):
         body = _stream_body_from_proto(src, case, where)
     else:

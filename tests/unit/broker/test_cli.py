@@ -92,6 +92,7 @@ def test_port_in_use_is_one_line_and_exit_1(tmp_path: Path, busy_port: int, list
     args = {"--port": "0", "--http-port": "0", "--cluster-port": None}
     args[listener] = str(busy_port)
     argv = [item for flag, value in args.items() if value is not None for item in (flag, value)]
+    argv += ["--set", "cluster.insecure=true"]  # (the cluster's TLS files are another test's)
     failed = skipmq(*argv, "--bind", "127.0.0.1", "--data-dir", str(tmp_path), "--log-format", "json")
     assert failed.returncode == 1 and "Traceback" not in failed.stderr, failed.stderr[-2000:]
     assert plain_lines(failed.stderr) == [
@@ -153,3 +154,10 @@ def test_connect_disconnect_and_auth_failure_are_logged(tmp_path: Path) -> None:
         assert failed[0]["peer"].startswith("127.0.0.1:") and failed[0]["reason"] == "not authorized"
     finally:
         assert process.terminate() == 0
+
+
+def test_a_clustered_broker_without_its_tls_files_refuses_to_start_naming_the_key(tmp_path: Path) -> None:
+    failed = skipmq("--port", "0", "--http-port", "0", "--cluster-port", "0", "--data-dir", str(tmp_path))
+    assert failed.returncode == 2 and "Traceback" not in failed.stderr, failed.stderr[-2000:]
+    assert "configuration error: cluster.tls_ca_file:" in failed.stderr
+    assert "cluster.insecure" in failed.stderr

@@ -310,7 +310,7 @@ class RecordingCluster:
     def on_publish(self, message: Message, from_client_id: str | None) -> None:
         self.events.append(("publish", message.topic, message.payload, from_client_id))
 
-    def before_attach(self, client_id: str, clean_start: bool) -> None:
+    def before_attach(self, client_id: str, clean_start: bool, username: str | None = None) -> None:
         self.events.append(("before_attach", client_id, clean_start))
 
     def owns_share_group(self, group: str, topic_filter: str) -> bool:

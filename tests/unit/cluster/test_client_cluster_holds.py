@@ -47,7 +47,9 @@ class HeldCluster(NullCluster):
         self.publish_waits.append(wait)
         return wait
 
-    def before_attach(self, client_id: str, clean_start: bool) -> Completion[SessionSnapshot | None] | None:
+    def before_attach(
+        self, client_id: str, clean_start: bool, username: str | None = None
+    ) -> Completion[SessionSnapshot | None] | None:
         if not self.hold_claims:
             return None
         claim: Completion[SessionSnapshot | None] = Completion()

@@ -106,8 +106,8 @@ def test_a_failing_action_does_not_drop_the_actions_after_it(start_broker: Start
     broken = ForwardedMessage("127.0.0.3:1/1", "=order", 1, None)  # type: ignore[arg-type]
     good = ForwardedMessage("127.0.0.4:1/1", "=order", 1, Message("order/t", b"7", qos=1, origin="x"))
     actions = [
-        api.Deliver("=order", broken, 1, "peer-c:1", 1),
-        api.Deliver("=order", good, 2, "peer-d:1", 1),
+        api.Deliver("=order", broken, 1, "127.0.0.3:1", 1),
+        api.Deliver("=order", good, 2, "127.0.0.4:1", 1),
     ]
     threaded.call(engine._carry_out, actions)
     assert _received(client, 1) == [7]

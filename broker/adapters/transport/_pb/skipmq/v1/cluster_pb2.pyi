@@ -321,16 +321,18 @@ class RetainedUpdate(_message.Message):
     def __init__(self, origin: _Optional[str] = ..., version_ms: _Optional[int] = ..., message: _Optional[_Union[MqttMessage, _Mapping]] = ...) -> None: ...
 
 class SessionClaim(_message.Message):
-    __slots__ = ("origin", "client_id", "claim_id", "clean_start")
+    __slots__ = ("origin", "client_id", "claim_id", "clean_start", "username")
     ORIGIN_FIELD_NUMBER: _ClassVar[int]
     CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
     CLAIM_ID_FIELD_NUMBER: _ClassVar[int]
     CLEAN_START_FIELD_NUMBER: _ClassVar[int]
+    USERNAME_FIELD_NUMBER: _ClassVar[int]
     origin: str
     client_id: str
     claim_id: int
     clean_start: bool
-    def __init__(self, origin: _Optional[str] = ..., client_id: _Optional[str] = ..., claim_id: _Optional[int] = ..., clean_start: _Optional[bool] = ...) -> None: ...
+    username: str
+    def __init__(self, origin: _Optional[str] = ..., client_id: _Optional[str] = ..., claim_id: _Optional[int] = ..., clean_start: _Optional[bool] = ..., username: _Optional[str] = ...) -> None: ...
 
 class OverlayPayload(_message.Message):
     __slots__ = ("forwarded", "retained", "session_claim")
@@ -411,18 +413,20 @@ class SessionSnapshot(_message.Message):
     def __init__(self, client_id: _Optional[str] = ..., protocol_level: _Optional[int] = ..., expiry_interval_s: _Optional[int] = ..., username: _Optional[str] = ..., subscriptions: _Optional[_Iterable[_Union[SubOptions, _Mapping]]] = ..., pending: _Optional[_Iterable[_Union[OutEntry, _Mapping]]] = ..., incoming_qos2: _Optional[_Iterable[int]] = ..., next_packet_id: _Optional[int] = ...) -> None: ...
 
 class ClaimReply(_message.Message):
-    __slots__ = ("claim_id", "client_id", "had_client", "snapshot", "positions")
+    __slots__ = ("claim_id", "client_id", "had_client", "snapshot", "positions", "refused")
     CLAIM_ID_FIELD_NUMBER: _ClassVar[int]
     CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
     HAD_CLIENT_FIELD_NUMBER: _ClassVar[int]
     SNAPSHOT_FIELD_NUMBER: _ClassVar[int]
     POSITIONS_FIELD_NUMBER: _ClassVar[int]
+    REFUSED_FIELD_NUMBER: _ClassVar[int]
     claim_id: int
     client_id: str
     had_client: bool
     snapshot: SessionSnapshot
     positions: _containers.RepeatedCompositeFieldContainer[StreamPosition]
-    def __init__(self, claim_id: _Optional[int] = ..., client_id: _Optional[str] = ..., had_client: _Optional[bool] = ..., snapshot: _Optional[_Union[SessionSnapshot, _Mapping]] = ..., positions: _Optional[_Iterable[_Union[StreamPosition, _Mapping]]] = ...) -> None: ...
+    refused: bool
+    def __init__(self, claim_id: _Optional[int] = ..., client_id: _Optional[str] = ..., had_client: _Optional[bool] = ..., snapshot: _Optional[_Union[SessionSnapshot, _Mapping]] = ..., positions: _Optional[_Iterable[_Union[StreamPosition, _Mapping]]] = ..., refused: _Optional[bool] = ...) -> None: ...
 
 class RetainedSyncRequest(_message.Message):
     __slots__ = ("request_id", "digest")

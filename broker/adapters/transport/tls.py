@@ -1,0 +1,270 @@
+"""Mutual TLS between brokers (issue #12; docs/security.md "Cluster links").
+
+A cluster CA signs one certificate per broker. The certificate names the broker's peer id
+(``host:port``, what it says in its ``Hello``) as a URI subject alternative name
+``skipmq://host:port``, and its host as a DNS or IP SAN (what a dialer's hostname check uses).
+
+* The gRPC server requires a client certificate signed by the CA (``require_client_auth``): a
+  process without one is refused in the TLS handshake, before any frame is read.
+* The dialer checks the acceptor's certificate against the CA and the dialed host.
+* :func:`peer_ids_of` reads the authenticated certificate's peer ids: the link layer refuses a
+  ``Hello`` whose peer id the certificate does not name (a certified broker cannot pose as another).
+* Rotation without a restart: the server's credentials are fetched again for each new handshake
+  when the files changed (``grpc.dynamic_ssl_server_credentials``), a dial reads the files when
+  they changed; established links keep their session.
+
+:func:`make_ca` and :func:`issue_broker_cert` (the ``cryptography`` package, which the
+``skipmq certs`` command and the launcher use) make the CA and the broker certificates.
+"""
+
+from __future__ import annotations
+
+import datetime
+import ipaddress
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import grpc
+
+log = logging.getLogger("skipmq.transport")
+
+URI_SCHEME = "skipmq://"
+
+
+@dataclass(frozen=True)
+class TlsFiles:
+    """PEM files of one broker: the cluster CA, its certificate (chain) and private key."""
+
+    ca_file: str
+    cert_file: str
+    key_file: str
+
+    def read(self) -> tuple[bytes, bytes, bytes]:
+        return (
+            Path(self.ca_file).read_bytes(),
+            Path(self.cert_file).read_bytes(),
+            Path(self.key_file).read_bytes(),
+        )
+
+    def mtimes(self) -> tuple[int, ...]:
+        return tuple(os.stat(path).st_mtime_ns for path in (self.ca_file, self.cert_file, self.key_file))
+
+
+class ClusterTls:
+    """The credentials of one broker's cluster links, re-read when the files change."""
+
+    def __init__(self, files: TlsFiles) -> None:
+        self.files = files
+        self._mtimes = files.mtimes()
+        self._pem = files.read()
+        check_pair(self._pem[1], self._pem[2], files)
+        self._served: tuple[int, ...] = self._mtimes
+
+    def _current(self) -> tuple[bytes, bytes, bytes]:
+        try:
+            mtimes = self.files.mtimes()
+            if mtimes != self._mtimes:
+                pem = self.files.read()
+                check_pair(pem[1], pem[2], self.files)
+                self._pem, self._mtimes = pem, mtimes
+                log.info("cluster TLS files re-read: %s", self.files.cert_file)
+        except (OSError, ValueError) as exc:  # half-written files during a rotation: keep the old ones
+            log.warning("cluster TLS files not re-read (%s); keeping the previous ones", exc)
+        return self._pem
+
+    def server_credentials(self) -> grpc.ServerCredentials:
+        ca, cert, key = self._pem
+
+        def fetch() -> Any:
+            current = self._current()
+            if self._mtimes == self._served:
+                return None  # unchanged: gRPC keeps the configuration it has
+            self._served = self._mtimes
+            return grpc.ssl_server_certificate_configuration([(current[2], current[1])], current[0])
+
+        initial = grpc.ssl_server_certificate_configuration([(key, cert)], ca)
+        return grpc.dynamic_ssl_server_credentials(initial, fetch, require_client_authentication=True)
+
+    def channel_credentials(self) -> grpc.ChannelCredentials:
+        ca, cert, key = self._current()
+        return grpc.ssl_channel_credentials(root_certificates=ca, private_key=key, certificate_chain=cert)
+
+
+def check_pair(cert_pem: bytes, key_pem: bytes, files: TlsFiles | None = None) -> None:
+    """ValueError unless ``key_pem`` is the private key of ``cert_pem``'s first certificate."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import serialization
+
+    where = f" ({files.cert_file}, {files.key_file})" if files is not None else ""
+    cert = x509.load_pem_x509_certificate(cert_pem)
+    key = serialization.load_pem_private_key(key_pem, password=None)
+    public = serialization.PublicFormat.SubjectPublicKeyInfo
+    if cert.public_key().public_bytes(serialization.Encoding.DER, public) != key.public_key().public_bytes(
+        serialization.Encoding.DER, public
+    ):
+        raise ValueError(f"the private key does not belong to the certificate{where}")
+
+
+def peer_ids_of(cert_pem: bytes) -> set[str]:
+    """The peer ids a broker certificate names (its ``skipmq://host:port`` URI SANs)."""
+    from cryptography import x509
+
+    cert = x509.load_pem_x509_certificate(cert_pem)
+    try:
+        san = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    except x509.ExtensionNotFound:
+        return set()
+    return {
+        uri[len(URI_SCHEME) :]
+        for uri in san.get_values_for_type(x509.UniformResourceIdentifier)
+        if uri.startswith(URI_SCHEME)
+    }
+
+
+def authenticated_peer_ids(context: Any) -> set[str] | None:
+    """The peer ids of the client certificate of an accepted gRPC call; None without TLS."""
+    auth = context.auth_context()
+    pems = auth.get("x509_pem_cert")
+    if not pems:
+        return None
+    return peer_ids_of(pems[0])
+
+
+# ---------------------------------------------------------------------------------------------
+# making certificates (skipmq certs, tools/launcher)
+
+_CA_DAYS = 3650
+_BROKER_DAYS = 365
+
+
+def _now() -> datetime.datetime:
+    return datetime.datetime.now(datetime.UTC)
+
+
+def _write_private(path: Path, data: bytes) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "wb") as out:
+        out.write(data)
+
+
+def make_ca(
+    directory: str | Path, *, name: str = "SkipMQ cluster CA", days: int = _CA_DAYS
+) -> tuple[Path, Path]:
+    """A new cluster CA: ``ca.pem`` and ``ca.key`` (mode 0600) in ``directory``; refuses to
+    overwrite an existing CA. Returns (certificate, key) paths."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    out = Path(directory)
+    out.mkdir(parents=True, exist_ok=True)
+    cert_path, key_path = out / "ca.pem", out / "ca.key"
+    if cert_path.exists() or key_path.exists():
+        raise FileExistsError(f"{cert_path} or {key_path} exists; not overwriting a CA")
+    key = ec.generate_private_key(ec.SECP256R1())
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
+    now = _now()
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=days))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=False,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                key_cert_sign=True,
+                crl_sign=True,
+                encipher_only=False,
+                decipher_only=False,
+            ),
+            critical=True,
+        )
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
+        .sign(key, hashes.SHA256())
+    )
+    _write_private(
+        key_path,
+        key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        ),
+    )
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    return cert_path, key_path
+
+
+def split_peer_id(peer_id: str) -> tuple[str, int]:
+    host, sep, port = peer_id.rpartition(":")
+    if not sep or not port.isdigit() or not host:
+        raise ValueError(f"a peer id is host:port, not {peer_id!r}")
+    return host.strip("[]"), int(port)
+
+
+def issue_broker_cert(
+    ca_dir: str | Path,
+    peer_id: str,
+    *,
+    out_dir: str | Path | None = None,
+    name: str | None = None,
+    days: int = _BROKER_DAYS,
+) -> tuple[Path, Path]:
+    """A certificate and key for the broker with ``peer_id`` (``host:port``), signed by the CA in
+    ``ca_dir``: ``<name>.pem`` / ``<name>.key`` (mode 0600) in ``out_dir`` (default ``ca_dir``).
+    SANs: ``skipmq://<peer id>`` and the host as an IP or DNS name. Returns (cert, key) paths."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+    host, _port = split_peer_id(peer_id)
+    ca_path = Path(ca_dir)
+    ca_cert = x509.load_pem_x509_certificate((ca_path / "ca.pem").read_bytes())
+    ca_key = serialization.load_pem_private_key((ca_path / "ca.key").read_bytes(), password=None)
+    out = Path(out_dir) if out_dir is not None else ca_path
+    out.mkdir(parents=True, exist_ok=True)
+    stem = name or peer_id.replace(":", "_").replace("[", "").replace("]", "")
+    key = ec.generate_private_key(ec.SECP256R1())
+    try:
+        host_name: x509.GeneralName = x509.IPAddress(ipaddress.ip_address(host))
+    except ValueError:
+        host_name = x509.DNSName(host)
+    now = _now()
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, peer_id)]))
+        .issuer_name(ca_cert.subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=days))
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(
+            x509.SubjectAlternativeName([x509.UniformResourceIdentifier(URI_SCHEME + peer_id), host_name]),
+            critical=False,
+        )
+        .add_extension(
+            x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]),
+            critical=False,
+        )
+        .sign(ca_key, hashes.SHA256())  # type: ignore[arg-type]
+    )
+    cert_path, key_path = out / f"{stem}.pem", out / f"{stem}.key"
+    _write_private(
+        key_path,
+        key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        ),
+    )
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    return cert_path, key_path
