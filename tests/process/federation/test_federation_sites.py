@@ -28,6 +28,10 @@ from tools.ports import free_ports
 
 pytestmark = pytest.mark.slow
 
+# the edge sites' cluster links in plaintext: this file tests federation, docs/security.md and
+# tests/process/cluster/test_cluster_security.py cover the cluster's mTLS
+INSECURE = ("--set", "cluster.insecure=true")
+
 
 def test_three_levels_subscribe_unsubscribe_ttl_and_kill_of_the_regional_broker(sites: Sites) -> None:
     cloud = sites.start("cloud", description="plant telemetry")
@@ -148,12 +152,15 @@ def test_two_edge_sites_of_two_clustered_brokers_each_get_every_event_once(sites
     for site_name in ("a", "b"):
         first_port, second_port = free_ports(2)
         first = sites.start(
-            f"{site_name}1", regional, args=("--cluster-port", str(first_port)), site=f"edge-{site_name}"
+            f"{site_name}1",
+            regional,
+            args=("--cluster-port", str(first_port), *INSECURE),
+            site=f"edge-{site_name}",
         )
         second = sites.start(
             f"{site_name}2",
             regional,
-            args=("--cluster-port", str(second_port), "--join", f"{HOST}:{first_port}"),
+            args=("--cluster-port", str(second_port), "--join", f"{HOST}:{first_port}", *INSECURE),
             site=f"edge-{site_name}",
         )
         edge[f"{site_name}1"], edge[f"{site_name}2"] = first, second
