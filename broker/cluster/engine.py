@@ -94,6 +94,10 @@ PROBE_RETRANSMITS = 2  # peers reported down are contacted again every 2 x retra
 CATCH_UP_GIVE_UP_S = 120.0  # a moved session's catch-up that gets no answer is given up (counted)
 INTEREST_REFRESH_RETRANSMITS = 5  # the classes we subscribe are announced again every 5 x retransmit_ms
 DOWN_PEER_MEMORY_S = 600.0  # ... for this long
+# fast path (issue #11): a class whose publications reach no other broker is re-checked through the
+# full path this often (which also lets the overlay's EEXP at publish fill the publisher's table)
+LOCAL_ONLY_RECHECK_S = 1.0
+TOPIC_CACHE_LIMIT = 4096  # topics whose classes are cached (cleared when full)
 
 __all__ = ["CONTROL_CLASS", "SHARE_PREFIX", "ClusterEngine", "PeerTransport", "overlay_config_for"]
 
@@ -189,6 +193,11 @@ class ClusterEngine(StreamsMixin):
         # that stream is done
         self._held_for: dict[tuple[tuple[str, str], str], list[ForwardedMessage]] = {}
         self._deliver_pending_commit = False
+        # fast path (issue #11): topic -> its classes, and class -> until when a publication on it
+        # reaches no other broker (``_reaches_only_self``); emptied by every event that could
+        # change that (``_handle``, ``_after_event``)
+        self._classes_of: dict[str, list[str]] = {}
+        self._local_only: dict[str, float] = {}
 
     # ================================================================== lifecycle
     def bind(
@@ -289,6 +298,10 @@ class ClusterEngine(StreamsMixin):
         node = self.node
         if node is None or (self.stopped and not isinstance(event, api.Shutdown)):
             return
+        if self._local_only and type(event) is not api.Publish:
+            # a publication only sends (its own subscriber learns nothing new); anything else may
+            # make another broker's subscriber known
+            self._local_only.clear()
         try:
             actions = node.handle(event, self._now())
         except Exception:
@@ -418,6 +431,8 @@ class ClusterEngine(StreamsMixin):
         self._after_event()
 
     def _after_event(self) -> None:
+        if self._local_only:
+            self._local_only.clear()  # receivers and interest may have changed
         if self._catch_ups and self._next_catch_up is None:
             self._next_catch_up = self._now() + self.retransmit_s
         if self.subscribe_waits.waiting():
@@ -632,18 +647,50 @@ class ClusterEngine(StreamsMixin):
         sender = self.sender
         assert sender is not None
         now = self._now()
-        classes = topic_classes(message.topic, self.interest.class_levels)
+        topic = message.topic
+        classes = self._classes_of.get(topic)
+        if classes is None:
+            if len(self._classes_of) >= TOPIC_CACHE_LIMIT:
+                self._classes_of.clear()
+            classes = self._classes_of[topic] = topic_classes(topic, self.interest.class_levels)
         causal = self.causal
-        groups = causal.groups_of(message.topic) if causal is not None else ()
+        groups = causal.groups_of(topic) if causal is not None else ()
         if groups:
             self._publish_causal(message, classes, groups, now)
+            slow = True
         else:
+            slow = message.retain
+            deadline = sender.next_deadline()
+            local_only = self._local_only
             for cls in classes:
-                self._send_on_class(cls, message, self._route_of(cls, message, now), now)
+                until = local_only.get(cls)
+                if until is not None and now < until:
+                    # nobody elsewhere: the local deliveries are all (QoS >= 1 still goes into the
+                    # send log, for a receiver broker cut off before we learned of it)
+                    if message.qos:
+                        sender.present(cls, now)
+                        self._forward(cls, message, overlay=False)
+                    continue
+                slow = True
+                route = self._route_of(cls, message, now)
+                self._send_on_class(cls, message, route, now)
+                if route == ROUTE_OVERLAY and self._reaches_only_self(cls, now):
+                    local_only[cls] = now + LOCAL_ONLY_RECHECK_S
+            slow = slow or sender.next_deadline() != deadline
         if message.retain:
             self._publish_retained(message)
-        self._arm_timer()
+        if slow:
+            self._arm_timer()
         return None
+
+    def _reaches_only_self(self, cls: str, now: float) -> bool:
+        """A publication on ``cls`` reaches no other broker: the overlay knows no other broker's
+        subscriber of it (``OverlayNode.reaches_only_self``) and no broker announced it or
+        receives our stream of it (``StreamSender.has_receivers``)."""
+        node = self.node
+        sender = self.sender
+        assert node is not None and sender is not None
+        return node.reaches_only_self(cls, now) and not sender.has_receivers(cls)
 
     def _route_of(self, cls: str, message: Message, now: float) -> int:
         """How ``message`` goes out on ``cls`` (one of the ``ROUTE_*``)."""
