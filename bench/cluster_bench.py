@@ -1576,7 +1576,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.update_docs:
         links = {name: f"figures/{file}" for name, file in figures.items()}
         markdown = render_markdown(results, links)
-        RESULTS_MD.write_text(markdown + "\n")
+        RESULTS_MD.write_text(markdown + "\n" + kept_by_update_docs(RESULTS_MD))
         log(f"wrote {RESULTS_MD} and {', '.join(str(out_dir / f) for f in figures.values())}")
     else:
         markdown = render_markdown(results, {name: str(out_dir / f) for name, f in figures.items()})
@@ -1586,6 +1586,16 @@ def main(argv: list[str] | None = None) -> int:
     for target, measured, _met in failed:
         log(f"target NOT met: {target}: {measured}")
     return 0
+
+
+KEEP_MARKER = "<!-- written by hand below this line: bench/cluster_bench.py --update-docs keeps it -->"
+
+
+def kept_by_update_docs(path: Path) -> str:
+    """The hand-written part of ``path`` (from ``KEEP_MARKER`` on), kept when the report is rewritten."""
+    text = path.read_text() if path.exists() else ""
+    at = text.find(KEEP_MARKER)
+    return "\n" + text[at:] if at >= 0 else ""
 
 
 if __name__ == "__main__":

@@ -327,6 +327,27 @@ class OverlayNode:
         """The last presence this peer's publisher of ``topic`` was told (None: not yet)."""
         return self.presence.get(topic)
 
+    def reaches_only_self(self, topic: str, now: float) -> bool:
+        """Whether a PUB of ``topic`` from this peer would reach no other peer's subscriber: this
+        peer's publisher and subscriber of ``topic`` are joined, neither's table holds another
+        peer's subscriber of ``topic`` (so the range multicast of §3.5.4 ends at our own
+        subscriber, and its DONE is immediate), and neither is on probation after a level-0
+        neighbour moved away (subscribers may be hidden there, ``_settle_task``). Only events
+        (``handle``) make it turn False; the passing of time only ends a probation."""
+        me = self.peer_id
+        pub = self.vnodes.get((topic, PUBLISHER, me))
+        sub = self.vnodes.get((topic, SUBSCRIBER, me))
+        if pub is None or sub is None:
+            return False
+        lo, hi = run_bounds(topic, SUBSCRIBER)
+        for vnode in (pub, sub):
+            if now < vnode.loose_left_until or now < vnode.loose_right_until:
+                return False
+            for key in vnode.table.keys_between(lo, hi):
+                if key[2] != me:
+                    return False
+        return True
+
     def joining_keys(self) -> list[Key]:
         return sorted(self.pending)
 

@@ -10,7 +10,9 @@ own rows, so a message is in the send log by the time its publisher's PUBACK lea
 waits for the commit), and a receive position is durable together with the deliveries it covers.
 Positions change with every forwarded message: they are kept in memory and written with the
 store's next commit (``Store.before_commit``) - they open no transaction of their own, so a QoS 0
-stream or deliveries to clean sessions cost no SQLite write.
+stream or deliveries to clean sessions cost no SQLite write. Send-log rows open the transaction
+(the PUBACK waits for its commit) and are written together right before the COMMIT (one
+``executemany`` per commit instead of one statement per message, issue #11).
 """
 
 from __future__ import annotations
@@ -43,6 +45,10 @@ CREATE TABLE IF NOT EXISTS cluster_retained_versions (
 ) WITHOUT ROWID;
 """
 
+_INSERT_LOG_ROW = (
+    "INSERT OR REPLACE INTO cluster_send_log (origin, stream, seq, forwarded) VALUES (?, ?, ?, ?)"
+)
+
 
 class SqliteClusterStore:
     """See the module docstring."""
@@ -55,23 +61,31 @@ class SqliteClusterStore:
         db.executescript("BEGIN IMMEDIATE;" + _SCHEMA + "COMMIT;")
         self._positions: dict[StreamKey, int] = {}
         self._receivers: dict[tuple[StreamKey, str], int | None] = {}
+        self._appended: list[ForwardedMessage] = []  # send-log rows of the open transaction
         store.before_commit.append(self._flush)
 
     # ------------------------------------------------------------------ send log
     def log_append(self, forwarded: ForwardedMessage) -> None:
+        """In the open transaction (its commit holds the PUBACK): the row itself is written, with
+        the others of the transaction in one ``executemany``, right before the COMMIT."""
         self._store.begin()
-        self._store.db.execute(
-            "INSERT OR REPLACE INTO cluster_send_log (origin, stream, seq, forwarded) VALUES (?, ?, ?, ?)",
-            (forwarded.origin, forwarded.stream, forwarded.seq, encode_forwarded(forwarded)),
-        )
+        self._appended.append(forwarded)
 
     def log_forget(self, key: StreamKey, below_seq: int) -> None:
         self._store.begin()
+        self._write_appended()  # (rows appended in this transaction are deleted too)
         self._store.db.execute(
             "DELETE FROM cluster_send_log WHERE origin = ? AND stream = ? AND seq < ?", (*key, below_seq)
         )
 
+    def _write_appended(self) -> None:
+        if self._appended:
+            rows = [(f.origin, f.stream, f.seq, encode_forwarded(f)) for f in self._appended]
+            self._appended.clear()
+            self._store.db.executemany(_INSERT_LOG_ROW, rows)
+
     def load_log(self) -> list[ForwardedMessage]:
+        self._write_appended()
         rows = self._store.db.execute(
             "SELECT forwarded FROM cluster_send_log ORDER BY origin, stream, seq"
         ).fetchall()
@@ -147,6 +161,7 @@ class SqliteClusterStore:
     # ------------------------------------------------------------------ commit
     def _flush(self) -> None:
         db = self._store.db
+        self._write_appended()
         if self._positions:
             items = list(self._positions.items())
             self._positions.clear()

@@ -96,6 +96,12 @@ PROBE_RETRANSMITS = 2  # peers reported down are contacted again every 2 x retra
 CATCH_UP_GIVE_UP_S = 120.0  # a moved session's catch-up that gets no answer is given up (counted)
 INTEREST_REFRESH_RETRANSMITS = 5  # the classes we subscribe are announced again every 5 x retransmit_ms
 DOWN_PEER_MEMORY_S = 600.0  # ... for this long
+# fast path (issue #11): a class whose publications reach no other broker (or nobody) is re-checked
+# through the full path this often (which also lets the overlay's EEXP at publish fill the
+# publisher's table)
+QUIET_RECHECK_S = 1.0
+QUIET_NOT, QUIET_LOCAL, QUIET_NOBODY = range(3)  # the cached reach of a class (``_quiet``)
+TOPIC_CACHE_LIMIT = 4096  # topics whose classes are cached (cleared when full)
 
 __all__ = ["CONTROL_CLASS", "SHARE_PREFIX", "ClusterEngine", "PeerTransport", "overlay_config_for"]
 
@@ -193,6 +199,12 @@ class ClusterEngine(StreamsMixin):
         # that stream is done
         self._held_for: dict[tuple[tuple[str, str], str], list[ForwardedMessage]] = {}
         self._deliver_pending_commit = False
+        # fast path (issue #11): topic -> its classes, and class -> (until when, QUIET_*): a
+        # publication on it reaches no other broker (``_reaches_only_self``), nobody at all
+        # (``ROUTE_SKIP``), or other brokers (the full path, without checking again); emptied by
+        # every event that could change that (``_handle``, ``_after_event``)
+        self._classes_of: dict[str, list[str]] = {}
+        self._quiet: dict[str, tuple[float, int]] = {}
 
     # ================================================================== lifecycle
     def bind(
@@ -293,6 +305,10 @@ class ClusterEngine(StreamsMixin):
         node = self.node
         if node is None or (self.stopped and not isinstance(event, api.Shutdown)):
             return
+        if self._quiet and type(event) is not api.Publish:
+            # a publication only sends (its own subscriber learns nothing new); anything else may
+            # make another broker's subscriber known
+            self._quiet.clear()
         try:
             actions = node.handle(event, self._now())
         except Exception:
@@ -422,6 +438,8 @@ class ClusterEngine(StreamsMixin):
         self._after_event()
 
     def _after_event(self) -> None:
+        if self._quiet:
+            self._quiet.clear()  # receivers and interest may have changed
         if self._catch_ups and self._next_catch_up is None:
             self._next_catch_up = self._now() + self.retransmit_s
         if self.subscribe_waits.waiting():
@@ -642,18 +660,61 @@ class ClusterEngine(StreamsMixin):
         sender = self.sender
         assert sender is not None
         now = self._now()
-        classes = topic_classes(message.topic, self.interest.class_levels)
+        topic = message.topic
+        classes = self._classes_of.get(topic)
+        if classes is None:
+            if len(self._classes_of) >= TOPIC_CACHE_LIMIT:
+                self._classes_of.clear()
+            classes = self._classes_of[topic] = topic_classes(topic, self.interest.class_levels)
         causal = self.causal
-        groups = causal.groups_of(message.topic) if causal is not None else ()
+        groups = causal.groups_of(topic) if causal is not None else ()
         if groups:
             self._publish_causal(message, classes, groups, now)
+            slow = True
         else:
+            slow = message.retain
+            deadline = sender.next_deadline()
+            quiet = self._quiet
             for cls in classes:
-                self._send_on_class(cls, message, self._route_of(cls, message, now), now)
+                state = quiet.get(cls)
+                if state is not None and now < state[0]:
+                    if state[1] == QUIET_NOBODY:  # kept for the presence grace only
+                        sender.skip(cls, message, now)
+                        continue
+                    if state[1] == QUIET_LOCAL:
+                        # nobody elsewhere: the local deliveries are all; QoS >= 1 still goes into
+                        # the send log, for a receiver broker cut off before we learned of it
+                        if message.qos:
+                            sender.present(cls, now)
+                            self._forward(cls, message, overlay=False)
+                        continue
+                    self._send_on_class(cls, message, self._route_of(cls, message, now), now)
+                    slow = True
+                    continue
+                slow = True
+                route = self._route_of(cls, message, now)
+                self._send_on_class(cls, message, route, now)
+                if route == ROUTE_OVERLAY:
+                    local = self._reaches_only_self(cls, now)
+                    quiet[cls] = (now + QUIET_RECHECK_S, QUIET_LOCAL if local else QUIET_NOT)
+                elif route == ROUTE_SKIP and not sender.recently_present(cls, now):
+                    # (not recently present: a QoS >= 1 message would be held, ``_route_of``)
+                    quiet[cls] = (now + QUIET_RECHECK_S, QUIET_NOBODY)
+            slow = slow or sender.next_deadline() != deadline
         if message.retain:
             self._publish_retained(message)
-        self._arm_timer()
+        if slow:
+            self._arm_timer()
         return None
+
+    def _reaches_only_self(self, cls: str, now: float) -> bool:
+        """A publication on ``cls`` reaches no other broker: the overlay knows no other broker's
+        subscriber of it (``OverlayNode.reaches_only_self``) and no broker announced it or
+        receives our stream of it (``StreamSender.has_receivers``)."""
+        node = self.node
+        sender = self.sender
+        assert node is not None and sender is not None
+        return node.reaches_only_self(cls, now) and not sender.has_receivers(cls)
 
     def _route_of(self, cls: str, message: Message, now: float) -> int:
         """How ``message`` goes out on ``cls`` (one of the ``ROUTE_*``)."""

@@ -83,6 +83,14 @@ class WireError(ValueError):
 
 
 def _put_key(out: Any, key: Any, where: str) -> None:
+    if type(key) is tuple and len(key) == 3:  # the common case, checked without isinstance chains
+        topic, role, peer_id = key
+        if type(topic) is str and type(role) is int and 0 <= role < 2**32 and type(peer_id) is str:
+            out.SetInParent()
+            out.topic = topic
+            out.role = role
+            out.peer_id = peer_id
+            return
     if not isinstance(key, tuple) or len(key) > 3:
         raise WireError(
             f"{where}: a key must be a tuple (topic, role, peer_id) or a prefix of it, got {key!r}"
@@ -120,9 +128,9 @@ def _put_ref(out: Any, ref: Any, where: str) -> None:
     if not isinstance(ref, tuple) or len(ref) != 2:
         raise WireError(f"{where}: a NodeRef must be a (key, membership_vector) pair, got {ref!r}")
     key, mv = ref
-    if isinstance(mv, bool) or not isinstance(mv, int) or not 0 <= mv < 2**64:
+    if type(mv) is not int or not 0 <= mv < 2**64:
         raise WireError(f"{where}: membership vector must be an int in 0..2**64-1, got {mv!r}")
-    _put_key(out.key, key, f"{where}.key")
+    _put_key(out.key, key, where + ".key")
     out.membership_vector = mv
 
 
@@ -253,6 +261,7 @@ class _KindCodec:
     cls: type
     case: str
     fields: tuple[tuple[str, _Put, _Get], ...]
+    wheres: dict[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)
 
 
 def _build_codecs() -> dict[type, _KindCodec]:
@@ -289,8 +298,13 @@ def overlay_to_proto(message: Any, out: Any | None = None, where: str = "overlay
         out = pb.OverlayMessage()
     body = getattr(out, kind_codec.case)
     body.SetInParent()
-    for name, put, _get in kind_codec.fields:
-        put(body, name, getattr(message, name), f"{where}.{kind_codec.cls.__name__}.{name}")
+    wheres = kind_codec.wheres.get(where)
+    if wheres is None:  # the error-message paths of the fields, built once per ``where``
+        wheres = kind_codec.wheres[where] = tuple(
+            f"{where}.{kind_codec.cls.__name__}.{name}" for name, _put, _get in kind_codec.fields
+        )
+    for (name, put, _get), field_where in zip(kind_codec.fields, wheres, strict=True):
+        put(body, name, getattr(message, name), field_where)
     return out
 
 
@@ -478,7 +492,9 @@ def payload_to_proto(payload: Any, out: Any | None = None, where: str = "payload
     if out is None:
         out = pb.OverlayPayload()
     if isinstance(payload, ForwardedMessage):
-        _forwarded_to_proto(payload, out.forwarded, f"{where}.ForwardedMessage")
+        # the same message goes to every destination of a publication and into the send log:
+        # encoded once (issue #11), then copied in as bytes
+        out.forwarded.MergeFromString(_encoded_forwarded(payload, f"{where}.ForwardedMessage"))
     elif isinstance(payload, RetainedUpdate):
         _retained_to_proto(payload, out.retained, f"{where}.RetainedUpdate")
     elif isinstance(payload, SessionClaim):
@@ -829,9 +845,26 @@ def decode_frame_items(data: bytes) -> list[Any]:
 
 def encode_forwarded(forwarded: ForwardedMessage) -> bytes:
     """A forwarded message as bytes (the send log's rows, ``broker.adapters.cluster_store``)."""
+    return _encoded_forwarded(forwarded, "forwarded")
+
+
+# the serialized pb.ForwardedMessage of the last few ForwardedMessage objects encoded (by
+# identity; the objects are kept, so an id is not reused while its entry lives)
+_ENCODED_FORWARDED: dict[int, tuple[ForwardedMessage, bytes]] = {}
+_ENCODED_FORWARDED_LIMIT = 32
+
+
+def _encoded_forwarded(forwarded: ForwardedMessage, where: str) -> bytes:
+    cached = _ENCODED_FORWARDED.get(id(forwarded))
+    if cached is not None and cached[0] is forwarded:
+        return cached[1]
     out = pb.ForwardedMessage()
-    _forwarded_to_proto(forwarded, out, "forwarded")
-    return bytes(out.SerializeToString())
+    _forwarded_to_proto(forwarded, out, where)
+    data = bytes(out.SerializeToString())
+    if len(_ENCODED_FORWARDED) >= _ENCODED_FORWARDED_LIMIT:
+        del _ENCODED_FORWARDED[next(iter(_ENCODED_FORWARDED))]
+    _ENCODED_FORWARDED[id(forwarded)] = (forwarded, data)
+    return data
 
 
 def decode_forwarded(data: bytes) -> ForwardedMessage:
