@@ -47,6 +47,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Protocol
 
 from broker.cluster.causal_clock import CausalClock
+from broker.cluster.class_stats import ClassCounters, SnapshotBuilder
 from broker.cluster.classes import topic_classes
 from broker.cluster.interest import SHARE_PREFIX, Interest, share_topic
 from broker.cluster.interest_table import InterestAnnouncer, InterestTable
@@ -140,6 +141,8 @@ class ClusterEngine(StreamsMixin):
         self.scheduler = scheduler
         self.rng = rng if rng is not None else random.Random()
         self.stats = ClusterStats()
+        self.class_counters = ClassCounters()  # per-class figures of the $SYS snapshots (issue #13)
+        self._snapshots: SnapshotBuilder | None = None
         self.incarnation = f"{self.rng.getrandbits(48):012x}"
         self.interest = Interest(cluster.class_levels)
         self.interest_table = InterestTable()  # which other brokers subscribe which classes
@@ -633,6 +636,7 @@ class ClusterEngine(StreamsMixin):
         assert sender is not None
         now = self._now()
         classes = topic_classes(message.topic, self.interest.class_levels)
+        self.class_counters.published(classes[0])
         causal = self.causal
         groups = causal.groups_of(message.topic) if causal is not None else ()
         if groups:
@@ -991,6 +995,21 @@ class ClusterEngine(StreamsMixin):
             "presence": presence,
             "vnodes": vnodes,
         }
+
+    def subscriber_brokers(self, cls: str) -> int:
+        """How many brokers subscribe ``cls``, this one included, as this broker knows it."""
+        return len(self.interest_table.peers_of(cls)) + (1 if self.interest.subscribes(cls) else 0)
+
+    def class_snapshot(self, now_s: float, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+        """The next per-class snapshot (``broker.cluster.class_stats``) at wall time ``now_s``:
+        every class this broker counted, subscribes or knows a subscriber of (not the control
+        class)."""
+        if self._snapshots is None:
+            self._snapshots = SnapshotBuilder(self.peer_id, self.class_counters, self.cluster.table_size)
+        known = set(self.interest.classes()) | self.interest_table.classes()
+        known.discard(CONTROL_CLASS)
+        self.class_counters.by_class.pop(CONTROL_CLASS, None)
+        return self._snapshots.build(now_s, self.subscriber_brokers, known, extra)
 
     def gauges(self) -> dict[str, int]:
         node = self.node
