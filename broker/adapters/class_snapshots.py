@@ -66,7 +66,8 @@ class ClassSnapshotPublisher:
             }
         snapshot = engine.class_snapshot(time.time(), extra)
         payload = json.dumps(snapshot, separators=(",", ":")).encode()
-        message = Message(snapshot_topic(engine.peer_id), payload, 0, False, {}, None, engine.peer_id, None)
+        # QoS 1: queued for a consumer's persistent session while it is away (the pipeline restarting)
+        message = Message(snapshot_topic(engine.peer_id), payload, 1, False, {}, None, engine.peer_id, None)
         broker.deliver_remote(message)
 
     async def _run(self) -> None:

@@ -1006,9 +1006,14 @@ class ClusterEngine(StreamsMixin):
         class)."""
         if self._snapshots is None:
             self._snapshots = SnapshotBuilder(self.peer_id, self.class_counters, self.cluster.table_size)
-        known = set(self.interest.classes()) | self.interest_table.classes()
-        known.discard(CONTROL_CLASS)
-        self.class_counters.by_class.pop(CONTROL_CLASS, None)
+        counters = self.class_counters.by_class
+        for cls in [cls for cls in counters if cls == CONTROL_CLASS or cls.startswith("=$")]:
+            del counters[cls]  # the control class, and $-topics (never forwarded)
+        known = {
+            cls
+            for cls in set(self.interest.classes()) | self.interest_table.classes()
+            if cls != CONTROL_CLASS and not cls.startswith("=$")
+        }
         return self._snapshots.build(now_s, self.subscriber_brokers, known, extra)
 
     def gauges(self) -> dict[str, int]:
