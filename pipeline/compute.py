@@ -9,6 +9,7 @@ keys of a window leave the state in the same micro-batch. So each micro-batch th
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING
 
 from pyspark.sql import Column
@@ -26,19 +27,69 @@ def _events(stream: DataFrame, watermark: str) -> DataFrame:
     )
 
 
+def parse_duration_s(text: str) -> float:
+    """Seconds of a Spark interval string such as "5 seconds", "1 minute", "2 hours" or "30s"."""
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-z]*)\s*", text.lower())
+    if match is None:
+        raise ValueError(f"not a duration: {text!r} (e.g. '30 seconds', '1 minute')")
+    number, unit = float(match.group(1)), match.group(2)
+    for names, scale in (
+        (("", "s", "sec", "secs", "second", "seconds"), 1.0),
+        (("m", "min", "mins", "minute", "minutes"), 60.0),
+        (("h", "hour", "hours"), 3600.0),
+        (("d", "day", "days"), 86400.0),
+    ):
+        if unit in names:
+            return number * scale
+    raise ValueError(f"not a duration: {text!r} (unit {unit!r})")
+
+
+def spread_over_windows(stream: DataFrame, window_s: float) -> DataFrame:
+    """A snapshot's deltas cover (ts - interval_s, ts]; when that interval straddles a window
+    boundary (the windows are aligned to the epoch, as Spark's), the row becomes two, each with the
+    ``weight`` of its share of the interval, at ``at`` (ts, or just before the boundary). So a
+    window's sums are what happened in it, not a whole snapshot interval too many or too few when
+    the brokers' snapshot timers drift across a boundary (assumes interval_s <= the window)."""
+    ts, interval = F.col("ts"), F.col("interval_s")
+    boundary = F.floor(ts / F.lit(window_s)) * F.lit(window_s)
+    straddles = (interval > 0) & (ts - interval < boundary)
+    current = F.when(straddles, (ts - boundary) / interval).otherwise(F.lit(1.0))
+    parts = F.when(
+        straddles,
+        F.array(
+            F.struct(ts.alias("at"), current.alias("weight"), F.lit(True).alias("own")),
+            F.struct(
+                (boundary - F.lit(0.001)).alias("at"),
+                (F.lit(1.0) - current).alias("weight"),
+                F.lit(False).alias("own"),
+            ),
+        ),
+    ).otherwise(F.array(F.struct(ts.alias("at"), F.lit(1.0).alias("weight"), F.lit(True).alias("own"))))
+    return (
+        stream.withColumn("part", F.explode(parts))
+        .withColumn("event_time", F.timestamp_seconds(F.col("part.at")))
+        .withColumn("weight", F.col("part.weight"))
+        .withColumn("own", F.col("part.own"))
+        .drop("part")
+    )
+
+
 def snapshot_cells(stream: DataFrame, window: str, watermark: str) -> DataFrame:
-    """Per (window, broker, class): the summed deltas, hop buckets, subscriber counts, crossings."""
-    events = _events(stream, watermark)  # the source drops snapshots delivered twice
+    """Per (window, broker, class): the summed deltas (spread over the windows their interval
+    covers), hop buckets, subscriber counts, crossings of L."""
+    events = spread_over_windows(stream, parse_duration_s(window)).withWatermark("event_time", watermark)
     subs, before, size = F.col("subscriber_brokers"), F.col("subscriber_brokers_before"), F.col("table_size")
-    aggs: list[Column] = [F.sum(f"{name}_delta").alias(name) for name in COUNTERS]
-    aggs += [F.sum(f"hops_{index}").alias(f"hops_{index}") for index in range(HOP_COLUMNS)]
+    own_time = F.when(F.col("own"), F.col("event_time"))
+    weight = F.col("weight")
+    aggs: list[Column] = [F.sum(F.col(f"{name}_delta") * weight).alias(name) for name in COUNTERS]
+    aggs += [F.sum(F.col(f"hops_{index}") * weight).alias(f"hops_{index}") for index in range(HOP_COLUMNS)]
     aggs += [
         F.max(subs).alias("subscriber_brokers"),
         F.max(size).alias("table_size"),
         F.max("queued_messages").alias("queued_messages"),
-        F.min(F.when((subs > size) & (before <= size), F.col("event_time"))).alias("crossed_up_at"),
-        F.min(F.when((subs <= size) & (before > size), F.col("event_time"))).alias("crossed_down_at"),
-        F.count(F.lit(1)).alias("snapshots"),
+        F.min(F.when((subs > size) & (before <= size), own_time)).alias("crossed_up_at"),
+        F.min(F.when((subs <= size) & (before > size), own_time)).alias("crossed_down_at"),
+        F.count(own_time).alias("snapshots"),
     ]
     cells = events.groupBy(F.window("event_time", window), "broker", "class").agg(*aggs)
     return _flat_window(cells)

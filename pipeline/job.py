@@ -82,7 +82,8 @@ def _snapshot_batch(
                     print(tables[name].drop(columns=["date", "window"]).to_string(index=False), flush=True)
         if publisher is not None:
             for name in ("hot_classes", "imbalance", "l_crossings", "outliers"):
-                publisher.publish(name, {"batch": batch_id, "rows": rows_as_json(tables[name])})
+                if not tables[name].empty:  # the retained message keeps the latest finding
+                    publisher.publish(name, {"batch": batch_id, "rows": rows_as_json(tables[name])})
         job_batches["snapshots"] = job_batches.get("snapshots", 0) + 1
 
     return handle

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -26,6 +27,8 @@ from pipeline.spool import Spool
 log = logging.getLogger("skipmq.pipeline")
 DEFAULT_TOPIC = "$SYS/skipmq/+/classes"
 RECENT_KEYS = 10_000
+SETTLE_S = 2.0
+START_WAIT_S = 15.0
 
 
 def parse_brokers(text: str) -> list[tuple[str, int]]:
@@ -61,7 +64,12 @@ class SnapshotListener:
         expiry_s = int(options.get("session_expiry_s", "3600"))
         self._lock = threading.Lock()
         self.clients: list[Any] = []
-        for host, port in parse_brokers(options["brokers"]):
+        self.started = time.monotonic()
+        self._subscribed: set[int] = set()  # ids of the clients whose subscription was acknowledged
+        self.all_subscribed_at: float | None = None
+        brokers = parse_brokers(options["brokers"])
+        self.expected = len(brokers)
+        for host, port in brokers:
             client = paho.Client(
                 callback_api_version=CallbackAPIVersion.VERSION2,
                 client_id=f"{client_id}-{host}-{port}",
@@ -71,6 +79,7 @@ class SnapshotListener:
                 client.username_pw_set(options["username"], options.get("password"))
             client.on_connect = self._on_connect
             client.on_message = self._on_message
+            client.on_subscribe = self._on_subscribe
             client.reconnect_delay_set(1, 5)
             props = Properties(PacketTypes.CONNECT)
             props.SessionExpiryInterval = expiry_s
@@ -81,6 +90,21 @@ class SnapshotListener:
     def _on_connect(self, client: Any, userdata: Any, flags: Any, reason: Any, props: Any) -> None:
         if not reason.is_failure:
             client.subscribe(self.topic, qos=1)
+
+    def _on_subscribe(self, client: Any, userdata: Any, mid: int, reasons: Any, props: Any) -> None:
+        with self._lock:
+            self._subscribed.add(id(client))
+            if len(self._subscribed) == self.expected and self.all_subscribed_at is None:
+                self.all_subscribed_at = time.monotonic()
+
+    def settled(self) -> bool:
+        """Every broker's queued snapshots had their chance to arrive (each client subscribed, then
+        SETTLE_S), or START_WAIT_S passed (a broker is down). Until then the reader hands Spark
+        nothing: a snapshot queued while the job was down, arriving in a later micro-batch than a
+        newer one from another broker, would be behind the watermark and dropped."""
+        now = time.monotonic()
+        ready = self.all_subscribed_at is not None and now >= self.all_subscribed_at + SETTLE_S
+        return ready or now >= self.started + START_WAIT_S
 
     def _on_message(self, client: Any, userdata: Any, message: Any) -> None:
         try:
@@ -140,6 +164,9 @@ class SnapshotReader(SimpleDataSourceStreamReader):
 
     def read(self, start: dict[str, int]) -> tuple[Iterator[tuple[Any, ...]], dict[str, int]]:
         spool = self.spool
+        assert self._listener is not None
+        if not self._listener.settled():
+            return iter([]), start
         end = spool.count()
         rows = [as_row(record, SNAPSHOT_FIELDS) for record in spool.read(start["line"], end)]
         return iter(rows), {"line": end}
