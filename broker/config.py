@@ -289,6 +289,13 @@ class ClusterConfig:
     table_size: int = _key(
         60, "L: routing-table entries per overlay virtual node (seed 003 §3.3)", min_value=2, max_value=10_000
     )
+    class_snapshot_interval_s: int = _key(
+        10,
+        "seconds between the per-class snapshots published locally on $SYS/skipmq/<broker-id>/classes "
+        "(docs/pipeline.md; 0 disables them)",
+        min_value=0,
+        max_value=86400,
+    )
     takeover_wait_ms: int = _key(
         500,
         "longest a CONNECT with clean start 0 waits for another broker to hand over the session",

@@ -4,8 +4,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-.venv/bin/ruff check broker overlay simulation tools tests bench dashboards
-.venv/bin/ruff format --check -q broker overlay simulation tools tests bench dashboards
+.venv/bin/ruff check broker overlay simulation tools pipeline tests bench dashboards
+.venv/bin/ruff format --check -q broker overlay simulation tools pipeline tests bench dashboards
 .venv/bin/mypy
 .venv/bin/lint-imports --no-cache  # the import contracts of pyproject.toml [tool.importlinter]
 set +e

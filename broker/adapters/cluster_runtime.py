@@ -18,6 +18,7 @@ import socket
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from broker.adapters.class_snapshots import ClassSnapshotPublisher
 from broker.adapters.cluster_store import SqliteClusterStore
 from broker.cluster.engine import ClusterEngine
 from broker.metrics import ClusterCollector
@@ -46,6 +47,7 @@ class ClusterRuntime:
         )
         self._transport_factory = transport_factory
         self.transport: Any = None
+        self.snapshots: ClassSnapshotPublisher | None = None
 
     async def start(self, broker: BrokerApi, store: Store | None = None) -> int:
         """Bind the cluster port, enter the overlay through ``cluster.join``; returns the port."""
@@ -76,10 +78,14 @@ class ClusterRuntime:
         cluster_store = SqliteClusterStore(store) if store is not None else None
         engine.bind(broker, self.transport, self.transport.self_id, cluster_store)
         engine.start(await resolve_contacts(cluster.join, engine.peer_id, port))
+        self.snapshots = ClassSnapshotPublisher(engine, broker, float(cluster.class_snapshot_interval_s))
+        self.snapshots.start()
         return port
 
     async def stop(self) -> None:
         """Graceful leave: UNSUB/LEAVE every virtual node, drain the links, close."""
+        if self.snapshots is not None:
+            await self.snapshots.stop()
         self.engine.stop()
         if self.transport is not None:
             await self.transport.stop(drain_timeout_s=2.0)

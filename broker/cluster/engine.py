@@ -47,6 +47,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Protocol
 
 from broker.cluster.causal_clock import CausalClock
+from broker.cluster.class_stats import ClassCounters, SnapshotBuilder
 from broker.cluster.classes import topic_classes
 from broker.cluster.inbound import envelope_problem, payload_problem
 from broker.cluster.interest import SHARE_PREFIX, Interest, share_topic
@@ -148,6 +149,8 @@ class ClusterEngine(StreamsMixin):
         self.scheduler = scheduler
         self.rng = rng if rng is not None else random.Random()
         self.stats = ClusterStats()
+        self.class_counters = ClassCounters()  # per-class figures of the $SYS snapshots (issue #13)
+        self._snapshots: SnapshotBuilder | None = None
         self.incarnation = f"{self.rng.getrandbits(48):012x}"
         self.interest = Interest(cluster.class_levels)
         self.interest_table = InterestTable()  # which other brokers subscribe which classes
@@ -666,6 +669,7 @@ class ClusterEngine(StreamsMixin):
             if len(self._classes_of) >= TOPIC_CACHE_LIMIT:
                 self._classes_of.clear()
             classes = self._classes_of[topic] = topic_classes(topic, self.interest.class_levels)
+        self.class_counters.published(classes[0])
         causal = self.causal
         groups = causal.groups_of(topic) if causal is not None else ()
         if groups:
@@ -1134,6 +1138,26 @@ class ClusterEngine(StreamsMixin):
             "presence": presence,
             "vnodes": vnodes,
         }
+
+    def subscriber_brokers(self, cls: str) -> int:
+        """How many brokers subscribe ``cls``, this one included, as this broker knows it."""
+        return len(self.interest_table.peers_of(cls)) + (1 if self.interest.subscribes(cls) else 0)
+
+    def class_snapshot(self, now_s: float, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+        """The next per-class snapshot (``broker.cluster.class_stats``) at wall time ``now_s``:
+        every class this broker counted, subscribes or knows a subscriber of (not the control
+        class)."""
+        if self._snapshots is None:
+            self._snapshots = SnapshotBuilder(self.peer_id, self.class_counters, self.cluster.table_size)
+        counters = self.class_counters.by_class
+        for cls in [cls for cls in counters if cls == CONTROL_CLASS or cls.startswith("=$")]:
+            del counters[cls]  # the control class, and $-topics (never forwarded)
+        known = {
+            cls
+            for cls in set(self.interest.classes()) | self.interest_table.classes()
+            if cls != CONTROL_CLASS and not cls.startswith("=$")
+        }
+        return self._snapshots.build(now_s, self.subscriber_brokers, known, extra)
 
     def gauges(self) -> dict[str, int]:
         node = self.node

@@ -49,6 +49,10 @@ class InterestTable:
         peers = self._by_class.get(cls)
         return frozenset(peers) if peers else frozenset()
 
+    def classes(self) -> set[str]:
+        """Every class some other broker subscribes."""
+        return set(self._by_class)
+
     def classes_of(self, peer: str) -> frozenset[str]:
         return frozenset(self._by_peer.get(peer, ()))
 

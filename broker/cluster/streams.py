@@ -32,6 +32,7 @@ from overlay.api import Role
 
 if TYPE_CHECKING:
     from broker.cluster.causal_clock import CausalClock
+    from broker.cluster.class_stats import ClassCounters
     from broker.cluster.interest import Interest
     from broker.cluster.interest_table import InterestTable
     from broker.cluster.stats import ClusterStats
@@ -69,6 +70,7 @@ class StreamsMixin:
     interest: Interest
     interest_table: InterestTable
     stats: ClusterStats
+    class_counters: ClassCounters
     peer_id: str
     _published: dict[str, float]
     _publication_id: int
@@ -116,6 +118,7 @@ class StreamsMixin:
         self._publication_id += 1
         pid = self._publication_id
         self.stats.forwarded += 1
+        self.class_counters.forwarded(forwarded.stream)
         if forwarded.message.qos:
             sender.published(pid, forwarded)  # before the overlay sees it: PublishDone may come at once
         self._handle(api.Publish(forwarded.stream, forwarded, pid))
@@ -188,6 +191,7 @@ class StreamsMixin:
         broker = self.broker
         assert broker is not None
         stats = self.stats
+        class_counters = self.class_counters
         causal = self.causal
         for forwarded, hops in ready:
             if forwarded.copies and causal is not None:
@@ -205,6 +209,7 @@ class StreamsMixin:
             matched = broker.deliver_remote(replace(forwarded.message), accept, except_clients=waiting)
             if not matched and not waiting:
                 stats.wasted += 1  # the class reached us, no local filter matched the topic
+            class_counters.received(forwarded.stream, hops, bool(matched or waiting))
         self._persist_positions()
         self._deliver_pending_commit = True
 

@@ -1,0 +1,154 @@
+"""``skipmq-pipeline`` / ``python -m pipeline``: run the streaming job against a live cluster."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import signal
+import sys
+import time
+from typing import Any
+
+from pipeline.sources.mqtt_snapshots import parse_brokers
+
+DESCRIPTION = """\
+SkipMQ's data pipeline: a Spark Structured Streaming job over a live SkipMQ cluster.
+
+Reads the per-class snapshots every broker publishes on $SYS/skipmq/<broker-id>/classes (MQTT,
+--mqtt: one address per broker, $SYS is per broker) and every broker's /metrics (HTTP, --http:
+brokers are also found through /cluster), computes over event-time windows with watermarks (rates,
+hot classes, per-broker load and imbalance, hop percentiles, wasted forwards, classes crossing the
+routing-table size L, outlier brokers) and writes Parquet tables under --out (partitioned by date
+and window, checkpointed: run it again with the same --out and it resumes), optionally the console,
+and retained findings on $SYS/skipmq/analytics/<table>. docs/pipeline.md has the tables' schemas.
+
+Needs Java 17+ (JAVA_HOME or java on PATH) and the skipmq[spark] extra. Under spark-submit, give
+--master "" to keep the master spark-submit sets (docs/pipeline.md "On a Spark cluster").
+"""
+
+EPILOG = """\
+examples:
+  skipmq-pipeline --mqtt 127.0.0.1:1883 --http http://127.0.0.1:9090 --duration-s 300
+  skipmq-pipeline --mqtt b1:1883,b2:1883,b3:1883 --http http://b1:9090 --window "5 minutes" --out /data/skipmq
+  python -m pipeline.report --out pipeline-out     # charts and a Markdown summary of the tables
+"""
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="skipmq-pipeline",
+        description=DESCRIPTION,
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "--master", default="local[2]", help='Spark master (default local[2]; "" = as spark-submit set it)'
+    )
+    p.add_argument(
+        "--mqtt",
+        default="127.0.0.1:1883",
+        help="host:port of every broker for snapshots and findings ('' = off)",
+    )
+    p.add_argument(
+        "--http", default="http://127.0.0.1:9090", help="comma-separated /metrics base URLs ('' = off)"
+    )
+    p.add_argument(
+        "--no-discover",
+        action="store_true",
+        help="scrape only the --http URLs, not the brokers /cluster lists",
+    )
+    p.add_argument(
+        "--peer-http-port",
+        default=None,
+        help="HTTP port of brokers found through /cluster (default: the seed's)",
+    )
+    p.add_argument(
+        "--scrape-interval-s", type=float, default=10.0, help="seconds between /metrics scrapes (default 10)"
+    )
+    p.add_argument(
+        "--out",
+        default="pipeline-out",
+        help="output directory: Parquet tables and _checkpoints (default pipeline-out)",
+    )
+    p.add_argument("--window", default="1 minute", help='event-time window length (default "1 minute")')
+    p.add_argument(
+        "--watermark", default="30 seconds", help='how late a snapshot may arrive (default "30 seconds")'
+    )
+    p.add_argument("--trigger", default="10 seconds", help='micro-batch interval (default "10 seconds")')
+    p.add_argument("--top-k", type=int, default=3, help="hot classes kept per window (default 3)")
+    p.add_argument("--console", action="store_true", help="also print each batch's hot classes and imbalance")
+    p.add_argument(
+        "--no-mqtt-findings", action="store_true", help="do not publish findings on $SYS/skipmq/analytics"
+    )
+    p.add_argument(
+        "--client-id", default="skipmq-pipeline", help="MQTT client id prefix (persistent sessions)"
+    )
+    p.add_argument(
+        "--duration-s", type=float, default=0, help="stop after this many seconds (default 0: until Ctrl-C)"
+    )
+    return p
+
+
+def _log(event: str, **fields: Any) -> None:
+    print(json.dumps({"ts": round(time.time(), 3), "event": event, **fields}), file=sys.stderr, flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    logging.basicConfig(level=logging.WARNING)
+    from pipeline.job import JobConfig, start_job
+    from pipeline.session import MissingRuntime, build_session
+
+    try:
+        mqtt = parse_brokers(args.mqtt) if args.mqtt else []
+    except ValueError as exc:
+        print(f"skipmq-pipeline: --mqtt: {exc}", file=sys.stderr)
+        return 2
+    http = [url.strip() for url in args.http.split(",") if url.strip()]
+    config = JobConfig(
+        out=args.out,
+        mqtt=mqtt,
+        http=http,
+        window=args.window,
+        watermark=args.watermark,
+        trigger=args.trigger,
+        top_k=args.top_k,
+        console=args.console,
+        mqtt_findings=not args.no_mqtt_findings,
+        client_id=args.client_id,
+        discover=not args.no_discover,
+        peer_http_port=args.peer_http_port,
+        scrape_interval_s=args.scrape_interval_s,
+    )
+    try:
+        spark = build_session(args.master or None)
+    except MissingRuntime as exc:
+        print(str(exc), file=sys.stderr)
+        return 3
+    try:
+        job = start_job(spark, config)
+    except ValueError as exc:
+        print(f"skipmq-pipeline: {exc}", file=sys.stderr)
+        return 2
+    _log("pipeline_started", out=args.out, mqtt=args.mqtt, http=http, window=args.window)
+    stopping = {"now": False}
+    signal.signal(signal.SIGTERM, lambda *_: stopping.update(now=True))
+    deadline = time.monotonic() + args.duration_s if args.duration_s > 0 else None
+    last_report = 0.0
+    try:
+        while not stopping["now"] and (deadline is None or time.monotonic() < deadline):
+            error = job.failed()
+            if error is not None:
+                _log("pipeline_failed", error=error)
+                return 1
+            if time.monotonic() - last_report >= 30:
+                last_report = time.monotonic()
+                _log("pipeline_progress", batches=dict(job.batches))
+            time.sleep(0.5)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        job.stop()
+        _log("pipeline_stopped", batches=dict(job.batches))
+    return 0

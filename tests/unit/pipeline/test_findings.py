@@ -1,0 +1,122 @@
+"""The pipeline's pure parts: snapshot and /metrics records, the spool, the findings of whole windows,
+the command line and its clear refusal without Java (no Spark started here)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from broker.cluster.class_stats import ClassCounters, SnapshotBuilder
+from pipeline import findings
+from pipeline.records import BadSnapshot, metric_records, snapshot_records
+from pipeline.spool import Spool
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def test_snapshot_records_flatten_what_the_broker_builds() -> None:
+    counters = ClassCounters()
+    counters.published("=a")
+    counters.received("=a", 2, delivered=True)
+    snapshot = SnapshotBuilder("b:1", counters, 2).build(5.0, lambda cls: 3, extra={"queued_messages": 7})
+    (record,) = snapshot_records(json.dumps(snapshot))
+    assert record["class"] == "=a" and record["publishes_delta"] == 1 and record["hops_1"] == 1
+    assert (record["subscriber_brokers"], record["table_size"], record["queued_messages"]) == (3, 2, 7)
+
+
+@pytest.mark.parametrize(
+    "payload", [b"not json", b"{}", b'{"broker":"b","ts":1,"seq":1,"table_size":2,"classes":[{}]}']
+)
+def test_a_bad_snapshot_is_refused_by_name(payload: bytes) -> None:
+    with pytest.raises(BadSnapshot, match="not a SkipMQ class snapshot"):
+        snapshot_records(payload)
+
+
+def test_metric_records_parse_prometheus_text() -> None:
+    text = '# TYPE skipmq_messages_received counter\nskipmq_messages_received_total{qos="1"} 5.0\n'
+    (record,) = metric_records(text, "h:1", "n", 1.0)
+    assert (record["name"], json.loads(record["labels"]), record["value"]) == (
+        "skipmq_messages_received_total",
+        {"qos": "1"},
+        5.0,
+    )
+
+
+def test_spool_offsets_replay_exactly_across_instances(tmp_path: Path) -> None:
+    spool = Spool(tmp_path / "s.jsonl")
+    assert spool.append([{"n": n} for n in range(5)]) == 5
+    again = Spool(tmp_path / "s.jsonl")  # another process after a restart
+    assert [r["n"] for r in again.read(1, 4)] == [1, 2, 3]
+    spool.append([{"n": 5}])
+    assert [r["n"] for r in again.read(4, 6)] == [4, 5]  # sees lines appended by the other
+
+
+def _cells() -> pd.DataFrame:
+    rows = []
+    start = pd.Timestamp("2026-01-01T00:00:00Z")
+    for broker, cls, pubs, delivs, hops, subs, before in (
+        ("b0", "=hot", 100, 0, [0] * 9, 1, 1),
+        ("b1", "=warm", 10, 0, [0] * 9, 3, 3),
+        ("b2", "=warm", 0, 10, [6, 4, 0, 0, 0, 0, 0, 0, 0], 3, 2),
+        ("b0", "=wide", 0, 0, [0] * 9, 3, 2),
+    ):
+        row = {
+            "window_start": start,
+            "window_end": start + pd.Timedelta(seconds=10),
+            "broker": broker,
+            "class": cls,
+            "publishes": pubs,
+            "forwards": pubs,
+            "received": delivs,
+            "deliveries": delivs,
+            "wasted": 0,
+            "hop_sum": 0,
+            "subscriber_brokers": subs,
+            "table_size": 2,
+            "queued_messages": 0,
+            "crossed_up_at": start + pd.Timedelta(seconds=3) if before <= 2 < subs else pd.NaT,
+            "crossed_down_at": pd.NaT,
+            "snapshots": 10,
+        }
+        row.update({f"hops_{index}": value for index, value in enumerate(hops)})
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def test_findings_of_a_window() -> None:
+    tables = findings.snapshot_tables(_cells(), top_k=1)
+    hot = tables["hot_classes"]
+    assert list(hot["class"]) == ["=hot"] and float(hot["publish_rate"].iloc[0]) == 10.0
+    imbalance = tables["imbalance"].iloc[0]
+    # loads 10, 1 and 1 msgs/s: max / mean = 10 / 4
+    assert imbalance["busiest_broker"] == "b0" and imbalance["imbalance"] == pytest.approx(2.5)
+    warm = tables["class_windows"].set_index("class").loc["=warm"]
+    assert (warm["hop_p50"], warm["hop_p99"], warm["wasted_ratio"]) == (1.0, 2.0, 0.0)
+    crossings = tables["l_crossings"]
+    assert sorted(crossings["class"]) == ["=warm", "=wide"] and set(crossings["direction"]) == {"multi_hop"}
+    outliers = tables["outliers"]
+    assert list(outliers["broker"]) == ["b0"] and list(outliers["metric"]) == ["load"]
+
+
+def test_help_explains_and_a_missing_java_is_named(tmp_path: Path) -> None:
+    shown = subprocess.run(
+        [sys.executable, "-m", "pipeline", "--help"], cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
+    assert shown.returncode == 0 and "--master" in shown.stdout and "local[2]" in shown.stdout
+    env = {key: value for key, value in os.environ.items() if key != "JAVA_HOME"}
+    env["PATH"] = str(tmp_path)  # no java on it
+    refused = subprocess.run(
+        [sys.executable, "-m", "pipeline", "--duration-s", "1"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
+    assert refused.returncode == 3 and "no Java found" in refused.stderr and "JAVA_HOME" in refused.stderr
