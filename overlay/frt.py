@@ -249,3 +249,48 @@ def select_victim(table: RoutingTable) -> Key | None:
     wanted = set(candidates)
     # B9/B10': farthest predecessor, else farthest successor
     return table.scan_farthest(wanted, want_sub, index)
+
+
+# ------------------------------------------------------------------ explanation (simulator reports)
+
+_DECIDING = (
+    (0, "B1 (policy 1: keep the Skip-Graph levels, l_max/EMP)"),
+    (2, "B3 (policy 2: keep same-topic subscribers)"),
+    (4, "B5 (policy 3: fewest most-populated levels, |MAX|)"),
+    (6, "B7 (policy 3/4: highest min(MAX))"),
+    (8, "B9 (policy 5: nearer successors, KEY(SUCC))"),
+    (9, "B10' (policy 5: nearer predecessors, KEY(PRED))"),
+)
+
+
+def eviction_reason(table: RoutingTable, victim: Key) -> str:
+    """Why filtering removed ``victim`` (a same-topic subscriber) rather than another entry.
+
+    Against the best table left by removing a non-subscriber instead: the first proposition by
+    which the chosen table beats it (B1 when policy 1 - l_max, EMP - keeps that entry). With no
+    removable non-subscriber, against the best table left by removing another subscriber
+    ("subscribers only: ..."). ``table`` still holds ``victim``. O(L^2); for simulator reports
+    (``TableTrace``), not for the hot path."""
+    entry_mvs = {key: table.mv_of(key) for key in table.keys}
+    view = TableView.build(table.owner, table.owner_mv, entry_mvs, table.mv_bits)
+    pinned = set(table.sticky_keys())
+    chosen = view.without(victim)
+    best: dict[bool, TableView] = {}
+    for key in table.keys:
+        if key in pinned or key == victim:
+            continue
+        candidate = view.without(key)
+        is_sub = table.is_sub(key)
+        if is_sub not in best or frt_leq(best[is_sub], candidate):
+            best[is_sub] = candidate
+    if False in best:
+        alternative, prefix = best[False], ""
+    elif True in best:
+        alternative, prefix = best[True], "subscribers only: "
+    else:
+        return "no other non-sticky entry"
+    b = propositions(alternative, chosen)
+    for index, label in _DECIDING:
+        if b[index] and (index != 9 or succ_keys(alternative) == succ_keys(chosen)):
+            return prefix + label
+    return prefix + "equivalent tables"

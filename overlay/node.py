@@ -92,6 +92,7 @@ _T_LINK = 6
 _T_NOTICE = 7
 _T_DONE = 8
 _T_DONE_RETRY = 9
+_T_VERIFY = 10
 
 
 def _check_topic(topic: object) -> None:
@@ -121,6 +122,7 @@ class VirtualNode:
         "rp_present",
         "seen",
         "table",
+        "verify_rounds",
     )
 
     def __init__(self, key: Key, mv: int, config: OverlayConfig) -> None:
@@ -145,6 +147,7 @@ class VirtualNode:
         self.rp_present: bool | None = None  # None: not the rendezvous point
         self.seen: dict[tuple[Key, int], None] = {}
         self.random_rounds = 0
+        self.verify_rounds = 0  # position checks done (see OverlayNode._verify_position)
         self.last_publish_eexp = float("-inf")
 
 
@@ -206,6 +209,7 @@ class OverlayNode:
         self.deferred: list[Event] = []
         self.pending: dict[Key, _PendingJoin] = {}
         self.requests: dict[int, Key] = {}
+        self.verifying: dict[int, tuple[Key, float]] = {}  # verification search -> (vnode, until)
         self.pending_publishes: dict[str, list[tuple[Publish, float]]] = {}  # (event, time queued)
         self.done_slots: dict[int, tuple[_PublishTask, int]] = {}  # PUB ack id -> (task, slot)
         self.done_tasks: dict[Any, _PublishTask] = {}  # received delegation -> its task (for a while)
@@ -487,9 +491,11 @@ class OverlayNode:
             self._check_rendezvous(vnode)
 
     def _watch(self, peer: PeerId) -> None:
-        """A peer just became a level-0 neighbour: its silence is timed from now."""
+        """A peer just became a level-0 neighbour: its silence is timed from now, unless it is
+        timed already (it hosts another neighbour): a crashed peer whose entries move into the
+        level-0 slots one after another must not have its silence restarted each time."""
         if peer != self.peer_id:
-            self.last_heard[peer] = self.now
+            self.last_heard.setdefault(peer, self.now)
 
     def _correct(self, vnode: VirtualNode, sender: NodeRef) -> None:
         """The sender believes we are its level-0 neighbour: offer the known node nearest to it
@@ -735,7 +741,51 @@ class OverlayNode:
         key = max(below) if below else min(self.vnodes)
         return self.vnodes[key]
 
+    def _verify_position(self, vnode: VirtualNode) -> None:
+        """Search for our own key once more, from an entry of our table (docs/overlay.md §10).
+
+        Joins that search the same spot concurrently (peers bootstrapping 2 ms apart all insert
+        their anchors at the right end) are answered by nodes that do not yet know each other's
+        joiners; the joiners then form interleaved chains that each look right locally and that
+        the NEW/LINK notices merge only one node per round trip. A second search a moment later
+        runs through tables that have learned the burst: where it ends at a node other than us,
+        its answer names nodes nearer than our neighbours, and learning them starts the usual
+        corrections at every misplaced joiner at once."""
+        if self.vnodes.get(vnode.key) is not vnode:
+            return
+        table = vnode.table
+        sticky = table.sticky_keys()
+        candidates = [key for key in table.keys if key not in sticky and key[2] != self.peer_id]
+        if not candidates:
+            candidates = [key for key in table.keys if key[2] != self.peer_id]
+        if not candidates:
+            return
+        start = candidates[self.rng.randrange(len(candidates))]
+        now = self.now
+        if len(self.verifying) > 64:  # answers that never came (lost, or a crashed hop)
+            self.verifying = {rid: item for rid, item in self.verifying.items() if item[1] > now}
+        request_id = self._next_id()
+        self.verifying[request_id] = (vnode.key, now + self.config.search_timeout_s)
+        self._send(start, m.SEARCH(start, self.peer_id, vnode.key, request_id, vnode.ref))
+
+    def _on_verify_found(self, key: Key, msg: m.FOUND) -> None:
+        vnode = self.vnodes.get(key)
+        if vnode is None:
+            return
+        for ref in (msg.pred, msg.succ):
+            if ref is not None and ref[0] != key:
+                self._learn(vnode, ref)
+        self._after_change(vnode)
+        vnode.verify_rounds += 1
+        if vnode.verify_rounds < self.config.join_verify_rounds:  # the next check waits twice as long
+            delay = self.config.join_verify_delay_s * 2**vnode.verify_rounds
+            self._timer(self.now + delay, _T_VERIFY, vnode)
+
     def _on_found(self, sender: PeerId, msg: m.FOUND) -> None:
+        verified = self.verifying.pop(msg.request_id, None)
+        if verified is not None:
+            self._on_verify_found(verified[0], msg)
+            return
         if self.lonely_probe is not None and msg.request_id == self.lonely_probe:
             self._on_lonely_found(sender, msg)
             return
@@ -788,6 +838,8 @@ class OverlayNode:
                 self._watch(neighbour[2])
         now = self.now
         self._timer(now + config.link_retry_s, _T_LINK, vnode)  # REXP lost? re-announce by LINK
+        if config.join_verify_rounds > 0:
+            self._timer(now + config.join_verify_delay_s, _T_VERIFY, vnode)
         rng = self.rng
         self._timer(now + config.rexp_interval_s * (0.9 + 0.2 * rng.random()), _T_REXP, vnode)
         if config.frt_enabled:
@@ -921,11 +973,11 @@ class OverlayNode:
         if msg.forwarder[0] != origin[0]:
             self._learn(vnode, msg.forwarder)
         self._after_change(vnode)
-        # The missing-entry count counts entries still to find. A range EEXP passes through
-        # entries the origin already has (they are its delegates into the subscriber run), so
-        # only a receiver that supplied a new entry uses one up; the shrinking sub-ranges bound
-        # the exploration. A random walk has no such bound: it spends one at every hop.
-        remaining = msg.missing - 1 if supplied or msg.random_walk else msg.missing
+        # §3.5.6: "decrement the missing-entry count; if it is >= 1, forward". With
+        # eexp_decrement="supplied" (not the seed's) a range EEXP spends one only where it found
+        # a new entry (its shrinking sub-ranges still bound it); a random walk always spends one.
+        spend = supplied or msg.random_walk or self.config.eexp_decrement == "every"
+        remaining = msg.missing - 1 if spend else msg.missing
         if remaining < 1:
             return
         if msg.random_walk:
@@ -952,9 +1004,13 @@ class OverlayNode:
     ) -> None:
         plan = plan_delegation(vnode.table, vnode.key, lo, hi)
         if plan:
+            # The seed forwards the (decremented) count to "the next destination" and says
+            # nothing of dividing it: with eexp_split="whole" every delegate of the range
+            # multicast carries it; "even" divides it (farthest delegate first gets the rest).
+            whole = self.config.eexp_split == "whole"
             base, extra = divmod(missing, len(plan))
             for index, (dest, sub_lo, sub_hi) in enumerate(plan):
-                share = base + (1 if index < extra else 0)
+                share = missing if whole else base + (1 if index < extra else 0)
                 if share >= 1:
                     self._send(dest, m.EEXP(dest, origin, vnode.ref, existing, share, sub_lo, sub_hi, False))
         elif not lo <= vnode.key < hi:
@@ -966,7 +1022,12 @@ class OverlayNode:
         table = vnode.table
         size = self.config.table_size
         missing = size - len(table)
-        deficit = size - table.sub_count - len(table.sticky_keys())
+        if self.config.eexp_trigger == "below_l":  # §3.5.2/§3.5.4: "while fewer than L entries"
+            return missing
+        # the slots a subscriber could still take: all but the subscribers held and the sticky
+        # entries that are not subscribers (a sticky subscriber is counted once)
+        nonsub_sticky = sum(1 for key in table.sticky_keys() if not table.is_sub(key))
+        deficit = size - table.sub_count - nonsub_sticky
         return max(missing, deficit)
 
     def _issue_range_eexp(self, vnode: VirtualNode) -> None:
@@ -1445,6 +1506,8 @@ class OverlayNode:
                 self._join_eexp(arg)
             elif kind == _T_EEXP_RANDOM:
                 self._random_eexp(arg)
+            elif kind == _T_VERIFY:
+                self._verify_position(arg)
             elif kind == _T_SEARCH:
                 key = self.requests.get(arg)
                 join = self.pending.get(key) if key is not None else None

@@ -22,13 +22,16 @@ from overlay.table import RoutingTable
 
 
 def search_next_hop(table: RoutingTable, owner: Key, target: Key) -> Key | None:
+    """The target itself is never a hop: a joiner's key is in no table yet, and a node checking
+    its own position (``OverlayNode._verify_position``) wants the search to end at the node the
+    rest of the graph takes for its neighbour, not at itself."""
     keys = table.keys
     if target > owner:
-        index = bisect_right(keys, target)  # entries in (owner, target]: the largest
+        index = bisect_left(keys, target)  # entries in (owner, target): the largest
         if index > 0 and keys[index - 1] > owner:
             return keys[index - 1]
         return None
-    index = bisect_left(keys, target)  # entries in [target, owner): the smallest
+    index = bisect_right(keys, target)  # entries in (target, owner): the smallest
     if index < len(keys) and keys[index] < owner:
         return keys[index]
     return None

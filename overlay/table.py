@@ -23,6 +23,17 @@ from overlay.keys import SUBSCRIBER, Key, NodeRef, common_prefix_length
 _LEVEL_MASK = 0xFF
 
 
+class TableTrace:
+    """What a traced table did with same-topic subscribers: every one it ever learned, and the
+    last reason (``frt.eviction_reason``) for which filtering removed each evicted one."""
+
+    __slots__ = ("evicted", "learned")
+
+    def __init__(self) -> None:
+        self.learned: set[Key] = set()
+        self.evicted: dict[Key, str] = {}
+
+
 class RoutingTable:
     __slots__ = (
         "capacity",
@@ -36,6 +47,7 @@ class RoutingTable:
         "owner_topic",
         "packed",
         "sub_count",
+        "trace",
     )
 
     def __init__(self, owner: Key, owner_mv: int, *, capacity: int, frt_enabled: bool, mv_bits: int) -> None:
@@ -50,6 +62,7 @@ class RoutingTable:
         self.level_counts: list[int] = []
         self.nonsub_counts: list[int] = []
         self.sub_count = 0
+        self.trace: TableTrace | None = None  # set by simulator reports (paper_sweep --explain)
 
     # ------------------------------------------------------------ queries
 
@@ -136,6 +149,8 @@ class RoutingTable:
     # ------------------------------------------------------------ mutation
 
     def _insert(self, key: Key, mv: int) -> None:
+        if self.trace is not None and self.is_sub(key):
+            self.trace.learned.add(key)
         level = common_prefix_length(self.owner_mv, mv, self.mv_bits)
         insort(self.keys, key)
         self.packed[key] = (mv << 8) | level
@@ -183,6 +198,8 @@ class RoutingTable:
             if len(self.keys) > self.capacity:
                 victim = frt.select_victim(self)
                 if victim is not None:
+                    if self.trace is not None and self.is_sub(victim):
+                        self.trace.evicted[victim] = frt.eviction_reason(self, victim)
                     self.remove(victim)
                     return victim != key
         else:

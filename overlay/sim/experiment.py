@@ -38,6 +38,7 @@ __all__ = [
     "ExperimentConfig",
     "PathSample",
     "SeriesResult",
+    "StepExplanation",
     "aggregate",
     "delay_model_ms",
     "make_node_factory",
@@ -82,6 +83,7 @@ class ExperimentConfig:
     measured_order: str = "incremental"
     overlay_options: tuple[tuple[str, Any], ...] = ()  # extra OverlayConfig fields (timers)
     scribe_options: tuple[tuple[str, Any], ...] = ()  # extra ScribeConfig fields
+    explain: bool = False  # trace the publisher's table: StepExplanation per step (proposed system)
     network: NetworkConfig = field(default_factory=NetworkConfig)
 
     def __post_init__(self) -> None:
@@ -124,6 +126,38 @@ class PathSample:
 
 
 @dataclass(frozen=True, slots=True)
+class StepExplanation:
+    """The publisher's table at one step (``ExperimentConfig.explain``), after its publishes.
+
+    ``missing`` names every subscriber not reached in one hop by the last measured publish and
+    why: "never learned" (never an entry of the publisher's table), "evicted: <proposition>"
+    (removed by ≤FRT filtering; the first proposition by which the table without it beat the
+    best alternative, ``frt.eviction_reason``), "known, reached via another node" (an entry
+    now, learned after the publish or not used as a delegate).
+    """
+
+    system: str
+    table_size: int | None
+    seed: int
+    subscribers: int
+    table_entries: int
+    sticky_entries: int
+    sub_entries: int  # same-topic subscriber entries (|SUB(E)|)
+    nonsub_by_level: tuple[int, ...]  # non-subscriber entries per level 0..l_max
+    sub_by_level: tuple[int, ...]
+    known: int  # subscribers that are entries of the publisher's table now
+    one_hop: int  # subscribers reached at 1 hop by the last measured publish
+    ever_learned: int  # subscribers the table ever held
+    missing: tuple[tuple[str, str], ...]  # (subscriber key as text, why), sorted by key
+
+    def reasons(self) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for _, why in self.missing:
+            counts[why] = counts.get(why, 0) + 1
+        return counts
+
+
+@dataclass(frozen=True, slots=True)
 class SeriesResult:
     """One (system, L, seed) run: the samples plus what building the background cost."""
 
@@ -131,6 +165,7 @@ class SeriesResult:
     build_messages_by_kind: tuple[tuple[str, int], ...]
     build_virtual_time_s: float
     virtual_nodes: int  # after the build (0 for Scribe, which has no virtual nodes)
+    explanations: list[StepExplanation] = field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True)
@@ -200,6 +235,89 @@ class _DeliveryRecorder:
                 self.deliveries.setdefault(action.publication_id, []).append((peer, action.hops))
 
 
+class _TableTracer:
+    """Observer attaching a ``TableTrace`` to the publisher's table of the measured topic as
+    soon as it exists (subscriber entries already present count as learned)."""
+
+    __slots__ = ("key", "peer", "table")
+
+    def __init__(self, peer: PeerId, topic: str) -> None:
+        self.peer = peer
+        self.key = (topic, int(Role.PUBLISHER), peer)
+        self.table: Any = None
+
+    def __call__(self, sim: Simulator, peer: PeerId, event: Event, actions: list[Any]) -> None:
+        if peer != self.peer or self.table is not None:
+            return
+        node: Any = sim.nodes.get(peer)
+        if node is None or self.key not in getattr(node, "vnodes", {}):
+            return
+        from overlay.table import TableTrace
+
+        table = node.table_of(self.key)
+        table.trace = TableTrace()
+        table.trace.learned.update(key for key in table.keys if table.is_sub(key))
+        self.table = table
+
+
+def _explain_step(
+    system: str,
+    table_size: int | None,
+    seed: int,
+    count: int,
+    tracer: _TableTracer,
+    recorder: _DeliveryRecorder,
+    last_id: int,
+    subscribers: Sequence[PeerId],
+    topic: str,
+) -> StepExplanation:
+    table = tracer.table
+    if table is None or table.trace is None:
+        message = f"the publisher's table was never traced at {count} subscribers"
+        raise SimulationError(message, seed=seed, now_s=-1.0)
+    hops = dict(recorder.deliveries.get(last_id, []))
+    levels = len(table.level_counts)
+    sub_by_level = [0] * levels
+    for key in table.keys:
+        if table.is_sub(key):
+            sub_by_level[table.level_of(key)] += 1
+    nonsub = tuple(table.nonsub_counts)
+    missing: list[tuple[str, str]] = []
+    one_hop = 0
+    known = 0
+    for peer in sorted(subscribers):
+        key = (topic, int(Role.SUBSCRIBER), peer)
+        in_table = key in table
+        known += in_table
+        if hops.get(peer) == 1:
+            one_hop += 1
+            continue
+        if in_table:
+            why = "known, reached via another node"
+        elif key in table.trace.evicted:
+            why = f"evicted: {table.trace.evicted[key]}"
+        elif key in table.trace.learned:
+            why = "removed (not by filtering)"
+        else:
+            why = "never learned"
+        missing.append((repr(key), why))
+    return StepExplanation(
+        system=system,
+        table_size=table_size,
+        seed=seed,
+        subscribers=count,
+        table_entries=len(table),
+        sticky_entries=len(table.sticky_keys()),
+        sub_entries=table.sub_count,
+        nonsub_by_level=nonsub,
+        sub_by_level=tuple(sub_by_level),
+        known=known,
+        one_hop=one_hop,
+        ever_learned=len(table.trace.learned),
+        missing=tuple(missing),
+    )
+
+
 def _background_memberships(cfg: ExperimentConfig, rng: random.Random) -> list[tuple[int, str, Role]]:
     """(peer, topic, role) triples: each peer joins ~topics_per_node distinct background topics."""
     topic_count = cfg.background_topics if cfg.background_topics is not None else cfg.nodes
@@ -230,6 +348,8 @@ def run_series(
     twice or reaches nobody.
     """
     make_node = factory if factory is not None else make_node_factory(system, table_size, cfg)
+    explain = cfg.explain and system == "proposed"
+    tracer: _TableTracer | None = None
     plan_rng = random.Random(derive_seed(seed, "experiment-plan", cfg.nodes))
     sim = Simulator(seed, cfg.network, count_per_peer=False)
 
@@ -255,6 +375,9 @@ def run_series(
         side_rng.shuffle(order)
         publisher, candidates = order[0], order[1:]
         subscribed = cfg.subscriber_counts[0]
+        if explain:
+            tracer = _TableTracer(publisher, measured_topic)
+            sim.observers.append(tracer)
         sim.inject(publisher, JoinTopic(measured_topic, Role.PUBLISHER), at=bootstrap_end_s)
         for peer in candidates[:subscribed]:
             at = bootstrap_end_s + side_rng.random() * cfg.membership_window_s
@@ -275,10 +398,14 @@ def run_series(
         order = list(range(cfg.nodes))
         plan_rng.shuffle(order)
         publisher, candidates = order[0], order[1:]
+        tracer = _TableTracer(publisher, measured_topic) if explain else None
+        if tracer is not None:
+            sim.observers.append(tracer)
         sim.inject(publisher, JoinTopic(measured_topic, Role.PUBLISHER))
         sim.run_for(cfg.step_settle_s)
 
     samples: list[PathSample] = []
+    explanations: list[StepExplanation] = []
     publication_id = 0
     fresh = cfg.measured_order == "fresh"
     for step, count in enumerate(cfg.subscriber_counts, start=1):
@@ -288,6 +415,11 @@ def run_series(
             order = list(range(cfg.nodes))
             plan_rng.shuffle(order)
             publisher, joining = order[0], order[1 : count + 1]
+            if explain:
+                if tracer is not None:
+                    sim.observers.remove(tracer)
+                tracer = _TableTracer(publisher, measured_topic)
+                sim.observers.append(tracer)
         else:
             joining = candidates[subscribed:count]
         for index, peer in enumerate(joining):
@@ -313,9 +445,16 @@ def run_series(
                 route_sends += sim.stats.sent_by_kind["PUBLISH"] - routed_before
         sim.observers.remove(recorder)
         sample = _summarise(sim, system, table_size, seed, count, recorder, measured_ids, before)
+        if tracer is not None:
+            members = list(joining) if fresh else candidates[:count]
+            last_id = measured_ids[-1]
+            where = (system, table_size, seed, count)
+            explanations.append(_explain_step(*where, tracer, recorder, last_id, members, measured_topic))
         samples.append(replace(sample, route_hops=route_sends / len(measured_ids)))
         report("subscribers", step, total_steps)
-    return SeriesResult(samples, build_by_kind, build_time_s, virtual_nodes)
+    if tracer is not None:
+        sim.observers.remove(tracer)
+    return SeriesResult(samples, build_by_kind, build_time_s, virtual_nodes, explanations)
 
 
 def _summarise(

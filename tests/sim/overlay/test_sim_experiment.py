@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import sys
+from dataclasses import asdict, replace
 from pathlib import Path
 from types import ModuleType
 
@@ -118,3 +119,39 @@ def test_sweep_cli_pieces(tmp_path: Path) -> None:
     assert all(f.stat().st_size > 10_000 for f in files)
     with pytest.raises(SystemExit, match="unknown"):
         sweep.main(["--systems", "chord", "--out", str(tmp_path)])
+
+
+QUIET = (("rexp_interval_s", 600.0), ("ping_interval_s", 300.0), ("failure_timeout_s", 900.0))
+PLAIN_REASONS = ("never learned", "known, reached via another node", "removed (not by filtering)")
+
+
+def test_explain_accounts_for_every_subscriber_of_every_step() -> None:
+    """paper_sweep --explain: per step, the publisher's table and why each subscriber that was
+    not reached in one hop is not (issue #18)."""
+    cfg = ExperimentConfig(
+        nodes=150,
+        subscriber_counts=(3, 12),
+        explain=True,
+        overlay_options=QUIET,
+    )
+    result = run_series("proposed", 6, 1, cfg)
+    assert [e.subscribers for e in result.explanations] == [3, 12]
+    for step, explanation in zip(result.samples, result.explanations, strict=True):
+        assert explanation.one_hop + len(explanation.missing) == step.subscribers
+        assert explanation.table_entries <= 6
+        assert explanation.sub_entries == sum(explanation.sub_by_level)
+        assert explanation.table_entries == explanation.sub_entries + sum(explanation.nonsub_by_level)
+        assert explanation.known >= explanation.one_hop
+        for _, why in explanation.missing:
+            assert why in PLAIN_REASONS or why.startswith("evicted: "), why
+    # 12 subscribers cannot all fit in a table of 6: some are evicted by a named proposition
+    last = result.explanations[-1]
+    assert last.missing and any(why.startswith("evicted: B") for _, why in last.missing), last.reasons()
+    report = load_sweep().explain_markdown([asdict(e) for e in result.explanations])
+    assert "| proposed L=6 seed 1 | 12 |" in report
+    # the other systems are not traced
+    assert run_series("sgtbps", None, 1, replace_subscribers(cfg, (3,))).explanations == []
+
+
+def replace_subscribers(cfg: ExperimentConfig, counts: tuple[int, ...]) -> ExperimentConfig:
+    return replace(cfg, subscriber_counts=counts)

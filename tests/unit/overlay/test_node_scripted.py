@@ -114,33 +114,95 @@ def test_rexp_level_increment_rule() -> None:
             assert forwards == []
 
 
-def test_eexp_spends_missing_count_only_on_new_entries() -> None:
-    cluster = Cluster(5, small_config(table_size=20))
+def _eexp_receiver(**config: Any) -> tuple[Cluster, Any, Any]:
+    cluster = Cluster(5, small_config(table_size=20, **config))
     cluster.bootstrap_all()
     joined(cluster, [(0, "a", PUB_ROLE)] + [(peer, "t", SUB_ROLE) for peer in range(1, 5)])
-    keys = cluster.all_keys()
+    receiver = cluster.all_keys()[1]
+    return cluster, cluster.nodes[receiver[2]], receiver
+
+
+def _sends(actions: list[Any], kind: str) -> list[Any]:
+    return [a.message for a in actions if isinstance(a, Send) and a.message.kind == kind]
+
+
+def test_eexp_receipt_follows_the_seed_decrement_and_forward_rule() -> None:
+    """§3.5.6: NEW if absent from the existing list; decrement the count at every receipt; if it is
+    still >= 1 forward it - to every delegate of the range multicast, each with the whole count."""
+    cluster, node, receiver = _eexp_receiver(eexp_decrement="every", eexp_split="whole")
     origin = (("zz", 0, 0), 99)
-    receiver = keys[1]
-    node = cluster.nodes[receiver[2]]
     lo, hi = ("t", 1), ("t", 2)
     actions = node.handle(Receive(0, m.EEXP(receiver, origin, origin, (), 3, lo, hi, False)), cluster.now)
-    forwarded = [a.message for a in actions if isinstance(a, Send) and a.message.kind == "EEXP"]
-    assert sum(f.missing for f in forwarded) == 2
+    forwarded = _sends(actions, "EEXP")
+    assert len(forwarded) >= 2 and all(f.missing == 2 for f in forwarded)
     assert all(f.forwarder[0] == receiver and f.sender == origin for f in forwarded)
-    assert any(a.message.kind == "NEW" for a in actions if isinstance(a, Send))
-    # a receiver the origin already has answers no NEW and passes the whole count on
+    assert len(_sends(actions, "NEW")) == 1
+    # a receiver the origin already has answers no NEW and still spends one
+    passed = node.handle(
+        Receive(0, m.EEXP(receiver, origin, origin, (receiver,), 2, lo, hi, False)), cluster.now
+    )
+    assert not _sends(passed, "NEW")
+    assert _sends(passed, "EEXP") and all(f.missing == 1 for f in _sends(passed, "EEXP"))
+    # a count of one ends at this receiver, known or not
+    ended = node.handle(
+        Receive(0, m.EEXP(receiver, origin, origin, (receiver,), 1, lo, hi, False)), cluster.now
+    )
+    assert not [a for a in ended if isinstance(a, Send)]
+    # a random walk spends one at every hop
+    walked = node.handle(
+        Receive(0, m.EEXP(receiver, origin, origin, (receiver,), 1, (), (), True)), cluster.now
+    )
+    assert not _sends(walked, "EEXP") and not _sends(walked, "NEW")
+
+
+def test_eexp_supplied_decrement_with_the_whole_count_to_every_delegate() -> None:
+    """``eexp_split="whole"``: only a receiver that supplies a new entry spends one; every
+    delegate gets the rest (docs/overlay.md §5: single hop to 80 at L = 120, N = 2,000)."""
+    cluster, node, receiver = _eexp_receiver(eexp_split="whole")
+    origin = (("zz", 0, 0), 99)
+    lo, hi = ("t", 1), ("t", 2)
+    actions = node.handle(Receive(0, m.EEXP(receiver, origin, origin, (), 3, lo, hi, False)), cluster.now)
+    forwarded = _sends(actions, "EEXP")
+    assert len(forwarded) >= 2 and all(f.missing == 2 for f in forwarded)
     known = m.EEXP(receiver, origin, origin, (receiver,), 1, lo, hi, False)
     passed = node.handle(Receive(0, known), cluster.now)
-    assert not [a for a in passed if isinstance(a, Send) and a.message.kind == "NEW"]
-    assert sum(a.message.missing for a in passed if isinstance(a, Send) and a.message.kind == "EEXP") == 1
-    # a new entry with a count of one answers NEW and ends the exploration
-    final = m.EEXP(receiver, origin, origin, (), 1, lo, hi, False)
-    last = node.handle(Receive(0, final), cluster.now)
+    assert not _sends(passed, "NEW") and all(f.missing == 1 for f in _sends(passed, "EEXP"))
+    assert _sends(passed, "EEXP")
+
+
+def test_eexp_default_rules_supplied_decrement_and_even_split() -> None:
+    """The defaults (docs/overlay.md §5): the count is spent only on new entries and divided
+    among the delegates."""
+    cluster, node, receiver = _eexp_receiver()
+    origin = (("zz", 0, 0), 99)
+    lo, hi = ("t", 1), ("t", 2)
+    actions = node.handle(Receive(0, m.EEXP(receiver, origin, origin, (), 3, lo, hi, False)), cluster.now)
+    assert sum(f.missing for f in _sends(actions, "EEXP")) == 2  # divided among the delegates
+    assert _sends(actions, "NEW")
+    known = m.EEXP(receiver, origin, origin, (receiver,), 1, lo, hi, False)
+    passed = node.handle(Receive(0, known), cluster.now)
+    assert not _sends(passed, "NEW")
+    assert sum(f.missing for f in _sends(passed, "EEXP")) == 1  # nothing supplied: nothing spent
+    last = node.handle(Receive(0, m.EEXP(receiver, origin, origin, (), 1, lo, hi, False)), cluster.now)
     assert [a.message.kind for a in last if isinstance(a, Send)] == ["NEW"]
-    # a random walk spends one at every hop, known or not (nothing else bounds it)
-    walk = m.EEXP(receiver, origin, origin, (receiver,), 1, (), (), True)
-    walked = node.handle(Receive(0, walk), cluster.now)
-    assert not [a for a in walked if isinstance(a, Send) and a.message.kind in ("EEXP", "NEW")]
+
+
+@pytest.mark.parametrize("trigger", ["below_l", "sub_deficit"])
+def test_eexp_at_publish_only_while_the_table_is_below_l(trigger: str) -> None:
+    """§3.5.4: EEXP with a publish only while |E| < L; "sub_deficit" (not the seed's) also
+    explores with a full table that holds fewer than L - |sticky| subscribers."""
+    config = small_config(table_size=4, eexp_trigger=trigger, eexp_random_delay_s=1000.0)
+    cluster = Cluster(9, config)  # peers 4 and 5 stay without virtual nodes
+    cluster.bootstrap_all()
+    plan = [(0, "t", PUB_ROLE)] + [(peer, "a", PUB_ROLE) for peer in (1, 2, 6, 7, 8)]
+    plan += [(3, "t", SUB_ROLE)]
+    joined(cluster, plan, settle_s=30.0)
+    publisher = ("t", 0, 0)
+    table = cluster.nodes[0].table_of(publisher)
+    assert len(table) == 4 and 4 - table.sub_count - len(table.sticky_keys()) >= 1, table.keys
+    actions = cluster.event(0, Publish("t", b"x", 1))
+    eexps = [msg for msg in _sends(actions, "EEXP") if msg.sender[0] == publisher]
+    assert bool(eexps) == (trigger == "sub_deficit")
 
 
 def test_unsub_removes_the_sender_and_does_not_learn_it() -> None:
