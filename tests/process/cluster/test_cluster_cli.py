@@ -58,6 +58,21 @@ class LauncherProcess:
                 f"launcher printed nothing in {timeout_s} s; stderr:\n" + "\n".join(self.stderr_lines[-30:])
             ) from None
 
+    def wait_for_stderr(self, text: str, timeout_s: float) -> str:
+        """The first stderr line containing ``text``, waiting up to ``timeout_s`` for the reader thread."""
+        try:
+            return str(
+                wait_until(
+                    lambda: next((line for line in list(self.stderr_lines) if text in line), None),
+                    timeout_s,
+                    what=f"launcher stderr line {text!r}",
+                )
+            )
+        except TimeoutError:
+            raise AssertionError(
+                f"no stderr line {text!r} in {timeout_s} s; stderr:\n" + "\n".join(self.stderr_lines[-30:])
+            ) from None
+
     def stop(self, sig: int, timeout_s: float = 30.0) -> int:
         if self.proc.poll() is None:
             self.proc.send_signal(sig)
@@ -88,7 +103,9 @@ def test_cluster_command_json_then_pub_sub_across_brokers_then_sigint() -> None:
         assert info["joined"] is True, "the brokers must have joined the overlay"
         assert len({b["mqtt_port"] for b in brokers}) == 3
         assert all(b["peer_id"] == f"127.0.0.1:{b['cluster_port']}" for b in brokers)
-        assert any("broker 3/3 joined" in line for line in launcher.stderr_lines), launcher.stderr_lines
+        # stderr is read by its own thread: the launcher wrote this line before the JSON on stdout,
+        # but our reader of stderr may not have taken it yet - wait for it (bounded)
+        launcher.wait_for_stderr("broker 3/3 joined", 10.0)
         assert str(brokers[0]["mqtt_port"]) in info["example"]["subscribe"]
         assert str(brokers[1]["mqtt_port"]) in info["example"]["publish"]
 

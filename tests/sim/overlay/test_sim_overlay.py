@@ -26,6 +26,7 @@ QUIET_TIMERS = (("rexp_interval_s", 600.0), ("ping_interval_s", 300.0), ("failur
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(180)  # ~17 s of CPU (2026-11-25): ~8x headroom over pytest's wall-clock 120 s
 def test_one_hop_below_l_multi_hop_above_and_shorter_than_sgtbps() -> None:
     cfg = ExperimentConfig(nodes=1000, subscriber_counts=(10, 20, 160), overlay_options=QUIET_TIMERS)
     proposed = {s.subscribers: s for s in run_series("proposed", 60, 1, cfg).samples}
@@ -147,6 +148,7 @@ def test_invariants_under_churn_and_five_percent_loss() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(300)  # ~35-44 s of CPU (2026-11-25): ~8x headroom over pytest's wall-clock 120 s
 def test_invariants_under_churn_and_five_percent_loss_at_1000_peers() -> None:
     """The issue's CI-size run: N = 1,000 physical nodes, churn and 5 % loss, every invariant."""
     sim, checker, publications = churn_simulation(42, peers=1000, join_settle_s=90.0)
