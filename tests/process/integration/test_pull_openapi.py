@@ -32,7 +32,15 @@ schema = schemathesis.openapi.from_path(OPENAPI_PATH)
 @pytest.fixture(scope="module")
 def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
     options = BrokerOptions(
-        skipmq_extra={"pull": {"enabled": True, "max_wait_s": 1, "requests_per_s": 100000, "lease_s": 2}}
+        skipmq_extra={
+            "pull": {
+                "enabled": True,
+                "max_wait_s": 1,
+                "requests_per_s": 100000,
+                "failures_per_s": 100000,
+                "lease_s": 2,
+            }
+        }
     )
     proc = BrokerProcess(tmp_path_factory.mktemp("pull-openapi"), options).start()
     yield proc
