@@ -126,7 +126,8 @@ class HttpConfig:
     header_timeout_s: int = _key(
         10,
         "a connection that has not sent a whole request's headers this long after it opened or after"
-        " its previous response is closed (slowloris guard and keep-alive idle timeout)",
+        " its previous response is closed (slowloris guard and keep-alive idle timeout); a /v1/* body must"
+        " also arrive within this time (else 408)",
         min_value=1,
         max_value=3600,
     )

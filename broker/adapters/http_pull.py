@@ -19,6 +19,7 @@ Credentials are the MQTT ones (the broker's password file and ACL): HTTP Basic
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
 import json
@@ -72,6 +73,7 @@ class PullHttpApi:
         self.gateway = PullGateway(broker, config)
         self.rate = RateLimiter(config.pull.requests_per_s)
         self.failures = RateLimiter(config.pull.failures_per_s)
+        self.body_timeout_s = config.http.header_timeout_s
         self._openapi: bytes | None = None
 
     def routes(self, app: web.Application) -> None:
@@ -103,13 +105,22 @@ class PullHttpApi:
         if request.content_length is not None and request.content_length > limit:
             return too_large
         data = bytearray()
-        while True:
-            chunk = await request.content.read(limit + 1 - len(data))
-            if not chunk:
-                break
-            data += chunk
-            if len(data) > limit:
-                return too_large
+        try:
+            async with asyncio.timeout(self.body_timeout_s):  # a body trickled byte by byte
+                while True:
+                    chunk = await request.content.read(limit + 1 - len(data))
+                    if not chunk:
+                        break
+                    data += chunk
+                    if len(data) > limit:
+                        return too_large
+        except TimeoutError:
+            return Problem(
+                408,
+                "Request Timeout",
+                f"the body did not arrive within http.header_timeout_s = {self.body_timeout_s} s",
+                "http.header_timeout_s",
+            )
         try:
             body = json.loads(data or b"{}")
         except (ValueError, UnicodeDecodeError) as exc:

@@ -487,3 +487,29 @@ def test_a_client_trickling_headers_is_closed_but_a_long_poll_is_not(broker_fact
     connection.request("POST", "/v1/pull", json.dumps({"client_id": "dev-poll"}))
     assert connection.getresponse().status == 200
     connection.close()
+
+
+def test_a_body_trickled_byte_by_byte_gets_408(broker_factory: Factory) -> None:
+    broker = broker_factory(BrokerOptions(skipmq_extra={**PULL, "http": {"header_timeout_s": 2}}))
+    body = json.dumps({"client_id": "dev-slow-body", "pad": "a" * 200}).encode()
+    head = f"POST /v1/pull HTTP/1.1\r\nHost: x\r\nContent-Length: {len(body)}\r\n\r\n".encode()
+    with socket.create_connection(("127.0.0.1", broker.http_port), timeout=5) as sock:
+        sock.sendall(head)
+        started = time.monotonic()
+        answer = b""
+        sock.settimeout(0.5)
+        for byte in body:  # one byte every 0.5 s: 100 s for the whole body
+            if time.monotonic() - started > 12:
+                break
+            try:
+                sock.sendall(bytes([byte]))
+                answer += sock.recv(4096)
+            except TimeoutError:
+                continue
+            except OSError:
+                break
+            if b"\r\n\r\n" in answer:
+                break
+    elapsed = time.monotonic() - started
+    assert answer.startswith(b"HTTP/1.1 408"), (answer[:200], elapsed)
+    assert b"http.header_timeout_s" in answer and 1.5 <= elapsed <= 6
