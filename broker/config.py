@@ -123,6 +123,14 @@ class HttpConfig:
     certfile: str = _key("", "PEM server certificate (chain): set with keyfile to serve HTTPS")
     keyfile: str = _key("", "PEM private key of certfile")
     cafile: str = _key("", "PEM CA bundle to verify client certificates (optional)")
+    header_timeout_s: int = _key(
+        10,
+        "a connection that has not sent a whole request's headers this long after it opened or after"
+        " its previous response is closed (slowloris guard and keep-alive idle timeout); a /v1/* body must"
+        " also arrive within this time (else 408)",
+        min_value=1,
+        max_value=3600,
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,7 +143,15 @@ class PullConfig:
         30, "longest long-poll a client may ask for in POST /v1/pull", min_value=0, max_value=300
     )
     requests_per_s: int = _key(
-        50, "requests per second per client id (bucket of the same size; 429 names this key)", min_value=1
+        50,
+        "authenticated requests per second per client id (bucket of the same size; 429 names this key)",
+        min_value=1,
+    )
+    failures_per_s: int = _key(
+        10,
+        "refused requests (bad credentials, malformed) per second per source address; beyond it the"
+        " address gets 429 naming this key before its credentials are checked",
+        min_value=1,
     )
     lease_s: int = _key(
         30,

@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from broker.core.broker import Broker
 
 HTTP_SHUTDOWN_TIMEOUT_S = 2.0
+DEFAULT_HEADER_TIMEOUT_S = 10.0
 PROBE_PATHS = ("/metrics", "/healthz", "/readyz", "/cluster", "/federation")
 
 
@@ -87,9 +88,19 @@ class HttpEndpoint:
         *,
         ssl_context: ssl.SSLContext | None = None,
         extend: Callable[[web.Application], None] | None = None,
+        header_timeout_s: float = DEFAULT_HEADER_TIMEOUT_S,
     ) -> HttpServer:
-        """Serve on ``host:port`` (HTTPS with ``ssl_context``); ``extend`` adds more routes."""
-        app = web.Application(handler_args={"max_field_size": 16 * 1024}, middlewares=[self._errors])
+        """Serve on ``host:port`` (HTTPS with ``ssl_context``); ``extend`` adds more routes.
+
+        ``header_timeout_s`` (``http.header_timeout_s``) is aiohttp's keep-alive timeout: a
+        connection whose next request's headers are not complete this long after it opened or
+        after its previous response is closed (a slowloris client trickling headers is dropped, as
+        the hand-written handler did after 10 s). A request being handled (a long-poll) is not
+        cut: aiohttp only closes a connection that is waiting for a request."""
+        app = web.Application(
+            handler_args={"max_field_size": 16 * 1024, "keepalive_timeout": header_timeout_s},
+            middlewares=[self._errors],
+        )
         self.routes(app)
         if extend is not None:
             extend(app)

@@ -1,11 +1,17 @@
 """The pull gateway's HTTP API on aiohttp (seed 001 §4; docs/pull.md; the OpenAPI 3 document is
 ``broker/adapters/pull_openapi.json``, served at ``GET /v1/openapi.json``).
 
-Thin handlers: read a bounded JSON body, check the per-client rate, parse with
-``broker.core.pull``, drive the client id's :class:`broker.adapters.pull_sessions.PullLink`, answer
-JSON. Errors are RFC 9457 ``application/problem+json`` documents whose ``detail`` says what was
-wrong and whose ``limit`` names the limit that refused the request (``pull.max_body_bytes``,
-``acks_per_request``, ``pull.max_wait_s``, ``pull.requests_per_s``).
+Thin handlers: read a bounded JSON body, parse with ``broker.core.pull``, drive the client id's
+:class:`broker.adapters.pull_sessions.PullLink`, answer JSON. Errors are RFC 9457
+``application/problem+json`` documents whose ``detail`` says what was wrong and whose ``limit``
+names the limit that refused the request (``pull.max_body_bytes``, ``acks_per_request``,
+``pull.max_wait_s``, ``pull.requests_per_s``, ``pull.failures_per_s``).
+
+Two rate limits, so that nobody can slow a device down by naming its client id: a request is
+counted against its client id (``pull.requests_per_s``) only once its credentials checked out; a
+refused one (bad or missing credentials, a malformed body) is counted against its source address
+(``pull.failures_per_s``), and an address over that limit gets 429 before its credentials are
+checked again (no password hashing for a flood).
 
 Credentials are the MQTT ones (the broker's password file and ACL): HTTP Basic
 (``Authorization: Basic base64(user:password)``) or ``username`` / ``password`` fields in the body.
@@ -13,6 +19,7 @@ Credentials are the MQTT ones (the broker's password file and ACL): HTTP Basic
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
 import json
@@ -65,6 +72,8 @@ class PullHttpApi:
         self.pull = config.pull
         self.gateway = PullGateway(broker, config)
         self.rate = RateLimiter(config.pull.requests_per_s)
+        self.failures = RateLimiter(config.pull.failures_per_s)
+        self.body_timeout_s = config.http.header_timeout_s
         self._openapi: bytes | None = None
 
     def routes(self, app: web.Application) -> None:
@@ -96,13 +105,22 @@ class PullHttpApi:
         if request.content_length is not None and request.content_length > limit:
             return too_large
         data = bytearray()
-        while True:
-            chunk = await request.content.read(limit + 1 - len(data))
-            if not chunk:
-                break
-            data += chunk
-            if len(data) > limit:
-                return too_large
+        try:
+            async with asyncio.timeout(self.body_timeout_s):  # a body trickled byte by byte
+                while True:
+                    chunk = await request.content.read(limit + 1 - len(data))
+                    if not chunk:
+                        break
+                    data += chunk
+                    if len(data) > limit:
+                        return too_large
+        except TimeoutError:
+            return Problem(
+                408,
+                "Request Timeout",
+                f"the body did not arrive within http.header_timeout_s = {self.body_timeout_s} s",
+                "http.header_timeout_s",
+            )
         try:
             body = json.loads(data or b"{}")
         except (ValueError, UnicodeDecodeError) as exc:
@@ -139,45 +157,85 @@ class PullHttpApi:
             return Problem(401, "Unauthorized", "Basic credentials need user:password")
         return user, password
 
-    def _rate_limited(self, client_id: str) -> Problem | None:
-        if self.rate.allow(client_id, self.broker.scheduler.time()):
-            return None
-        return Problem(
-            429,
-            "Too Many Requests",
-            f"more than pull.requests_per_s = {self.rate.rate_per_s} requests per second "
-            f"for client id {client_id!r}",
-            "pull.requests_per_s",
-        )
+    @staticmethod
+    def _source(request: web.Request) -> str:
+        """The peer address the failures are counted against (not X-Forwarded-For: a client
+        could name any address there)."""
+        return request.remote or ""
+
+    def _failed(self, request: web.Request) -> None:
+        """Count one refused request against its source address."""
+        self.failures.allow(self._source(request), self.broker.scheduler.time())
 
     async def _prepare(
         self, request: web.Request, parse: Any
     ) -> tuple[Any, str | None, str | None] | web.Response:
+        source = self._source(request)
+        if self.failures.exhausted(source, self.broker.scheduler.time()):
+            return problem_response(
+                Problem(
+                    429,
+                    "Too Many Requests",
+                    f"more than pull.failures_per_s = {self.failures.rate_per_s} refused requests "
+                    f"per second from {source}",
+                    "pull.failures_per_s",
+                ),
+                {"Retry-After": "1"},
+            )
         body = await self._body(request)
         if isinstance(body, Problem):
+            self._failed(request)
             return problem_response(body)
         parsed = parse(body)
         if isinstance(parsed, Problem):
+            self._failed(request)
             return problem_response(parsed)
-        limited = self._rate_limited(parsed.client_id)
-        if limited is not None:
-            return problem_response(limited, {"Retry-After": "1"})
         credentials = self._credentials(request, body)
         if isinstance(credentials, Problem):
-            return problem_response(credentials, {"WWW-Authenticate": 'Basic realm="skipmq"'})
+            self._failed(request)
+            headers = {"WWW-Authenticate": 'Basic realm="skipmq"'} if credentials.status == 401 else None
+            return problem_response(credentials, headers)
         return parsed, credentials[0], credentials[1]
 
     async def _attach(
-        self, parsed: Any, username: str | None, password: str | None, **kwargs: Any
+        self,
+        request: web.Request,
+        parsed: Any,
+        username: str | None,
+        password: str | None,
+        **kwargs: Any,
     ) -> PullLink:
+        """The client id's link once the credentials check out, then its rate
+        (``pull.requests_per_s``): only a request that authenticated as the client id counts."""
         if self.broker.shutting_down:
             raise PullError(503, "the broker is shutting down")
-        return await self.gateway.attach(parsed.client_id, username, password, **kwargs)
+        try:
+            link = await self.gateway.attach(parsed.client_id, username, password, **kwargs)
+        except PullError as exc:
+            if exc.status == 401:
+                self._failed(request)
+            raise
+        if not self.rate.allow(parsed.client_id, self.broker.scheduler.time()):
+            raise PullError(
+                429,
+                f"more than pull.requests_per_s = {self.rate.rate_per_s} requests per second "
+                f"for client id {parsed.client_id!r}",
+                "pull.requests_per_s",
+            )
+        return link
 
     @staticmethod
     def _error(exc: PullError) -> web.Response:
-        titles = {401: "Unauthorized", 403: "Forbidden", 409: "Conflict", 503: "Service Unavailable"}
+        titles = {
+            401: "Unauthorized",
+            403: "Forbidden",
+            409: "Conflict",
+            429: "Too Many Requests",
+            503: "Service Unavailable",
+        }
         headers = {"WWW-Authenticate": 'Basic realm="skipmq"'} if exc.status == 401 else None
+        if exc.status == 429:
+            headers = {"Retry-After": "1"}
         return problem_response(
             Problem(exc.status, titles.get(exc.status, "Error"), exc.detail, exc.limit), headers
         )
@@ -192,7 +250,7 @@ class PullHttpApi:
             return prepared
         req, username, password = prepared
         try:
-            link = await self._attach(req, username, password, expiry_s=req.session_expiry_s)
+            link = await self._attach(request, req, username, password, expiry_s=req.session_expiry_s)
             link.busy += 1
             try:
                 applied = link.session_present and req.epoch in (None, link.epoch)
@@ -230,7 +288,7 @@ class PullHttpApi:
             return prepared
         req, username, password = prepared
         try:
-            link = await self._attach(req, username, password)
+            link = await self._attach(request, req, username, password)
             link.busy += 1
             try:
                 code = await link.publish(
@@ -259,7 +317,7 @@ class PullHttpApi:
         req, username, password = prepared
         try:
             link = await self._attach(
-                req, username, password, clean_start=req.clean_start, expiry_s=req.session_expiry_s
+                request, req, username, password, clean_start=req.clean_start, expiry_s=req.session_expiry_s
             )
             link.busy += 1
             try:
@@ -294,7 +352,7 @@ class PullHttpApi:
             return prepared
         req, username, password = prepared
         try:
-            link = await self._attach(req, username, password)
+            link = await self._attach(request, req, username, password)
             link.disconnect(expiry_s=0)
             self.gateway.commit()
         except PullError as exc:
@@ -308,7 +366,7 @@ class PullHttpApi:
             return prepared
         req, username, password = prepared
         try:
-            link = await self._attach(req, username, password)
+            link = await self._attach(request, req, username, password)
             link.renew_lease(self.gateway.lease_s)
         except PullError as exc:
             return self._error(exc)

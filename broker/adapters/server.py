@@ -229,7 +229,13 @@ class BrokerServer:
                 "HTTP",
                 http.host,
                 http.port,
-                lambda: endpoint.start(http.host, http.port, ssl_context=http_tls, extend=extend),
+                lambda: endpoint.start(
+                    http.host,
+                    http.port,
+                    ssl_context=http_tls,
+                    extend=extend,
+                    header_timeout_s=http.header_timeout_s,
+                ),
             )
             self._servers.append(http_server)
             self.ports["http"] = http_server.port

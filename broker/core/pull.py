@@ -18,7 +18,8 @@ This module is the protocol with no I/O, three parts:
 * :class:`PullReceiver` - device side (seed 001's PullRequester and its ``messagelist`` table):
   which numbers to acknowledge next, and duplicate suppression by number;
 
-and :class:`RateLimiter`, a token bucket per client id (``now`` passed in).
+and :class:`RateLimiter`, a token bucket per key (``now`` passed in): per client id for
+authenticated requests, per source address for failed ones.
 """
 
 from __future__ import annotations
@@ -470,6 +471,14 @@ class RateLimiter:
         self.rate_per_s = rate_per_s
         self._buckets: dict[str, tuple[float, float]] = {}
         self._max_keys = max_keys
+
+    def exhausted(self, key: str, now: float) -> bool:
+        """Whether ``key`` has no token left (nothing is taken)."""
+        entry = self._buckets.get(key)
+        if entry is None:
+            return False
+        tokens, last = entry
+        return min(float(self.rate_per_s), tokens + (now - last) * self.rate_per_s) < 1.0
 
     def allow(self, key: str, now: float) -> bool:
         tokens, last = self._buckets.get(key, (float(self.rate_per_s), now))

@@ -12,6 +12,7 @@ from __future__ import annotations
 import http.client
 import http.server
 import json
+import socket
 import subprocess
 import sys
 import threading
@@ -307,6 +308,62 @@ def test_auth_and_acl_refusals(broker_factory: Factory, tmp_path: Path) -> None:
     assert status == 401
 
 
+def _post_from(source: str, port: int, path: str, body: Any) -> tuple[int, Any]:
+    """POST from the local address ``source`` (any 127.x.y.z reaches the broker on Linux)."""
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=20, source_address=(source, 0))
+    try:
+        connection.request("POST", path, json.dumps(body), {"Content-Type": "application/json"})
+        response = connection.getresponse()
+        return response.status, json.loads(response.read())
+    finally:
+        connection.close()
+
+
+def test_a_bad_credentials_flood_on_a_client_id_does_not_slow_its_device(
+    broker_factory: Factory, tmp_path: Path
+) -> None:
+    """pull.requests_per_s counts only requests that authenticated as the client id; refused ones
+    count against their source address (pull.failures_per_s)."""
+    passwd = tmp_path / "passwd"
+    subprocess.run(
+        [sys.executable, "-m", "broker.passwd", "-c", "-b", "alice-pw", str(passwd), "alice"],
+        check=True,
+        timeout=60,
+    )
+    broker = broker_factory(
+        BrokerOptions(
+            allow_anonymous=False,
+            password_file=str(passwd),
+            skipmq_extra={"pull": {"enabled": True, "requests_per_s": 5, "failures_per_s": 5}},
+        )
+    )
+    port = broker.http_port
+    victim = {"client_id": "alice-dev", "username": "alice", "password": "alice-pw"}
+    status, _answer = _post_from("127.0.0.1", port, "/v1/sessions/open", victim)
+    assert status == 200
+    attacker_statuses: list[int] = []
+    victim_statuses: list[int] = []
+    for n in range(40):
+        status, problem = _post_from(
+            "127.0.0.2",
+            port,
+            "/v1/pull",
+            {"client_id": "alice-dev", "username": "alice", "password": "guess"},
+        )
+        attacker_statuses.append(status)
+        if status == 429:
+            assert problem["limit"] == "pull.failures_per_s", problem
+        if n % 10 == 9:  # the device pulls at its own pace, well under 5 a second
+            victim_statuses.append(_post_from("127.0.0.1", port, "/v1/pull", victim)[0])
+    assert attacker_statuses[0] == 401
+    assert set(attacker_statuses) <= {401, 429} and attacker_statuses.count(429) >= 20, attacker_statuses
+    assert victim_statuses == [200, 200, 200, 200], victim_statuses
+    # the device's own rate is still limited once it authenticated
+    burst = [_post_from("127.0.0.1", port, "/v1/pull", victim) for _ in range(12)]
+    limited = [problem for status, problem in burst if status == 429]
+    assert limited and all(problem["limit"] == "pull.requests_per_s" for problem in limited)
+
+
 def test_publish_is_acknowledged_after_commit_and_survives_kill9(pull_broker: BrokerProcess) -> None:
     url = _url(pull_broker)
     device = PullClient(url, "dev-pubsub")
@@ -379,3 +436,80 @@ def _subscriptions(broker: BrokerProcess) -> float:
             if sample.name == "skipmq_subscriptions":
                 return sample.value
     return 0.0
+
+
+# ---------------------------------------------------------------------- slowloris (http.header_timeout_s)
+def _closed_after(sock: socket.socket, *, trickle: bytes, budget_s: float) -> float | None:
+    """Send ``trickle`` one byte every 0.5 s; the seconds after which the broker closed the
+    connection (recv returns b"" or the send fails), or None if it was still open after ``budget_s``."""
+    started = time.monotonic()
+    sock.settimeout(0.5)
+    for byte in trickle:
+        if time.monotonic() - started > budget_s:
+            return None
+        try:
+            sock.sendall(bytes([byte]))
+            if sock.recv(1024) == b"":
+                return time.monotonic() - started
+        except TimeoutError:
+            continue
+        except OSError:
+            return time.monotonic() - started
+    return None
+
+
+def test_a_client_trickling_headers_is_closed_but_a_long_poll_is_not(broker_factory: Factory) -> None:
+    broker = broker_factory(BrokerOptions(skipmq_extra={**PULL, "http": {"header_timeout_s": 2}}))
+    # slowloris: a request line and headers, one byte every 0.5 s, never finished
+    trickle = b"POST /v1/pull HTTP/1.1\r\nHost: x\r\n" + b"X-Slow: " + b"a" * 200
+    with socket.create_connection(("127.0.0.1", broker.http_port), timeout=5) as sock:
+        closed_after = _closed_after(sock, trickle=trickle, budget_s=12)
+    assert closed_after is not None, "a connection trickling headers for 12 s was not closed"
+    assert 1.5 <= closed_after <= 6, closed_after
+    # a connection that never sends anything is closed as well
+    with socket.create_connection(("127.0.0.1", broker.http_port), timeout=8) as sock:
+        started = time.monotonic()
+        assert sock.recv(1024) == b""
+        assert time.monotonic() - started <= 6
+    # a long-poll of 5 s (longer than the 2 s header timeout) on a keep-alive connection is answered
+    url = _url(broker)
+    _post(
+        url + "/v1/sessions/open", {"client_id": "dev-poll", "subscriptions": [{"filter": "p/#", "qos": 1}]}
+    )
+    connection = http.client.HTTPConnection("127.0.0.1", broker.http_port, timeout=20)
+    started = time.monotonic()
+    connection.request("POST", "/v1/pull", json.dumps({"client_id": "dev-poll", "wait_s": 5}))
+    response = connection.getresponse()
+    answer = json.loads(response.read())
+    assert response.status == 200 and answer["messages"] == []
+    assert time.monotonic() - started >= 4.5
+    # the same keep-alive connection serves the next request within the timeout
+    connection.request("POST", "/v1/pull", json.dumps({"client_id": "dev-poll"}))
+    assert connection.getresponse().status == 200
+    connection.close()
+
+
+def test_a_body_trickled_byte_by_byte_gets_408(broker_factory: Factory) -> None:
+    broker = broker_factory(BrokerOptions(skipmq_extra={**PULL, "http": {"header_timeout_s": 2}}))
+    body = json.dumps({"client_id": "dev-slow-body", "pad": "a" * 200}).encode()
+    head = f"POST /v1/pull HTTP/1.1\r\nHost: x\r\nContent-Length: {len(body)}\r\n\r\n".encode()
+    with socket.create_connection(("127.0.0.1", broker.http_port), timeout=5) as sock:
+        sock.sendall(head)
+        started = time.monotonic()
+        answer = b""
+        sock.settimeout(0.5)
+        for byte in body:  # one byte every 0.5 s: 100 s for the whole body
+            if time.monotonic() - started > 12:
+                break
+            try:
+                sock.sendall(bytes([byte]))
+                answer += sock.recv(4096)
+            except TimeoutError:
+                continue
+            except OSError:
+                break
+            if b"\r\n\r\n" in answer:
+                break
+    elapsed = time.monotonic() - started
+    assert answer.startswith(b"HTTP/1.1 408"), (answer[:200], elapsed)
+    assert b"http.header_timeout_s" in answer and 1.5 <= elapsed <= 6

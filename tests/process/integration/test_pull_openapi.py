@@ -14,6 +14,7 @@ import json
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import schemathesis
@@ -26,13 +27,23 @@ from tests.support.interop_broker import IS_MOSQUITTO, BrokerOptions, BrokerProc
 pytestmark = pytest.mark.skipif(IS_MOSQUITTO, reason="the pull gateway is SkipMQ's")
 
 MAX_EXAMPLES = 12
+STATEFUL_EXAMPLES = 15
+STATEFUL_STEPS = 5
 schema = schemathesis.openapi.from_path(OPENAPI_PATH)
 
 
 @pytest.fixture(scope="module")
 def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
     options = BrokerOptions(
-        skipmq_extra={"pull": {"enabled": True, "max_wait_s": 1, "requests_per_s": 100000, "lease_s": 2}}
+        skipmq_extra={
+            "pull": {
+                "enabled": True,
+                "max_wait_s": 1,
+                "requests_per_s": 100000,
+                "failures_per_s": 100000,
+                "lease_s": 2,
+            }
+        }
     )
     proc = BrokerProcess(tmp_path_factory.mktemp("pull-openapi"), options).start()
     yield proc
@@ -60,3 +71,40 @@ def test_gateway_conforms_to_its_openapi_document(case: schemathesis.Case, gatew
         timeout=15,
         excluded_checks=[positive_data_acceptance],
     )
+
+
+def test_open_pull_close_sequences_conform(gateway: BrokerProcess) -> None:
+    """Stateful: the document's links chain open → pull → pull → close (and open → publish /
+    list / close) on the session the first call opened; every response as documented, no 5xx.
+    Bounded for CI: ``STATEFUL_EXAMPLES`` sequences of at most ``STATEFUL_STEPS`` calls."""
+    base_url = f"http://127.0.0.1:{gateway.http_port}"
+    chained_pulls: list[str] = []
+
+    class Workflow(schema.as_state_machine()):  # type: ignore[misc]
+        def get_call_kwargs(self, case: schemathesis.Case) -> dict[str, Any]:
+            return {"base_url": base_url, "timeout": 15}
+
+        def after_call(self, response: Any, case: schemathesis.Case) -> None:
+            if case.operation.label == "POST /v1/pull" and response.status_code == 200:
+                answer = response.json()
+                if answer["session_present"] and answer["acks_applied"]:
+                    chained_pulls.append(answer["client_id"])
+
+        def validate_response(
+            self, response: Any, case: schemathesis.Case, additional_checks: Any = None, **kwargs: Any
+        ) -> None:
+            case.validate_response(
+                response, excluded_checks=[positive_data_acceptance], transport_kwargs=kwargs
+            )
+
+    Workflow.run(
+        settings=settings(
+            max_examples=STATEFUL_EXAMPLES,
+            stateful_step_count=STATEFUL_STEPS,
+            deadline=None,
+            suppress_health_check=list(HealthCheck),
+            derandomize=True,
+        )
+    )
+    # the links did their job: pulls reached a session an earlier call of the sequence opened
+    assert chained_pulls, "no pull of a sequence found the session its open call made"

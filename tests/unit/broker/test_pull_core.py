@@ -157,6 +157,15 @@ def test_rate_limiter_refills() -> None:
     assert not limiter.allow("a", 0.5)
 
 
+def test_exhausted_looks_without_taking_a_token() -> None:
+    limiter = RateLimiter(2)
+    assert not limiter.exhausted("ip", 0.0)  # an unknown key has its whole bucket
+    assert limiter.allow("ip", 0.0) and not limiter.exhausted("ip", 0.0)
+    assert limiter.allow("ip", 0.0) and limiter.exhausted("ip", 0.0)
+    assert limiter.exhausted("ip", 0.4) and not limiter.exhausted("ip", 0.5)
+    assert limiter.allow("ip", 0.5)  # looking took nothing
+
+
 def test_properties_use_the_codecs_names_and_null_is_refused() -> None:
     publish = parse_publish(
         {"client_id": "d", "topic": "a", "properties": {"user_properties": [["k", "v"]], "content_type": ""}}
