@@ -30,6 +30,7 @@ import uuid
 from pathlib import Path
 
 import paho.mqtt.client as mqtt
+import pandas as pd
 import pyarrow.parquet as pq
 
 from pipeline.job import JobConfig, start_job
@@ -47,7 +48,8 @@ class Seen:
     def __init__(self, out: Path) -> None:
         self.root = out / "class_windows"
         self.files: set[Path] = set()
-        self.first: dict[str, float] = {}  # class name -> time first seen with publishes > 0
+        # class name -> (time first seen with publishes > 0, end of that row's window, epoch s)
+        self.first: dict[str, tuple[float, float]] = {}
 
     def poll(self) -> None:
         if not self.root.exists():
@@ -57,15 +59,16 @@ class Seen:
                 continue
             now = time.time()
             try:
-                table = pq.read_table(path, columns=["class", "publishes"]).to_pandas()
+                table = pq.read_table(path, columns=["class", "publishes", "window_end"]).to_pandas()
             except Exception:  # a file being written: read it next time
                 continue
             self.files.add(path)
-            for cls in table[table["publishes"] > 0]["class"]:
-                self.first.setdefault(str(cls), now)
+            rows = table[table["publishes"] > 0]
+            for cls, end in zip(rows["class"], pd.to_datetime(rows["window_end"], utc=True), strict=True):
+                self.first.setdefault(str(cls), (now, end.timestamp()))
 
-    def found(self, marker: str) -> float | None:
-        times = [t for cls, t in self.first.items() if marker in cls]
+    def found(self, marker: str) -> tuple[float, float] | None:
+        times = [seen for cls, seen in self.first.items() if marker in cls]
         return min(times) if times else None
 
 
@@ -146,15 +149,19 @@ def main() -> None:
             if failure:
                 raise SystemExit(f"the job failed: {failure}")
             window_end = (t_change // window_s + 1) * window_s
-            lag = None if found is None else round(found - t_change, 2)
+            lag = None if found is None else round(found[0] - t_change, 2)
+            # a change early in a window can first show in the window before: a snapshot's deltas
+            # are spread evenly over its interval (ts - interval_s, ts], which may start there
+            row_end = window_end if found is None else found[1]
             print(
                 json.dumps(
                     {
                         "change": k,
                         "lag_s": lag,
                         "into_window_s": round(t_change - window_end + window_s, 2),
-                        "bound_s": round(window_end - t_change + watermark_s, 2),
-                        "after_window_end_s": None if found is None else round(found - window_end, 2),
+                        "first_in_window_ending_s": round(row_end - window_end, 2),
+                        "bound_s": round(max(0.0, row_end - t_change) + watermark_s, 2),
+                        "after_window_end_s": None if found is None else round(found[0] - row_end, 2),
                     }
                 ),
                 flush=True,
