@@ -147,6 +147,8 @@ class BrokerServer:
             from broker.adapters.cluster_runtime import ClusterRuntime
 
             self.runtime = ClusterRuntime(config, scheduler)
+            if config.http.enabled:  # an ephemeral port (0) is announced once bound, below
+                self.runtime.announce_http_port(config.http.port)
             cluster = self.runtime.engine
         if config.federation.enabled:  # the core's events go to the cluster and to the federation
             from broker.adapters.federation.node import FederationNode
@@ -239,6 +241,8 @@ class BrokerServer:
             )
             self._servers.append(http_server)
             self.ports["http"] = http_server.port
+            if runtime is not None:
+                runtime.announce_http_port(http_server.port)
         broker.log_event(logging.INFO, "listening", node_id=broker.node_id, **self.ports)
         return self.ports
 

@@ -790,11 +790,12 @@ def encode_frame(items: Sequence[object]) -> bytes:
     return encode_frame_from_items(encode_item(item) for item in items)
 
 
-def encode_hello(peer_id: str, max_batch_items: int) -> bytes:
+def encode_hello(peer_id: str, max_batch_items: int, http_port: int = 0) -> bytes:
     frame = pb.Frame()
     frame.hello.peer_id = peer_id
     frame.hello.schema_version = SCHEMA_VERSION
     frame.hello.max_batch_items = max_batch_items
+    frame.hello.http_port = http_port
     return bytes(frame.SerializeToString())
 
 
@@ -803,6 +804,7 @@ class Hello:
     peer_id: str
     schema_version: int
     max_batch_items: int
+    http_port: int = 0  # the sender's HTTP port; 0 = unknown (an older broker) or HTTP off
 
 
 def _parse(cls: Any, data: bytes, what: str) -> Any:
@@ -824,7 +826,9 @@ def decode_hello(data: bytes) -> Hello:
     hello = frame.hello
     if not hello.peer_id:
         raise WireError("Hello: empty peer_id")
-    return Hello(hello.peer_id, hello.schema_version, hello.max_batch_items)
+    if hello.http_port > 65535:
+        raise WireError(f"Hello: http_port {hello.http_port} is not a port")
+    return Hello(hello.peer_id, hello.schema_version, hello.max_batch_items, hello.http_port)
 
 
 def decode_frame(data: bytes) -> list[object]:

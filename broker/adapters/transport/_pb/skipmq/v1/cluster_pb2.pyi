@@ -531,14 +531,16 @@ class StreamResend(_message.Message):
     def __init__(self, origin: _Optional[str] = ..., stream: _Optional[str] = ..., messages: _Optional[_Iterable[_Union[ForwardedMessage, _Mapping]]] = ..., gone_below: _Optional[int] = ...) -> None: ...
 
 class Hello(_message.Message):
-    __slots__ = ("peer_id", "schema_version", "max_batch_items")
+    __slots__ = ("peer_id", "schema_version", "max_batch_items", "http_port")
     PEER_ID_FIELD_NUMBER: _ClassVar[int]
     SCHEMA_VERSION_FIELD_NUMBER: _ClassVar[int]
     MAX_BATCH_ITEMS_FIELD_NUMBER: _ClassVar[int]
+    HTTP_PORT_FIELD_NUMBER: _ClassVar[int]
     peer_id: str
     schema_version: int
     max_batch_items: int
-    def __init__(self, peer_id: _Optional[str] = ..., schema_version: _Optional[int] = ..., max_batch_items: _Optional[int] = ...) -> None: ...
+    http_port: int
+    def __init__(self, peer_id: _Optional[str] = ..., schema_version: _Optional[int] = ..., max_batch_items: _Optional[int] = ..., http_port: _Optional[int] = ...) -> None: ...
 
 class Item(_message.Message):
     __slots__ = ("overlay", "envelope")
