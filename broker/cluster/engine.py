@@ -118,6 +118,12 @@ class PeerTransport(Protocol):
     def drop_queued(self, peer: str) -> int: ...
 
 
+def _local_only(topic_filter: str) -> bool:
+    """A ``$SYS`` filter: its topics are each broker's own and never forwarded, so it joins no
+    class in the overlay and its SUBACK waits for nothing."""
+    return topic_filter.startswith("$SYS")
+
+
 def overlay_config_for(cluster: ClusterConfig) -> OverlayConfig:
     """The overlay tunables a broker uses (faster crash detection than the simulator's defaults)."""
     return OverlayConfig(
@@ -553,9 +559,13 @@ class ClusterEngine(StreamsMixin):
         return self.interest.class_of(topic_filter)
 
     def on_subscribe(self, client_id: str, topic_filter: str, share_group: str | None, qos: int) -> None:
+        if _local_only(topic_filter):
+            return
         self._apply_interest(self.interest.subscribe(client_id, topic_filter, share_group))
 
     def on_unsubscribe(self, client_id: str, topic_filter: str, share_group: str | None) -> None:
+        if _local_only(topic_filter):
+            return
         self._apply_interest(self.interest.unsubscribe(client_id, topic_filter, share_group))
 
     def _apply_interest(self, changes: list[Any]) -> None:
@@ -616,6 +626,8 @@ class ClusterEngine(StreamsMixin):
             return None
         topics = set()
         for topic_filter, group in topic_filters:
+            if _local_only(topic_filter):
+                continue
             topics.add(self.interest.class_of(topic_filter))
             if group is not None:
                 topics.add(share_topic(group, topic_filter))
