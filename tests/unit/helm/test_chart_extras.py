@@ -104,6 +104,8 @@ def test_insecure_links_only_when_set_explicitly(rendered_sets: dict[str, Render
             continue
         assert "insecure" not in tomllib.loads(rendered.config_toml).get("cluster", {}), name
         assert "SKIPMQ_CLUSTER_INSECURE" not in env_sources(rendered.container), name
+    assert "WARNING: clusterTls.enabled=false" in off.notes
+    assert f"Secret {CA_SECRET}" in rendered_sets["default"].notes
 
 
 def test_a_single_broker_needs_no_cluster_ca(rendered_sets: dict[str, Rendered]) -> None:
