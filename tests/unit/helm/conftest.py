@@ -74,6 +74,8 @@ VALUE_SETS: dict[str, dict[str, Any]] = {
         "probes": {
             "liveness": {"type": "grpc", "periodSeconds": 10, "timeoutSeconds": 3, "failureThreshold": 6}
         },
+        # the kubelet's gRPC probe cannot pass mutual TLS (test_chart_extras)
+        "clusterTls": {"enabled": False},
     },
     "cluster-tls-off": {"clusterTls": {"enabled": False}},
     "cluster-tls-existing-secret": {"clusterTls": {"existingSecret": "mq-cluster-ca"}},

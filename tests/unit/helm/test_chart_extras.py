@@ -6,7 +6,9 @@ rendered pods really link over mTLS is tests/process/cluster/test_chart_cluster_
 
 from __future__ import annotations
 
+import asyncio
 import tomllib
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,7 +18,7 @@ from cryptography import x509
 from broker.adapters.transport.tls import split_peer_id
 from broker.certs import build_parser
 from tests.support.paths import REPO_ROOT
-from tests.unit.helm.conftest import CHART, NAMESPACE, RELEASE, Rendered, helm_python, render
+from tests.unit.helm.conftest import CHART, NAMESPACE, RELEASE, VALUE_SETS, Rendered, helm_python, render
 
 FULLNAME = f"{RELEASE}-skipmq"
 CA_SECRET = f"{FULLNAME}-cluster-ca"
@@ -100,7 +102,7 @@ def test_insecure_links_only_when_set_explicitly(rendered_sets: dict[str, Render
     assert "initContainers" not in pod_spec(off)
     assert not off.of_kind("Secret")
     for name, rendered in rendered_sets.items():
-        if name == "cluster-tls-off":
+        if rendered.values.get("clusterTls", {}).get("enabled") is False:
             continue
         assert "insecure" not in tomllib.loads(rendered.config_toml).get("cluster", {}), name
         assert "SKIPMQ_CLUSTER_INSECURE" not in env_sources(rendered.container), name
@@ -134,6 +136,45 @@ def test_ca_from_cert_manager(rendered_sets: dict[str, Rendered]) -> None:
     assert certificate["spec"]["issuerRef"]["name"] == issuer["metadata"]["name"]
     volumes = {v["name"]: v for v in pod_spec(cm)["volumes"]}
     assert volumes["cluster-ca"]["secret"]["secretName"] == CA_SECRET
+
+
+def test_grpc_liveness_probe_refused_with_cluster_tls(tmp_path: Path) -> None:
+    """The kubelet's gRPC probe speaks plaintext: against the mTLS cluster port it fails (shown
+    here with a real transport), so the chart refuses that combination with a clear message."""
+    import grpc
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    from broker.adapters.transport.link import GrpcTransport
+    from broker.adapters.transport.tls import ClusterTls, TlsFiles, issue_broker_cert, make_ca
+
+    ca, _ = make_ca(tmp_path)
+    cert, key = issue_broker_cert(tmp_path, "127.0.0.1:1")
+
+    async def check() -> str:
+        transport = GrpcTransport(
+            advertise_host="127.0.0.1",
+            on_receive=lambda _p, _i: None,
+            on_peer_down=lambda _p: None,
+            tls=ClusterTls(TlsFiles(str(ca), str(cert), str(key))),
+        )
+        port = await transport.start("127.0.0.1", 0)
+        try:
+            async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+                stub = health_pb2_grpc.HealthStub(channel)
+                try:
+                    await stub.Check(health_pb2.HealthCheckRequest(service=""), timeout=3)
+                except grpc.aio.AioRpcError as exc:
+                    return exc.code().name
+                return "SERVING"
+        finally:
+            await transport.stop()
+
+    assert asyncio.run(check()) != "SERVING"
+    grpc_probe = {"liveness": {**VALUE_SETS["nested-config"]["probes"]["liveness"]}}
+    with helm_python.Chart.load(CHART) as chart, pytest.raises(Exception) as caught:
+        chart.render({"probes": grpc_probe}, name=RELEASE, namespace=NAMESPACE)
+    message = "probes.liveness.type=grpc cannot check a cluster port that requires mutual TLS"
+    assert message in str(caught.value)
 
 
 # --- PrometheusRule --------------------------------------------------------------------------------------
