@@ -32,7 +32,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.support.cluster import ClusterClient, unique_id
+from tests.support.cluster import ClusterClient, unique_id, wait_until
 from tools.launcher import http_get
 
 helm_python = pytest.importorskip("helm_python", reason="helm-python-sdk is in the [dev] extra")
@@ -245,10 +245,17 @@ def test_chart_pods_link_over_mutual_tls(pods: tuple[list[Pod], dict[str, Any]],
     try:
         outsider.run_init()
         outsider.start(join)
-        time.sleep(3.0)
-        assert outsider.process is not None and outsider.process.poll() is None, outsider.log()
-        status, _ = http_get(ports["http"], "/readyz", timeout_s=1.0, host=address)
-        assert status == 503, outsider.log()[-2000:]
+
+        def readyz() -> int | None:
+            assert outsider.process is not None and outsider.process.poll() is None, outsider.log()
+            try:
+                return http_get(ports["http"], "/readyz", timeout_s=1.0, host=address)[0]
+            except OSError:
+                return None  # not listening yet (a loaded machine starts brokers slowly)
+
+        wait_until(lambda: readyz() is not None, timeout_s=30, what="the outsider's HTTP listener")
+        time.sleep(3.0)  # time enough to join, had its certificate been accepted
+        assert readyz() == 503, outsider.log()[-2000:]
         for pod in members:
             _, body = http_get(ports["http"], "/cluster", timeout_s=2.0, host=pod.address)
             assert address not in body.decode(), body
