@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from broker.federation.messages import Action, Deliver, Event, LinkMessage, LinkRequest, Note, Send, Unlink
 from broker.federation.router import FederationRouter, PlaceSettings
+from broker.federation.store_port import CustodyStore
 
 _LOST = "lost"
 
@@ -30,8 +31,12 @@ class FederationNet:
     _links: set[frozenset[str]] = field(default_factory=set)
     _queue: deque[tuple[str, str, LinkMessage | str]] = field(default_factory=deque)
 
-    def add(self, name: str, settings: PlaceSettings | None = None) -> FederationRouter:
-        router = FederationRouter(name, settings or self.settings)
+    def add(
+        self, name: str, settings: PlaceSettings | None = None, *, store: CustodyStore | None = None
+    ) -> FederationRouter:
+        """A router named ``name``; ``store`` keeps its custody across a ``crash`` and a new
+        ``add`` of the same name (then call ``restore``)."""
+        router = FederationRouter(name, settings or self.settings, store=store)
         self.routers[name] = router
         self.delivered[name] = []
         return router

@@ -161,6 +161,7 @@ class BrokerServer:
         self.broker = broker
         if self.federation is not None:
             self.federation.broker = broker
+            self.federation.store = store  # durable custody (None: persistence off, custody in memory)
         broker.start()
         started = self.runtime
         if started is not None:  # in the overlay before the first client can connect

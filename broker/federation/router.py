@@ -19,7 +19,8 @@
   nearest one still there. After any (re-)link both sides re-register what they hold.
 * Custody (custody.py, SkipMQ's addition): QoS >= 1 events are acknowledged hop by hop once
   everything downstream has them, held across a broken link, and re-routed after the re-link;
-  a lost link's registrations stay as ghosts for ``custody_grace_s`` meanwhile.
+  a lost link's registrations stay as ghosts for ``custody_grace_s`` meanwhile. Entries are
+  written to a ``CustodyStore`` port (store_port.py) and ``restore``d after a crash.
 
 Pure: events and ``now`` in, ``Action`` lists out; no I/O, no clock, no randomness.
 """
@@ -54,6 +55,7 @@ from broker.federation.messages import (
     Unregister,
 )
 from broker.federation.settings import LinkError, PlaceSettings, RouterStats
+from broker.federation.store_port import CustodyStore
 
 __all__ = ["FederationRouter", "LinkError", "PlaceSettings", "RouterStats"]
 
@@ -61,7 +63,7 @@ __all__ = ["FederationRouter", "LinkError", "PlaceSettings", "RouterStats"]
 class FederationRouter:
     """The SI-R of broker ``name`` in one event place; see the module docstring."""
 
-    def __init__(self, name: str, settings: PlaceSettings) -> None:
+    def __init__(self, name: str, settings: PlaceSettings, *, store: CustodyStore | None = None) -> None:
         self.name = name
         self.settings = settings
         self.parent: str | None = None
@@ -80,7 +82,7 @@ class FederationRouter:
         self._candidates: list[str] = []
         self._retry_at = 0.0
         self._discovery = Discovery()
-        self._custody = Custody()
+        self._custody = Custody(store=store)
         self._event_seq = 0
         self._ghosts: dict[str, tuple[dict[str, int], float]] = {}  # lost link -> (its keys, until)
         self.left = False
@@ -228,6 +230,8 @@ class FederationRouter:
     def _reroute(self, now: float) -> list[Action]:
         """Events whose links broke go out on the links that match them now (the neighbours
         re-registered after the re-link); after ``custody_grace_s`` they are complete."""
+        if self.parent is None and not self.left and self._relinking():
+            self._custody.hold_orphans(now)  # the grace runs once linked again
         sends, complete = self._custody.reroute(now, self.settings.custody_grace_s, self.links(), self._wants)
         actions: list[Action] = [self._send(link, event) for link, event in sends]
         for event_id, entry in complete:
@@ -237,6 +241,11 @@ class FederationRouter:
     def _wants(self, link: str, topic: str) -> bool:
         view = TopicView(topic, self.settings.class_levels)
         return any(view.matches(key) for key in self._received.get(link, {}))
+
+    def restore(self, now: float) -> int:
+        """After a crash: take back the events the custody store kept (custody.py); they are
+        re-routed by ``tick`` once the re-linked neighbours registered again."""
+        return self._custody.restore(now)
 
     def custody_stats(self) -> dict[str, int]:
         return self._custody.as_dict()

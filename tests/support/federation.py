@@ -37,6 +37,7 @@ class Site:
     fed: int
     log: Path
     process: subprocess.Popen[bytes] | None = None
+    command: list[str] = field(default_factory=list)
 
     @property
     def address(self) -> str:
@@ -70,13 +71,22 @@ class Sites:
             command += ["--set", f"federation.upstream={upstream.address}"]
         for key, value in settings.items():
             command += ["--set", f"federation.{key}={value}"]
-        with site.log.open("wb") as log:
-            site.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, cwd=REPO_ROOT)
+        site.command = command
         self.sites[name] = site
-        wait_until(lambda: _reachable(site), WAIT_S, what=f"{name} serving /federation")
-        if upstream is not None:
-            wait_until(lambda: site.state()["parent"] == upstream.address, WAIT_S, what=f"{name} linked")
+        self._run(site, upstream)
         return site
+
+    def restart(self, site: Site, upstream: Site | None = None) -> None:
+        """Start ``site`` again with the same command: same ports, same data directory."""
+        assert site.process is not None and site.process.poll() is not None, f"{site.name} still runs"
+        self._run(site, upstream)
+
+    def _run(self, site: Site, upstream: Site | None) -> None:
+        with site.log.open("ab") as log:
+            site.process = subprocess.Popen(site.command, stdout=log, stderr=subprocess.STDOUT, cwd=REPO_ROOT)
+        wait_until(lambda: _reachable(site), WAIT_S, what=f"{site.name} serving /federation")
+        if upstream is not None:
+            wait_until(lambda: site.state()["parent"] == upstream.address, WAIT_S, what=f"{site.name} linked")
 
     def close(self) -> None:
         for site in self.sites.values():

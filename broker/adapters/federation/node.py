@@ -10,7 +10,11 @@ that ends without a ``Leave`` - the peer was killed, the network failed - is ``l
 the router re-links (§3.7.3 (4)). A timer drives ``tick`` (retries, discovery, timeouts).
 
 Delivery over a link is at most once per hop (a frame written into a stream that breaks is
-lost); docs/federation.md says what that means and what is not done.
+lost); QoS >= 1 events are in custody (broker/federation/custody.py), kept in the broker's
+SQLite store when it has one (``custody_store.py``): an ``EventAck`` leaves only after the
+commit that made what it acknowledges durable (the deliveries into persistent sessions, the
+custody rows), and a restarted broker restores its custody. docs/federation.md says what that
+means and what is not done.
 """
 
 from __future__ import annotations
@@ -25,14 +29,26 @@ from typing import TYPE_CHECKING, Any
 import grpc
 
 from broker.adapters.federation import wire
+from broker.adapters.federation.custody_store import SqliteCustodyStore
 from broker.adapters.transport._pb.skipmq.v1 import federation_pb2 as pb
 from broker.adapters.transport._pb.skipmq.v1 import federation_pb2_grpc as pb_grpc
 from broker.core.session import Message
 from broker.federation.keys import RoutingMode
-from broker.federation.messages import Action, Deliver, Event, LinkMessage, LinkRequest, Note, Send, Unlink
+from broker.federation.messages import (
+    Action,
+    Deliver,
+    Event,
+    EventAck,
+    LinkMessage,
+    LinkRequest,
+    Note,
+    Send,
+    Unlink,
+)
 from broker.federation.router import FederationRouter, LinkError, PlaceSettings
 
 if TYPE_CHECKING:
+    from broker.adapters.sqlite_store import Store
     from broker.config import FederationConfig
     from broker.core.ports import BrokerApi
 
@@ -77,6 +93,9 @@ class FederationNode(pb_grpc.FederationServicer):
     def __init__(self, config: FederationConfig, broker: BrokerApi | None = None) -> None:
         self.config = config
         self.broker = broker  # set before start()
+        self.store: Store | None = None  # the broker's SQLite store (custody), set before start()
+        self._acks_after_commit: dict[str, list[pb.FedMessage]] = {}
+        self._acks_scheduled = False
         self.router: FederationRouter | None = None
         self.port = 0
         self._links: dict[str, _Link] = {}
@@ -118,7 +137,11 @@ class FederationNode(pb_grpc.FederationServicer):
             custody_grace_s=config.custody_grace_ms / 1000,
             incarnation=f"{name}/{os.urandom(4).hex()}",
         )
-        self.router = FederationRouter(name, settings)
+        custody_store = SqliteCustodyStore(self.store) if self.store is not None else None
+        self.router = FederationRouter(name, settings, store=custody_store)
+        restored = self.router.restore(time.monotonic())
+        if restored:
+            self._log("federation_custody_restored", events=str(restored))
         for topic_filter in self._pending_filters:
             self._apply(self.router.subscribe(topic_filter))
         self._pending_filters.clear()
@@ -220,6 +243,9 @@ class FederationNode(pb_grpc.FederationServicer):
                     self._dial(action.peer)
                 if isinstance(action.message, Event):
                     self.events_forwarded += 1
+                elif isinstance(action.message, EventAck) and self._store_pending():
+                    self._ack_after_commit(action.peer, wire.encode(action.message))
+                    continue
                 batches.setdefault(action.peer, []).append(wire.encode(action.message))
             elif isinstance(action, Deliver):
                 self._deliver(action)
@@ -232,6 +258,32 @@ class FederationNode(pb_grpc.FederationServicer):
             elif isinstance(action, Note):
                 self._log(action.event, logging.INFO, **dict(action.fields))
         self._flush(batches)
+
+    def _store_pending(self) -> bool:
+        return self.broker is not None and self.broker.store_pending()
+
+    def _ack_after_commit(self, peer: str, ack: pb.FedMessage) -> None:
+        """An acknowledgement says "durable here": it waits for the group commit (scheduled by
+        ``after_batch``, which runs before this callback on the loop)."""
+        self._acks_after_commit.setdefault(peer, []).append(ack)
+        if not self._acks_scheduled:
+            self._acks_scheduled = True
+            if self.broker is not None:
+                self.broker.after_batch()
+            asyncio.get_running_loop().call_soon(self._send_acks)
+
+    def _send_acks(self) -> None:
+        self._acks_scheduled = False
+        broker = self.broker
+        if broker is not None and broker.store_pending() and not broker.commit_now():
+            self._acks_scheduled = True  # the commit failed: the broker rewrites its store; retry
+            asyncio.get_running_loop().call_later(0.1, self._send_acks)
+            return
+        acks, self._acks_after_commit = self._acks_after_commit, {}
+        for peer, messages in acks.items():
+            link = self._links.get(peer)
+            if link is not None:
+                link.outbox.put_nowait(pb.FedFrame(messages=messages))
 
     def _flush(self, batches: dict[str, list[pb.FedMessage]], only: str | None = None) -> None:
         for peer in [only] if only is not None else list(batches):
@@ -335,6 +387,8 @@ class FederationNode(pb_grpc.FederationServicer):
                 self._apply(router.on_message(link.peer, message, time.monotonic()))
             except LinkError as exc:
                 self._log("federation_link_error", peer=link.peer, reason=str(exc), level=logging.WARNING)
+        if self._store_pending() and self.broker is not None:
+            self.broker.after_batch()  # custody rows of relayed events: commit them soon
 
     def _lost(self, link: _Link) -> None:
         """The stream ended: without a Leave before it, the router treats it as a crash."""
