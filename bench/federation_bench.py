@@ -165,7 +165,7 @@ def latency(args: argparse.Namespace) -> None:
         ]  # fmt: skip
         if federated:
             command += ["--set", "federation.enabled=true", "--set", "federation.place=bench"]
-            command += ["--set", f"federation.port={fed}"]
+            command += ["--set", f"federation.port={fed}", "--set", "federation.insecure=true"]
             if upstream is not None:
                 command += ["--set", f"federation.upstream=127.0.0.1:{upstream}"]
         log = (tmp / f"{name}.log").open("wb")

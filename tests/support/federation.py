@@ -21,6 +21,7 @@ from typing import Any
 import paho.mqtt.client as paho
 from paho.mqtt.enums import CallbackAPIVersion
 
+from broker.adapters.transport.tls import issue_broker_cert
 from tests.support.cluster import wait_until
 from tests.support.paths import REPO_ROOT
 from tools.ports import free_ports
@@ -54,8 +55,17 @@ class Sites:
     sites: dict[str, Site] = field(default_factory=dict)
 
     def start(
-        self, name: str, upstream: Site | None = None, *, args: tuple[str, ...] = (), **settings: str
+        self,
+        name: str,
+        upstream: Site | None = None,
+        *,
+        args: tuple[str, ...] = (),
+        ca_dir: Path | None = None,
+        wait_linked: bool = True,
+        **settings: str,
     ) -> Site:
+        """``ca_dir``: mutual TLS with a certificate for this broker's federation name issued by
+        the CA there (``skipmq certs``' code); without it, ``federation.insecure``."""
         mqtt, http, fed = free_ports(3)
         site = Site(name, mqtt, http, fed, self.tmp / f"{name}.log")
         command = [
@@ -66,6 +76,14 @@ class Sites:
             "--set", f"federation.port={fed}", "--set", "federation.retry_ms=300",
             "--set", "federation.probe_interval_ms=500",
         ]  # fmt: skip
+        if ca_dir is None:
+            command += ["--set", "federation.insecure=true"]
+        else:
+            cert, key_file = issue_broker_cert(ca_dir, site.address, out_dir=self.tmp / "certs", name=name)
+            command += [
+                "--set", f"federation.tls_ca_file={ca_dir / 'ca.pem'}",
+                "--set", f"federation.tls_cert_file={cert}", "--set", f"federation.tls_key_file={key_file}",
+            ]  # fmt: skip
         command += list(args)
         if upstream is not None:
             command += ["--set", f"federation.upstream={upstream.address}"]
@@ -73,7 +91,7 @@ class Sites:
             command += ["--set", f"federation.{key}={value}"]
         site.command = command
         self.sites[name] = site
-        self._run(site, upstream)
+        self._run(site, upstream if wait_linked else None)
         return site
 
     def restart(self, site: Site, upstream: Site | None = None) -> None:

@@ -32,6 +32,7 @@ from broker.adapters.federation import wire
 from broker.adapters.federation.custody_store import SqliteCustodyStore
 from broker.adapters.transport._pb.skipmq.v1 import federation_pb2 as pb
 from broker.adapters.transport._pb.skipmq.v1 import federation_pb2_grpc as pb_grpc
+from broker.adapters.transport.tls import ClusterTls, TlsFiles, authenticated_peer_ids
 from broker.core.session import Message
 from broker.federation.keys import RoutingMode
 from broker.federation.messages import (
@@ -96,6 +97,7 @@ class FederationNode(pb_grpc.FederationServicer):
         self.store: Store | None = None  # the broker's SQLite store (custody), set before start()
         self._acks_after_commit: dict[str, list[pb.FedMessage]] = {}
         self._acks_scheduled = False
+        self._tls: ClusterTls | None = None  # None: plaintext links (federation.insecure)
         self.router: FederationRouter | None = None
         self.port = 0
         self._links: dict[str, _Link] = {}
@@ -110,10 +112,15 @@ class FederationNode(pb_grpc.FederationServicer):
     # ------------------------------------------------------------------ life cycle
     async def start(self) -> int:
         config = self.config
+        self._tls = federation_tls(config)
         server = grpc.aio.server(options=_SERVER_OPTIONS)
         pb_grpc.add_FederationServicer_to_server(self, server)
         try:
-            port = server.add_insecure_port(f"{config.host}:{config.port}")
+            address = f"{config.host}:{config.port}"
+            if self._tls is None:
+                port = server.add_insecure_port(address)
+            else:
+                port = server.add_secure_port(address, self._tls.server_credentials())
         except RuntimeError:  # grpc reports a port in use this way
             port = 0
         if port == 0:
@@ -304,7 +311,10 @@ class FederationNode(pb_grpc.FederationServicer):
     # ------------------------------------------------------------------ dialing (the requester)
     def _dial(self, peer: str) -> None:
         link = _Link(peer, dialed=True)
-        link.channel = grpc.aio.insecure_channel(peer, options=_OPTIONS)
+        if self._tls is None:
+            link.channel = grpc.aio.insecure_channel(peer, options=_OPTIONS)
+        else:
+            link.channel = grpc.aio.secure_channel(peer, self._tls.channel_credentials(), options=_OPTIONS)
         link.call = pb_grpc.FederationStub(link.channel).Link()
         self._links[peer] = link
         loop = asyncio.get_running_loop()
@@ -341,6 +351,13 @@ class FederationNode(pb_grpc.FederationServicer):
             await context.abort(grpc.StatusCode.UNAVAILABLE, "federation is starting")
             return
         peer = messages[0].requester
+        refusal = self._identity_refusal(peer, context)
+        if refusal is not None:
+            self._log(
+                "federation_identity_refused", peer=context.peer(), reason=refusal, level=logging.WARNING
+            )
+            await context.abort(grpc.StatusCode.PERMISSION_DENIED, refusal)
+            return
         old = self._links.get(peer)
         if old is not None and not old.dialed:  # the peer restarted and requests again
             self._lost(old)
@@ -357,6 +374,19 @@ class FederationNode(pb_grpc.FederationServicer):
                 await context.write(frame)
             except Exception:
                 return
+
+    def _identity_refusal(self, claimed: str, context: Any) -> str | None:
+        """Why a LinkRequest claiming the name ``claimed`` is refused on this stream, or None:
+        with TLS the client certificate (checked against the place's CA in the handshake) must
+        name it (``skipmq://host:port``), so a certified broker cannot link as another."""
+        if self._tls is None:
+            return None
+        names = authenticated_peer_ids(context)
+        if names is None:
+            return "no client certificate on a TLS link"
+        if claimed not in names:
+            return f"LinkRequest claims {claimed!r}; the certificate names {sorted(names)}"
+        return None
 
     # ------------------------------------------------------------------ reading (both sides)
     async def _read(self, link: _Link) -> None:
@@ -420,6 +450,20 @@ class FederationNode(pb_grpc.FederationServicer):
             self.broker.log_event(level, event, **fields)
         else:
             log.log(level, "%s %s", event, fields)
+
+
+def federation_tls(config: FederationConfig) -> ClusterTls | None:
+    """The mutual-TLS credentials of the shared links (the cluster's ``tls.py``: same CA tooling,
+    same certificate identity), or None with ``federation.insecure`` - warned about at every start."""
+    if config.insecure:
+        log.warning(
+            "federation.insecure is set: federation links are plaintext and unauthenticated; anyone "
+            "who reaches %s:%d can link as any broker, read and inject events (docs/federation.md)",
+            config.host,
+            config.port,
+        )
+        return None
+    return ClusterTls(TlsFiles(config.tls_ca_file, config.tls_cert_file, config.tls_key_file))
 
 
 def _describe(exc: BaseException) -> str:
