@@ -217,6 +217,7 @@ class BrokerServer:
                 cluster_collector=runtime.collector() if runtime is not None else None,
                 not_ready=self.not_ready,
                 federation_state=federation.state if federation is not None else None,
+                federation_collector=federation.collector() if federation is not None else None,
             )
             http = config.http
             http_tls = make_http_tls_context(http) if http.certfile else None

@@ -390,6 +390,8 @@ class FederationRouter:
         return self._on_probe_reply(message)
 
     def _on_register(self, peer: str, message: Register) -> list[Action]:
+        if message.ttl - 1 < 1 and peer in self._received and message.key not in self._received[peer]:
+            self.stats.registrations_stopped_by_ttl += 1  # Fig. 16: this router is the last it reaches
         held = self._received[peer]
         old = held.get(message.key)
         held[message.key] = message.ttl

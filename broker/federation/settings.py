@@ -40,3 +40,4 @@ class RouterStats:
     events_in: int = 0
     events_delivered: int = 0
     events_wasted: int = 0  # came over a link, matched no local key and went nowhere else
+    registrations_stopped_by_ttl: int = 0  # received with TTL 1: counted here, passed on nowhere

@@ -30,6 +30,7 @@ import grpc
 
 from broker.adapters.federation import wire
 from broker.adapters.federation.custody_store import SqliteCustodyStore
+from broker.adapters.federation.metrics import FederationCollector
 from broker.adapters.transport._pb.skipmq.v1 import federation_pb2 as pb
 from broker.adapters.transport._pb.skipmq.v1 import federation_pb2_grpc as pb_grpc
 from broker.adapters.transport.tls import ClusterTls, TlsFiles, authenticated_peer_ids
@@ -214,6 +215,10 @@ class FederationNode(pb_grpc.FederationServicer):
             return
         event = Event(message.topic, message.payload, message.qos, message.retain)
         self._apply(self.router.publish(event, time.monotonic()))
+
+    def collector(self) -> FederationCollector:
+        """The ``skipmq_federation_*`` metric families (metrics.py), read at each scrape."""
+        return FederationCollector(self)
 
     # ------------------------------------------------------------------ state (GET /federation)
     def state(self) -> dict[str, Any]:
