@@ -19,8 +19,7 @@
   nearest one still there. After any (re-)link both sides re-register what they hold.
 * Custody (custody.py, SkipMQ's addition): QoS >= 1 events are acknowledged hop by hop once
   everything downstream has them, held across a broken link, and re-routed after the re-link;
-  a lost link's registrations stay as ghosts for ``custody_grace_s`` meanwhile. Entries are
-  written to a ``CustodyStore`` port (store_port.py) and ``restore``d after a crash.
+  a lost link's registrations stay as ghosts meanwhile; durable through store_port.py.
 
 Pure: events and ``now`` in, ``Action`` lists out; no I/O, no clock, no randomness.
 """
@@ -243,8 +242,7 @@ class FederationRouter:
         return any(view.matches(key) for key in self._received.get(link, {}))
 
     def restore(self, now: float) -> int:
-        """After a crash: take back the events the custody store kept (custody.py); they are
-        re-routed by ``tick`` once the re-linked neighbours registered again."""
+        """After a crash: take back the events the custody store kept (re-routed by ``tick``)."""
         return self._custody.restore(now)
 
     def custody_stats(self) -> dict[str, int]:
