@@ -486,6 +486,13 @@ class FederationConfig:
         min_value=0,
         max_value=3_600_000,
     )
+    retained: str = _key(
+        "site",
+        "site: retained messages stay in the site where they were published (a retained publish "
+        "crosses as a live event); place: every retained write is stored by every broker of the "
+        "place, last writer wins (docs/federation.md)",
+        choices=("site", "place"),
+    )
     tls_ca_file: str = _key(
         "",
         "PEM CA of the event place (skipmq certs init): linking brokers must present a certificate it signed",

@@ -11,7 +11,18 @@ from __future__ import annotations
 from collections import Counter, deque
 from dataclasses import dataclass, field
 
-from broker.federation.messages import Action, Deliver, Event, LinkMessage, LinkRequest, Note, Send, Unlink
+from broker.federation.messages import (
+    Action,
+    Deliver,
+    Event,
+    LinkMessage,
+    LinkRequest,
+    Note,
+    Retained,
+    Send,
+    StoreRetained,
+    Unlink,
+)
 from broker.federation.router import FederationRouter, PlaceSettings
 from broker.federation.store_port import CustodyStore
 
@@ -28,6 +39,7 @@ class FederationNet:
     delivered: dict[str, list[Event]] = field(default_factory=dict)
     sent: Counter[str] = field(default_factory=Counter)
     notes: list[tuple[str, Note]] = field(default_factory=list)
+    stored: dict[str, dict[str, Retained]] = field(default_factory=dict)  # StoreRetained, per router
     _links: set[frozenset[str]] = field(default_factory=set)
     _queue: deque[tuple[str, str, LinkMessage | str]] = field(default_factory=deque)
 
@@ -54,6 +66,8 @@ class FederationNet:
                     self._queue.append((source, action.peer, action.message))
             elif isinstance(action, Deliver):
                 self.delivered[source].append(action.event)
+            elif isinstance(action, StoreRetained):
+                self.stored.setdefault(source, {})[action.write.topic] = action.write
             elif isinstance(action, Unlink):
                 pair = frozenset((source, action.peer))
                 if pair in self._links:

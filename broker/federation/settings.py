@@ -30,6 +30,7 @@ class PlaceSettings:
     link_timeout_s: float = 5.0
     custody_grace_s: float = 10.0  # how long an event whose links broke waits for new ones
     incarnation: str = ""  # prefix of this router's event ids ("" = its name); new at each start
+    retained_place: bool = False  # retained writes flood the place, last writer wins (retained.py)
 
 
 @dataclass(slots=True)

@@ -45,6 +45,7 @@ from broker.federation.messages import (
     LinkRequest,
     Note,
     Send,
+    StoreRetained,
     Unlink,
 )
 from broker.federation.router import FederationRouter, LinkError, PlaceSettings
@@ -144,9 +145,14 @@ class FederationNode(pb_grpc.FederationServicer):
             link_timeout_s=config.link_timeout_ms / 1000,
             custody_grace_s=config.custody_grace_ms / 1000,
             incarnation=f"{name}/{os.urandom(4).hex()}",
+            retained_place=config.retained == "place",
         )
         custody_store = SqliteCustodyStore(self.store) if self.store is not None else None
         self.router = FederationRouter(name, settings, store=custody_store)
+        if self.broker is not None and settings.retained_place:  # what the store held: oldest version
+            for message in self.broker.retained_messages():
+                if not message.topic.startswith("$"):
+                    self.router.retained.seed(message.topic, message.payload, message.qos)
         restored = self.router.restore(time.monotonic())
         if restored:
             self._log("federation_custody_restored", events=str(restored))
@@ -214,7 +220,7 @@ class FederationNode(pb_grpc.FederationServicer):
         if self.router is None or message.topic.startswith("$"):
             return
         event = Event(message.topic, message.payload, message.qos, message.retain)
-        self._apply(self.router.publish(event, time.monotonic()))
+        self._apply(self.router.publish(event, time.monotonic(), wall_ms=int(time.time() * 1000)))
 
     def collector(self) -> FederationCollector:
         """The ``skipmq_federation_*`` metric families (metrics.py), read at each scrape."""
@@ -243,6 +249,7 @@ class FederationNode(pb_grpc.FederationServicer):
             "events_wasted": router.stats.events_wasted,
             "events_forwarded": self.events_forwarded,
             "custody": router.custody_stats(),
+            "retained_known": len(router.retained),
         }
 
     # ------------------------------------------------------------------ actions
@@ -261,6 +268,8 @@ class FederationNode(pb_grpc.FederationServicer):
                 batches.setdefault(action.peer, []).append(wire.encode(action.message))
             elif isinstance(action, Deliver):
                 self._deliver(action)
+            elif isinstance(action, StoreRetained):
+                self._store_retained(action)
             elif isinstance(action, Unlink):
                 self._flush(batches, only=action.peer)
                 link = self._links.pop(action.peer, None)
@@ -311,6 +320,15 @@ class FederationNode(pb_grpc.FederationServicer):
         broker = self.broker
         if broker is not None:
             broker.deliver_remote(message)
+            broker.after_batch()
+
+    def _store_retained(self, action: StoreRetained) -> None:
+        write = action.write
+        broker = self.broker
+        if broker is not None:
+            broker.set_retained(
+                Message(write.topic, write.payload, write.qos, retain=True, origin="federation")
+            )
             broker.after_batch()
 
     # ------------------------------------------------------------------ dialing (the requester)
