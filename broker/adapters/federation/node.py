@@ -100,6 +100,7 @@ class FederationNode(pb_grpc.FederationServicer):
         self._acks_after_commit: dict[str, list[pb.FedMessage]] = {}
         self._acks_scheduled = False
         self._tls: ClusterTls | None = None  # None: plaintext links (federation.insecure)
+        self._custody_store: SqliteCustodyStore | None = None
         self.router: FederationRouter | None = None
         self.port = 0
         self._links: dict[str, _Link] = {}
@@ -148,6 +149,7 @@ class FederationNode(pb_grpc.FederationServicer):
             retained_place=config.retained == "place",
         )
         custody_store = SqliteCustodyStore(self.store) if self.store is not None else None
+        self._custody_store = custody_store
         self.router = FederationRouter(name, settings, store=custody_store)
         if self.broker is not None and settings.retained_place:  # what the store held: oldest version
             for message in self.broker.retained_messages():
@@ -176,6 +178,8 @@ class FederationNode(pb_grpc.FederationServicer):
                 await asyncio.wait_for(self._drain(), timeout=2.0)
         for link in list(self._links.values()):
             self._close(link)
+        if self._custody_store is not None and self._custody_store.pending() and self.store is not None:
+            self.store.begin()  # the broker's close commits it
         if self._server is not None:
             await self._server.stop(grace=0.5)
 
@@ -191,8 +195,17 @@ class FederationNode(pb_grpc.FederationServicer):
                 continue
             try:
                 self._apply(self.router.tick(time.monotonic()))
+                self._write_forgotten()
             except Exception:  # a bug must not stop the retries, discovery and custody timers
                 log.exception("federation tick failed")
+
+    def _write_forgotten(self) -> None:
+        """Completed custody rows wait for the next commit; an idle broker makes one per tick, so
+        a restart does not send completed events again (custody_store.py)."""
+        custody, store, broker = self._custody_store, self.store, self.broker
+        if custody is not None and store is not None and broker is not None and custody.pending():
+            store.begin()
+            broker.after_batch()
 
     # ------------------------------------------------------------------ the core's events
     def on_subscribe(self, client_id: str, topic_filter: str, share_group: str | None) -> None:

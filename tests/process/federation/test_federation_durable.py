@@ -12,9 +12,12 @@ reaches the cloud's subscriber, none twice. With custody in memory only
 
 from __future__ import annotations
 
+import contextlib
 import os
 import queue
 import signal
+import sqlite3
+from pathlib import Path
 
 import paho.mqtt.client as paho
 import pytest
@@ -26,6 +29,11 @@ from tests.support.federation import HOST, WAIT_S, Client, Sites, key
 pytestmark = pytest.mark.slow
 
 EVENTS = 100
+
+
+def custody_rows(path: Path) -> int:
+    with contextlib.closing(sqlite3.connect(path)) as db:
+        return int(db.execute("SELECT COUNT(*) FROM federation_custody").fetchone()[0])
 
 
 def test_events_acknowledged_by_an_edge_survive_kill_9_of_that_edge_and_of_its_upstream(
@@ -79,5 +87,7 @@ def test_events_acknowledged_by_an_edge_survive_kill_9_of_that_edge_and_of_its_u
         wait_until(all_arrived, 20.0, what="every event edge B acknowledged, at the cloud")
         assert len(got) == len(set(got)), "an event was delivered twice"
         wait_until(lambda: edge_b.state()["custody"]["in_custody"] == 0, 20.0, what="edge B's custody empty")
+        # and its rows are gone from the store (written by an idle broker's next tick)
+        wait_until(lambda: custody_rows(sites.tmp / "edge_b" / "skipmq.db") == 0, WAIT_S, what="rows deleted")
     finally:
         at_cloud.close()
