@@ -109,10 +109,13 @@ class FederationNet:
             self.apply(name, self.routers[name].tick(self.now))
         self.run()
 
-    def crash(self, name: str, *, settle: bool = True) -> None:
+    def crash(self, name: str, *, settle: bool = True, drop_outgoing: bool = False) -> None:
         """Kill ``name``: its links break (the other ends see ``link_lost`` after what is queued);
-        messages queued to it are lost."""
+        messages queued to it are lost; with ``drop_outgoing`` so are those it sent that are
+        still queued (frames a kill -9 leaves unwritten)."""
         del self.routers[name]
+        if drop_outgoing:
+            self._queue = deque(item for item in self._queue if item[0] != name)
         for pair in [pair for pair in self._links if name in pair]:
             self._links.discard(pair)
             (other,) = pair - {name}
