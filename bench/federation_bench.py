@@ -296,6 +296,108 @@ def latency(args: argparse.Namespace) -> None:
         Path(args.out).write_text(json.dumps(report, indent=1) + "\n")
 
 
+def puback(args: argparse.Namespace) -> None:
+    """PUBACK latency of QoS 1 publishes at an edge broker whose events cross to a subscribed
+    cloud: store on (each event's custody row joins the commit the PUBACK waits for) and off, and
+    a stand-alone broker with its store on, one after the other in one run."""
+    import paho.mqtt.client as paho
+    from paho.mqtt.enums import CallbackAPIVersion
+
+    from tools.ports import free_ports
+
+    tmp = Path(tempfile.mkdtemp(prefix="skipmq-fed-puback-"))
+
+    def start(name: str, *, durable: bool, federated: bool, upstream: int | None = None) -> Any:
+        mqtt, http, fed = free_ports(3)
+        command = [
+            sys.executable, "-m", "broker", "--port", str(mqtt), "--http-port", str(http),
+            "--data-dir", str(tmp / name), "--node-id", name, "--log-level", "warning",
+            "--set", f"store.persistence={'true' if durable else 'false'}", "--set", "sys.interval_s=0",
+        ]  # fmt: skip
+        if federated:
+            command += ["--set", "federation.enabled=true", "--set", "federation.place=bench"]
+            command += ["--set", f"federation.port={fed}", "--set", "federation.insecure=true"]
+            if upstream is not None:
+                command += ["--set", f"federation.upstream=127.0.0.1:{upstream}"]
+        log = (tmp / f"{name}.log").open("wb")
+        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, cwd=REPO)
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{http}/healthz", timeout=1):
+                    break
+            except OSError:
+                time.sleep(0.1)
+        return process, mqtt, http, fed
+
+    def acks(port: int) -> list[float]:
+        pub = paho.Client(CallbackAPIVersion.VERSION2, client_id=f"bench-pub-{port}")
+        pub.connect("127.0.0.1", port)
+        pub.loop_start()
+        samples = []
+        for serial in range(args.messages + 100):
+            started = time.perf_counter()
+            pub.publish("bench/x", b"x" * 64, qos=1).wait_for_publish(10)
+            if serial >= 100:  # warm-up
+                samples.append(time.perf_counter() - started)
+        pub.disconnect()
+        pub.loop_stop()
+        return samples
+
+    def summary(samples: list[float]) -> dict[str, float]:
+        ms = sorted(1000 * s for s in samples)
+        return {
+            "n": len(ms),
+            "p50_ms": round(statistics.median(ms), 3),
+            "p99_ms": round(ms[int(0.99 * (len(ms) - 1))], 3),
+        }
+
+    results: dict[str, Any] = {}
+    variants = [
+        ("stand-alone broker, store on", True, False),
+        ("federated edge, store on (durable custody)", True, True),
+        ("federated edge, store off (custody in memory)", False, True),
+    ]
+    for label, durable, federated in variants:
+        started: list[Any] = []
+        try:
+            edge_upstream = None
+            if federated:
+                cloud = start("cloud", durable=False, federated=True)
+                started.append(cloud[0])
+                sub = paho.Client(CallbackAPIVersion.VERSION2, client_id="bench-sub")
+                sub.connect("127.0.0.1", cloud[1])
+                sub.loop_start()
+                sub.subscribe("bench/#", qos=1)
+                edge_upstream = cloud[3]
+            edge = start(f"edge-{len(results)}", durable=durable, federated=federated, upstream=edge_upstream)
+            started.append(edge[0])
+            if federated:
+                deadline = time.monotonic() + 15
+                while time.monotonic() < deadline:
+                    with urllib.request.urlopen(
+                        f"http://127.0.0.1:{edge[2]}/federation", timeout=1
+                    ) as response:
+                        if any(
+                            "f:bench/#" in keys
+                            for keys in json.loads(response.read())["received_from"].values()
+                        ):
+                            break
+                    time.sleep(0.1)
+            results[label] = summary(acks(edge[1]))
+            if federated:
+                sub.disconnect()
+                sub.loop_stop()
+        finally:
+            for process in started:
+                process.terminate()
+                process.wait(10)
+    report = {"machine": _machine(), "messages": args.messages, "results": results}
+    print(json.dumps(report, indent=1))
+    if args.out:
+        Path(args.out).write_text(json.dumps(report, indent=1) + "\n")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -319,9 +421,16 @@ def main(argv: list[str] | None = None) -> int:
         help="also measure the chain with store.persistence on (with --qos 1: durable custody rows)",
     )
     latency_parser.add_argument("--out", default="", help="also write the JSON report here")
+    puback_parser = commands.add_parser(
+        "puback", help="QoS 1 PUBACK latency at a federated edge, store on/off"
+    )
+    puback_parser.add_argument("--messages", type=int, default=2000)
+    puback_parser.add_argument("--out", default="", help="also write the JSON report here")
     args = parser.parse_args(argv)
     if args.command == "modes":
         modes(args)
+    elif args.command == "puback":
+        puback(args)
     else:
         latency(args)
     return 0
