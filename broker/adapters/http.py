@@ -65,6 +65,7 @@ class HttpEndpoint:
         stopping: Callable[[], bool],
         cluster_state: Callable[[], dict[str, Any]] | None = None,
         cluster_collector: Collector | None = None,
+        federation_collector: Collector | None = None,
         not_ready: Callable[[], str | None] = lambda: None,
         federation_state: Callable[[], dict[str, Any]] | None = None,
     ) -> None:
@@ -73,6 +74,7 @@ class HttpEndpoint:
         self._not_ready = not_ready
         self._cluster_state = cluster_state
         self._cluster_collector = cluster_collector
+        self._federation_collector = federation_collector
         self._federation_state = federation_state
         self._registry: CollectorRegistry | None = None
 
@@ -187,5 +189,7 @@ class HttpEndpoint:
             self._registry = make_registry(broker.stats)
             if self._cluster_collector is not None:
                 self._registry.register(self._cluster_collector)
+            if self._federation_collector is not None:
+                self._registry.register(self._federation_collector)
         body, content_type = render(self._registry)
         return 200, content_type, body

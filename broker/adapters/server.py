@@ -163,6 +163,7 @@ class BrokerServer:
         self.broker = broker
         if self.federation is not None:
             self.federation.broker = broker
+            self.federation.store = store  # durable custody (None: persistence off, custody in memory)
         broker.start()
         started = self.runtime
         if started is not None:  # in the overlay before the first client can connect
@@ -218,6 +219,7 @@ class BrokerServer:
                 cluster_collector=runtime.collector() if runtime is not None else None,
                 not_ready=self.not_ready,
                 federation_state=federation.state if federation is not None else None,
+                federation_collector=federation.collector() if federation is not None else None,
             )
             http = config.http
             http_tls = make_http_tls_context(http) if http.certfile else None
