@@ -94,7 +94,8 @@ class ClusterRuntime:
         return self.engine.state()
 
     def collector(self) -> ClusterCollector:
-        return ClusterCollector(self.engine.stats, self.engine.gauges)
+        engine = self.engine
+        return ClusterCollector(engine.stats, engine.gauges, engine.overlay_figures, engine.sender_counters)
 
 
 def cluster_tls(cluster: ClusterConfig) -> Any:

@@ -64,6 +64,7 @@ from broker.cluster.messages import (
     SessionClaim,
     StreamPosition,
 )
+from broker.cluster.overlay_figures import OverlayFigures, peer_suspicion, published_classes, routing_entries
 from broker.cluster.retained_sync import CopyRequest, RetainedSync
 from broker.cluster.stats import ClusterStats
 from broker.cluster.store_port import ClusterStore, MemoryClusterStore
@@ -77,6 +78,7 @@ from overlay import api
 from overlay.api import Role
 from overlay.config import OverlayConfig
 from overlay.keys import ANCHOR_TOPIC, PUBLISHER, SUBSCRIBER, make_key
+from overlay.messages import PING, PONG
 from overlay.node import OverlayNode
 
 if TYPE_CHECKING:
@@ -97,6 +99,7 @@ PROBE_RETRANSMITS = 2  # peers reported down are contacted again every 2 x retra
 CATCH_UP_GIVE_UP_S = 120.0  # a moved session's catch-up that gets no answer is given up (counted)
 INTEREST_REFRESH_RETRANSMITS = 5  # the classes we subscribe are announced again every 5 x retransmit_ms
 DOWN_PEER_MEMORY_S = 600.0  # ... for this long
+MAX_PINGS_TIMED = 1024  # PINGs awaiting their PONG for skipmq_cluster_peer_rtt_seconds
 # fast path (issue #11): a class whose publications reach no other broker (or nobody) is re-checked
 # through the full path this often (which also lets the overlay's EEXP at publish fill the
 # publisher's table)
@@ -191,6 +194,7 @@ class ClusterEngine(StreamsMixin):
         self._next_interest: float | None = None
         self._next_catch_up: float | None = None
         self._heard_from: set[str] = set()  # peers this incarnation has heard from
+        self._pings_out: dict[tuple[str, int], float] = {}  # (peer, PING nonce) -> when sent
         # peer -> {request id: when} of our RetainedSyncRequests (a reply must answer one)
         self._retained_asked: dict[str, dict[int, float]] = {}
         # (origin, class) -> [(next seq, end seq, client)]: messages a moved session still needs
@@ -231,6 +235,7 @@ class ClusterEngine(StreamsMixin):
             min_retention_s=cluster.send_log_min_retention_ms / 1000.0,
             receivers_of=self.interest_table.peers_of,
         )
+        self.sender.confirm_seconds = self.stats.publish_confirm_seconds
         self.receiver.set_causal(peer_id, self.interest.subscribes, cluster.causal_wait_ms / 1000.0)
         seed = self.rng.getrandbits(64)
         self.node = OverlayNode(peer_id, rng=random.Random(seed), config=overlay_config_for(self.cluster))
@@ -355,6 +360,14 @@ class ClusterEngine(StreamsMixin):
 
     def _send(self, dest: str, item: object) -> None:
         assert self.transport is not None
+        kind = type(item)
+        sent = self.stats.overlay_sent
+        sent[kind] = sent.get(kind, 0) + 1
+        if kind is PING:  # the round trip to ``dest``: timed when its PONG comes back
+            pings = self._pings_out
+            if len(pings) > MAX_PINGS_TIMED:  # pings of peers that never answered
+                pings.clear()
+            pings[(dest, item.nonce)] = self._now()  # type: ignore[attr-defined]
         try:
             self.transport.send(dest, item)
         except (ValueError, RuntimeError) as exc:  # WireError is a ValueError
@@ -459,6 +472,13 @@ class ClusterEngine(StreamsMixin):
         if sender not in self._heard_from or sender in self._down_peers:
             self._heard_from.add(sender)
             self._peer_back(sender)
+        kind = type(item)
+        received = self.stats.overlay_received
+        received[kind] = received.get(kind, 0) + 1
+        if kind is PONG:
+            pinged_at = self._pings_out.pop((sender, item.nonce), None)  # type: ignore[attr-defined]
+            if pinged_at is not None:
+                self.stats.peer_rtt_seconds.observe(self._now() - pinged_at)
         try:
             if isinstance(item, Envelope):
                 problem = envelope_problem(sender, self.peer_id, item)
@@ -1159,6 +1179,30 @@ class ClusterEngine(StreamsMixin):
         }
         return self._snapshots.build(now_s, self.subscriber_brokers, known, extra)
 
+    def sender_counters(self) -> dict[str, int]:
+        """Counters the send log keeps (scrape time): publishes suppressed, RETs answered."""
+        sender = self.sender
+        return {
+            "publishes_suppressed": sender.skipped_total if sender is not None else 0,
+            "rets_received": sender.rets_received if sender is not None else 0,
+        }
+
+    def overlay_figures(self) -> OverlayFigures:
+        """The overlay's figures for /metrics (``broker.cluster.overlay_figures``; scrape time)."""
+        figures = OverlayFigures()
+        node = self.node
+        if node is None:
+            return figures
+        figures.routing_entries = routing_entries(node)
+        published = [cls for cls in self._published if cls != CONTROL_CLASS and not cls.startswith("=$")]
+        figures.published_classes = published_classes(node, published, self.interest_table.peers_of)
+        transport = self.transport
+        connected = transport.connected_peers() if transport is not None else frozenset()
+        figures.peer_suspected, figures.peer_silence_s = peer_suspicion(
+            node, self._now(), connected | self._heard_from, self._down_peers
+        )
+        return figures
+
     def gauges(self) -> dict[str, int]:
         node = self.node
         transport = self.transport
@@ -1169,6 +1213,8 @@ class ClusterEngine(StreamsMixin):
             "published_classes": len(self._published),
             "held_messages": self.receiver.held_count(),
             "causal_blocked_streams": self.receiver.blocked_count(),
+            "causal_held_messages": self.receiver.causal_held_count(),
+            "routing_table_capacity": self.cluster.table_size,
             "causal_clock_entries": self.causal.size() if self.causal is not None else 0,
             "send_log_messages": self.sender.logged_count() if self.sender is not None else 0,
             "send_log_receivers": self.sender.receiver_count() if self.sender is not None else 0,
