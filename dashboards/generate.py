@@ -26,9 +26,8 @@ import argparse
 import json
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from grafana_foundation_sdk.builders import prometheus, stat, timeseries
 from grafana_foundation_sdk.builders.dashboard import Dashboard as DashboardBuilder
@@ -43,8 +42,7 @@ SEL = 'job=~"$job", instance=~"$instance"'
 DATASOURCE = DataSourceRef(type_val="prometheus", uid="${datasource}")
 
 
-@dataclass(frozen=True)
-class Target:
+class Target(NamedTuple):
     expr: str  # with $SEL where the job/instance matchers go
     legend: str
     # the real-Prometheus test expects at least one sample that is a number (not NaN) for this
@@ -53,8 +51,7 @@ class Target:
     data: bool = True
 
 
-@dataclass(frozen=True)
-class PanelSpec:
+class PanelSpec(NamedTuple):
     title: str
     unit: str
     targets: tuple[Target, ...]
