@@ -381,7 +381,8 @@ class ClusterCollector(Collector):
         )
         yield _histogram(
             "skipmq_cluster_peer_rtt_seconds",
-            "Round trip of the overlay's PING to a peer broker and its PONG",
+            "Round trips to peer brokers: every failure-detector PING to its PONG, one overlay PUB"
+            f" delegation in {LATENCY_SAMPLE_EVERY} to its per-hop ACK",
             stats.peer_rtt_seconds,
         )
         for name, doc, per_kind in (

@@ -257,7 +257,8 @@ CLUSTER_PANELS = (
             t(latency_quantile("skipmq_cluster_peer_rtt_seconds", "0.99"), "p99"),
         ),
         12,
-        "PING to PONG between brokers: the network plus both event loops. Rising with CPU means"
+        "PING to PONG and PUB to its per-hop ACK (1 in 8) between brokers: the network plus both"
+        " event loops. Rising with CPU means"
         " busy brokers; rising alone means the network.",
     ),
     PanelSpec(

@@ -66,7 +66,7 @@ from broker.cluster.messages import (
 )
 from broker.cluster.overlay_figures import OverlayFigures, peer_suspicion, published_classes, routing_entries
 from broker.cluster.retained_sync import CopyRequest, RetainedSync
-from broker.cluster.stats import ClusterStats
+from broker.cluster.stats import LATENCY_SAMPLE_EVERY, ClusterStats
 from broker.cluster.store_port import ClusterStore, MemoryClusterStore
 from broker.cluster.stream_receiver import StreamReceiver
 from broker.cluster.stream_sender import StreamSender
@@ -78,7 +78,7 @@ from overlay import api
 from overlay.api import Role
 from overlay.config import OverlayConfig
 from overlay.keys import ANCHOR_TOPIC, PUBLISHER, SUBSCRIBER, make_key
-from overlay.messages import PING, PONG
+from overlay.messages import ACK, PING, PONG, PUB
 from overlay.node import OverlayNode
 
 if TYPE_CHECKING:
@@ -99,7 +99,8 @@ PROBE_RETRANSMITS = 2  # peers reported down are contacted again every 2 x retra
 CATCH_UP_GIVE_UP_S = 120.0  # a moved session's catch-up that gets no answer is given up (counted)
 INTEREST_REFRESH_RETRANSMITS = 5  # the classes we subscribe are announced again every 5 x retransmit_ms
 DOWN_PEER_MEMORY_S = 600.0  # ... for this long
-MAX_PINGS_TIMED = 1024  # PINGs awaiting their PONG for skipmq_cluster_peer_rtt_seconds
+MAX_ROUND_TRIPS_TIMED = 1024  # PINGs / sampled PUBs awaiting their answer (peer_rtt_seconds)
+RTT_SAMPLE_MASK = LATENCY_SAMPLE_EVERY - 1
 # fast path (issue #11): a class whose publications reach no other broker (or nobody) is re-checked
 # through the full path this often (which also lets the overlay's EEXP at publish fill the
 # publisher's table)
@@ -194,7 +195,8 @@ class ClusterEngine(StreamsMixin):
         self._next_interest: float | None = None
         self._next_catch_up: float | None = None
         self._heard_from: set[str] = set()  # peers this incarnation has heard from
-        self._pings_out: dict[tuple[str, int], float] = {}  # (peer, PING nonce) -> when sent
+        # (peer, PING nonce or PUB ack id) -> when sent, for skipmq_cluster_peer_rtt_seconds
+        self._round_trips: dict[tuple[str, int], float] = {}
         # peer -> {request id: when} of our RetainedSyncRequests (a reply must answer one)
         self._retained_asked: dict[str, dict[int, float]] = {}
         # (origin, class) -> [(next seq, end seq, client)]: messages a moved session still needs
@@ -363,15 +365,25 @@ class ClusterEngine(StreamsMixin):
         kind = type(item)
         sent = self.stats.overlay_sent
         sent[kind] = sent.get(kind, 0) + 1
-        if kind is PING:  # the round trip to ``dest``: timed when its PONG comes back
-            pings = self._pings_out
-            if len(pings) > MAX_PINGS_TIMED:  # pings of peers that never answered
-                pings.clear()
-            pings[(dest, item.nonce)] = self._now()  # type: ignore[attr-defined]
+        # round trips to ``dest`` (skipmq_cluster_peer_rtt_seconds), timed when the answer comes:
+        # every failure-detector PING (its PONG), one PUB delegation in LATENCY_SAMPLE_EVERY (its
+        # per-hop ACK; by ack id)
+        if kind is PUB:
+            ack_id = item.ack_id  # type: ignore[attr-defined]
+            if ack_id and not ack_id & RTT_SAMPLE_MASK:
+                self._time_round_trip(dest, ack_id)
+        elif kind is PING:
+            self._time_round_trip(dest, item.nonce)  # type: ignore[attr-defined]
         try:
             self.transport.send(dest, item)
         except (ValueError, RuntimeError) as exc:  # WireError is a ValueError
             log.error("cluster: cannot send %s to %s: %s", type(item).__name__, dest, exc)
+
+    def _time_round_trip(self, dest: str, request_id: int) -> None:
+        round_trips = self._round_trips
+        if len(round_trips) > MAX_ROUND_TRIPS_TIMED:  # requests a peer never answered
+            round_trips.clear()
+        round_trips[(dest, request_id)] = self._now()
 
     def _commit(self) -> None:
         broker = self.broker
@@ -475,10 +487,11 @@ class ClusterEngine(StreamsMixin):
         kind = type(item)
         received = self.stats.overlay_received
         received[kind] = received.get(kind, 0) + 1
-        if kind is PONG:
-            pinged_at = self._pings_out.pop((sender, item.nonce), None)  # type: ignore[attr-defined]
-            if pinged_at is not None:
-                self.stats.peer_rtt_seconds.observe(self._now() - pinged_at)
+        if kind is ACK or kind is PONG:
+            request_id = item.ack_id if kind is ACK else item.nonce  # type: ignore[attr-defined]
+            sent_at = self._round_trips.pop((sender, request_id), None)
+            if sent_at is not None:
+                self.stats.peer_rtt_seconds.observe(self._now() - sent_at)
         try:
             if isinstance(item, Envelope):
                 problem = envelope_problem(sender, self.peer_id, item)

@@ -29,8 +29,8 @@ LATENCY_SAMPLE_EVERY = 8
 # subscriber broker delivered and stored it): loopback and one data centre take milliseconds, a
 # slow subscriber broker or a retransmission seconds.
 PUBLISH_CONFIRM_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
-# PING to PONG between two brokers (the overlay's failure detector): the network round trip plus
-# both event loops' delay.
+# PING to PONG (the failure detector) and PUB to its per-hop ACK (sampled) between two brokers:
+# the network round trip plus both event loops' delay.
 PEER_RTT_BUCKETS_S = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 
 
