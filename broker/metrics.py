@@ -14,6 +14,7 @@ dashboards depend on them, so treat them as a public interface.
 from __future__ import annotations
 
 import functools
+import os
 import platform
 import time
 from collections.abc import Callable, Iterator
@@ -28,6 +29,7 @@ from prometheus_client.utils import floatToGoString
 from broker import __version__
 from broker.cluster.overlay_figures import OverlayFigures
 from broker.cluster.stats import LATENCY_SAMPLE_EVERY, METRIC_HOP_MAX, ClusterStats
+from broker.config import BrokerConfig
 from broker.core.stats import QUEUE_NEAR_LIMIT, BrokerStats, Histogram
 
 # The classic text format generate_latest() writes; every Prometheus version understands it.
@@ -428,10 +430,79 @@ class ClusterCollector(Collector):
         return self.collect()
 
 
-def make_registry(stats: BrokerStats) -> CollectorRegistry:
-    """A fresh registry with this broker's metrics and the process collector (CPU, RSS)."""
+def certificate_files(config: BrokerConfig) -> dict[str, str]:
+    """The certificate files a broker's configuration names, by setting (only the set ones; the
+    client listener's only while it is enabled)."""
+    files = {}
+    tls = config.listeners.tls
+    if tls.enabled:
+        files["listeners.tls.certfile"] = tls.certfile
+        files["listeners.tls.cafile"] = tls.cafile
+    if config.cluster.enabled:
+        files["cluster.tls_cert_file"] = config.cluster.tls_cert_file
+        files["cluster.tls_ca_file"] = config.cluster.tls_ca_file
+    return {setting: path for setting, path in files.items() if path}
+
+
+class CertificateCollector(Collector):
+    """``skipmq_tls_certificate_expiry_timestamp_seconds{setting}``: when the first certificate of
+    each configured PEM file expires (unix time). Read at scrape time, so a rotated file (the broker
+    re-reads its cluster certificates for new links) shows its new date; parsed again only when the
+    file's mtime or size changed. A file that cannot be read or parsed has no series (and
+    ``skipmq_tls_certificate_read_errors`` counts it)."""
+
+    def __init__(self, files: dict[str, str]) -> None:
+        self.files = files
+        self._cache: dict[str, tuple[tuple[int, int], float]] = {}
+
+    def _expiry(self, path: str) -> float | None:
+        from cryptography import x509
+
+        try:
+            status = os.stat(path)
+            stamp = (status.st_mtime_ns, status.st_size)
+            cached = self._cache.get(path)
+            if cached is not None and cached[0] == stamp:
+                return cached[1]
+            with open(path, "rb") as handle:
+                certificate = x509.load_pem_x509_certificate(handle.read())
+        except (OSError, ValueError):
+            return None
+        expiry = certificate.not_valid_after_utc.timestamp()
+        self._cache[path] = (stamp, expiry)
+        return expiry
+
+    def collect(self) -> Iterator[Metric]:
+        expiry = GaugeMetricFamily(
+            "skipmq_tls_certificate_expiry_timestamp_seconds",
+            "When the (first) certificate of each configured certificate file expires, unix time",
+            labels=["setting"],
+        )
+        errors = GaugeMetricFamily(
+            "skipmq_tls_certificate_read_errors",
+            "Configured certificate files that could not be read or parsed at this scrape",
+            labels=["setting"],
+        )
+        for setting, path in sorted(self.files.items()):
+            when = self._expiry(path)
+            if when is None:
+                errors.add_metric([setting], 1)
+            else:
+                expiry.add_metric([setting], when)
+                errors.add_metric([setting], 0)
+        yield expiry
+        yield errors
+
+    def describe(self) -> Iterator[Metric]:
+        return self.collect()
+
+
+def make_registry(stats: BrokerStats, certificates: dict[str, str] | None = None) -> CollectorRegistry:
+    """A fresh registry with this broker's metrics, the expiry of its certificate files
+    (``certificates``: setting -> path, see ``certificate_files``) and the process collector."""
     registry = CollectorRegistry(auto_describe=True)
     registry.register(BrokerCollector(stats))
+    registry.register(CertificateCollector(certificates or {}))
     ProcessCollector(registry=registry)
     return registry
 

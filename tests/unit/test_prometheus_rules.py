@@ -48,6 +48,7 @@ PROMQL_WORDS = {
     "or",
     "unless",
     "bool",
+    "time",
 }
 
 

@@ -8,13 +8,16 @@ fills up. The 3-broker cluster under a real Prometheus is tests/process/cluster/
 
 from __future__ import annotations
 
+import time
 import urllib.request
 from collections.abc import Callable
+from pathlib import Path
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
 from broker.adapters.server import ThreadedBroker
+from broker.adapters.transport.tls import issue_broker_cert, make_ca
 from broker.cluster.overlay_figures import peer_suspicion, published_classes, routing_entries
 from broker.cluster.stats import METRIC_HOP_MAX, ClusterStats
 from broker.core.stats import Histogram
@@ -143,3 +146,38 @@ def test_queue_fill_of_a_persistent_session(start_broker: Start) -> None:
     assert got[("skipmq_sessions_queue_near_limit", ())] == 1  # 9 of 10 >= 80 %
     assert got[("skipmq_store_commit_seconds_count", ())] > 0  # the QoS 1 messages were committed
     publisher.stop()
+
+
+def test_certificate_expiry_of_the_tls_listener(start_broker: Start, tmp_path: Path) -> None:
+    """A broker serving MQTT over TLS with a certificate valid for 10 days exports its expiry; a
+    certificate file replaced by garbage shows as a read error (the broker keeps its loaded one)."""
+    make_ca(tmp_path / "ca")
+    cert, key = issue_broker_cert(tmp_path / "ca", "127.0.0.1:1", days=10)
+    broker = start_broker(
+        **{
+            "listeners.tls.enabled": True,
+            "listeners.tls.port": 0,
+            "listeners.tls.host": "127.0.0.1",
+            "listeners.tls.certfile": str(cert),
+            "listeners.tls.keyfile": str(key),
+        }
+    )
+    http_port = broker.ports["http"]
+
+    def series() -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+        return {
+            (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+            for family in text_string_to_metric_families(metrics_text(http_port))
+            for sample in family.samples
+            if sample.name.startswith("skipmq_tls_")
+        }
+
+    setting = (("setting", "listeners.tls.certfile"),)
+    got = series()
+    expiry = got[("skipmq_tls_certificate_expiry_timestamp_seconds", setting)]
+    assert abs(expiry - (time.time() + 10 * 86400)) < 3600
+    assert got[("skipmq_tls_certificate_read_errors", setting)] == 0
+    cert.write_text("not a certificate\n")
+    got = series()
+    assert ("skipmq_tls_certificate_expiry_timestamp_seconds", setting) not in got
+    assert got[("skipmq_tls_certificate_read_errors", setting)] == 1
