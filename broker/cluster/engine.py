@@ -363,8 +363,10 @@ class ClusterEngine(StreamsMixin):
     def _send(self, dest: str, item: object) -> None:
         assert self.transport is not None
         kind = type(item)
-        sent = self.stats.overlay_sent
-        sent[kind] = sent.get(kind, 0) + 1
+        try:
+            self.stats.overlay_sent[kind] += 1
+        except KeyError:  # the first of its kind
+            self.stats.overlay_sent[kind] = 1
         # round trips to ``dest`` (skipmq_cluster_peer_rtt_seconds), timed when the answer comes:
         # every failure-detector PING (its PONG), one PUB delegation in LATENCY_SAMPLE_EVERY (its
         # per-hop ACK; by ack id)
@@ -485,8 +487,10 @@ class ClusterEngine(StreamsMixin):
             self._heard_from.add(sender)
             self._peer_back(sender)
         kind = type(item)
-        received = self.stats.overlay_received
-        received[kind] = received.get(kind, 0) + 1
+        try:
+            self.stats.overlay_received[kind] += 1
+        except KeyError:  # the first of its kind
+            self.stats.overlay_received[kind] = 1
         if kind is ACK or kind is PONG:
             request_id = item.ack_id if kind is ACK else item.nonce  # type: ignore[attr-defined]
             sent_at = self._round_trips.pop((sender, request_id), None)

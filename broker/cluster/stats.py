@@ -69,4 +69,7 @@ class ClusterStats:
 
     def observe_hops(self, hops: int) -> None:
         self.hop_sum += hops
-        self.hop_counts[min(max(hops, 1), METRIC_HOP_MAX + 1) - 1] += 1
+        if 0 < hops <= METRIC_HOP_MAX:
+            self.hop_counts[hops - 1] += 1
+        else:  # 0 cannot happen (a forwarded delivery took at least one hop): counted as 1
+            self.hop_counts[0 if hops <= 0 else METRIC_HOP_MAX] += 1
