@@ -387,6 +387,11 @@ class ClusterEngine(StreamsMixin):
             round_trips.clear()
         round_trips[(dest, request_id)] = self._now()
 
+    def _round_trip_answered(self, peer: str, request_id: int) -> None:
+        sent_at = self._round_trips.pop((peer, request_id), None)
+        if sent_at is not None:
+            self.stats.peer_rtt_seconds.observe(self._now() - sent_at)
+
     def _commit(self) -> None:
         broker = self.broker
         if broker is not None and broker.store_pending():
@@ -491,11 +496,11 @@ class ClusterEngine(StreamsMixin):
             self.stats.overlay_received[kind] += 1
         except KeyError:  # the first of its kind
             self.stats.overlay_received[kind] = 1
-        if kind is ACK or kind is PONG:
-            request_id = item.ack_id if kind is ACK else item.nonce  # type: ignore[attr-defined]
-            sent_at = self._round_trips.pop((sender, request_id), None)
-            if sent_at is not None:
-                self.stats.peer_rtt_seconds.observe(self._now() - sent_at)
+        if kind is ACK:
+            if not item.ack_id & RTT_SAMPLE_MASK:  # type: ignore[attr-defined]
+                self._round_trip_answered(sender, item.ack_id)  # type: ignore[attr-defined]
+        elif kind is PONG:
+            self._round_trip_answered(sender, item.nonce)  # type: ignore[attr-defined]
         try:
             if isinstance(item, Envelope):
                 problem = envelope_problem(sender, self.peer_id, item)
