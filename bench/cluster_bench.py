@@ -94,7 +94,7 @@ KIND_PROBE = b"W"
 KIND_DATA = b"D"
 PAYLOAD_HEAD = struct.Struct("!cIIq")  # kind, run tag, sequence number, perf_counter_ns at send
 PAYLOAD_PAD = b"\x00" * (PAYLOAD_BYTES - PAYLOAD_HEAD.size)
-HOP_BUCKET_LABELS = ("1", "2", "3", "4", "6", "8", "12", "16", "+Inf")
+HOP_BUCKET_LABELS = (*(str(hops) for hops in range(1, 17)), "+Inf")  # a broker before #14: 1,2,3,4,6,8,12,16
 
 ProgressFn = Callable[[str], None]
 
@@ -1194,7 +1194,8 @@ def render_markdown(results: dict[str, Any], figure_names: dict[str, str]) -> st
             f" {plan['small_l_rate_per_s']:g} msg/s, probes at {SETTLE_PROBE_RATE_PER_S:g} msg/s until"
             f" {plan.get('small_l_settle_s', 0):g} s after the warm-up (the overlay's EEXP at publish runs at"
             " most every 10 s), then the settled window of the same size. Hops = the subscriber brokers'"
-            " `skipmq_cluster_delivery_hops` histogram (difference over a window; buckets 1,2,3,4,6,8,...;"
+            " `skipmq_cluster_delivery_hops` histogram (difference over a window; one bucket per hop"
+            " count, 1,2,3,4,6,8,... before issue #14;"
             " one observation per message per subscriber broker), summed over repeats."
         )
         lines.append("")

@@ -105,7 +105,8 @@ class ClusterRuntime:
             self.transport.http_port = port
 
     def collector(self) -> ClusterCollector:
-        return ClusterCollector(self.engine.stats, self.engine.gauges)
+        engine = self.engine
+        return ClusterCollector(engine.stats, engine.gauges, engine.overlay_figures, engine.sender_counters)
 
 
 def cluster_tls(cluster: ClusterConfig) -> Any:

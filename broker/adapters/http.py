@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from broker.metrics import make_registry, render
+from broker.metrics import certificate_files, make_registry, render
 
 if TYPE_CHECKING:
     import ssl
@@ -186,7 +186,7 @@ class HttpEndpoint:
             return 200, "application/json", json.dumps(self._cluster_state()).encode() + b"\n"
         broker.refresh_stats()
         if self._registry is None:
-            self._registry = make_registry(broker.stats)
+            self._registry = make_registry(broker.stats, certificate_files(broker.config))
             if self._cluster_collector is not None:
                 self._registry.register(self._cluster_collector)
             if self._federation_collector is not None:

@@ -161,6 +161,8 @@ class BrokerServer:
         store = open_store(config)
         broker = Broker(config, scheduler, authenticator=authenticator, acl=acl, store=store, cluster=cluster)
         self.broker = broker
+        if store is not None:
+            store.commit_seconds = broker.stats.store_commit_seconds
         if self.federation is not None:
             self.federation.broker = broker
             self.federation.store = store  # durable custody (None: persistence off, custody in memory)

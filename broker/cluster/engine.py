@@ -64,8 +64,9 @@ from broker.cluster.messages import (
     SessionClaim,
     StreamPosition,
 )
+from broker.cluster.overlay_figures import OverlayFigures, peer_suspicion, published_classes, routing_entries
 from broker.cluster.retained_sync import CopyRequest, RetainedSync
-from broker.cluster.stats import ClusterStats
+from broker.cluster.stats import LATENCY_SAMPLE_EVERY, ClusterStats
 from broker.cluster.store_port import ClusterStore, MemoryClusterStore
 from broker.cluster.stream_receiver import StreamReceiver
 from broker.cluster.stream_sender import StreamSender
@@ -77,6 +78,7 @@ from overlay import api
 from overlay.api import Role
 from overlay.config import OverlayConfig
 from overlay.keys import ANCHOR_TOPIC, PUBLISHER, SUBSCRIBER, make_key
+from overlay.messages import ACK, PING, PONG, PUB
 from overlay.node import OverlayNode
 
 if TYPE_CHECKING:
@@ -97,6 +99,8 @@ PROBE_RETRANSMITS = 2  # peers reported down are contacted again every 2 x retra
 CATCH_UP_GIVE_UP_S = 120.0  # a moved session's catch-up that gets no answer is given up (counted)
 INTEREST_REFRESH_RETRANSMITS = 5  # the classes we subscribe are announced again every 5 x retransmit_ms
 DOWN_PEER_MEMORY_S = 600.0  # ... for this long
+MAX_ROUND_TRIPS_TIMED = 1024  # PINGs / sampled PUBs awaiting their answer (peer_rtt_seconds)
+RTT_SAMPLE_MASK = LATENCY_SAMPLE_EVERY - 1
 # fast path (issue #11): a class whose publications reach no other broker (or nobody) is re-checked
 # through the full path this often (which also lets the overlay's EEXP at publish fill the
 # publisher's table)
@@ -197,6 +201,8 @@ class ClusterEngine(StreamsMixin):
         self._next_interest: float | None = None
         self._next_catch_up: float | None = None
         self._heard_from: set[str] = set()  # peers this incarnation has heard from
+        # (peer, PING nonce or PUB ack id) -> when sent, for skipmq_cluster_peer_rtt_seconds
+        self._round_trips: dict[tuple[str, int], float] = {}
         # peer -> {request id: when} of our RetainedSyncRequests (a reply must answer one)
         self._retained_asked: dict[str, dict[int, float]] = {}
         # (origin, class) -> [(next seq, end seq, client)]: messages a moved session still needs
@@ -237,6 +243,7 @@ class ClusterEngine(StreamsMixin):
             min_retention_s=cluster.send_log_min_retention_ms / 1000.0,
             receivers_of=self.interest_table.peers_of,
         )
+        self.sender.confirm_seconds = self.stats.publish_confirm_seconds
         self.receiver.set_causal(peer_id, self.interest.subscribes, cluster.causal_wait_ms / 1000.0)
         seed = self.rng.getrandbits(64)
         self.node = OverlayNode(peer_id, rng=random.Random(seed), config=overlay_config_for(self.cluster))
@@ -361,10 +368,35 @@ class ClusterEngine(StreamsMixin):
 
     def _send(self, dest: str, item: object) -> None:
         assert self.transport is not None
+        kind = type(item)
+        try:
+            self.stats.overlay_sent[kind] += 1
+        except KeyError:  # the first of its kind
+            self.stats.overlay_sent[kind] = 1
+        # round trips to ``dest`` (skipmq_cluster_peer_rtt_seconds), timed when the answer comes:
+        # every failure-detector PING (its PONG), one PUB delegation in LATENCY_SAMPLE_EVERY (its
+        # per-hop ACK; by ack id)
+        if kind is PUB:
+            ack_id = item.ack_id  # type: ignore[attr-defined]
+            if ack_id and not ack_id & RTT_SAMPLE_MASK:
+                self._time_round_trip(dest, ack_id)
+        elif kind is PING:
+            self._time_round_trip(dest, item.nonce)  # type: ignore[attr-defined]
         try:
             self.transport.send(dest, item)
         except (ValueError, RuntimeError) as exc:  # WireError is a ValueError
             log.error("cluster: cannot send %s to %s: %s", type(item).__name__, dest, exc)
+
+    def _time_round_trip(self, dest: str, request_id: int) -> None:
+        round_trips = self._round_trips
+        if len(round_trips) > MAX_ROUND_TRIPS_TIMED:  # requests a peer never answered
+            round_trips.clear()
+        round_trips[(dest, request_id)] = self._now()
+
+    def _round_trip_answered(self, peer: str, request_id: int) -> None:
+        sent_at = self._round_trips.pop((peer, request_id), None)
+        if sent_at is not None:
+            self.stats.peer_rtt_seconds.observe(self._now() - sent_at)
 
     def _commit(self) -> None:
         broker = self.broker
@@ -465,6 +497,16 @@ class ClusterEngine(StreamsMixin):
         if sender not in self._heard_from or sender in self._down_peers:
             self._heard_from.add(sender)
             self._peer_back(sender)
+        kind = type(item)
+        try:
+            self.stats.overlay_received[kind] += 1
+        except KeyError:  # the first of its kind
+            self.stats.overlay_received[kind] = 1
+        if kind is ACK:
+            if not item.ack_id & RTT_SAMPLE_MASK:  # type: ignore[attr-defined]
+                self._round_trip_answered(sender, item.ack_id)  # type: ignore[attr-defined]
+        elif kind is PONG:
+            self._round_trip_answered(sender, item.nonce)  # type: ignore[attr-defined]
         try:
             if isinstance(item, Envelope):
                 problem = envelope_problem(sender, self.peer_id, item)
@@ -1171,6 +1213,30 @@ class ClusterEngine(StreamsMixin):
         }
         return self._snapshots.build(now_s, self.subscriber_brokers, known, extra)
 
+    def sender_counters(self) -> dict[str, int]:
+        """Counters the send log keeps (scrape time): publishes suppressed, RETs answered."""
+        sender = self.sender
+        return {
+            "publishes_suppressed": sender.skipped_total if sender is not None else 0,
+            "rets_received": sender.rets_received if sender is not None else 0,
+        }
+
+    def overlay_figures(self) -> OverlayFigures:
+        """The overlay's figures for /metrics (``broker.cluster.overlay_figures``; scrape time)."""
+        figures = OverlayFigures()
+        node = self.node
+        if node is None:
+            return figures
+        figures.routing_entries = routing_entries(node)
+        published = [cls for cls in self._published if cls != CONTROL_CLASS and not cls.startswith("=$")]
+        figures.published_classes = published_classes(node, published, self.interest_table.peers_of)
+        transport = self.transport
+        connected = transport.connected_peers() if transport is not None else frozenset()
+        figures.peer_suspected, figures.peer_silence_s = peer_suspicion(
+            node, self._now(), connected | self._heard_from, self._down_peers
+        )
+        return figures
+
     def gauges(self) -> dict[str, int]:
         node = self.node
         transport = self.transport
@@ -1181,6 +1247,8 @@ class ClusterEngine(StreamsMixin):
             "published_classes": len(self._published),
             "held_messages": self.receiver.held_count(),
             "causal_blocked_streams": self.receiver.blocked_count(),
+            "causal_held_messages": self.receiver.causal_held_count(),
+            "routing_table_capacity": self.cluster.table_size,
             "causal_clock_entries": self.causal.size() if self.causal is not None else 0,
             "send_log_messages": self.sender.logged_count() if self.sender is not None else 0,
             "send_log_receivers": self.sender.receiver_count() if self.sender is not None else 0,

@@ -42,9 +42,12 @@ from dataclasses import dataclass, field
 from sortedcontainers import SortedDict, SortedSet
 
 from broker.cluster.messages import ForwardedMessage, StreamPosition, StreamResend, StreamRet
+from broker.cluster.stats import LATENCY_SAMPLE_EVERY
 from broker.core.session import Message
+from broker.core.stats import Histogram
 
 StreamKey = tuple[str, str]  # (origin, topic class)
+_SAMPLE_MASK = LATENCY_SAMPLE_EVERY - 1
 RESEND_BATCH = 256  # messages in one Resend / Republish round per stream and receiver
 
 
@@ -142,6 +145,12 @@ class StreamSender:
         self._next_check: float | None = None
         # class -> the receivers of a previous incarnation's stream of it (``restore``)
         self._restored_receivers: dict[str, set[str]] = {}
+        # figures read at scrape time (broker.metrics): messages not forwarded because their class
+        # had no subscriber, RETs answered, and (when set) one in LATENCY_SAMPLE_EVERY publication
+        # confirmations timed from the entry's (last) publication to the overlay's DONE
+        self.skipped_total = 0
+        self.rets_received = 0
+        self.confirm_seconds: Histogram | None = None
 
     # ------------------------------------------------------------------ sending
     def append(
@@ -203,6 +212,9 @@ class StreamSender:
         if entry is None:
             return []
         if complete:
+            histogram = self.confirm_seconds
+            if histogram is not None and not publication_id & _SAMPLE_MASK:
+                histogram.observe(now - entry.sent_at)
             entry.confirmed = True
             stream.unconfirmed.discard(seq)
             return self._free(key, stream, now)
@@ -226,6 +238,7 @@ class StreamSender:
     ) -> None:
         """``message`` of ``cls`` was not forwarded: the rendezvous point reports no subscriber
         (``deps``: its dependencies, if it is a message of a causal group)."""
+        self.skipped_total += 1
         kept = self._skipped.get(cls)
         if kept is None:
             kept = self._skipped[cls] = deque()
@@ -329,6 +342,7 @@ class StreamSender:
 
     def ret(self, peer: str, request: StreamRet, now: float) -> list[SenderAction]:
         """RET from ``peer`` (§3.3 retransmission procedure (2)): send what the log holds."""
+        self.rets_received += 1
         key = (request.origin, request.stream)
         stream = self._streams.get(key)
         entries = stream.entries if stream is not None else SortedDict()
