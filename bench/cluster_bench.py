@@ -74,6 +74,7 @@ SUBSCRIPTION_FILTER = TOPIC
 PAYLOAD_BYTES = 64
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 BROKER_SETTINGS: dict[str, str] = {"sys.interval_s": "0", "logging.level": "warning"}
+MAIN_KINDS = ("latency", "qos0", "qos1")  # the measurements of the main phase, in this order
 STANDALONE = 0  # the "broker count" key of the standalone (clustering off) reference broker
 
 # closed loop: undelivered messages allowed per subscriber (below the default max_queued_messages
@@ -675,6 +676,8 @@ class Plan:
     small_l_rate_per_s: float
     small_l_settle_s: float
     small_l_repeats: int
+    kinds: tuple[str, ...] = MAIN_KINDS
+    local: bool = False  # every subscriber on the publisher's broker (local deliveries in a cluster)
 
 
 async def run_main_phase(plan: Plan, results: dict[str, Any]) -> None:
@@ -688,12 +691,12 @@ async def run_main_phase(plan: Plan, results: dict[str, Any]) -> None:
             setup = await start_setup(brokers, {})
             setups.append(setup)
             await connect_publisher(setup)
-            count = max(1, brokers)
+            count = 1 if plan.local else max(1, brokers)
             for j in range(plan.subscribers):
                 await add_subscriber(setup, j % count)
             warm_s = await warm_up(setup)
             log(f"{setup.label}: {plan.subscribers} subscribers warmed up in {warm_s:.2f} s")
-        kinds = ("latency", "qos0", "qos1")
+        kinds = plan.kinds
         for round_index in range(plan.rounds):
             for kind in kinds:
                 order = setups[round_index % len(setups) :] + setups[: round_index % len(setups)]
@@ -1120,8 +1123,14 @@ def render_markdown(results: dict[str, Any], figure_names: dict[str, str]) -> st
         )
     lines.append(f"- Command: `{meta['command']}`")
     lines.append(
-        f"- Settings: {plan['subscribers']} subscribers round-robin over the brokers (subscriber j on"
-        f" broker j mod N), publisher on broker 0, topic `{TOPIC}`, {PAYLOAD_BYTES}-byte payloads,"
+        f"- Settings: {plan['subscribers']} subscribers "
+        + (
+            "all on the publisher's broker (`--local`: local deliveries in a cluster whose other"
+            " brokers subscribe nothing)"
+            if plan.get("local")
+            else "round-robin over the brokers (subscriber j on broker j mod N)"
+        )
+        + f", publisher on broker 0, topic `{TOPIC}`, {PAYLOAD_BYTES}-byte payloads,"
         f" subscriptions QoS 1; default `cluster.table_size` (L=60) and `cluster.class_levels`=1;"
         f" {plan['rounds']} rounds, configurations interleaved (rotating order) within each round."
         f" Latency: QoS 0 paced at {plan['latency_rate_per_s']:g} msg/s for {plan['latency_s']:g} s per"
@@ -1419,6 +1428,14 @@ RUN_LENGTH_DEFAULTS: dict[str, tuple[Any, Any]] = {
 }
 
 
+def _kind_list(text: str) -> tuple[str, ...]:
+    kinds = tuple(item.strip() for item in text.split(",") if item.strip())
+    unknown = [kind for kind in kinds if kind not in MAIN_KINDS]
+    if not kinds or unknown:
+        raise argparse.ArgumentTypeError(f"expected some of {','.join(MAIN_KINDS)}, got {text!r}")
+    return kinds
+
+
 def _show(value: Any) -> str:
     return ",".join(str(v) for v in value) if isinstance(value, list) else f"{value:g}"
 
@@ -1451,6 +1468,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--subscribers", type=int, default=10, help="subscribers, round-robin over the brokers (default 10)"
+    )
+    parser.add_argument(
+        "--local",
+        action="store_true",
+        help="put every subscriber on the publisher's broker (broker 0): local deliveries in a cluster"
+        " whose other brokers subscribe nothing (issue #11)",
+    )
+    parser.add_argument(
+        "--kinds",
+        type=_kind_list,
+        default=MAIN_KINDS,
+        help="measurements of the main phase, comma-separated (default latency,qos0,qos1)",
     )
     parser.add_argument(
         "--latency-rate",
@@ -1526,6 +1555,8 @@ def plan_from_args(args: argparse.Namespace) -> Plan:
         small_l_rate_per_s=args.small_l_rate,
         small_l_settle_s=args.small_l_settle_s,
         small_l_repeats=args.small_l_repeats,
+        kinds=tuple(args.kinds),
+        local=args.local,
     )
     return plan
 

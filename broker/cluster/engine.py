@@ -105,7 +105,12 @@ RTT_SAMPLE_MASK = LATENCY_SAMPLE_EVERY - 1
 # through the full path this often (which also lets the overlay's EEXP at publish fill the
 # publisher's table)
 QUIET_RECHECK_S = 1.0
-QUIET_NOT, QUIET_LOCAL, QUIET_NOBODY = range(3)  # the cached reach of a class (``_quiet``)
+# the cached reach of a class (``_quiet``): other brokers (the full path); no other broker, while
+# some known peer is down or its link is not up (QoS >= 1 into the durable send log, the PUBACK
+# waits for its commit); no other broker, every known peer connected (kept in memory only); nobody
+# (kept for the presence grace); nobody, and no other broker ever talked to this one, which
+# founded its overlay alone (nobody elsewhere can have a SUBACK yet: nothing kept)
+QUIET_NOT, QUIET_LOCAL, QUIET_LOCAL_CONNECTED, QUIET_NOBODY, QUIET_NOBODY_ALONE = range(5)
 TOPIC_CACHE_LIMIT = 4096  # topics whose classes are cached (cleared when full)
 
 __all__ = ["CONTROL_CLASS", "SHARE_PREFIX", "ClusterEngine", "PeerTransport", "overlay_config_for"]
@@ -220,6 +225,7 @@ class ClusterEngine(StreamsMixin):
         # every event that could change that (``_handle``, ``_after_event``)
         self._classes_of: dict[str, list[str]] = {}
         self._quiet: dict[str, tuple[float, int]] = {}
+        self._founded_alone = False  # started without contacts other than itself (``start``)
 
     # ================================================================== lifecycle
     def bind(
@@ -265,6 +271,7 @@ class ClusterEngine(StreamsMixin):
         assert self.broker is not None and self.retained_sync is not None, "bind() first"
         assert self.sender is not None
         self.stopped = False
+        self._founded_alone = all(peer == self.peer_id for peer in contacts)
         now = self._now()
         # resume the streams a previous incarnation left: what it had not delivered everywhere is
         # published again, and our positions tell the senders what we missed while down
@@ -736,12 +743,24 @@ class ClusterEngine(StreamsMixin):
             for cls in classes:
                 state = quiet.get(cls)
                 if state is not None and now < state[0]:
+                    if state[1] == QUIET_NOBODY_ALONE:
+                        continue
                     if state[1] == QUIET_NOBODY:  # kept for the presence grace only
                         sender.skip(cls, message, now)
                         continue
+                    if state[1] == QUIET_LOCAL_CONNECTED:
+                        # nobody elsewhere, every known broker connected: the local deliveries are
+                        # all; QoS >= 1 is kept in the send log in memory (a partition we have not
+                        # noticed yet heals: ``logged_for``), not written to the store - the PUBACK
+                        # needs no commit, as on a single broker (docs/cluster.md "Fast path")
+                        if message.qos:
+                            sender.present(cls, now)
+                            self._forward(cls, message, overlay=False, stored=False)
+                        continue
                     if state[1] == QUIET_LOCAL:
-                        # nobody elsewhere: the local deliveries are all; QoS >= 1 still goes into
-                        # the send log, for a receiver broker cut off before we learned of it
+                        # nobody elsewhere that we can hear: QoS >= 1 goes into the durable send
+                        # log (its commit holds the PUBACK), for a receiver broker cut off before
+                        # we learned of it that is back after a crash of ours
                         if message.qos:
                             sender.present(cls, now)
                             self._forward(cls, message, overlay=False)
@@ -753,11 +772,17 @@ class ClusterEngine(StreamsMixin):
                 route = self._route_of(cls, message, now)
                 self._send_on_class(cls, message, route, now)
                 if route == ROUTE_OVERLAY:
-                    local = self._reaches_only_self(cls, now)
-                    quiet[cls] = (now + QUIET_RECHECK_S, QUIET_LOCAL if local else QUIET_NOT)
+                    if not self._reaches_only_self(cls, now):
+                        reach = QUIET_NOT
+                    elif self._every_peer_connected():
+                        reach = QUIET_LOCAL_CONNECTED
+                    else:
+                        reach = QUIET_LOCAL
+                    quiet[cls] = (now + QUIET_RECHECK_S, reach)
                 elif route == ROUTE_SKIP and not sender.recently_present(cls, now):
                     # (not recently present: a QoS >= 1 message would be held, ``_route_of``)
-                    quiet[cls] = (now + QUIET_RECHECK_S, QUIET_NOBODY)
+                    nobody = QUIET_NOBODY_ALONE if self._alone() else QUIET_NOBODY
+                    quiet[cls] = (now + QUIET_RECHECK_S, nobody)
             slow = slow or sender.next_deadline() != deadline
         if message.retain:
             self._publish_retained(message)
@@ -773,6 +798,28 @@ class ClusterEngine(StreamsMixin):
         sender = self.sender
         assert node is not None and sender is not None
         return node.reaches_only_self(cls, now) and not sender.has_receivers(cls)
+
+    def _alone(self) -> bool:
+        """This broker founded its overlay without contacts and no other broker ever talked to it
+        (or was reported down): any broker that joins later reaches us first - its first message
+        empties the cache - so no subscription elsewhere can have its SUBACK before that, and a
+        class nobody subscribes needs no presence-grace copies (the copies on every publish were
+        most of a one-broker cluster's QoS 0 overhead, issue #11)."""
+        return self._founded_alone and not self._known_peers()
+
+    def _every_peer_connected(self) -> bool:
+        """No broker we know of is reported down, and the transport has a link up to each one we
+        have heard from (checked when a class's reach is cached, at most every QUIET_RECHECK_S;
+        a peer reported down empties the cache)."""
+        if self._down_peers:
+            return False
+        heard = self._heard_from
+        if not heard:
+            return True
+        transport = self.transport
+        assert transport is not None
+        connected = transport.connected_peers()
+        return all(peer in connected or peer == self.peer_id for peer in heard)
 
     def _route_of(self, cls: str, message: Message, now: float) -> int:
         """How ``message`` goes out on ``cls`` (one of the ``ROUTE_*``)."""

@@ -105,6 +105,7 @@ class _Entry:
     created_at: float
     held: bool = False  # waits for the class's presence before it is published
     incomplete: bool = False  # the overlay reported a publication of it incomplete
+    stored: bool = True  # (durable entries) the engine wrote it to the durable log too
 
 
 @dataclass(slots=True)
@@ -163,11 +164,13 @@ class StreamSender:
         held: bool = False,
         deps: tuple[StreamPosition, ...] = (),
         copies: tuple[tuple[str, int], ...] = (),
+        stored: bool = True,
     ) -> ForwardedMessage:
         """Number ``message`` on this broker's stream of ``cls`` and keep it in the log
         (``confirmed``: it does not go through the overlay, only to the known receivers;
         ``held``: published when the class's presence returns, see ``presence_on``; ``deps`` and
-        ``copies``: a message of a causal group, ``broker.cluster.causal_clock``)."""
+        ``copies``: a message of a causal group, ``broker.cluster.causal_clock``; ``stored``
+        False: a QoS >= 1 entry the engine keeps in memory only - freeing it needs no ``Forget``)."""
         key = (self.origin, cls)
         stream = self._streams.get(key)
         if stream is None:
@@ -189,7 +192,7 @@ class StreamSender:
         if not durable and not stream.receivers:
             return forwarded  # QoS 0 that no known receiver may ask for again: nothing to keep
         confirmed = confirmed or not durable
-        stream.entries[seq] = _Entry(forwarded, durable, confirmed, now, now, held)
+        stream.entries[seq] = _Entry(forwarded, durable, confirmed, now, now, held, False, stored)
         if not confirmed:
             stream.unconfirmed.add(seq)
         self._arm(now)
@@ -532,7 +535,7 @@ class StreamSender:
                 break
             entries.popitem(0)
             below = seq + 1
-            freed_durable = freed_durable or entry.durable
+            freed_durable = freed_durable or (entry.durable and entry.stored)
         if freed_durable:
             return [Forget(key, below)]
         return []

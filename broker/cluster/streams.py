@@ -93,13 +93,15 @@ class StreamsMixin:
         held: bool = False,
         deps: tuple[StreamPosition, ...] = (),
         copies: tuple[tuple[str, int], ...] = (),
+        stored: bool = True,
     ) -> None:
         sender = self.sender
         assert sender is not None
         forwarded = sender.append(
-            cls, message, self._now(), confirmed=not overlay, held=held, deps=deps, copies=copies
-        )
-        if message.qos:
+            cls, message, self._now(), confirmed=not overlay, held=held, deps=deps, copies=copies,
+            stored=stored,
+        )  # fmt: skip
+        if message.qos and stored:
             self.store.log_append(forwarded)  # in this publish's commit, before its PUBACK
         if overlay and not held:
             self._publish_forwarded(forwarded)
