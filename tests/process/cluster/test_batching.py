@@ -1,5 +1,5 @@
 """Cross-broker batching (issue #11; broker/cluster/streams.py ``_publish_forwarded`` /
-``_flush_outbox``, docs/cluster.md "Forwarding, batching"): the messages a broker accepts on one
+``_flush_outbox``, docs/cluster.md "Reliable streams", Batching): the messages a broker accepts on one
 topic class within one event-loop iteration go to the other brokers as ONE overlay publication (a
 ``ForwardedBatch``: one PUB, ACK and DONE per hop), and each subscriber elsewhere still gets every
 one of them, once, in the publisher's order.
