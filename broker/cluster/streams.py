@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from broker.cluster.interest_table import InterestTable
     from broker.cluster.stats import ClusterStats
     from broker.cluster.store_port import ClusterStore
+    from broker.config import ClusterConfig
     from broker.core.ports import BrokerApi, Scheduler
     from broker.core.session import Message, SessionSnapshot
 
@@ -45,9 +46,12 @@ log = logging.getLogger("skipmq.cluster")
 
 CONTROL_CLASS = "!ctl"  # every broker subscribes: retained updates and session claims
 # batching (issue #11): the messages forwarded on one class within one event-loop iteration go out
-# as one overlay publication (``ForwardedBatch``) of at most this many messages / payload bytes
+# as one overlay publication (``ForwardedBatch``) of at most this many messages / bytes (estimated,
+# ``_batch_cost``), and at most half a cluster frame (``cluster.max_frame_bytes``: the transport
+# refuses an item larger than a frame)
 BATCH_MAX_MESSAGES = 256
 BATCH_MAX_BYTES = 256 * 1024
+BATCH_ITEM_OVERHEAD_BYTES = 256  # per message beyond payload, topic and properties (fields, framing)
 
 
 def _take_client_entries(
@@ -61,6 +65,17 @@ def _take_client_entries(
             yield key, entry[0]
         if not entries:
             del table[key]
+
+
+def _batch_cost(forwarded: ForwardedMessage) -> int:
+    """A generous estimate of the encoded size of ``forwarded`` in a batch."""
+    message = forwarded.message
+    cost = len(message.payload) + len(message.topic) + BATCH_ITEM_OVERHEAD_BYTES
+    if message.properties:
+        cost += len(repr(message.properties))
+    if forwarded.deps or forwarded.copies:
+        cost += 64 * (len(forwarded.deps) + len(forwarded.copies)) + len(repr(forwarded.deps))
+    return cost
 
 
 class StreamsMixin:
@@ -81,6 +96,7 @@ class StreamsMixin:
     _publication_id: int
     _deliver_pending_commit: bool
     scheduler: Scheduler
+    cluster: ClusterConfig
     stopped: bool
     _outbox: dict[str, list[ForwardedMessage]]  # class -> forwarded, not yet published (a batch)
     _outbox_armed: bool  # a flush is scheduled (``call_soon``)
@@ -149,15 +165,16 @@ class StreamsMixin:
         if self.stopped:
             return  # QoS >= 1 ones are in the send log: published again after a restart
         now = self._now()
+        budget = min(BATCH_MAX_BYTES, self.cluster.max_frame_bytes // 2)
         for cls, queued in outbox.items():
             self._publishing(cls, now)
             start, count = 0, len(queued)
             while start < count:
                 end = start + 1
-                size = len(queued[start].message.payload)
+                size = _batch_cost(queued[start])
                 while end < count and end - start < BATCH_MAX_MESSAGES:
-                    size += len(queued[end].message.payload)
-                    if size > BATCH_MAX_BYTES:
+                    size += _batch_cost(queued[end])
+                    if size > budget:
                         break
                     end += 1
                 try:
