@@ -156,7 +156,8 @@ class StreamsMixin:
 
     def _flush_outbox(self) -> None:
         """Publish what ``_publish_forwarded`` queued: per class, in the order queued, batches of
-        at most ``BATCH_MAX_MESSAGES`` messages / ``BATCH_MAX_BYTES`` payload bytes."""
+        at most ``BATCH_MAX_MESSAGES`` messages and ``BATCH_MAX_BYTES`` (or half a cluster frame)
+        of estimated encoded size (a single larger message goes alone, as it always did)."""
         self._outbox_armed = False
         outbox = self._outbox
         if not outbox:
