@@ -11,6 +11,8 @@ are paho clients on the two other brokers.
 
 from __future__ import annotations
 
+import time
+
 from broker.mqtt.packets import Puback
 from tests.support.cluster import ClientFactory, ClusterFactory, metric_total, numbers, probe_route, unique_id
 from tests.support.core import RawClient
@@ -39,6 +41,10 @@ def _publications_done(cluster: LocalCluster, index: int) -> float:
     return metric_total(cluster.metrics_text(index), "skipmq_cluster_publish_done_total")
 
 
+def _republished(cluster: LocalCluster, index: int) -> float:
+    return metric_total(cluster.metrics_text(index), "skipmq_cluster_republished_total")
+
+
 def _forwarded(cluster: LocalCluster, index: int) -> float:
     return metric_total(cluster.metrics_text(index), "skipmq_cluster_forwarded_total")
 
@@ -53,6 +59,7 @@ def test_a_burst_goes_out_as_few_publications_and_arrives_whole_and_in_order(
     for subscriber in subscribers:
         probe_route(cluster3, 0, subscriber, topic)
     done_before = _publications_done(cluster3, 0)
+    republished_before = _republished(cluster3, 0)
     forwarded_before = _forwarded(cluster3, 0)
 
     broker = cluster3.brokers[0]
@@ -63,6 +70,9 @@ def test_a_burst_goes_out_as_few_publications_and_arrives_whole_and_in_order(
         assert numbers((m.payload.split(b":")[0] for m in got), b"n") == list(range(BURST))
         subscriber.assert_no_message(0.3)  # once each
 
+    # the batches' completions completed every message in them: nothing is published again
+    time.sleep(2.5)  # > 2 x cluster.retransmit_ms: an unconfirmed message would have been republished
+    assert _republished(cluster3, 0) == republished_before
     assert _forwarded(cluster3, 0) - forwarded_before == BURST
     # one overlay publication (and PublishDone) per batch, not per message: before batching this
     # was BURST
