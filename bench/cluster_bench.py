@@ -76,6 +76,8 @@ CLK_TCK = os.sysconf("SC_CLK_TCK")
 BROKER_SETTINGS: dict[str, str] = {"sys.interval_s": "0", "logging.level": "warning"}
 MAIN_KINDS = ("latency", "qos0", "qos1")  # the measurements of the main phase, in this order
 STANDALONE = 0  # the "broker count" key of the standalone (clustering off) reference broker
+# --tls-compare: the key -N is N brokers with plaintext links (cluster.insecure = true) beside the
+# N brokers with mutual TLS between them (the default, docs/security.md)
 
 # closed loop: undelivered messages allowed per subscriber (below the default max_queued_messages
 # of 1000, so no broker needs to drop anything by design)
@@ -386,6 +388,8 @@ class Setup:
 def label_for(brokers: int) -> str:
     if brokers == STANDALONE:
         return "standalone"
+    if brokers < 0:
+        return f"{-brokers} brokers, plaintext"
     return f"{brokers} broker" + ("s" if brokers > 1 else "")
 
 
@@ -396,7 +400,9 @@ async def start_setup(brokers: int, settings: dict[str, str]) -> Setup:
             STANDALONE, label_for(STANDALONE), [standalone.mqtt_port], [standalone.http_port],
             [standalone.pid], standalone=standalone,
         )  # fmt: skip
-    cluster = await asyncio.to_thread(start_cluster, brokers, settings={**BROKER_SETTINGS, **settings})
+    if brokers < 0:
+        settings = {**settings, "cluster.insecure": "true"}
+    cluster = await asyncio.to_thread(start_cluster, abs(brokers), settings={**BROKER_SETTINGS, **settings})
     try:
         await asyncio.to_thread(cluster.wait_ready, 60)
     except BaseException:
@@ -663,6 +669,7 @@ async def measure_throughput(
 class Plan:
     broker_counts: list[int]
     standalone: bool
+    tls_compare: bool
     subscribers: int
     rounds: int
     latency_rate_per_s: float
@@ -683,6 +690,8 @@ class Plan:
 async def run_main_phase(plan: Plan, results: dict[str, Any]) -> None:
     """All configurations run at once; every round measures each of them back to back."""
     configs = ([STANDALONE] if plan.standalone else []) + plan.broker_counts
+    if plan.tls_compare:
+        configs += [-n for n in plan.broker_counts if n > 1]
     setups: list[Setup] = []
     records: list[dict[str, Any]] = results.setdefault("main", [])
     try:
@@ -691,7 +700,7 @@ async def run_main_phase(plan: Plan, results: dict[str, Any]) -> None:
             setup = await start_setup(brokers, {})
             setups.append(setup)
             await connect_publisher(setup)
-            count = 1 if plan.local else max(1, brokers)
+            count = 1 if plan.local else max(1, abs(brokers))
             for j in range(plan.subscribers):
                 await add_subscriber(setup, j % count)
             warm_s = await warm_up(setup)
@@ -877,7 +886,7 @@ def _median(values: Iterable[float | None]) -> float | None:
 def summarize_main(records: list[dict[str, Any]]) -> dict[int, dict[str, Any]]:
     """Per broker count: medians over rounds (and min/max for the plots)."""
     summary: dict[int, dict[str, Any]] = {}
-    for brokers in sorted({r["brokers"] for r in records}):
+    for brokers in sorted({r["brokers"] for r in records}, key=lambda b: (abs(b), b < 0)):
         mine = [r for r in records if r["brokers"] == brokers]
         lat = [r for r in mine if r["kind"] == "latency"]
         q0 = [r for r in mine if r["kind"] == "qos0"]
@@ -1069,7 +1078,28 @@ def main_notes(records: list[dict[str, Any]], summary: dict[int, dict[str, Any]]
                 f" vs {base['p50_all_ms']:.3f} ms in the 1-broker cluster: forwarding to the other brokers"
                 " delays the publisher's broker's local deliveries too."
             )
+    for brokers, row in summary.items():
+        tls = summary.get(-brokers)
+        if brokers < 0 and tls is not None:
+            notes.append(f"{tls['label']} (mutual TLS) / {row['label']}: " + tls_cost_text(tls, row))
     return notes
+
+
+def tls_cost_text(tls: dict[str, Any], plain: dict[str, Any]) -> str:
+    """Ratios TLS / plaintext of the medians (--tls-compare)."""
+    parts = []
+    for key, name in (
+        ("qos0_per_s", "QoS 0 delivered/s"),
+        ("qos1_per_s", "QoS 1 delivered/s"),
+        ("qos0_cpu_us", "QoS 0 broker CPU/msg"),
+        ("qos1_cpu_us", "QoS 1 broker CPU/msg"),
+        ("p50_remote_ms", "p50 other brokers"),
+        ("p99_remote_ms", "p99 other brokers"),
+    ):
+        a, b = tls.get(key), plain.get(key)
+        if a is not None and b:
+            parts.append(f"{name} {a / b:.2f}x")
+    return ", ".join(parts) if parts else "not measured"
 
 
 def machine_info() -> dict[str, Any]:
@@ -1467,6 +1497,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--no-standalone", action="store_true", help="skip the clustering-off reference broker"
     )
     parser.add_argument(
+        "--tls-compare",
+        action="store_true",
+        help="also run every cluster size > 1 with plaintext links (cluster.insecure = true) beside the"
+        " default mutual TLS, interleaved in the same rounds: the cost of TLS on the cluster path",
+    )
+    parser.add_argument(
         "--subscribers", type=int, default=10, help="subscribers, round-robin over the brokers (default 10)"
     )
     parser.add_argument(
@@ -1542,6 +1578,7 @@ def plan_from_args(args: argparse.Namespace) -> Plan:
     plan = Plan(
         broker_counts=list(args.brokers),
         standalone=not args.no_standalone,
+        tls_compare=args.tls_compare,
         subscribers=args.subscribers,
         rounds=args.rounds,
         latency_rate_per_s=args.latency_rate,

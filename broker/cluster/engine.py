@@ -57,6 +57,7 @@ from broker.cluster.messages import (
     ClaimReply,
     ClassInterest,
     Envelope,
+    ForwardedBatch,
     ForwardedMessage,
     RetainedSyncReply,
     RetainedSyncRequest,
@@ -226,6 +227,10 @@ class ClusterEngine(StreamsMixin):
         self._classes_of: dict[str, list[str]] = {}
         self._quiet: dict[str, tuple[float, int]] = {}
         self._founded_alone = False  # started without contacts other than itself (``start``)
+        # batching (issue #11, ``StreamsMixin._publish_forwarded``)
+        self._outbox: dict[str, list[ForwardedMessage]] = {}
+        self._outbox_armed = False
+        self._batch_parts: dict[int, list[int]] = {}
 
     # ================================================================== lifecycle
     def bind(
@@ -305,6 +310,7 @@ class ClusterEngine(StreamsMixin):
         """Graceful leave (UNSUB/LEAVE every virtual node); nothing is delivered afterwards."""
         if self.stopped:
             return
+        self._flush_outbox()
         try:
             self._handle(api.Shutdown())
         except Exception:
@@ -360,8 +366,7 @@ class ClusterEngine(StreamsMixin):
             self._on_deliver(action)
         elif isinstance(action, api.PublishDone):
             self.stats.publish_done["true" if action.complete else "false"] += 1
-            if self.sender is not None:
-                self._sender_actions(self.sender.done(action.publication_id, action.complete, self._now()))
+            self._publication_done(action.publication_id, action.complete)
         elif isinstance(action, api.SubscriberPresence) and action.present and self.sender is not None:
             # a subscription elsewhere just became reachable: what was kept goes out first
             messages, held = self.sender.presence_on(action.topic, self._now())
@@ -917,6 +922,9 @@ class ClusterEngine(StreamsMixin):
             return
         if isinstance(payload, ForwardedMessage):
             self._receive_forwarded(payload, int(action.hops))
+        elif isinstance(payload, ForwardedBatch):
+            for forwarded in payload.messages:
+                self._receive_forwarded(forwarded, int(action.hops))
         elif isinstance(payload, RetainedUpdate):
             self._apply_retained(payload)
         elif isinstance(payload, SessionClaim):
