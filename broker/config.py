@@ -94,9 +94,24 @@ class TlsListenerConfig:
     certfile: str = _key("", "PEM server certificate (chain)")
     keyfile: str = _key("", "PEM private key of certfile")
     cafile: str = _key("", "PEM CA bundle to verify client certificates")
-    require_client_cert: bool = _key(False, "require a client certificate signed by cafile")
+    require_client_cert: bool = _key(
+        False,
+        "require a client certificate signed by cafile (false with cafile set: a certificate is "
+        "optional, but one that is presented must verify)",
+    )
     use_identity_as_username: bool = _key(
-        False, "use the client certificate's subject CN as the MQTT username"
+        False,
+        "a client with a verified certificate is authenticated by it: its identity "
+        "(listeners.tls.identity_field) is the MQTT user name, the CONNECT's user name and password "
+        "are ignored; without require_client_cert, clients without a certificate use the password "
+        "file as on TCP",
+    )
+    identity_field: str = _key(
+        "cn",
+        "which part of the client certificate is the user name: cn (subject common name), "
+        "san_dns, san_email or san_uri (the first subject alternative name of that type); a "
+        "certificate without it is refused with 0x87",
+        choices=("cn", "san_dns", "san_email", "san_uri"),
     )
 
 
@@ -808,9 +823,10 @@ def _validate_together(flat: Mapping[str, Any], sources: Mapping[str, str]) -> N
         for name in ("listeners.tls.certfile", "listeners.tls.keyfile", "listeners.tls.cafile"):
             if flat[name] and not os.path.isfile(flat[name]):
                 raise error(name, f"file {flat[name]!r} does not exist")
-        if flat["listeners.tls.use_identity_as_username"] and not flat["listeners.tls.require_client_cert"]:
+        if flat["listeners.tls.use_identity_as_username"] and not flat["listeners.tls.cafile"]:
             raise error(
-                "listeners.tls.use_identity_as_username", "requires listeners.tls.require_client_cert = true"
+                "listeners.tls.use_identity_as_username",
+                "requires listeners.tls.cafile (the CA that signs the client certificates)",
             )
 
     if bool(flat["http.certfile"]) != bool(flat["http.keyfile"]):

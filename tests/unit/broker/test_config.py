@@ -311,8 +311,10 @@ def test_tls_enabled_requires_cert_and_key(tmp_path: Path) -> None:
     assert config.listeners.tls.enabled and config.listeners.tls.certfile == cert
     with pytest.raises(ConfigError, match=r"require_client_cert: requires listeners\.tls\.cafile"):
         load_config(env={}, overrides={**tls, "listeners.tls.require_client_cert": True})
-    with pytest.raises(ConfigError, match=r"use_identity_as_username: requires .*require_client_cert"):
+    with pytest.raises(ConfigError, match=r"use_identity_as_username: requires listeners\.tls\.cafile"):
         load_config(env={}, overrides={**tls, "listeners.tls.use_identity_as_username": True})
+    with pytest.raises(ConfigError, match=r"identity_field"):
+        load_config(env={}, overrides={**tls, "listeners.tls.identity_field": "serial"})
     # Disabled TLS does not check certificate files.
     assert not load_config(env={}, overrides={"listeners.tls.certfile": "/nonexistent"}).listeners.tls.enabled
 
