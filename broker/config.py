@@ -275,6 +275,33 @@ class LimitsConfig:
         min_value=1024,
         max_value=2**31 - 1,
     )
+    memory_high_water_bytes: int = _key(
+        0,
+        "the broker process's resident memory (RSS) above which it refuses new connections "
+        "(CONNACK 0x89 Server busy), drops incoming QoS 0 PUBLISHes (counted as reason "
+        "memory_high_water) and stops reading from clients that publish QoS 1/2, until RSS is "
+        "below limits.memory_low_water_bytes (0 = off; docs/security.md)",
+        min_value=0,
+        max_value=2**62,
+    )
+    memory_low_water_bytes: int = _key(
+        0,
+        "RSS below which the broker recovers from the memory high-water mark (0 = 80% of "
+        "limits.memory_high_water_bytes)",
+        min_value=0,
+        max_value=2**62,
+    )
+    memory_trim_heap: bool = _key(
+        True,
+        "while above limits.memory_high_water_bytes, ask glibc to return freed heap memory to the "
+        "system (malloc_trim) before each RSS reading, so that RSS falls when buffers are freed",
+    )
+    memory_check_interval_ms: int = _key(
+        500,
+        "how often RSS is read (/proc/self/statm) while a memory high-water mark is set",
+        min_value=10,
+        max_value=60_000,
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -811,6 +838,12 @@ def _validate_together(flat: Mapping[str, Any], sources: Mapping[str, str]) -> N
             "listeners.websocket.path", f"must start with '/', got {flat['listeners.websocket.path']!r}"
         )
 
+    high, low = flat["limits.memory_high_water_bytes"], flat["limits.memory_low_water_bytes"]
+    if low and (not high or low >= high):
+        raise error(
+            "limits.memory_low_water_bytes",
+            f"must be below limits.memory_high_water_bytes ({high}), got {low}",
+        )
     if flat["listeners.tls.enabled"]:
         missing = [name for name in ("listeners.tls.certfile", "listeners.tls.keyfile") if not flat[name]]
         if missing:

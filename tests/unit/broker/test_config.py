@@ -352,3 +352,15 @@ def test_documentation_lists_every_key_and_env_var() -> None:
     text = (REPO_ROOT / "docs" / "configuration.md").read_text()
     missing = [name for name, spec in KEYS.items() if f"`{name}`" not in text or spec.env_var not in text]
     assert missing == []
+
+
+def test_memory_low_water_mark_must_be_below_the_high_one() -> None:
+    with pytest.raises(ConfigError, match=r"limits\.memory_low_water_bytes: must be below"):
+        load_config(
+            env={},
+            overrides={"limits.memory_high_water_bytes": 1000, "limits.memory_low_water_bytes": 1000},
+        )
+    with pytest.raises(ConfigError, match=r"limits\.memory_low_water_bytes: must be below"):
+        load_config(env={}, overrides={"limits.memory_low_water_bytes": 1000})
+    config = load_config(env={}, overrides={"limits.memory_high_water_bytes": 1000})
+    assert config.limits.memory_low_water_bytes == 0  # 80% of the high-water mark (memory_guard.py)
