@@ -94,9 +94,24 @@ class TlsListenerConfig:
     certfile: str = _key("", "PEM server certificate (chain)")
     keyfile: str = _key("", "PEM private key of certfile")
     cafile: str = _key("", "PEM CA bundle to verify client certificates")
-    require_client_cert: bool = _key(False, "require a client certificate signed by cafile")
+    require_client_cert: bool = _key(
+        False,
+        "require a client certificate signed by cafile (false with cafile set: a certificate is "
+        "optional, but one that is presented must verify)",
+    )
     use_identity_as_username: bool = _key(
-        False, "use the client certificate's subject CN as the MQTT username"
+        False,
+        "a client with a verified certificate is authenticated by it: its identity "
+        "(listeners.tls.identity_field) is the MQTT user name, the CONNECT's user name and password "
+        "are ignored; without require_client_cert, clients without a certificate use the password "
+        "file as on TCP",
+    )
+    identity_field: str = _key(
+        "cn",
+        "which part of the client certificate is the user name: cn (subject common name), "
+        "san_dns, san_email or san_uri (the first subject alternative name of that type); a "
+        "certificate without it is refused with 0x87",
+        choices=("cn", "san_dns", "san_email", "san_uri"),
     )
 
 
@@ -259,6 +274,33 @@ class LimitsConfig:
         "(dropped, counted as reason slow_consumer); QoS 1/2 wait in its session queue",
         min_value=1024,
         max_value=2**31 - 1,
+    )
+    memory_high_water_bytes: int = _key(
+        0,
+        "the broker process's resident memory (RSS) above which it refuses new connections "
+        "(CONNACK 0x89 Server busy), drops incoming QoS 0 PUBLISHes (counted as reason "
+        "memory_high_water) and stops reading from clients that publish QoS 1/2, until RSS is "
+        "below limits.memory_low_water_bytes (0 = off; docs/security.md)",
+        min_value=0,
+        max_value=2**62,
+    )
+    memory_low_water_bytes: int = _key(
+        0,
+        "RSS below which the broker recovers from the memory high-water mark (0 = 80% of "
+        "limits.memory_high_water_bytes)",
+        min_value=0,
+        max_value=2**62,
+    )
+    memory_trim_heap: bool = _key(
+        True,
+        "while above limits.memory_high_water_bytes, ask glibc to return freed heap memory to the "
+        "system (malloc_trim) before each RSS reading, so that RSS falls when buffers are freed",
+    )
+    memory_check_interval_ms: int = _key(
+        500,
+        "how often RSS is read (/proc/self/statm) while a memory high-water mark is set",
+        min_value=10,
+        max_value=60_000,
     )
 
 
@@ -819,6 +861,12 @@ def _validate_together(flat: Mapping[str, Any], sources: Mapping[str, str]) -> N
             "listeners.websocket.path", f"must start with '/', got {flat['listeners.websocket.path']!r}"
         )
 
+    high, low = flat["limits.memory_high_water_bytes"], flat["limits.memory_low_water_bytes"]
+    if low and (not high or low >= high):
+        raise error(
+            "limits.memory_low_water_bytes",
+            f"must be below limits.memory_high_water_bytes ({high}), got {low}",
+        )
     if flat["listeners.tls.enabled"]:
         missing = [name for name in ("listeners.tls.certfile", "listeners.tls.keyfile") if not flat[name]]
         if missing:
@@ -831,9 +879,10 @@ def _validate_together(flat: Mapping[str, Any], sources: Mapping[str, str]) -> N
         for name in ("listeners.tls.certfile", "listeners.tls.keyfile", "listeners.tls.cafile"):
             if flat[name] and not os.path.isfile(flat[name]):
                 raise error(name, f"file {flat[name]!r} does not exist")
-        if flat["listeners.tls.use_identity_as_username"] and not flat["listeners.tls.require_client_cert"]:
+        if flat["listeners.tls.use_identity_as_username"] and not flat["listeners.tls.cafile"]:
             raise error(
-                "listeners.tls.use_identity_as_username", "requires listeners.tls.require_client_cert = true"
+                "listeners.tls.use_identity_as_username",
+                "requires listeners.tls.cafile (the CA that signs the client certificates)",
             )
 
     if bool(flat["http.certfile"]) != bool(flat["http.keyfile"]):

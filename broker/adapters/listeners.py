@@ -14,6 +14,9 @@ import contextlib
 import logging
 from typing import TYPE_CHECKING, Any
 
+from broker.core.admission import Refusal
+from broker.mqtt.packets import ReasonCode
+
 if TYPE_CHECKING:
     from broker.config import WebSocketListenerConfig
     from broker.core.broker import Broker
@@ -37,6 +40,35 @@ def certificate_common_name(cert: Any) -> str | None:
     return None
 
 
+# listeners.tls.identity_field -> the ``subjectAltName`` type name in ``getpeercert()``
+_SAN_TYPES = {"san_dns": "DNS", "san_email": "email", "san_uri": "URI"}
+
+
+def certificate_identity(cert: Any, identity_field: str) -> str | None:
+    """The user name a verified client certificate stands for (``listeners.tls.identity_field``):
+    its subject CN, or its first subject alternative name of one type; None when it has none."""
+    if identity_field == "cn":
+        return certificate_common_name(cert)
+    san_type = _SAN_TYPES[identity_field]
+    for kind, value in (cert or {}).get("subjectAltName", ()):
+        if kind == san_type:
+            return str(value)
+    return None
+
+
+def certificate_refusal(cert: Any, identity: str | None, identity_field: str) -> Refusal | None:
+    """Why a client presenting ``cert`` is refused at its CONNECT (0x87), or None: a verified
+    certificate without the configured identity, or with one that is no valid user name, must
+    not fall back to the CONNECT's own user name."""
+    if not cert:
+        return None  # no certificate: the password file decides, as on TCP
+    if not identity:
+        return Refusal(ReasonCode.NOT_AUTHORIZED, f"client certificate has no {identity_field} identity")
+    if any(ord(ch) < 0x20 or ch == "\x7f" for ch in identity) or len(identity.encode()) > 65535:
+        return Refusal(ReasonCode.NOT_AUTHORIZED, "client certificate identity is not a valid user name")
+    return None
+
+
 class MqttProtocol(asyncio.Protocol):
     """One TCP or TLS client socket."""
 
@@ -50,14 +82,22 @@ class MqttProtocol(asyncio.Protocol):
     def connection_made(self, transport: Any) -> None:
         broker = self.broker
         cert_username = None
+        refusal = None
         if self.listener == "tls" and broker.tls_identity_as_username:
-            cert_username = certificate_common_name(transport.get_extra_info("peercert"))
-        self.client = broker.new_client(
+            identity_field = broker.config.listeners.tls.identity_field
+            cert = transport.get_extra_info("peercert")
+            cert_username = certificate_identity(cert, identity_field)
+            refusal = certificate_refusal(cert, cert_username, identity_field)
+            if refusal is not None:
+                cert_username = None
+        self.client = client = broker.new_client(
             transport,
             self.listener,
             peer=peer_name(transport.get_extra_info("peername")),
             cert_username=cert_username,
         )
+        if client is not None and refusal is not None and client.refusal is None:
+            client.refusal = refusal
 
     def data_received(self, data: bytes) -> None:
         client = self.client

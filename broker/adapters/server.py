@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from broker.adapters.cluster_runtime import ClusterRuntime
     from broker.adapters.federation.node import FederationNode
     from broker.adapters.http_pull import PullHttpApi
+    from broker.adapters.memory import MemoryWatch
     from broker.adapters.sqlite_store import Store
     from broker.config import BrokerConfig, HttpConfig, TlsListenerConfig
     from broker.core.ports import ClusterPort
@@ -128,6 +129,7 @@ class BrokerServer:
         self.config = config
         self._cluster_port = cluster
         self.broker: Broker | None = None
+        self.memory_watch: MemoryWatch | None = None
         self.runtime: ClusterRuntime | None = None
         self.federation: FederationNode | None = None
         self.ports: dict[str, int] = {}
@@ -167,6 +169,19 @@ class BrokerServer:
             self.federation.broker = broker
             self.federation.store = store  # durable custody (None: persistence off, custody in memory)
         broker.start()
+        limits = config.limits
+        if limits.memory_high_water_bytes:
+            from broker.adapters.memory import MemoryWatch, rss_bytes
+
+            if rss_bytes() is None:
+                raise StartupError(
+                    "limits.memory_high_water_bytes: the resident memory of this process cannot be "
+                    "read (/proc/self/statm); set it to 0 on this system"
+                )
+            self.memory_watch = MemoryWatch(
+                broker, limits.memory_check_interval_ms / 1000.0, trim_heap=limits.memory_trim_heap
+            )
+            self.memory_watch.start()
         started = self.runtime
         if started is not None:  # in the overlay before the first client can connect
             cluster_config = config.cluster
@@ -293,6 +308,8 @@ class BrokerServer:
         if self.federation is not None:  # leave the event place: children re-link to our parent
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self.federation.stop(), timeout=5.0)
+        if self.memory_watch is not None:
+            await self.memory_watch.stop()
         if self.runtime is not None:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self.runtime.stop(), timeout=5.0)

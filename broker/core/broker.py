@@ -27,6 +27,7 @@ from broker.core.admission import Admission
 from broker.core.client import ClientConnection
 from broker.core.drops import DropReporter
 from broker.core.durability import Durability, decode_will, message_from
+from broker.core.memory_guard import CROSSED_HIGH, STILL_HIGH, MemoryGuard
 from broker.core.outbound import Outbound
 from broker.core.ports import NullCluster
 from broker.core.routing import Router
@@ -87,6 +88,12 @@ class Broker:
         self.admission = Admission(
             max_per_ip=self.limits.max_connections_per_ip, rate_per_ip=self.limits.connect_rate_per_ip
         )
+        self.memory = MemoryGuard(
+            self.limits.memory_high_water_bytes,
+            self.limits.memory_low_water_bytes,
+            log_interval_s=float(config.logging.dropped_messages_interval_s),
+        )
+        self._paused_producers: dict[ClientConnection, None] = {}  # not read from until recovery
         self._client_counter = 0
         self._sweep_handle: Any = None
         self._sys_handle: Any = None
@@ -221,6 +228,7 @@ class Broker:
         return conn
 
     def connection_gone(self, conn: ClientConnection) -> None:
+        self._paused_producers.pop(conn, None)
         if conn in self.connections:
             del self.connections[conn]
             self.admission.closed(conn.address)
@@ -237,6 +245,41 @@ class Broker:
             return False
         session = self.sessions.get(client_id) if client_id else None
         return session is None or session.connection is None
+
+    # ================================================================== memory high-water mark
+    def memory_observed(self, used_bytes: int) -> None:
+        """The adapter measured the process's RSS (limits.memory_high_water_bytes)."""
+        memory = self.memory
+        transition = memory.observe(used_bytes, self.scheduler.time())
+        if transition is None:
+            return
+        fields = {"rss_bytes": used_bytes, "high_water_bytes": memory.high_bytes}
+        if transition == CROSSED_HIGH:
+            self.log_event(logging.WARNING, "memory_high_water", **fields)
+        elif transition == STILL_HIGH:
+            self.log_event(logging.WARNING, "memory_high_water", **fields, **memory.take_counts())
+        else:
+            counts = memory.take_counts()
+            self.log_event(
+                logging.INFO, "memory_recovered", rss_bytes=used_bytes,
+                low_water_bytes=memory.low_bytes, resumed_producers=len(self._paused_producers), **counts,
+            )  # fmt: skip
+            paused, self._paused_producers = self._paused_producers, {}
+            for conn in paused:
+                resume = getattr(conn.transport, "resume_reading", None)
+                if resume is not None and not conn.transport.is_closing():
+                    resume()
+
+    def pause_producer(self, conn: ClientConnection) -> None:
+        """Under memory pressure: read nothing more from ``conn`` (a transport that cannot pause,
+        such as a WebSocket, keeps being read; its QoS 0 messages are still dropped)."""
+        if conn in self._paused_producers:
+            return
+        pause = getattr(conn.transport, "pause_reading", None)
+        if pause is not None:
+            pause()
+            self._paused_producers[conn] = None
+            self.memory.paused_producers += 1
 
     def authenticate(self, username: str | None, password: bytes | None, *, tls_identity: bool) -> int:
         if tls_identity:

@@ -26,6 +26,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from broker.core.admission import Refusal, TokenBucket, address_of
+from broker.core.drops import MEMORY_HIGH_WATER
 from broker.core.ports import Completion
 from broker.core.session import STATE_PUBREL_SENT, Message, Session, SessionSnapshot, SubOptions
 from broker.mqtt import codec
@@ -352,6 +353,14 @@ class ClientConnection:
         if self.refusal is not None:
             self.refuse(self.refusal.reason_code, self.refusal.reason, client_id=packet.client_id)
             return
+        if broker.memory.above:
+            broker.memory.refused_connects += 1
+            self.refuse(
+                ReasonCode.SERVER_BUSY,
+                "memory above limits.memory_high_water_bytes",
+                client_id=packet.client_id,
+            )
+            return
         if is_v5 and props.get("authentication_method") is not None:
             self.refuse(ReasonCode.BAD_AUTHENTICATION_METHOD, "enhanced authentication is not supported")
             return
@@ -617,6 +626,12 @@ class ClientConnection:
         qos = packet.qos
         stats = broker.stats
         stats.messages_received[qos] += 1
+        if broker.memory.above:
+            if not qos:  # docs/security.md "Memory high-water mark"
+                broker.memory.dropped_qos0 += 1
+                stats.count_drop(MEMORY_HIGH_WATER)
+                return
+            broker.pause_producer(self)  # this PUBLISH is handled as usual; no more are read
         protocol = self.protocol
         if packet.properties:
             topic, props = protocol.resolve_topic(packet)

@@ -33,6 +33,7 @@ PACKET_TOO_LARGE = "packet_too_large"  # larger than the client's Maximum Packet
 SLOW_CONSUMER = "slow_consumer"  # QoS 0 to a client whose write buffer is above the high water
 ACL_DENIED = "acl_denied"  # the ACL does not let the subscriber receive the topic
 QOS0_OFFLINE = "qos0_offline"  # QoS 0 to a disconnected persistent session (never queued)
+MEMORY_HIGH_WATER = "memory_high_water"  # an incoming QoS 0 PUBLISH above limits.memory_high_water_bytes
 SESSION_ENDED = "session_ended"  # still queued / in flight when the session ended (expired, clean)
 
 

@@ -24,6 +24,7 @@ DROP_REASONS = (
     "slow_consumer",
     "qos0_offline",
     "session_ended",
+    "memory_high_water",
 )
 # Store failure kinds (broker/core/durability.py): a store call failing while a packet is handled,
 # a group commit failing, the rewrite of the store from memory failing. Always present, from 0.

@@ -289,3 +289,84 @@ def test_malformed_frames_close_only_their_own_stream(
     assert (message.topic, message.payload) == ("frames/after", b"still delivered")
     assert cluster2.brokers[1].peer_id in cluster2.cluster_state(0)["connected_peers"]
     assert "malformed frame from" in cluster2.brokers[0].log_text()
+
+
+async def _send_hostile_items(
+    target: str, credentials: grpc.ChannelCredentials, own_id: str, frames: list[bytes]
+) -> int:
+    """Send each of ``frames`` on its own certified link (own id): Hello, the frame, end of
+    writing; returns how many of these streams the acceptor ended with an error."""
+    ended = 0
+    for frame in frames:
+        channel = grpc.aio.secure_channel(target, credentials)
+        try:
+            call = channel.stream_stream(wire.PEER_LINK_OPEN_METHOD)()
+            async with asyncio.timeout(10.0):
+                await call.write(wire.encode_hello(own_id, 16))
+                await call.read()  # the acceptor's Hello
+                await call.write(frame)
+                await call.done_writing()
+                while await call.read() is not grpc.aio.EOF:
+                    pass
+                if await call.code() != grpc.StatusCode.OK:
+                    ended += 1
+        except (grpc.aio.AioRpcError, grpc.aio.UsageError, asyncio.InvalidStateError):
+            ended += 1
+        finally:
+            await channel.close()
+    return ended
+
+
+def test_mutated_items_close_at_most_their_own_stream(
+    cluster_factory: ClusterFactory, client_factory: ClientFactory, tmp_path: Path
+) -> None:
+    """Seeded mutations (tools.fuzz_mqtt.mutate: wrong wire types, hostile lengths and counts,
+    truncations, splices) of well-encoded items of every overlay kind and of the cluster
+    envelopes - addressed from the rogue's own id to the broker, so that what decodes reaches
+    the inbound validation and the overlay engine - in frames of five, each on its own
+    certified link. The broker skips or rejects them (a malformed frame ends that stream only),
+    logs no handler error, and the brokers' own link still carries a QoS 1 message."""
+    import random
+
+    from tests.unit.transport.test_wire_hostile import _seeds
+    from tools.fuzz_mqtt import mutate
+
+    cluster2 = cluster_factory(2)
+    own_id = f"{HOST}:{free_port()}"
+    tls = _rogue_credentials(cluster2, tmp_path, own_id)
+    target = cluster2.brokers[0].peer_id
+    subscriber = client_factory(cluster2, 0)
+    subscriber.subscribe("mutated/#", qos=1)
+    probe_route(cluster2, 1, subscriber, "mutated/probe")
+    addressed = [
+        wire.encode_item(Envelope(own_id, target, "", "", 1, 4, RetainedSyncRequest(3))),
+        wire.encode_item(Envelope(own_id, target, "", "", 0, 4, ClassInterest(("a", "b")))),
+    ]
+    seeds = [*_seeds(), *addressed]
+    rng = random.Random(12)
+    parsing: list[bytes] = []  # well-formed protobuf, hostile content: reach the item decoder
+    broken: list[bytes] = []  # not even protobuf: end their frame's stream
+    while len(parsing) < 150 or len(broken) < 20:
+        data = mutate(rng.choice(seeds), rng, seeds)
+        try:
+            wire.decode_frame_items(wire.encode_frame_from_items([data]))
+        except wire.WireError:
+            if len(broken) < 20:
+                broken.append(data)
+            continue
+        if len(parsing) < 150:
+            parsing.append(data)
+    frames = [wire.encode_frame_from_items(parsing[i : i + 5]) for i in range(0, len(parsing), 5)]
+    frames += [wire.encode_frame_from_items(broken[i : i + 5]) for i in range(0, len(broken), 5)]
+    asyncio.run(_send_hostile_items(target, tls.channel_credentials(), own_id, frames))
+    publisher = client_factory(cluster2, 1)
+    publisher.publish("mutated/after", b"still delivered", qos=1)
+    message = subscriber.wait_message()
+    assert (message.topic, message.payload) == ("mutated/after", b"still delivered")
+    assert cluster2.brokers[0].alive()
+    log = cluster2.brokers[0].log_text()
+    assert "on_receive raised" not in log and "Traceback" not in log and "internal_error" not in log
+    # both kinds arrived: frames that are not protobuf ended their streams, items that decode to
+    # nothing valid were skipped, and some decoded ones were rejected by the inbound validation
+    assert "malformed frame from" in log and "skipping a malformed item" in log
+    assert "cluster_message_rejected" in log

@@ -311,8 +311,10 @@ def test_tls_enabled_requires_cert_and_key(tmp_path: Path) -> None:
     assert config.listeners.tls.enabled and config.listeners.tls.certfile == cert
     with pytest.raises(ConfigError, match=r"require_client_cert: requires listeners\.tls\.cafile"):
         load_config(env={}, overrides={**tls, "listeners.tls.require_client_cert": True})
-    with pytest.raises(ConfigError, match=r"use_identity_as_username: requires .*require_client_cert"):
+    with pytest.raises(ConfigError, match=r"use_identity_as_username: requires listeners\.tls\.cafile"):
         load_config(env={}, overrides={**tls, "listeners.tls.use_identity_as_username": True})
+    with pytest.raises(ConfigError, match=r"identity_field"):
+        load_config(env={}, overrides={**tls, "listeners.tls.identity_field": "serial"})
     # Disabled TLS does not check certificate files.
     assert not load_config(env={}, overrides={"listeners.tls.certfile": "/nonexistent"}).listeners.tls.enabled
 
@@ -350,3 +352,15 @@ def test_documentation_lists_every_key_and_env_var() -> None:
     text = (REPO_ROOT / "docs" / "configuration.md").read_text()
     missing = [name for name, spec in KEYS.items() if f"`{name}`" not in text or spec.env_var not in text]
     assert missing == []
+
+
+def test_memory_low_water_mark_must_be_below_the_high_one() -> None:
+    with pytest.raises(ConfigError, match=r"limits\.memory_low_water_bytes: must be below"):
+        load_config(
+            env={},
+            overrides={"limits.memory_high_water_bytes": 1000, "limits.memory_low_water_bytes": 1000},
+        )
+    with pytest.raises(ConfigError, match=r"limits\.memory_low_water_bytes: must be below"):
+        load_config(env={}, overrides={"limits.memory_low_water_bytes": 1000})
+    config = load_config(env={}, overrides={"limits.memory_high_water_bytes": 1000})
+    assert config.limits.memory_low_water_bytes == 0  # 80% of the high-water mark (memory_guard.py)
