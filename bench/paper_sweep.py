@@ -107,9 +107,33 @@ def parse_overlay_options(items: Sequence[str]) -> tuple[tuple[str, Any], ...]:
     return tuple(options)
 
 
-def build_tasks(systems: Sequence[str], table_sizes: Sequence[int], seeds: int) -> list[Task]:
+def load_raw(paths: Sequence[Path]) -> tuple[list[PathSample], dict[str, Any]]:
+    """Samples and run information of one or more saved sweeps (``paper_sweep_raw.json``)."""
+    samples: list[PathSample] = []
+    info: dict[str, Any] = {}
+    for path in paths:
+        raw = json.loads(path.read_text())
+        samples.extend(
+            PathSample(**{**item, "messages_by_kind": tuple(map(tuple, item["messages_by_kind"]))})
+            for item in raw["samples"]
+        )
+        part = raw["info"]
+        if not info:
+            info = dict(part, timings=list(part["timings"]), commands=[part.get("command", "")])
+            continue
+        info["timings"].extend(part["timings"])
+        info["commands"].append(part.get("command", ""))
+        info["wall_s"] += part["wall_s"]
+        info["peak_total_rss_mib"] = max(info["peak_total_rss_mib"], part["peak_total_rss_mib"])
+        info["explanations"] = [*info.get("explanations", []), *part.get("explanations", [])]
+    return samples, info
+
+
+def build_tasks(
+    systems: Sequence[str], table_sizes: Sequence[int], seeds: int, first_seed: int = 1
+) -> list[Task]:
     tasks: list[Task] = []
-    for seed in range(1, seeds + 1):
+    for seed in range(first_seed, first_seed + seeds):
         for system in systems:
             if system == "proposed":
                 tasks.extend(("proposed", size, seed) for size in sorted(table_sizes, reverse=True))
@@ -575,7 +599,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         "known vs reached in one hop, and why each other one is not (never learned, or evicted by "
         "which ≤FRT proposition); writes paper_sweep_explain.md (slower: O(L^2) per eviction)",
     )
-    parser.add_argument("--from-raw", help="re-plot from a saved paper_sweep_raw.json instead of simulating")
+    parser.add_argument(
+        "--first-seed",
+        type=int,
+        default=1,
+        help="the seeds run are first-seed .. first-seed + seeds - 1 (to run seeds one at a time "
+        "and merge them with --from-raw a.json,b.json)",
+    )
+    parser.add_argument(
+        "--from-raw",
+        help="re-plot from saved paper_sweep_raw.json files instead of simulating (comma-separated: "
+        "their samples are merged; wall times add up, peak RSS is the largest)",
+    )
     args = parser.parse_args(args_list)
 
     systems = tuple(s.strip() for s in args.systems.split(",") if s.strip())
@@ -604,7 +639,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if {"proposed", "sgtbps"} & set(systems):
         import overlay.node  # noqa: F401 - loaded once before forking: every worker runs the same core
 
-    tasks = build_tasks(systems, table_sizes, seeds)
+    tasks = build_tasks(systems, table_sizes, seeds, args.first_seed)
     print(
         f"paper sweep: {len(tasks)} runs, N={nodes}, seeds={seeds}, L={list(table_sizes)}, "
         f"subscribers={list(counts)}, jobs={args.jobs}",
@@ -612,12 +647,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     raw_path = out / "paper_sweep_raw.json"
     if args.from_raw:
-        raw = json.loads(Path(args.from_raw).read_text())
-        samples = [
-            PathSample(**{**item, "messages_by_kind": tuple(map(tuple, item["messages_by_kind"]))})
-            for item in raw["samples"]
-        ]
-        info = raw["info"]
+        samples, info = load_raw([Path(name) for name in args.from_raw.split(",") if name])
+        seeds = len({sample.seed for sample in samples})
     else:
         digest = core_digest()  # before the workers start: names the code that actually runs
         samples, info = run_sweep(tasks, cfg, args.jobs)

@@ -32,7 +32,7 @@ class OverlayConfig:
     #   also while L - |SUB(E)| - |sticky| >= 1 (a full table of non-subscribers still explores)
     eexp_decrement: str = "supplied"  # "every": each receiver decrements (§3.5.6); "supplied": only
     #   a receiver that answers NEW spends one
-    eexp_split: str = "even"  # "whole": every delegate of a range EEXP gets the decremented count
+    eexp_split: str = "whole"  # "whole": every delegate of a range EEXP gets the decremented count
     #   (§3.5.6 "forward to the next destination"); "even": the count is divided among delegates
     search_timeout_s: float = 5.0  # join search retried after this
     # after a join the vnode searches its own key again, join_verify_rounds times, first after
