@@ -360,6 +360,13 @@ def matplotlib_ticker() -> Any:
 STYLE = {"proposed L=60": "o-", "proposed L=120": "s-", "SG-TBPS": "^--", "Scribe": "v:"}
 
 
+def _cell(point: AggregatePoint) -> str:
+    """avg / max hops of a summary cell, with the standard deviation over seeds when > 1 seed."""
+    if point.seeds > 1:
+        return f"{point.avg_hops:.2f}±{point.avg_hops_sd:.2f} / {point.max_hops:.1f}±{point.max_hops_sd:.1f}"
+    return f"{point.avg_hops:.2f} / {point.max_hops:.1f}"
+
+
 def plot(out: Path, points: list[AggregatePoint], title_suffix: str) -> list[Path]:
     import matplotlib
 
@@ -376,7 +383,11 @@ def plot(out: Path, points: list[AggregatePoint], title_suffix: str) -> list[Pat
         fig, ax = plt.subplots(figsize=(7, 4.5))
         for label, series in grouped.items():
             xs = [p.subscribers for p in series]
-            ax.plot(xs, [getattr(p, attribute) for p in series], STYLE.get(label, ".-"), label=label)
+            ys = [getattr(p, attribute) for p in series]
+            errors = [getattr(p, f"{attribute}_sd") for p in series]
+            line = ax.plot(xs, ys, STYLE.get(label, ".-"), label=label)[0]
+            if any(errors):  # one standard deviation over the seeds
+                ax.errorbar(xs, ys, yerr=errors, fmt="none", ecolor=line.get_color(), capsize=3)
         _subscriber_axis(ax, counts)
         ax.set_ylabel(ylabel)
         ax.set_ylim(bottom=0)
@@ -535,10 +546,7 @@ def summary_markdown(
     ]
     for label, series in _series(points).items():
         by_count = {p.subscribers: p for p in series}
-        cells = [
-            f"{by_count[c].avg_hops:.2f} / {by_count[c].max_hops:.1f}" if c in by_count else ""
-            for c in cfg.subscriber_counts
-        ]
+        cells = [_cell(by_count[c]) if c in by_count else "" for c in cfg.subscriber_counts]
         lines.append(f"| {label} (avg / max hops) | " + " | ".join(cells) + " |")
     lines += ["", "| paper (§4) | reproduction | verdict |", "|---|---|---|"]
     for paper, ours, verdict in comparison(points):
