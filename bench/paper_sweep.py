@@ -534,9 +534,11 @@ def core_digest() -> str:
 def summary_markdown(
     points: list[AggregatePoint], info: dict[str, Any], cfg: ExperimentConfig, argv: Sequence[str], seeds: int
 ) -> str:
-    command = info.get("command", f"python bench/paper_sweep.py {' '.join(argv)}")
+    commands = info.get("commands") or [info.get("command", f"python bench/paper_sweep.py {' '.join(argv)}")]
+    if len(commands) > 1:  # merged with --from-raw a,b,...
+        commands = [*commands, f"python bench/paper_sweep.py {' '.join(argv)}"]
     lines = [
-        f"Command: `{command}`",
+        *(f"Command: `{command}`" for command in commands),
         "",
         f"N = {cfg.nodes} physical nodes, {seeds} seed(s), subscriber counts {list(cfg.subscriber_counts)}.",
         f"Overlay core sources digest (overlay/*.py): {info.get('core_digest', core_digest())}.",
@@ -657,10 +659,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.from_raw:
         samples, info = load_raw([Path(name) for name in args.from_raw.split(",") if name])
         seeds = len({sample.seed for sample in samples})
+        # the summary names what was simulated, not this command's defaults
+        counts = tuple(sorted({sample.subscribers for sample in samples}))
+        cfg = replace(cfg, nodes=info.get("nodes", cfg.nodes), subscriber_counts=counts)
     else:
         digest = core_digest()  # before the workers start: names the code that actually runs
         samples, info = run_sweep(tasks, cfg, args.jobs)
         info["command"] = f"python bench/paper_sweep.py {' '.join(args_list)}"
+        info["nodes"] = nodes
         info["core_digest"] = digest
         raw_path.write_text(json.dumps({"samples": [asdict(s) for s in samples], "info": info}))
     points = aggregate(samples)
