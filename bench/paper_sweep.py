@@ -107,9 +107,33 @@ def parse_overlay_options(items: Sequence[str]) -> tuple[tuple[str, Any], ...]:
     return tuple(options)
 
 
-def build_tasks(systems: Sequence[str], table_sizes: Sequence[int], seeds: int) -> list[Task]:
+def load_raw(paths: Sequence[Path]) -> tuple[list[PathSample], dict[str, Any]]:
+    """Samples and run information of one or more saved sweeps (``paper_sweep_raw.json``)."""
+    samples: list[PathSample] = []
+    info: dict[str, Any] = {}
+    for path in paths:
+        raw = json.loads(path.read_text())
+        samples.extend(
+            PathSample(**{**item, "messages_by_kind": tuple(map(tuple, item["messages_by_kind"]))})
+            for item in raw["samples"]
+        )
+        part = raw["info"]
+        if not info:
+            info = dict(part, timings=list(part["timings"]), commands=[part.get("command", "")])
+            continue
+        info["timings"].extend(part["timings"])
+        info["commands"].append(part.get("command", ""))
+        info["wall_s"] += part["wall_s"]
+        info["peak_total_rss_mib"] = max(info["peak_total_rss_mib"], part["peak_total_rss_mib"])
+        info["explanations"] = [*info.get("explanations", []), *part.get("explanations", [])]
+    return samples, info
+
+
+def build_tasks(
+    systems: Sequence[str], table_sizes: Sequence[int], seeds: int, first_seed: int = 1
+) -> list[Task]:
     tasks: list[Task] = []
-    for seed in range(1, seeds + 1):
+    for seed in range(first_seed, first_seed + seeds):
         for system in systems:
             if system == "proposed":
                 tasks.extend(("proposed", size, seed) for size in sorted(table_sizes, reverse=True))
@@ -336,6 +360,13 @@ def matplotlib_ticker() -> Any:
 STYLE = {"proposed L=60": "o-", "proposed L=120": "s-", "SG-TBPS": "^--", "Scribe": "v:"}
 
 
+def _cell(point: AggregatePoint) -> str:
+    """avg / max hops of a summary cell, with the standard deviation over seeds when > 1 seed."""
+    if point.seeds > 1:
+        return f"{point.avg_hops:.2f}±{point.avg_hops_sd:.2f} / {point.max_hops:.1f}±{point.max_hops_sd:.1f}"
+    return f"{point.avg_hops:.2f} / {point.max_hops:.1f}"
+
+
 def plot(out: Path, points: list[AggregatePoint], title_suffix: str) -> list[Path]:
     import matplotlib
 
@@ -352,7 +383,11 @@ def plot(out: Path, points: list[AggregatePoint], title_suffix: str) -> list[Pat
         fig, ax = plt.subplots(figsize=(7, 4.5))
         for label, series in grouped.items():
             xs = [p.subscribers for p in series]
-            ax.plot(xs, [getattr(p, attribute) for p in series], STYLE.get(label, ".-"), label=label)
+            ys = [getattr(p, attribute) for p in series]
+            errors = [getattr(p, f"{attribute}_sd") for p in series]
+            line = ax.plot(xs, ys, STYLE.get(label, ".-"), label=label)[0]
+            if any(errors):  # one standard deviation over the seeds
+                ax.errorbar(xs, ys, yerr=errors, fmt="none", ecolor=line.get_color(), capsize=3)
         _subscriber_axis(ax, counts)
         ax.set_ylabel(ylabel)
         ax.set_ylim(bottom=0)
@@ -499,9 +534,11 @@ def core_digest() -> str:
 def summary_markdown(
     points: list[AggregatePoint], info: dict[str, Any], cfg: ExperimentConfig, argv: Sequence[str], seeds: int
 ) -> str:
-    command = info.get("command", f"python bench/paper_sweep.py {' '.join(argv)}")
+    commands = info.get("commands") or [info.get("command", f"python bench/paper_sweep.py {' '.join(argv)}")]
+    if len(commands) > 1:  # merged with --from-raw a,b,...
+        commands = [*commands, f"python bench/paper_sweep.py {' '.join(argv)}"]
     lines = [
-        f"Command: `{command}`",
+        *(f"Command: `{command}`" for command in commands),
         "",
         f"N = {cfg.nodes} physical nodes, {seeds} seed(s), subscriber counts {list(cfg.subscriber_counts)}.",
         f"Overlay core sources digest (overlay/*.py): {info.get('core_digest', core_digest())}.",
@@ -511,10 +548,7 @@ def summary_markdown(
     ]
     for label, series in _series(points).items():
         by_count = {p.subscribers: p for p in series}
-        cells = [
-            f"{by_count[c].avg_hops:.2f} / {by_count[c].max_hops:.1f}" if c in by_count else ""
-            for c in cfg.subscriber_counts
-        ]
+        cells = [_cell(by_count[c]) if c in by_count else "" for c in cfg.subscriber_counts]
         lines.append(f"| {label} (avg / max hops) | " + " | ".join(cells) + " |")
     lines += ["", "| paper (§4) | reproduction | verdict |", "|---|---|---|"]
     for paper, ours, verdict in comparison(points):
@@ -575,7 +609,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         "known vs reached in one hop, and why each other one is not (never learned, or evicted by "
         "which ≤FRT proposition); writes paper_sweep_explain.md (slower: O(L^2) per eviction)",
     )
-    parser.add_argument("--from-raw", help="re-plot from a saved paper_sweep_raw.json instead of simulating")
+    parser.add_argument(
+        "--first-seed",
+        type=int,
+        default=1,
+        help="the seeds run are first-seed .. first-seed + seeds - 1 (to run seeds one at a time "
+        "and merge them with --from-raw a.json,b.json)",
+    )
+    parser.add_argument(
+        "--from-raw",
+        help="re-plot from saved paper_sweep_raw.json files instead of simulating (comma-separated: "
+        "their samples are merged; wall times add up, peak RSS is the largest)",
+    )
     args = parser.parse_args(args_list)
 
     systems = tuple(s.strip() for s in args.systems.split(",") if s.strip())
@@ -604,7 +649,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if {"proposed", "sgtbps"} & set(systems):
         import overlay.node  # noqa: F401 - loaded once before forking: every worker runs the same core
 
-    tasks = build_tasks(systems, table_sizes, seeds)
+    tasks = build_tasks(systems, table_sizes, seeds, args.first_seed)
     print(
         f"paper sweep: {len(tasks)} runs, N={nodes}, seeds={seeds}, L={list(table_sizes)}, "
         f"subscribers={list(counts)}, jobs={args.jobs}",
@@ -612,16 +657,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     raw_path = out / "paper_sweep_raw.json"
     if args.from_raw:
-        raw = json.loads(Path(args.from_raw).read_text())
-        samples = [
-            PathSample(**{**item, "messages_by_kind": tuple(map(tuple, item["messages_by_kind"]))})
-            for item in raw["samples"]
-        ]
-        info = raw["info"]
+        samples, info = load_raw([Path(name) for name in args.from_raw.split(",") if name])
+        seeds = len({sample.seed for sample in samples})
+        # the summary names what was simulated, not this command's defaults
+        counts = tuple(sorted({sample.subscribers for sample in samples}))
+        cfg = replace(cfg, nodes=info.get("nodes", cfg.nodes), subscriber_counts=counts)
     else:
         digest = core_digest()  # before the workers start: names the code that actually runs
         samples, info = run_sweep(tasks, cfg, args.jobs)
         info["command"] = f"python bench/paper_sweep.py {' '.join(args_list)}"
+        info["nodes"] = nodes
         info["core_digest"] = digest
         raw_path.write_text(json.dumps({"samples": [asdict(s) for s in samples], "info": info}))
     points = aggregate(samples)

@@ -24,21 +24,22 @@ class OverlayConfig:
     eexp_publish_min_interval_s: float = 10.0  # rate limit of the §3.5.4 EEXP at publish (0: every publish)
     # How EEXP's missing-entry count is used (docs/overlay.md §5, "EEXP rules", with each
     # alternative measured). The seed's wording: below_l, every, and (its reading) whole.
-    # Defaults: all four are SkipMQ's (the seed's trigger never explores from a publisher whose
-    # table is full of background entries; "every" and "whole" fail the churn tests' level-0
-    # checks after repair - a latent repair gap they expose, docs/overlay.md §10; sub_deficit
-    # without a rate limit means an EEXP per publish). "whole" gives single hop to 80 (L=120):
+    # trigger and decrement are SkipMQ's (the seed's trigger never explores from a publisher whose
+    # table is full of background entries; sub_deficit without a rate limit means an EEXP per
+    # publish); the split is the seed's since 2026-11-25 (single hop to 80 subscribers at L=120;
+    # it used to fail the churn tests because of stale level-0 corrections, docs/overlay.md §10):
     eexp_trigger: str = "sub_deficit"  # "below_l": only while |E| < L (§3.5.2, §3.5.4); "sub_deficit":
     #   also while L - |SUB(E)| - |sticky| >= 1 (a full table of non-subscribers still explores)
     eexp_decrement: str = "supplied"  # "every": each receiver decrements (§3.5.6); "supplied": only
     #   a receiver that answers NEW spends one
-    eexp_split: str = "even"  # "whole": every delegate of a range EEXP gets the decremented count
+    eexp_split: str = "whole"  # "whole": every delegate of a range EEXP gets the decremented count
     #   (§3.5.6 "forward to the next destination"); "even": the count is divided among delegates
     search_timeout_s: float = 5.0  # join search retried after this
     # after a join the vnode searches its own key again, join_verify_rounds times, first after
     # join_verify_delay_s, each next after twice the previous wait (docs/overlay.md §10; 0: never).
-    # Off by default: it fixes the concurrent-bootstrap fault, but with it the 1,000-peer churn
-    # test's level-0 check after repair fails (seed 42), which is not understood yet
+    # Off by default: it fixes the concurrent-bootstrap fault, but with eexp_split="whole" the
+    # 1,000-peer churn test (L=8) then has joins still pending at its check (slow left-walking
+    # searches at small L, docs/overlay.md §10)
     join_verify_rounds: int = 0
     join_verify_delay_s: float = 1.0
     formation_round_s: float = 1.0  # a seed's formation round (overlay.formation): answers awaited

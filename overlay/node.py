@@ -923,6 +923,15 @@ class OverlayNode:
         vnode = self.vnodes.get(msg.dest)
         if vnode is None:
             return
+        key, mv = msg.sender
+        if sender != key[2] and self._known_gone(key, mv):
+            # hearsay about a virtual node we know departed (GONE, LEAVE, UNSUB) or whose peer we
+            # declared crashed: tell the sender, whose table still holds it (``_on_gone``). A
+            # stale entry offered as a level-0 correction (``_correct``) otherwise hides the
+            # nearer live node behind it on every retry, and teaches the departed node back once
+            # our memory of it expires (docs/overlay.md §10, stale corrections).
+            self._send_peer(sender, m.GONE(key, None))
+            return
         self._learn(vnode, msg.sender)
         self._after_change(vnode)
 
@@ -1414,7 +1423,28 @@ class OverlayNode:
     def _on_pong(self, sender: PeerId, msg: m.PONG) -> None:
         return  # _receive already refreshed last_heard
 
+    def _known_gone(self, key: Key, mv: int) -> bool:
+        if key[2] in self.dead:
+            return True
+        tomb = self.tombstones.get(key)
+        return tomb is not None and tomb[0] == mv and self.now < tomb[1]
+
+    def _drop_hearsay(self, key: Key) -> None:
+        """Another peer (not the key's host) says ``key`` is gone: it may only suspect a crash, so
+        drop the entry where it is not a level-0 neighbour (no tombstone: the next hearsay from a
+        live node brings it back); where it is one, our own PINGs decide (``_watch``)."""
+        if key[2] == self.peer_id:
+            return  # our own virtual node: we know better (the sender only suspects us)
+        for vnode in list(self.vnodes.values()):
+            if key == vnode.left0 or key == vnode.right0:
+                self._watch(key[2])
+            elif vnode.table.remove(key):
+                self._after_change(vnode)
+
     def _on_gone(self, sender: PeerId, msg: m.GONE) -> None:
+        if sender != msg.gone[2]:
+            self._drop_hearsay(msg.gone)
+            return
         self._forget_everywhere(msg.gone)
         bounced = msg.bounced
         if bounced is None:

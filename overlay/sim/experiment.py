@@ -24,7 +24,7 @@ from __future__ import annotations
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from statistics import fmean
+from statistics import fmean, stdev
 from typing import Any
 
 from overlay.api import Deliver, Event, JoinTopic, OverlayCore, PeerId, Publish, Role
@@ -181,6 +181,8 @@ class AggregatePoint:
     min_delivered_fraction: float
     delay_ms: float
     route_hops: float = 0.0  # Scribe: mean publisher -> root hops (tree depth = hops - route_hops)
+    avg_hops_sd: float = 0.0  # sample standard deviation of avg_hops over the seeds (0 for one seed)
+    max_hops_sd: float = 0.0  # the same for max_hops
 
 
 def system_label(system: str, table_size: int | None) -> str:
@@ -557,6 +559,8 @@ def aggregate(samples: Sequence[PathSample]) -> list[AggregatePoint]:
                 min_delivered_fraction=min(run.delivered / run.subscribers for run in runs),
                 delay_ms=delay_model_ms(avg_hops, subscribers),
                 route_hops=fmean(run.route_hops for run in runs),
+                avg_hops_sd=stdev(run.avg_hops for run in runs) if len(runs) > 1 else 0.0,
+                max_hops_sd=stdev(run.max_hops for run in runs) if len(runs) > 1 else 0.0,
             )
         )
     return points

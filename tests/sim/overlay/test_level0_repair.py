@@ -80,3 +80,48 @@ def test_gone_key_offered_back_by_a_stale_neighbour_does_not_start_a_storm() -> 
     assert departed not in cluster.nodes[0].table_entries(left)
     links = [msg for _, _, msg in cluster.trace[start:] if msg.kind == "LINK" and msg.dest == departed]
     assert links == []
+
+
+def test_stale_entry_offered_as_a_correction_is_reported_back_and_dropped() -> None:
+    """A peer whose table still holds a departed node (it was no neighbour, nobody told it) offers
+    it as a level-0 correction; the asker, which knows it departed, answers GONE and the stale
+    entry is dropped. Without the answer the asker ignored the offer on every retry while the
+    live node behind it stayed hidden, and re-learned the departed node once its memory expired:
+    the 60-peer churn test's level-0 check failed with ``eexp_split="whole"`` (docs/overlay.md §10)."""
+    cluster = Cluster(5, small_config(rexp_interval_s=600.0))
+    cluster.bootstrap_all()
+    joined(cluster, [(peer, "t", SUB_ROLE) for peer in range(5)])
+    departed, asker, stale = ("t", 1, 1), ("t", 1, 0), ("t", 1, 4)
+    mv = cluster.nodes[1].membership_vector(departed)
+    assert departed in cluster.nodes[4].table_entries(stale)
+    cluster.event(1, LeaveTopic("t", SUB_ROLE))
+    cluster.drain()
+    assert departed in cluster.nodes[4].table_entries(stale)  # not a neighbour: never told
+    assert departed not in cluster.nodes[0].table_entries(asker)
+    actions = cluster.event(0, Receive(4, m.NEW(asker, (departed, mv))))
+    gones = [a.message for a in actions if a.dest == 4 and a.message.kind == "GONE"]
+    assert gones == [m.GONE(departed, None)]
+    cluster.drain()
+    assert departed not in cluster.nodes[4].table_entries(stale)
+    assert departed not in cluster.nodes[0].table_entries(asker)
+    cluster.assert_level0_ring()
+
+
+def test_hearsay_gone_never_cuts_a_live_level0_link() -> None:
+    """GONE from a peer other than the key's host may come from a mere suspicion (lost PINGs):
+    a level-0 neighbour stays (our own PINGs decide), another entry is dropped without a
+    tombstone, so the next offer of it is learned again."""
+    cluster = Cluster(5, small_config(rexp_interval_s=600.0))
+    cluster.bootstrap_all()
+    joined(cluster, [(peer, "t", SUB_ROLE) for peer in range(5)])
+    owner, neighbour, far = ("t", 1, 0), ("t", 1, 1), ("t", 1, 3)
+    node = cluster.nodes[0]
+    assert node.level0_neighbors(owner)[1] == neighbour and far in node.table_entries(owner)
+    far_mv = cluster.nodes[3].membership_vector(far)
+    cluster.event(0, Receive(4, m.GONE(neighbour, None)))
+    cluster.event(0, Receive(4, m.GONE(far, None)))
+    assert node.level0_neighbors(owner)[1] == neighbour
+    assert far not in node.table_entries(owner)
+    cluster.event(0, Receive(2, m.NEW(owner, (far, far_mv))))
+    assert far in node.table_entries(owner)
+    cluster.assert_level0_ring()

@@ -155,10 +155,10 @@ def test_eexp_receipt_follows_the_seed_decrement_and_forward_rule() -> None:
     assert not _sends(walked, "EEXP") and not _sends(walked, "NEW")
 
 
-def test_eexp_supplied_decrement_with_the_whole_count_to_every_delegate() -> None:
-    """``eexp_split="whole"``: only a receiver that supplies a new entry spends one; every
-    delegate gets the rest (docs/overlay.md §5: single hop to 80 at L = 120, N = 2,000)."""
-    cluster, node, receiver = _eexp_receiver(eexp_split="whole")
+def test_eexp_default_supplied_decrement_with_the_whole_count_to_every_delegate() -> None:
+    """The defaults, ``eexp_split="whole"``: only a receiver that supplies a new entry spends one;
+    every delegate gets the rest (docs/overlay.md §5: single hop to 80 at L = 120)."""
+    cluster, node, receiver = _eexp_receiver()
     origin = (("zz", 0, 0), 99)
     lo, hi = ("t", 1), ("t", 2)
     actions = node.handle(Receive(0, m.EEXP(receiver, origin, origin, (), 3, lo, hi, False)), cluster.now)
@@ -170,10 +170,10 @@ def test_eexp_supplied_decrement_with_the_whole_count_to_every_delegate() -> Non
     assert _sends(passed, "EEXP")
 
 
-def test_eexp_default_rules_supplied_decrement_and_even_split() -> None:
-    """The defaults (docs/overlay.md §5): the count is spent only on new entries and divided
-    among the delegates."""
-    cluster, node, receiver = _eexp_receiver()
+def test_eexp_even_split_divides_the_count_among_the_delegates() -> None:
+    """``eexp_split="even"`` (the default before 2026-11-25, docs/overlay.md §5): the count is spent
+    only on new entries and divided among the delegates."""
+    cluster, node, receiver = _eexp_receiver(eexp_split="even")
     origin = (("zz", 0, 0), 99)
     lo, hi = ("t", 1), ("t", 2)
     actions = node.handle(Receive(0, m.EEXP(receiver, origin, origin, (), 3, lo, hi, False)), cluster.now)
