@@ -138,8 +138,10 @@ def filter_covers(wide_filter: str, narrow_filter: str) -> bool:
             return False
         other = narrow[index]
         if other == "#":
-            # "#" alone matches every topic of one level or more, and so does "+/#"
-            return index == 0 and wide == ["+", "#"]
+            # "P/#" matches the topic P itself and everything below it; "P/+/#" everything below
+            # P only. They match the same topics when P is the empty topic, which no topic is
+            # (MQTT-4.7.3-1): "#" and "+/#", "/#" and "/+/#".
+            return wide[index:] == ["+", "#"] and "/".join(narrow[:index]) == ""
         if level == "+":
             continue
         if other == "+" or other != level:

@@ -401,6 +401,10 @@ def test_filter_covers_is_exact_on_a_small_universe(wide: str, narrow: str) -> N
         ("$SYS/#", "$SYS/x", True),
         ("+/x", "$a/x", False),
         ("#", "+/x", True),
+        ("+/#", "#", True),
+        ("/+/#", "/#", True),  # hypothesis found this one: "/#" matches no topic "/+/#" misses
+        ("a/+/#", "a/#", False),  # "a/#" matches "a"
+        ("//+/#", "//#", False),  # "//#" matches "/"
     ],
 )
 def test_filter_covers_examples(wide: str, narrow: str, expected: bool) -> None:
