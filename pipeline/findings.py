@@ -16,6 +16,10 @@ micro-batch (each further Spark job costs about a second on a busy 2-core machin
 - ``l_crossings``: classes whose subscriber-broker count crossed L (one hop <-> multi-hop), when;
 - ``outliers``: brokers whose load or queue depth is above OUTLIER_FACTOR x the window's median
   (and above a floor, so an idle cluster reports none);
+- ``latency_outliers`` (from /metrics): brokers whose mean latency over the window - publish
+  confirmations (``skipmq_cluster_publish_confirm_seconds``: from a publish until every subscriber
+  broker stored it) or store commits (``skipmq_store_commit_seconds``) - is above OUTLIER_FACTOR x
+  the median of the window's brokers (and above OUTLIER_MIN_LATENCY_S);
 - ``broker_metrics`` (from /metrics): per (window, broker, series) first/last/min/max/mean, and
   for counters the rate over the window (a counter that went down - a restarted broker - counts
   from 0 again).
@@ -30,6 +34,11 @@ from pipeline.records import COUNTERS, HOP_BOUNDS, HOP_COLUMNS
 OUTLIER_FACTOR = 2.0
 OUTLIER_MIN_LOAD = 5.0  # messages/s
 OUTLIER_MIN_QUEUE = 100.0  # queued messages
+OUTLIER_MIN_LATENCY_S = 0.005  # a mean latency under this is never an outlier
+LATENCY_FAMILIES = {  # outlier metric -> histogram family on /metrics (its _sum and _count are kept)
+    "publish_confirm_s": "skipmq_cluster_publish_confirm_seconds",
+    "store_commit_s": "skipmq_store_commit_seconds",
+}
 HOPS = [f"hops_{index}" for index in range(HOP_COLUMNS)]
 WINDOW_KEYS = ["date", "window", "window_start", "window_end", "window_s"]
 
@@ -157,6 +166,48 @@ def outliers(load: pd.DataFrame) -> pd.DataFrame:
                         }
                     )
     return pd.DataFrame(rows, columns=[*WINDOW_KEYS, "broker", "metric", "value", "median"])
+
+
+def _mean_in_window(group: pd.DataFrame, family: str) -> float | None:
+    """Mean of a histogram's observations within one window of one broker: the sum's increase
+    over the count's (None without observations, or when a restart reset the histogram)."""
+    sums = group[group["name"] == family + "_sum"]
+    counts = group[group["name"] == family + "_count"]
+    if sums.empty or counts.empty:
+        return None
+    added = float(sums["last"].sum() - sums["first"].sum())
+    observed = float(counts["last"].sum() - counts["first"].sum())
+    if observed <= 0 or added < 0:
+        return None
+    return added / observed
+
+
+def latency_outliers(metrics: pd.DataFrame) -> pd.DataFrame:
+    """Per window: brokers whose mean latency is above OUTLIER_FACTOR x the brokers' median."""
+    columns = [*WINDOW_KEYS, "broker", "metric", "value", "median"]
+    rows = []
+    for keys, window in metrics.groupby(WINDOW_KEYS):
+        for metric, family in LATENCY_FAMILIES.items():
+            means = {}
+            for instance, group in window.groupby("instance"):
+                mean = _mean_in_window(group, family)
+                if mean is not None:
+                    means[str(instance)] = mean
+            if len(means) < 2:
+                continue
+            median = float(pd.Series(list(means.values())).median())
+            for broker, value in sorted(means.items()):
+                if value >= OUTLIER_MIN_LATENCY_S and value > OUTLIER_FACTOR * median:
+                    rows.append(
+                        {
+                            **dict(zip(WINDOW_KEYS, keys, strict=True)),
+                            "broker": broker,
+                            "metric": metric,
+                            "value": value,
+                            "median": median,
+                        }
+                    )
+    return pd.DataFrame(rows, columns=columns)
 
 
 def snapshot_tables(cells: pd.DataFrame, top_k: int) -> dict[str, pd.DataFrame]:

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("skipmq.pipeline")
 
 SNAPSHOT_TABLES = ("class_windows", "hot_classes", "broker_load", "imbalance", "l_crossings", "outliers")
-METRIC_TABLES = ("broker_metrics",)
+METRIC_TABLES = ("broker_metrics", "latency_outliers")
 
 
 @dataclass
@@ -89,13 +89,23 @@ def _snapshot_batch(
     return handle
 
 
-def _metrics_batch(config: JobConfig, job_batches: dict[str, int]) -> Callable[..., None]:
+def _metrics_batch(
+    config: JobConfig, publisher: FindingsPublisher | None, job_batches: dict[str, int]
+) -> Callable[..., None]:
     def handle(cells: DataFrame, batch_id: int) -> None:
         frame: pd.DataFrame = cells.toPandas()
         if frame.empty:
             return
         table = findings.broker_metrics(frame)
         write_parquet(table, config.out, "broker_metrics")
+        slow = findings.latency_outliers(table)
+        write_parquet(slow, config.out, "latency_outliers")
+        if not slow.empty:
+            if config.console:
+                print(f"--- latency_outliers (batch {batch_id})")
+                print(slow.drop(columns=["date", "window"]).to_string(index=False), flush=True)
+            if publisher is not None:
+                publisher.publish("latency_outliers", {"batch": batch_id, "rows": rows_as_json(slow)})
         if config.console:
             up = table[table["name"] == "up"][["window_start", "instance", "min", "max"]]
             print(f"--- broker_metrics up (batch {batch_id})")
@@ -145,7 +155,7 @@ def start_job(spark: SparkSession, config: JobConfig) -> Job:
             .outputMode("append")
             .option("checkpointLocation", str(checkpoints / "metrics"))
             .trigger(processingTime=config.trigger)
-            .foreachBatch(_metrics_batch(config, batches))
+            .foreachBatch(_metrics_batch(config, publisher, batches))
             .start()
         )
     if not queries:

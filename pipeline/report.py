@@ -151,6 +151,7 @@ def build_report(out: Path, report_dir: Path, top: int = 5) -> Path:
     imbalance = load(out, "imbalance")
     crossings = load(out, "l_crossings")
     outliers = load(out, "outliers")
+    slow = load(out, "latency_outliers")  # from /metrics: absent when the job read no --http
     _plot_rates(classes, report_dir / "publish_rates.png", top)
     _plot_load(load_table, imbalance, report_dir / "broker_load.png")
     _plot_hops(classes, report_dir / "hops_wasted.png", top)
@@ -196,6 +197,9 @@ def build_report(out: Path, report_dir: Path, top: int = 5) -> Path:
         "## Outlier brokers",
         "",
         _table(outliers, ["window_start", "broker", "metric", "value", "median"]),
+        "Latency (from /metrics, mean over the window, seconds):",
+        "",
+        _table(slow, ["window_start", "broker", "metric", "value", "median"]),
         "## Routes: hops and wasted forwards",
         "",
         "![hops and wasted forwards](hops_wasted.png)",

@@ -120,3 +120,52 @@ def test_help_explains_and_a_missing_java_is_named(tmp_path: Path) -> None:
         timeout=60,
     )
     assert refused.returncode == 3 and "no Java found" in refused.stderr and "JAVA_HOME" in refused.stderr
+
+
+def _latency_cells(means_s: dict[str, float], count: int = 100) -> pd.DataFrame:
+    """/metrics cells of one 10 s window: each broker's publish-confirm histogram _sum and _count
+    grew by count observations of the given mean, its store commits by 50 of 1 ms."""
+    rows = []
+    for instance, mean in means_s.items():
+        for family, added, observed in (
+            ("skipmq_cluster_publish_confirm_seconds", mean * count, count),
+            ("skipmq_store_commit_seconds", 0.001 * 50, 50),
+        ):
+            for suffix, grew in (("_sum", added), ("_count", observed)):
+                first = 1000.0
+                rows.append(
+                    {
+                        "window_start": "2026-11-25T10:00:00Z",
+                        "window_end": "2026-11-25T10:00:10Z",
+                        "instance": instance,
+                        "node_id": instance,
+                        "name": family + suffix,
+                        "labels": "{}",
+                        "first": first,
+                        "last": first + grew,
+                        "min": first,
+                        "max": first + grew,
+                        "mean": first + grew / 2,
+                        "samples": 5,
+                    }
+                )
+    return pd.DataFrame(rows)
+
+
+def test_a_broker_with_slow_publish_confirmations_is_a_latency_outlier() -> None:
+    table = findings.broker_metrics(_latency_cells({"a:1": 0.004, "b:1": 0.005, "c:1": 0.060}))
+    slow = findings.latency_outliers(table)
+    assert slow[["broker", "metric"]].values.tolist() == [["c:1", "publish_confirm_s"]]
+    (row,) = slow.to_dict("records")
+    assert row["value"] == pytest.approx(0.060) and row["median"] == pytest.approx(0.005)
+
+
+def test_no_latency_outlier_among_even_or_fast_brokers_or_after_a_restart() -> None:
+    even = findings.broker_metrics(_latency_cells({"a:1": 0.020, "b:1": 0.025, "c:1": 0.030}))
+    assert findings.latency_outliers(even).empty
+    fast = findings.broker_metrics(_latency_cells({"a:1": 0.0005, "b:1": 0.0005, "c:1": 0.004}))
+    assert findings.latency_outliers(fast).empty  # 8x the median, but under 5 ms
+    restarted = _latency_cells({"a:1": 0.004, "b:1": 0.005, "c:1": 0.060})
+    mask = (restarted["instance"] == "c:1") & restarted["name"].str.startswith("skipmq_cluster")
+    restarted.loc[mask, "last"] = 3.0  # the histogram started again from zero in this window
+    assert findings.latency_outliers(findings.broker_metrics(restarted)).empty
