@@ -261,6 +261,7 @@ class ClusterEngine(StreamsMixin):
         assert self.takeover is not None
         self.takeover.restore_handed_over(self.store.load_handed_over(), now)
         self.receiver.restore(positions, now)
+        self._restore_catch_ups(now)  # moved sessions caught up when this broker went down
         if self.causal is not None:
             self.causal.restore([*positions, *(((f.origin, f.stream), f.seq + 1) for f in logged)])
         self._handle(api.Bootstrap(tuple(contacts)))
@@ -539,10 +540,13 @@ class ClusterEngine(StreamsMixin):
         self.takeover.forget(self.broker.has_session)
         for claim_id, claimant in self.takeover.forget_handed_over(now):
             self.store.set_handed_over(claim_id, claimant, None)
+        expired: list[str] = []
         for key, waiting in list(self._awaiting_start.items()):  # streams that never came
+            expired += [entry[1] for entry in waiting if now - entry[2] > CATCH_UP_GIVE_UP_S]
             waiting[:] = [entry for entry in waiting if now - entry[2] <= CATCH_UP_GIVE_UP_S]
             if not waiting:
                 del self._awaiting_start[key]
+        self._persist_catch_ups(expired)
         forgotten = self.receiver.forget_idle(now, STREAM_IDLE_S)
         if self.causal is not None:
             self.causal.forget(forgotten)
