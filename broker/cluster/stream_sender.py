@@ -142,6 +142,8 @@ class StreamSender:
         self._next_check: float | None = None
         # class -> the receivers of a previous incarnation's stream of it (``restore``)
         self._restored_receivers: dict[str, set[str]] = {}
+        # receivers a new stream started with (``append``), for the store: ``take_new_receivers``
+        self._new_receivers: list[ReceiverAt] = []
 
     # ------------------------------------------------------------------ sending
     def append(
@@ -170,6 +172,7 @@ class StreamSender:
                 stream.receivers[peer] = 1
                 stream.heard[peer] = now
                 stream.assumed.add(peer)
+                self._new_receivers.append(ReceiverAt(key, peer, 1))
         seq = stream.next_seq
         stream.next_seq = seq + 1
         low = self._low(stream)
@@ -185,6 +188,16 @@ class StreamSender:
             stream.unconfirmed.add(seq)
         self._arm(now)
         return forwarded
+
+    def take_new_receivers(self) -> list[ReceiverAt]:
+        """The receivers streams started with since the last call (``append``): durable with the
+        first message, so a restarted broker still keeps the stream for a receiver that was cut
+        off (a long partition) and has acknowledged nothing yet (seed 59 of ``--faults
+        crash,long-partition``)."""
+        taken = self._new_receivers
+        if taken:
+            self._new_receivers = []
+        return taken
 
     def published(self, publication_id: int, forwarded: ForwardedMessage) -> None:
         """``forwarded`` went into the overlay as publication ``publication_id``."""

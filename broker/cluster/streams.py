@@ -105,6 +105,9 @@ class StreamsMixin:
         )
         if message.qos:
             self.store.log_append(forwarded)  # in this publish's commit, before its PUBACK
+            new_receivers = sender.take_new_receivers()
+            if new_receivers:  # a new stream's receivers, in the same commit
+                self._sender_actions(new_receivers)
         if overlay and not held:
             self._publish_forwarded(forwarded)
 
