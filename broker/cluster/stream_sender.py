@@ -46,6 +46,10 @@ from broker.core.session import Message
 
 StreamKey = tuple[str, str]  # (origin, topic class)
 RESEND_BATCH = 256  # messages in one Resend / Republish round per stream and receiver
+# a message every known receiver acknowledged, whose publication the overlay keeps reporting
+# incomplete (a subscriber's virtual node left: its neighbours' view is on probation), is published
+# again after 1, 2, 4 ... retransmit periods, at most this far apart
+REPUBLISH_BACKOFF_MAX_S = 30.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,6 +106,7 @@ class _Entry:
     created_at: float
     held: bool = False  # waits for the class's presence before it is published
     incomplete: bool = False  # the overlay reported a publication of it incomplete
+    backoff_s: float = 0.0  # the last wait before republishing it (acknowledged everywhere known)
 
 
 @dataclass(slots=True)
@@ -219,8 +224,18 @@ class StreamSender:
             entry.confirmed = True
             stream.unconfirmed.discard(seq)
             return self._free(key, stream, now)
-        entry.sent_at = now - self.retransmit_s / 2  # published again soon, not at once
         entry.incomplete = True  # its republications do not stand for resends to known receivers
+        receivers = stream.receivers
+        if receivers and seq < min(receivers.values()):
+            # every known receiver has it: the republication is only for a subscriber broker this
+            # one does not know of (cut off before its interest arrived), which also gets the log
+            # when it is back (``logged_for``). Every retransmit period it sent the whole run of
+            # them to every receiver again while the overlay could not complete (issue #10)
+            entry.backoff_s = min(2 * entry.backoff_s or self.retransmit_s, REPUBLISH_BACKOFF_MAX_S)
+            entry.sent_at = now - self.retransmit_s + entry.backoff_s
+        else:
+            entry.backoff_s = 0.0
+            entry.sent_at = now - self.retransmit_s / 2  # published again soon, not at once
         self._arm(now)
         return []
 
