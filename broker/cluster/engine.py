@@ -230,6 +230,7 @@ class ClusterEngine(StreamsMixin):
             presence_grace_s=cluster.presence_grace_ms / 1000.0,
             min_retention_s=cluster.send_log_min_retention_ms / 1000.0,
             receivers_of=self.interest_table.peers_of,
+            absent_since=self._absent_since,
         )
         self.receiver.set_causal(peer_id, self.interest.subscribes, cluster.causal_wait_ms / 1000.0)
         seed = self.rng.getrandbits(64)
@@ -489,6 +490,11 @@ class ClusterEngine(StreamsMixin):
         self.takeover.claimant_down(peer, self._now())
         self.announcer.forget(peer)
         self._after_event()
+
+    def _absent_since(self) -> float | None:
+        """Since when some peer is reported down (the send log keeps what was sent since for it)."""
+        down = self._down_peers
+        return min(down.values()) if down else None
 
     def _peer_back(self, peer: str) -> None:
         """Broker ``peer`` talks to us for the first time, or again after it was reported down (it

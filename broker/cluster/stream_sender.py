@@ -132,8 +132,11 @@ class StreamSender:
         presence_grace_s: float,
         min_retention_s: float = 0.0,
         receivers_of: Callable[[str], Iterable[str]] = lambda cls: (),
+        absent_since: Callable[[], float | None] = lambda: None,
     ) -> None:
         self.origin = origin
+        # since when some broker this one knew is cut off or down (None: every one is reachable)
+        self._absent_since = absent_since
         self._receivers_of = receivers_of
         self.min_retention_s = min_retention_s
         self.retransmit_s = retransmit_s
@@ -538,6 +541,14 @@ class StreamSender:
         freed_durable = False
         below = 0
         kept_since = now - self.min_retention_s
+        absent_since = self._absent_since()
+        if absent_since is not None:
+            # a broker is cut off or down: what was sent since it went (and the minimum retention
+            # before) is kept until it is back - it may subscribe the class without this broker
+            # having heard of it (its interest lost with the cut), and gets the log when it is
+            # back (``logged_for``). Without it, such a receiver cut off longer than
+            # ``min_retention_s`` missed them (docs/cluster.md, Known limits)
+            kept_since = min(kept_since, absent_since - self.min_retention_s)
         while entries:
             seq, entry = entries.peekitem(0)
             if not entry.confirmed or (floor is not None and seq >= floor):

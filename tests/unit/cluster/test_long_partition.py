@@ -58,3 +58,34 @@ def test_a_new_streams_receivers_survive_a_restart_of_the_sender() -> None:
     # B is back after the heal and acknowledges: now they go
     freed = restarted.acked("b:1", (StreamPosition(*key, 4),), now=40.0)
     assert ReceiverAt(key, "b:1", 4) in freed and Forget(key, 4) in freed
+
+
+def test_the_log_is_kept_for_a_broker_that_is_cut_off_until_it_is_back() -> None:
+    """A subscriber broker B the sender never heard subscribe (its ClassInterest was lost with the
+    cut) is cut off longer than ``min_retention_s``: the log used to be freed once the reachable
+    receivers acknowledged and 10 s passed, and B, back after the heal, never got the messages of
+    the split (docs/cluster.md, the Known limit "receiver never heard from"). While a known peer
+    is reported down the log keeps what was sent since; B gets it when it is back."""
+    down: dict[str, float] = {}
+    sender = StreamSender(
+        "c:1/one",
+        retransmit_s=1.0,
+        retention_s=3600.0,
+        presence_grace_s=2.0,
+        min_retention_s=10.0,
+        receivers_of=lambda cls: ["a:1"],
+        absent_since=lambda: min(down.values()) if down else None,
+    )
+    down["b:1"] = 14.0  # cut at 4.0, declared down after the 10 s keep-alive
+    key = ("c:1/one", "=plant")
+    for index in range(3):
+        forwarded = sender.append("=plant", Message("plant/a/temp", b"%d" % index, qos=1), now=15.0)
+        sender.published(index, forwarded)
+        sender.done(index, True, now=15.1)
+    assert not [a for a in sender.acked("a:1", (StreamPosition(*key, 4),), now=16.0) if isinstance(a, Forget)]
+    assert not [a for a in sender.tick(now=60.0) if isinstance(a, Forget)]  # 45 s later: kept
+    # the heal: B is back, gets the log directly (it was never a receiver of the stream)
+    del down["b:1"]
+    resent = sender.logged_for("b:1")
+    assert [m.seq for a in resent for m in a.resend.messages] == [1, 2, 3]  # type: ignore[attr-defined]
+    assert Forget(key, 4) in sender.tick(now=61.0)  # nobody is absent: freed (A has them all)
