@@ -79,6 +79,10 @@ CRASH_LONG_PARTITION = frozenset({"crash", "long-partition"})
         59,
         79,
         98,
+        # a subscriber broker cut off 12-40 s that the publisher's broker had not heard subscribe
+        # the class: the log was freed 10 s after the reachable receivers acknowledged (it is now
+        # kept while a peer is reported down)
+        818,
     ],
 )
 def test_crash_and_long_partition_seed_keeps_every_invariant(seed: int) -> None:
