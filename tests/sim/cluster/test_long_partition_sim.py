@@ -11,8 +11,18 @@ sent since a peer went down until that peer is back, and sends it the log then.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from broker.cluster.messages import ClassInterest, Envelope
-from simulation.scenario import Result, Run, Scenario, _subscribe_once
+from simulation.scenario import (
+    LONG_PARTITION_S,
+    SHORT_PARTITION_S,
+    Result,
+    Run,
+    Scenario,
+    _subscribe_once,
+    random_scenario,
+)
 
 
 def never_heard_from_and_cut_off(seed: int = 1) -> tuple[Result, dict[str, int]]:
@@ -62,3 +72,16 @@ def test_a_receiver_never_heard_from_and_cut_off_long_gets_what_was_published_me
         if not result.ok:
             failing.append(result.report(trace_lines=10))
     assert not failing, "\n".join(failing)
+
+
+def test_a_long_partition_outlasts_the_partition_notice() -> None:
+    """``--faults long-partition``: one partition of 12-40 s virtual time, longer than the 10 s
+    after which a cut link is declared down (the sweeps' partitions of 1-5 s never were), with
+    quiet time after the heal; the short partitions' draws are unchanged (their seeds replay)."""
+    long = random_scenario(7, faults=frozenset({"long-partition"}))
+    assert long.partitions == 1 and long.partition_s == LONG_PARTITION_S
+    assert LONG_PARTITION_S[0] > long.network.partition_notice_s
+    assert long.quiet_s / 2 >= LONG_PARTITION_S[1] + 15.0  # healed before the end's forced heal
+    short = random_scenario(7, faults=frozenset({"partition"}))
+    assert short.partition_s == SHORT_PARTITION_S and short.quiet_s == 15.0
+    assert replace(long, partition_s=SHORT_PARTITION_S, quiet_s=15.0) == short
