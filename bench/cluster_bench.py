@@ -74,7 +74,10 @@ SUBSCRIPTION_FILTER = TOPIC
 PAYLOAD_BYTES = 64
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 BROKER_SETTINGS: dict[str, str] = {"sys.interval_s": "0", "logging.level": "warning"}
+MAIN_KINDS = ("latency", "qos0", "qos1")  # the measurements of the main phase, in this order
 STANDALONE = 0  # the "broker count" key of the standalone (clustering off) reference broker
+# --tls-compare: the key -N is N brokers with plaintext links (cluster.insecure = true) beside the
+# N brokers with mutual TLS between them (the default, docs/security.md)
 
 # closed loop: undelivered messages allowed per subscriber (below the default max_queued_messages
 # of 1000, so no broker needs to drop anything by design)
@@ -94,7 +97,7 @@ KIND_PROBE = b"W"
 KIND_DATA = b"D"
 PAYLOAD_HEAD = struct.Struct("!cIIq")  # kind, run tag, sequence number, perf_counter_ns at send
 PAYLOAD_PAD = b"\x00" * (PAYLOAD_BYTES - PAYLOAD_HEAD.size)
-HOP_BUCKET_LABELS = ("1", "2", "3", "4", "6", "8", "12", "16", "+Inf")
+HOP_BUCKET_LABELS = (*(str(hops) for hops in range(1, 17)), "+Inf")  # a broker before #14: 1,2,3,4,6,8,12,16
 
 ProgressFn = Callable[[str], None]
 
@@ -385,6 +388,8 @@ class Setup:
 def label_for(brokers: int) -> str:
     if brokers == STANDALONE:
         return "standalone"
+    if brokers < 0:
+        return f"{-brokers} brokers, plaintext"
     return f"{brokers} broker" + ("s" if brokers > 1 else "")
 
 
@@ -395,7 +400,9 @@ async def start_setup(brokers: int, settings: dict[str, str]) -> Setup:
             STANDALONE, label_for(STANDALONE), [standalone.mqtt_port], [standalone.http_port],
             [standalone.pid], standalone=standalone,
         )  # fmt: skip
-    cluster = await asyncio.to_thread(start_cluster, brokers, settings={**BROKER_SETTINGS, **settings})
+    if brokers < 0:
+        settings = {**settings, "cluster.insecure": "true"}
+    cluster = await asyncio.to_thread(start_cluster, abs(brokers), settings={**BROKER_SETTINGS, **settings})
     try:
         await asyncio.to_thread(cluster.wait_ready, 60)
     except BaseException:
@@ -662,6 +669,7 @@ async def measure_throughput(
 class Plan:
     broker_counts: list[int]
     standalone: bool
+    tls_compare: bool
     subscribers: int
     rounds: int
     latency_rate_per_s: float
@@ -675,11 +683,15 @@ class Plan:
     small_l_rate_per_s: float
     small_l_settle_s: float
     small_l_repeats: int
+    kinds: tuple[str, ...] = MAIN_KINDS
+    local: bool = False  # every subscriber on the publisher's broker (local deliveries in a cluster)
 
 
 async def run_main_phase(plan: Plan, results: dict[str, Any]) -> None:
     """All configurations run at once; every round measures each of them back to back."""
     configs = ([STANDALONE] if plan.standalone else []) + plan.broker_counts
+    if plan.tls_compare:
+        configs += [-n for n in plan.broker_counts if n > 1]
     setups: list[Setup] = []
     records: list[dict[str, Any]] = results.setdefault("main", [])
     try:
@@ -688,12 +700,12 @@ async def run_main_phase(plan: Plan, results: dict[str, Any]) -> None:
             setup = await start_setup(brokers, {})
             setups.append(setup)
             await connect_publisher(setup)
-            count = max(1, brokers)
+            count = 1 if plan.local else max(1, abs(brokers))
             for j in range(plan.subscribers):
                 await add_subscriber(setup, j % count)
             warm_s = await warm_up(setup)
             log(f"{setup.label}: {plan.subscribers} subscribers warmed up in {warm_s:.2f} s")
-        kinds = ("latency", "qos0", "qos1")
+        kinds = plan.kinds
         for round_index in range(plan.rounds):
             for kind in kinds:
                 order = setups[round_index % len(setups) :] + setups[: round_index % len(setups)]
@@ -874,7 +886,7 @@ def _median(values: Iterable[float | None]) -> float | None:
 def summarize_main(records: list[dict[str, Any]]) -> dict[int, dict[str, Any]]:
     """Per broker count: medians over rounds (and min/max for the plots)."""
     summary: dict[int, dict[str, Any]] = {}
-    for brokers in sorted({r["brokers"] for r in records}):
+    for brokers in sorted({r["brokers"] for r in records}, key=lambda b: (abs(b), b < 0)):
         mine = [r for r in records if r["brokers"] == brokers]
         lat = [r for r in mine if r["kind"] == "latency"]
         q0 = [r for r in mine if r["kind"] == "qos0"]
@@ -1066,7 +1078,28 @@ def main_notes(records: list[dict[str, Any]], summary: dict[int, dict[str, Any]]
                 f" vs {base['p50_all_ms']:.3f} ms in the 1-broker cluster: forwarding to the other brokers"
                 " delays the publisher's broker's local deliveries too."
             )
+    for brokers, row in summary.items():
+        tls = summary.get(-brokers)
+        if brokers < 0 and tls is not None:
+            notes.append(f"{tls['label']} (mutual TLS) / {row['label']}: " + tls_cost_text(tls, row))
     return notes
+
+
+def tls_cost_text(tls: dict[str, Any], plain: dict[str, Any]) -> str:
+    """Ratios TLS / plaintext of the medians (--tls-compare)."""
+    parts = []
+    for key, name in (
+        ("qos0_per_s", "QoS 0 delivered/s"),
+        ("qos1_per_s", "QoS 1 delivered/s"),
+        ("qos0_cpu_us", "QoS 0 broker CPU/msg"),
+        ("qos1_cpu_us", "QoS 1 broker CPU/msg"),
+        ("p50_remote_ms", "p50 other brokers"),
+        ("p99_remote_ms", "p99 other brokers"),
+    ):
+        a, b = tls.get(key), plain.get(key)
+        if a is not None and b:
+            parts.append(f"{name} {a / b:.2f}x")
+    return ", ".join(parts) if parts else "not measured"
 
 
 def machine_info() -> dict[str, Any]:
@@ -1120,8 +1153,14 @@ def render_markdown(results: dict[str, Any], figure_names: dict[str, str]) -> st
         )
     lines.append(f"- Command: `{meta['command']}`")
     lines.append(
-        f"- Settings: {plan['subscribers']} subscribers round-robin over the brokers (subscriber j on"
-        f" broker j mod N), publisher on broker 0, topic `{TOPIC}`, {PAYLOAD_BYTES}-byte payloads,"
+        f"- Settings: {plan['subscribers']} subscribers "
+        + (
+            "all on the publisher's broker (`--local`: local deliveries in a cluster whose other"
+            " brokers subscribe nothing)"
+            if plan.get("local")
+            else "round-robin over the brokers (subscriber j on broker j mod N)"
+        )
+        + f", publisher on broker 0, topic `{TOPIC}`, {PAYLOAD_BYTES}-byte payloads,"
         f" subscriptions QoS 1; default `cluster.table_size` (L=60) and `cluster.class_levels`=1;"
         f" {plan['rounds']} rounds, configurations interleaved (rotating order) within each round."
         f" Latency: QoS 0 paced at {plan['latency_rate_per_s']:g} msg/s for {plan['latency_s']:g} s per"
@@ -1194,7 +1233,8 @@ def render_markdown(results: dict[str, Any], figure_names: dict[str, str]) -> st
             f" {plan['small_l_rate_per_s']:g} msg/s, probes at {SETTLE_PROBE_RATE_PER_S:g} msg/s until"
             f" {plan.get('small_l_settle_s', 0):g} s after the warm-up (the overlay's EEXP at publish runs at"
             " most every 10 s), then the settled window of the same size. Hops = the subscriber brokers'"
-            " `skipmq_cluster_delivery_hops` histogram (difference over a window; buckets 1,2,3,4,6,8,...;"
+            " `skipmq_cluster_delivery_hops` histogram (difference over a window; one bucket per hop"
+            " count, 1,2,3,4,6,8,... before issue #14;"
             " one observation per message per subscriber broker), summed over repeats."
         )
         lines.append("")
@@ -1418,6 +1458,14 @@ RUN_LENGTH_DEFAULTS: dict[str, tuple[Any, Any]] = {
 }
 
 
+def _kind_list(text: str) -> tuple[str, ...]:
+    kinds = tuple(item.strip() for item in text.split(",") if item.strip())
+    unknown = [kind for kind in kinds if kind not in MAIN_KINDS]
+    if not kinds or unknown:
+        raise argparse.ArgumentTypeError(f"expected some of {','.join(MAIN_KINDS)}, got {text!r}")
+    return kinds
+
+
 def _show(value: Any) -> str:
     return ",".join(str(v) for v in value) if isinstance(value, list) else f"{value:g}"
 
@@ -1449,7 +1497,25 @@ def build_parser() -> argparse.ArgumentParser:
         "--no-standalone", action="store_true", help="skip the clustering-off reference broker"
     )
     parser.add_argument(
+        "--tls-compare",
+        action="store_true",
+        help="also run every cluster size > 1 with plaintext links (cluster.insecure = true) beside the"
+        " default mutual TLS, interleaved in the same rounds: the cost of TLS on the cluster path",
+    )
+    parser.add_argument(
         "--subscribers", type=int, default=10, help="subscribers, round-robin over the brokers (default 10)"
+    )
+    parser.add_argument(
+        "--local",
+        action="store_true",
+        help="put every subscriber on the publisher's broker (broker 0): local deliveries in a cluster"
+        " whose other brokers subscribe nothing (issue #11)",
+    )
+    parser.add_argument(
+        "--kinds",
+        type=_kind_list,
+        default=MAIN_KINDS,
+        help="measurements of the main phase, comma-separated (default latency,qos0,qos1)",
     )
     parser.add_argument(
         "--latency-rate",
@@ -1512,6 +1578,7 @@ def plan_from_args(args: argparse.Namespace) -> Plan:
     plan = Plan(
         broker_counts=list(args.brokers),
         standalone=not args.no_standalone,
+        tls_compare=args.tls_compare,
         subscribers=args.subscribers,
         rounds=args.rounds,
         latency_rate_per_s=args.latency_rate,
@@ -1525,6 +1592,8 @@ def plan_from_args(args: argparse.Namespace) -> Plan:
         small_l_rate_per_s=args.small_l_rate,
         small_l_settle_s=args.small_l_settle_s,
         small_l_repeats=args.small_l_repeats,
+        kinds=tuple(args.kinds),
+        local=args.local,
     )
     return plan
 

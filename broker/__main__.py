@@ -161,12 +161,13 @@ def overrides_from_args(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def run(argv: list[str]) -> int:
-    from broker.config import ConfigError, load_config, validate_cluster_links
+    from broker.config import ConfigError, load_config, validate_cluster_links, validate_federation_links
 
     args = build_parser().parse_args(argv)
     try:
         config = load_config(args.config, overrides=overrides_from_args(args))
         validate_cluster_links(config)
+        validate_federation_links(config)
     except (ConfigError, OSError) as exc:
         print(f"skipmq: configuration error: {exc}", file=sys.stderr)
         return 2

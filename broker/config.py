@@ -486,6 +486,29 @@ class FederationConfig:
         min_value=0,
         max_value=3_600_000,
     )
+    retained: str = _key(
+        "site",
+        "site: retained messages stay in the site where they were published (a retained publish "
+        "crosses as a live event); place: every retained write is stored by every broker of the "
+        "place, last writer wins (docs/federation.md)",
+        choices=("site", "place"),
+    )
+    tls_ca_file: str = _key(
+        "",
+        "PEM CA of the event place (skipmq certs init): linking brokers must present a certificate it signed",
+    )
+    tls_cert_file: str = _key(
+        "",
+        "PEM certificate naming this broker's federation name host:port (skipmq certs issue); "
+        "re-read when it changes",
+    )
+    tls_key_file: str = _key("", "PEM private key of federation.tls_cert_file")
+    insecure: bool = _key(
+        False,
+        "plaintext, unauthenticated federation links (anyone reaching the federation port can link "
+        "as any broker); without it a federated broker needs federation.tls_ca_file, tls_cert_file "
+        "and tls_key_file",
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -862,6 +885,26 @@ def validate_cluster_links(config: BrokerConfig) -> None:
             )
         if not os.path.isfile(value):
             raise ConfigError(f"cluster.{name}: file {value!r} does not exist", key=f"cluster.{name}")
+
+
+def validate_federation_links(config: BrokerConfig) -> None:
+    """A federated broker process needs its mutual-TLS files, unless ``federation.insecure``
+    asks for plaintext links explicitly (docs/federation.md "Security"); checked when a broker
+    process starts, like ``validate_cluster_links``."""
+    federation = config.federation
+    if not federation.enabled or federation.insecure:
+        return
+    for name in ("tls_ca_file", "tls_cert_file", "tls_key_file"):
+        value = getattr(federation, name)
+        if not value:
+            raise ConfigError(
+                f"federation.{name}: a federated broker needs federation.tls_ca_file, "
+                "federation.tls_cert_file and federation.tls_key_file (make them with `skipmq certs`; "
+                "docs/federation.md), or federation.insecure = true for plaintext, unauthenticated links",
+                key=f"federation.{name}",
+            )
+        if not os.path.isfile(value):
+            raise ConfigError(f"federation.{name}: file {value!r} does not exist", key=f"federation.{name}")
 
 
 def load_config(

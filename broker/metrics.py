@@ -14,6 +14,7 @@ dashboards depend on them, so treat them as a public interface.
 from __future__ import annotations
 
 import functools
+import os
 import platform
 import time
 from collections.abc import Callable, Iterator
@@ -23,10 +24,13 @@ from prometheus_client import CollectorRegistry, ProcessCollector
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.exposition import generate_latest
 from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
 
 from broker import __version__
-from broker.cluster.stats import HOP_BUCKETS, ClusterStats
-from broker.core.stats import BrokerStats
+from broker.cluster.overlay_figures import OverlayFigures
+from broker.cluster.stats import LATENCY_SAMPLE_EVERY, METRIC_HOP_MAX, ClusterStats
+from broker.config import BrokerConfig
+from broker.core.stats import QUEUE_NEAR_LIMIT, BrokerStats, Histogram
 
 # The classic text format generate_latest() writes; every Prometheus version understands it.
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -37,6 +41,11 @@ def _labelled_counter(name: str, doc: str, label: str, values: dict[str, int]) -
     for label_value, count in list(values.items()):  # a copy: the core may add keys meanwhile
         family.add_metric([str(label_value)], count)
     return family
+
+
+def _histogram(name: str, doc: str, histogram: Histogram) -> HistogramMetricFamily:
+    buckets = [(floatToGoString(bound), count) for bound, count in histogram.cumulative()]
+    return HistogramMetricFamily(name, doc, buckets=buckets, sum_value=histogram.total)
 
 
 def _gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:
@@ -151,6 +160,24 @@ class BrokerCollector(Collector):
             stats.inflight_messages,
         )
         yield _gauge(
+            "skipmq_session_queue_limit",
+            "Messages a session queue may hold (limits.max_queued_messages)",
+            stats.queue_limit,
+        )
+        yield _gauge(
+            "skipmq_session_queue_depth_max", "Messages in the longest session queue", stats.queue_depth_max
+        )
+        yield _gauge(
+            "skipmq_sessions_queue_near_limit",
+            f"Sessions whose queue holds at least {QUEUE_NEAR_LIMIT:.0%} of limits.max_queued_messages",
+            stats.sessions_queue_near_limit,
+        )
+        yield _histogram(
+            "skipmq_store_commit_seconds",
+            "Duration of each group commit of the SQLite store (COMMIT and its fsync)",
+            stats.store_commit_seconds,
+        )
+        yield _gauge(
             "skipmq_uptime_seconds",
             "Seconds since the broker started",
             max(0.0, time.time() - stats.uptime_started_at) if stats.uptime_started_at else 0.0,
@@ -161,12 +188,80 @@ class BrokerCollector(Collector):
         return self.collect()
 
 
+# Overlay message kinds always exported (from 0): seed 003's queries and SkipMQ's maintenance
+# messages (overlay/messages.py); cluster envelopes appear as "Envelope".
+OVERLAY_KINDS = (
+    "REXP",
+    "EEXP",
+    "PUB",
+    "UNSUB",
+    "NEW",
+    "SEARCH",
+    "FOUND",
+    "LINK",
+    "LEAVE",
+    "PING",
+    "PONG",
+    "ACK",
+    "DONE",
+    "GONE",
+    "PRESENCE",
+    "Envelope",
+)
+
+
+def overlay_families(figures: OverlayFigures) -> Iterator[Metric]:
+    """The skipmq_overlay_* families of ``broker.cluster.overlay_figures`` (read at scrape time)."""
+    entries = GaugeMetricFamily(
+        "skipmq_overlay_routing_entries",
+        "Routing-table entries of all this broker's virtual nodes, by kind: sticky (level-0"
+        " neighbours), same_class_subscriber (subscribers of the node's own class), other",
+        labels=["kind"],
+    )
+    for kind, count in figures.routing_entries.items():
+        entries.add_metric([kind], count)
+    yield entries
+    classes = GaugeMetricFamily(
+        "skipmq_overlay_published_classes",
+        "Classes this broker publishes, by delivery: one_hop (its table holds every subscriber"
+        " broker), multi_hop (some are reached through others), no_subscribers (publishes suppressed)",
+        labels=["delivery"],
+    )
+    for delivery, count in figures.published_classes.items():
+        classes.add_metric([delivery], count)
+    yield classes
+    suspected = GaugeMetricFamily(
+        "skipmq_cluster_peer_suspected",
+        "1 while this broker suspects the peer broker down (failure detector or transport), else 0",
+        labels=["peer"],
+    )
+    for peer, flag in figures.peer_suspected.items():
+        suspected.add_metric([peer], flag)
+    yield suspected
+    silence = GaugeMetricFamily(
+        "skipmq_cluster_peer_silence_seconds",
+        "Seconds since a peer broker the failure detector watches was last heard from",
+        labels=["peer"],
+    )
+    for peer, seconds in figures.peer_silence_s.items():
+        silence.add_metric([peer], seconds)
+    yield silence
+
+
 class ClusterCollector(Collector):
     """Builds the skipmq_cluster_* metric families from a ``ClusterStats`` and the engine's gauges."""
 
-    def __init__(self, stats: ClusterStats, gauges: Callable[[], dict[str, int]]) -> None:
+    def __init__(
+        self,
+        stats: ClusterStats,
+        gauges: Callable[[], dict[str, int]],
+        figures: Callable[[], OverlayFigures] | None = None,
+        sender_counters: Callable[[], dict[str, int]] | None = None,
+    ) -> None:
         self.stats = stats
         self.gauges = gauges
+        self.figures = figures
+        self.sender_counters = sender_counters
 
     def collect(self) -> Iterator[Metric]:
         stats = self.stats
@@ -269,17 +364,63 @@ class ClusterCollector(Collector):
         )
         buckets: list[tuple[str, float]] = []
         running = 0
-        for bound, count in zip(HOP_BUCKETS, stats.hop_counts, strict=False):
-            running += count
-            buckets.append((str(bound), running))
-        running += stats.hop_counts[-1]
-        buckets.append(("+Inf", running))
+        for hops in range(1, METRIC_HOP_MAX + 1):
+            running += stats.hop_counts[hops - 1]
+            buckets.append((str(hops), running))
+        buckets.append(("+Inf", running + stats.hop_counts[-1]))
         yield HistogramMetricFamily(
             "skipmq_cluster_delivery_hops",
-            "Overlay hops of forwarded messages delivered here (1 = direct from the publisher's broker)",
+            "Overlay hops of forwarded messages delivered here (1 = direct from the publisher's broker;"
+            f" one bucket per hop count up to {METRIC_HOP_MAX})",
             buckets=buckets,
             sum_value=stats.hop_sum,
         )
+        yield _histogram(
+            "skipmq_cluster_publish_confirm_seconds",
+            "QoS>0 messages forwarded into the overlay: seconds until every subscriber broker delivered"
+            f" and stored them (the overlay's DONE); one publication in {LATENCY_SAMPLE_EVERY} is timed",
+            stats.publish_confirm_seconds,
+        )
+        yield _histogram(
+            "skipmq_cluster_peer_rtt_seconds",
+            "Round trips to peer brokers: every failure-detector PING to its PONG, one overlay PUB"
+            f" delegation in {LATENCY_SAMPLE_EVERY} to its per-hop ACK",
+            stats.peer_rtt_seconds,
+        )
+        for name, doc, per_kind in (
+            (
+                "skipmq_overlay_messages_sent",
+                "Overlay and cluster messages sent, by kind",
+                stats.overlay_sent,
+            ),
+            (
+                "skipmq_overlay_messages_received",
+                "Overlay and cluster messages received, by kind",
+                stats.overlay_received,
+            ),
+        ):
+            family = CounterMetricFamily(name, doc, labels=["kind"])
+            counts = {kind: 0 for kind in OVERLAY_KINDS}
+            for message_type, count in list(per_kind.items()):
+                label = getattr(message_type, "kind", message_type.__name__)
+                counts[label] = counts.get(label, 0) + count
+            for label, count in sorted(counts.items()):
+                family.add_metric([label], count)
+            yield family
+        if self.sender_counters is not None:
+            counters = self.sender_counters()
+            yield CounterMetricFamily(
+                "skipmq_cluster_publishes_suppressed",
+                "Messages not forwarded into the overlay: their class had no subscriber broker",
+                counters["publishes_suppressed"],
+            )
+            yield CounterMetricFamily(
+                "skipmq_cluster_rets_received",
+                "Retransmission requests (RET) from receiver brokers answered from the send log",
+                counters["rets_received"],
+            )
+        if self.figures is not None:
+            yield from overlay_families(self.figures())
         for name, value in self.gauges().items():
             yield GaugeMetricFamily(
                 f"skipmq_cluster_{name}", f"Cluster: {name.replace('_', ' ')}", value=value
@@ -289,10 +430,79 @@ class ClusterCollector(Collector):
         return self.collect()
 
 
-def make_registry(stats: BrokerStats) -> CollectorRegistry:
-    """A fresh registry with this broker's metrics and the process collector (CPU, RSS)."""
+def certificate_files(config: BrokerConfig) -> dict[str, str]:
+    """The certificate files a broker's configuration names, by setting (only the set ones; the
+    client listener's only while it is enabled)."""
+    files = {}
+    tls = config.listeners.tls
+    if tls.enabled:
+        files["listeners.tls.certfile"] = tls.certfile
+        files["listeners.tls.cafile"] = tls.cafile
+    if config.cluster.enabled:
+        files["cluster.tls_cert_file"] = config.cluster.tls_cert_file
+        files["cluster.tls_ca_file"] = config.cluster.tls_ca_file
+    return {setting: path for setting, path in files.items() if path}
+
+
+class CertificateCollector(Collector):
+    """``skipmq_tls_certificate_expiry_timestamp_seconds{setting}``: when the first certificate of
+    each configured PEM file expires (unix time). Read at scrape time, so a rotated file (the broker
+    re-reads its cluster certificates for new links) shows its new date; parsed again only when the
+    file's mtime or size changed. A file that cannot be read or parsed has no series (and
+    ``skipmq_tls_certificate_read_errors`` counts it)."""
+
+    def __init__(self, files: dict[str, str]) -> None:
+        self.files = files
+        self._cache: dict[str, tuple[tuple[int, int], float]] = {}
+
+    def _expiry(self, path: str) -> float | None:
+        from cryptography import x509
+
+        try:
+            status = os.stat(path)
+            stamp = (status.st_mtime_ns, status.st_size)
+            cached = self._cache.get(path)
+            if cached is not None and cached[0] == stamp:
+                return cached[1]
+            with open(path, "rb") as handle:
+                certificate = x509.load_pem_x509_certificate(handle.read())
+        except (OSError, ValueError):
+            return None
+        expiry = certificate.not_valid_after_utc.timestamp()
+        self._cache[path] = (stamp, expiry)
+        return expiry
+
+    def collect(self) -> Iterator[Metric]:
+        expiry = GaugeMetricFamily(
+            "skipmq_tls_certificate_expiry_timestamp_seconds",
+            "When the (first) certificate of each configured certificate file expires, unix time",
+            labels=["setting"],
+        )
+        errors = GaugeMetricFamily(
+            "skipmq_tls_certificate_read_errors",
+            "Configured certificate files that could not be read or parsed at this scrape",
+            labels=["setting"],
+        )
+        for setting, path in sorted(self.files.items()):
+            when = self._expiry(path)
+            if when is None:
+                errors.add_metric([setting], 1)
+            else:
+                expiry.add_metric([setting], when)
+                errors.add_metric([setting], 0)
+        yield expiry
+        yield errors
+
+    def describe(self) -> Iterator[Metric]:
+        return self.collect()
+
+
+def make_registry(stats: BrokerStats, certificates: dict[str, str] | None = None) -> CollectorRegistry:
+    """A fresh registry with this broker's metrics, the expiry of its certificate files
+    (``certificates``: setting -> path, see ``certificate_files``) and the process collector."""
     registry = CollectorRegistry(auto_describe=True)
     registry.register(BrokerCollector(stats))
+    registry.register(CertificateCollector(certificates or {}))
     ProcessCollector(registry=registry)
     return registry
 

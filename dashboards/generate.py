@@ -1,275 +1,677 @@
-"""Generates the Grafana dashboards in this folder from one list of panels.
+"""Generates SkipMQ's Grafana dashboards with grafana-foundation-sdk, one per concern.
 
-The JSON files are generated, not hand-edited: `python dashboards/generate.py` rewrites them and
-tests/test_dashboards.py checks that the committed files match this generator and that every
-metric a panel queries is one the broker actually exports (broker/metrics.py). The same files are
-written into helm/skipmq/dashboards/ (a chart cannot read files outside its directory), which the
-chart ships as a ConfigMap for Grafana's dashboard sidecar.
+    python dashboards/generate.py            # rewrite the JSON files
+    python dashboards/generate.py --check    # exit 1 if a committed file differs
+
+Four dashboards (docs/observability.md describes every panel): ``skipmq-broker`` (clients,
+traffic, the process), ``skipmq-cluster`` (peer brokers, their suspicion and round trip, the send
+log and stream repair), ``skipmq-overlay`` (the SG-TBPS/FRT overlay of seed 003: routing tables,
+one-hop vs multi-hop classes, queries by kind, hops) and ``skipmq-pipeline`` (a message's way from
+PUBLISH to delivery: store commit, forwarding, publish-to-delivery latency, queues, drops).
+
+The JSON is built by Grafana's own typed builders (grafana-foundation-sdk, generated from
+Grafana's schemas) instead of hand-written dicts: field names and enum values are Grafana's.
+Every panel's every selector carries ``job=~"$job", instance=~"$instance"`` (written ``$SEL``
+below), so the two variables filter every panel alike; tests/unit/test_dashboards.py checks it,
+that the committed files match this generator, and that every queried metric is exported; the
+real-Prometheus test (tests/process/cluster/test_prometheus_real.py) runs every expression.
+
+The same files are written into helm/skipmq/dashboards/ (a chart cannot read files outside its
+directory; the chart's ConfigMap globs ``dashboards/*.json`` for Grafana's dashboard sidecar).
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
+
+from grafana_foundation_sdk.builders import prometheus, stat, timeseries
+from grafana_foundation_sdk.builders.dashboard import Dashboard as DashboardBuilder
+from grafana_foundation_sdk.builders.dashboard import DatasourceVariable, QueryVariable
+from grafana_foundation_sdk.cog.encoder import JSONEncoder
+from grafana_foundation_sdk.models.dashboard import DataSourceRef, VariableRefresh, VariableSort
 
 HERE = Path(__file__).resolve().parent
 CHART_COPY = HERE.parent / "helm" / "skipmq" / "dashboards"
 
-# (title, unit, [(PromQL expression, legend)], panel width)
-BROKER_PANELS: list[tuple[str, str, list[tuple[str, str]], int]] = [
-    ("Connected clients", "short", [("sum by (instance) (skipmq_connections)", "{{instance}}")], 8),
-    (
+SEL = 'job=~"$job", instance=~"$instance"'
+DATASOURCE = DataSourceRef(type_val="prometheus", uid="${datasource}")
+
+
+class Target(NamedTuple):
+    expr: str  # with $SEL where the job/instance matchers go
+    legend: str
+    # the real-Prometheus test expects at least one sample that is a number (not NaN) for this
+    # target on a 3-broker cluster under traffic; False where none is right (e.g. no broker
+    # suspected: no series)
+    data: bool = True
+
+
+class PanelSpec(NamedTuple):
+    title: str
+    unit: str
+    targets: tuple[Target, ...]
+    width: int = 12
+    description: str = ""  # what it shows and what to look for (also in docs/observability.md)
+    kind: str = "timeseries"  # or "stat"
+
+
+QUERY_KINDS = '"REXP|EEXP|PUB|UNSUB|NEW"'  # seed 003's queries
+MAINTENANCE_KINDS = '"SEARCH|LINK|LEAVE|PING|ACK|DONE|GONE|PRESENCE"'  # SkipMQ's own (docs/overlay.md)
+
+
+def t(expr: str, legend: str, data: bool = True) -> Target:
+    expr = expr.replace("QUERY_KINDS", QUERY_KINDS).replace("MAINTENANCE_KINDS", MAINTENANCE_KINDS)
+    return Target(expr.replace("$SEL", SEL), legend, data)
+
+
+# Hops are whole numbers and skipmq_cluster_delivery_hops has one bucket per hop count (le = 1,
+# 2, ..., 16). histogram_quantile interpolates linearly inside the bucket the quantile falls in,
+# (k-1, k], so it returns a value in (k-1, k]: 0.5 for traffic that all took one hop. ceil() maps
+# that back to k, exactly. The recording rules (deploy/prometheus/skipmq.rules.yml) do the same.
+def hops_quantile(q: str) -> str:
+    return (
+        f"ceil(histogram_quantile({q}, sum by (le) (rate(skipmq_cluster_delivery_hops_bucket{{$SEL}}[5m]))))"
+    )
+
+
+def latency_quantile(metric: str, q: str, by: str = "") -> str:
+    group = f"sum by (le{', ' + by if by else ''})"
+    return f"histogram_quantile({q}, {group} (rate({metric}_bucket{{$SEL}}[5m])))"
+
+
+BROKER_PANELS = (
+    PanelSpec(
+        "Brokers up",
+        "short",
+        (t("sum(up{$SEL}) or vector(0)", "up"),),
+        6,
+        "Brokers of the selected job that Prometheus scrapes successfully.",
+        "stat",
+    ),
+    PanelSpec(
+        "Versions running",
+        "short",
+        (t("count by (version) (skipmq_build_info{$SEL})", "{{version}}"),),
+        6,
+        "Brokers per SkipMQ version (skipmq_build_info): more than one during a rolling upgrade.",
+        "stat",
+    ),
+    PanelSpec(
+        "Connected clients",
+        "short",
+        (t("sum(skipmq_connections{$SEL})", "clients"),),
+        6,
+        "Client connections open on the selected brokers.",
+        "stat",
+    ),
+    PanelSpec(
+        "Uptime (shortest)",
+        "s",
+        (t("min(skipmq_uptime_seconds{$SEL})", "uptime"),),
+        6,
+        "The most recently (re)started broker's uptime: a small value means a restart.",
+        "stat",
+    ),
+    PanelSpec(
+        "Connections per broker",
+        "short",
+        (t("sum by (instance) (skipmq_connections{$SEL})", "{{instance}}"),),
+        8,
+        "Open client connections per broker: a load balancer spreads them evenly.",
+    ),
+    PanelSpec(
         "Connection rate",
         "ops",
-        [("sum by (instance) (rate(skipmq_connections_total[1m]))", "{{instance}}")],
+        (t("sum by (instance) (rate(skipmq_connections_total{$SEL}[1m]))", "{{instance}}"),),
         8,
+        "New client connections per second: a reconnect storm shows as a spike.",
     ),
-    ("Sessions", "short", [("sum by (instance) (skipmq_sessions)", "{{instance}}")], 8),
-    (
+    PanelSpec(
+        "Sessions",
+        "short",
+        (t("sum by (instance) (skipmq_sessions{$SEL})", "{{instance}}"),),
+        8,
+        "Sessions per broker, connected and persistent disconnected ones.",
+    ),
+    PanelSpec(
         "Messages in by QoS",
         "ops",
-        [("sum by (qos) (rate(skipmq_messages_received_total[1m]))", "QoS {{qos}}")],
+        (t("sum by (qos) (rate(skipmq_messages_received_total{$SEL}[1m]))", "QoS {{qos}}"),),
         12,
+        "PUBLISH messages received from clients per second.",
     ),
-    (
+    PanelSpec(
         "Messages out by QoS",
         "ops",
-        [("sum by (qos) (rate(skipmq_messages_sent_total[1m]))", "QoS {{qos}}")],
+        (t("sum by (qos) (rate(skipmq_messages_sent_total{$SEL}[1m]))", "QoS {{qos}}"),),
         12,
+        "PUBLISH messages sent to clients per second (one per matching subscription).",
     ),
-    (
+    PanelSpec(
         "Bytes in / out",
         "Bps",
-        [
-            ("sum(rate(skipmq_bytes_received_total[1m]))", "in"),
-            ("sum(rate(skipmq_bytes_sent_total[1m]))", "out"),
-        ],
+        (
+            t("sum(rate(skipmq_bytes_received_total{$SEL}[1m]))", "in"),
+            t("sum(rate(skipmq_bytes_sent_total{$SEL}[1m]))", "out"),
+        ),
         12,
+        "Client traffic in bytes per second.",
     ),
-    (
-        "Dropped messages by reason",
-        "ops",
-        [("sum by (reason) (rate(skipmq_messages_dropped_total[5m]))", "{{reason}}")],
-        12,
-    ),
-    (
-        "Queued and in-flight messages",
-        "short",
-        [
-            ("sum by (instance) (skipmq_queued_messages)", "queued {{instance}}"),
-            ("sum by (instance) (skipmq_inflight_messages)", "in flight {{instance}}"),
-        ],
-        12,
-    ),
-    (
-        "Subscriptions and retained messages",
-        "short",
-        [
-            ("sum by (instance) (skipmq_subscriptions)", "subscriptions {{instance}}"),
-            ("sum by (instance) (skipmq_retained_messages)", "retained {{instance}}"),
-        ],
-        12,
-    ),
-    (
-        "Protocol errors by packet type",
-        "ops",
-        [("sum by (packet_type) (rate(skipmq_packet_errors_total[5m]))", "{{packet_type}}")],
-        12,
-    ),
-    (
+    PanelSpec(
         "Packets in by type",
         "ops",
-        [("sum by (packet_type) (rate(skipmq_packets_received_total[1m]))", "{{packet_type}}")],
+        (t("sum by (packet_type) (rate(skipmq_packets_received_total{$SEL}[1m]))", "{{packet_type}}"),),
         12,
+        "MQTT packets received per second by type (PINGREQ from idle clients, PUBACK, ...).",
     ),
-    (
+    PanelSpec(
+        "Protocol errors by packet type",
+        "ops",
+        (t("sum by (packet_type) (rate(skipmq_packet_errors_total{$SEL}[5m]))", "{{packet_type}}"),),
+        12,
+        "Malformed packets and protocol errors per second: a misbehaving client or an attack.",
+    ),
+    PanelSpec(
+        "Subscriptions and retained messages",
+        "short",
+        (
+            t("sum by (instance) (skipmq_subscriptions{$SEL})", "subscriptions {{instance}}"),
+            t("sum by (instance) (skipmq_retained_messages{$SEL})", "retained {{instance}}"),
+        ),
+        12,
+        "Subscriptions of all sessions and retained messages stored, per broker.",
+    ),
+    PanelSpec(
+        "Store errors",
+        "short",
+        (
+            t(
+                "sum by (instance, kind) (increase(skipmq_store_errors_total{$SEL}[10m]))",
+                "{{kind}} {{instance}}",
+            ),
+        ),
+        12,
+        "SQLite store failures in the last 10 minutes by kind (alert SkipMQStoreErrors): should be 0.",
+    ),
+    PanelSpec(
         "Broker CPU",
         "percentunit",
-        [('rate(process_cpu_seconds_total{job=~"$job"}[1m])', "{{instance}}")],
+        (t("sum by (instance) (rate(process_cpu_seconds_total{$SEL}[1m]))", "{{instance}}"),),
         12,
+        "CPU time per second of each broker process (1 = one core busy: the event loop's limit).",
     ),
-    ("Broker RSS", "bytes", [('process_resident_memory_bytes{job=~"$job"}', "{{instance}}")], 12),
-    ("Uptime", "s", [("max by (instance) (skipmq_uptime_seconds)", "{{instance}}")], 12),
-]
+    PanelSpec(
+        "Broker RSS",
+        "bytes",
+        (t("sum by (instance) (process_resident_memory_bytes{$SEL})", "{{instance}}"),),
+        12,
+        "Resident memory of each broker process: grows with sessions, queues and the send log.",
+    ),
+)
 
-
-# Hops are whole numbers and the histogram's buckets end on whole hops (le = 1, 2, 3, 4, 6, ...;
-# broker/cluster/stats.py HOP_BUCKETS). histogram_quantile interpolates linearly inside the bucket
-# the quantile falls in, (k-1, k], so it returns a value in (k-1, k]: 0.5 for traffic that all
-# took one hop. ceil() maps that back to k, the bucket's whole-hop bound: exact where buckets are
-# one hop wide (1-4 hops), and never below the bucket's lowest hop count above that. The
-# recording rules (deploy/prometheus/skipmq-rules.yml) use the same expression per job.
-HOPS_QUANTILE = "ceil(histogram_quantile({q}, sum by (le) (rate(skipmq_cluster_delivery_hops_bucket[5m]))))"
-
-CLUSTER_PANELS: list[tuple[str, str, list[tuple[str, str]], int]] = [
-    (
+CLUSTER_PANELS = (
+    PanelSpec(
         "Connected peer brokers",
         "short",
-        [("sum by (instance) (skipmq_cluster_peers_connected)", "{{instance}}")],
+        (t("sum by (instance) (skipmq_cluster_peers_connected{$SEL})", "{{instance}}"),),
         8,
+        "Peer brokers each broker has a live link to (alert SkipMQBrokerIsolated at 0).",
     ),
-    (
-        "Overlay virtual nodes",
+    PanelSpec(
+        "Peers suspected down",
         "short",
-        [("sum by (instance) (skipmq_cluster_virtual_nodes)", "{{instance}}")],
+        (
+            t(
+                "sum by (instance, peer) (skipmq_cluster_peer_suspected{$SEL}) > 0",
+                "{{instance}} suspects {{peer}}",
+                False,
+            ),
+        ),
         8,
+        "Each (broker, peer) where the failure detector or the transport holds the peer down"
+        " (alert SkipMQPeerSuspected). Empty when every peer is healthy.",
     ),
-    (
-        "Topic classes",
-        "short",
-        [
-            ("sum by (instance) (skipmq_cluster_subscribed_classes)", "subscribed {{instance}}"),
-            ("sum by (instance) (skipmq_cluster_published_classes)", "published {{instance}}"),
-        ],
+    PanelSpec(
+        "Peer silence",
+        "s",
+        (
+            t(
+                "max by (instance, peer) (skipmq_cluster_peer_silence_seconds{$SEL})",
+                "{{instance}} → {{peer}}",
+            ),
+        ),
         8,
+        "Seconds since each watched peer was last heard; it is declared dead past"
+        " cluster.failure_timeout_ms.",
     ),
-    (
-        "Forwarded / received messages",
-        "ops",
-        [
-            ("sum by (instance) (rate(skipmq_cluster_forwarded_total[1m]))", "forwarded {{instance}}"),
-            ("sum by (instance) (rate(skipmq_cluster_received_total[1m]))", "received {{instance}}"),
-            ("sum by (instance) (rate(skipmq_cluster_wasted_total[1m]))", "wasted {{instance}}"),
-        ],
+    PanelSpec(
+        "Peer round trip (p50, p99)",
+        "s",
+        (
+            t(latency_quantile("skipmq_cluster_peer_rtt_seconds", "0.5"), "p50"),
+            t(latency_quantile("skipmq_cluster_peer_rtt_seconds", "0.99"), "p99"),
+        ),
         12,
+        "PING to PONG and PUB to its per-hop ACK (1 in 8) between brokers: the network plus both"
+        " event loops. Rising with CPU means"
+        " busy brokers; rising alone means the network.",
     ),
-    (
-        "Overlay hops per delivery (p50, p99)",
-        "short",
-        [(HOPS_QUANTILE.format(q="0.5"), "p50"), (HOPS_QUANTILE.format(q="0.99"), "p99")],
-        12,
-    ),
-    (
-        "Forwarded QoS>0 publications completed by the overlay",
-        "ops",
-        [("sum by (complete) (rate(skipmq_cluster_publish_done_total[5m]))", "complete={{complete}}")],
-        12,
-    ),
-    (
-        "Order repair",
-        "ops",
-        [
-            ("sum(rate(skipmq_cluster_reordered_total[5m]))", "held for an earlier message"),
-            ("sum(rate(skipmq_cluster_gaps_skipped_total[5m]))", "gaps given up"),
-            ("sum(rate(skipmq_cluster_duplicates_dropped_total[5m]))", "duplicates dropped"),
-            ("sum(rate(skipmq_cluster_rets_sent_total[5m]))", "RET sent"),
-        ],
-        12,
-    ),
-    (
-        "Send log: retransmissions",
-        "ops",
-        [
-            ("sum(rate(skipmq_cluster_resent_total[5m]))", "resent to a receiver"),
-            ("sum(rate(skipmq_cluster_republished_total[5m]))", "published again"),
-            ("sum(rate(skipmq_cluster_receivers_given_up_total[5m]))", "receivers given up"),
-        ],
-        12,
-    ),
-    (
+    PanelSpec(
         "Send log size",
         "short",
-        [
-            ("sum by (instance) (skipmq_cluster_send_log_messages)", "messages {{instance}}"),
-            ("sum by (instance) (skipmq_cluster_send_log_receivers)", "receivers {{instance}}"),
-        ],
+        (
+            t("sum by (instance) (skipmq_cluster_send_log_messages{$SEL})", "messages {{instance}}"),
+            t("sum by (instance) (skipmq_cluster_send_log_receivers{$SEL})", "receivers {{instance}}"),
+        ),
         12,
+        "The CO send log (seed 004): forwarded QoS>0 messages kept until every receiver broker"
+        " acknowledged them (alert SkipMQSendLogGrowing).",
     ),
-    (
-        "Session moves",
+    PanelSpec(
+        "Send log: retransmissions",
         "ops",
-        [
-            ("sum(rate(skipmq_cluster_claims_sent_total[5m]))", "claims"),
-            ("sum(rate(skipmq_cluster_sessions_handed_over_total[5m]))", "handed over"),
-        ],
+        (
+            t("sum(rate(skipmq_cluster_resent_total{$SEL}[5m]))", "resent to a receiver"),
+            t("sum(rate(skipmq_cluster_republished_total{$SEL}[5m]))", "published again"),
+            t("sum(rate(skipmq_cluster_receivers_given_up_total{$SEL}[5m]))", "receivers given up"),
+        ),
         12,
+        "Send-log messages sent again: directly to a receiver (RET or no ACK) or through the overlay.",
     ),
-    (
-        "Held (reordering) messages",
+    PanelSpec(
+        "RET requests",
+        "ops",
+        (
+            t("sum(rate(skipmq_cluster_rets_sent_total{$SEL}[5m]))", "RET sent (gaps seen)"),
+            t("sum(rate(skipmq_cluster_rets_received_total{$SEL}[5m]))", "RET answered"),
+        ),
+        12,
+        "Retransmission requests (seed 004 §3.3): receivers that saw a gap, senders that answered.",
+    ),
+    PanelSpec(
+        "Order repair",
+        "ops",
+        (
+            t("sum(rate(skipmq_cluster_reordered_total{$SEL}[5m]))", "held for an earlier message"),
+            t("sum(rate(skipmq_cluster_gaps_skipped_total{$SEL}[5m]))", "gaps given up"),
+            t("sum(rate(skipmq_cluster_duplicates_dropped_total{$SEL}[5m]))", "duplicates dropped"),
+        ),
+        12,
+        "Stream repair at receivers: reordering, duplicates, gaps given up (messages lost).",
+    ),
+    PanelSpec(
+        "Held and causal hold-back",
         "short",
-        [("sum by (instance) (skipmq_cluster_held_messages)", "{{instance}}")],
+        (
+            t("sum by (instance) (skipmq_cluster_held_messages{$SEL})", "held behind a gap {{instance}}"),
+            t(
+                "sum by (instance) (skipmq_cluster_causal_held_messages{$SEL})",
+                "causal hold-back {{instance}}",
+            ),
+            t(
+                "sum by (instance) (skipmq_cluster_causal_blocked_streams{$SEL})",
+                "blocked streams {{instance}}",
+            ),
+        ),
         12,
+        "Forwarded messages waiting at a receiver: for an earlier one of their stream, or for a"
+        " causal dependency (cluster.causal_groups).",
     ),
-]
+    PanelSpec(
+        "Session moves and claims",
+        "ops",
+        (
+            t("sum(rate(skipmq_cluster_claims_sent_total{$SEL}[5m]))", "claims sent"),
+            t("sum(rate(skipmq_cluster_sessions_handed_over_total{$SEL}[5m]))", "handed over"),
+            t("sum(rate(skipmq_cluster_sessions_received_total{$SEL}[5m]))", "received"),
+            t("sum(rate(skipmq_cluster_claims_refused_total{$SEL}[5m]))", "claims refused"),
+        ),
+        12,
+        "Clients reconnecting to another broker move their session there.",
+    ),
+    PanelSpec(
+        "Rejected and timed-out",
+        "ops",
+        (
+            t("sum(rate(skipmq_cluster_inbound_rejected_total{$SEL}[5m]))", "inbound rejected"),
+            t(
+                "sum(rate(skipmq_cluster_subscribe_waits_timed_out_total{$SEL}[5m]))",
+                "subscribe waits timed out",
+            ),
+        ),
+        12,
+        "Cluster messages dropped as invalid from their sender, and SUBACKs that waited"
+        " cluster.subscribe_wait_ms for the overlay: both should stay at 0.",
+    ),
+)
+
+OVERLAY_PANELS = (
+    PanelSpec(
+        "Overlay hops per delivery (p50, p99)",
+        "short",
+        (t(hops_quantile("0.5"), "p50"), t(hops_quantile("0.99"), "p99")),
+        12,
+        "Overlay hops of forwarded messages delivered (1 = straight from the publisher's broker),"
+        " whole hops (ceil of histogram_quantile over one bucket per hop count).",
+    ),
+    PanelSpec(
+        "Deliveries by hop count",
+        "ops",
+        (
+            t(
+                'sum by (le) (rate(skipmq_cluster_delivery_hops_bucket{$SEL, le=~"1|2|3|4|8|16|.Inf"}[5m]))',
+                "≤ {{le}} hops",
+            ),
+        ),
+        12,
+        "Forwarded deliveries per second that took at most 1, 2, 3, 4, 8, 16 hops (cumulative).",
+    ),
+    PanelSpec(
+        "Published classes: one hop vs multi-hop",
+        "short",
+        (t("sum by (delivery) (skipmq_overlay_published_classes{$SEL})", "{{delivery}}"),),
+        12,
+        "Classes published here whose publisher table holds every subscriber broker (one_hop),"
+        " misses some (multi_hop: more subscribers than L), or has none (no_subscribers).",
+    ),
+    PanelSpec(
+        "Routing-table entries by kind",
+        "short",
+        (
+            t("sum by (kind) (skipmq_overlay_routing_entries{$SEL})", "{{kind}}"),
+            t(
+                "sum(skipmq_cluster_virtual_nodes{$SEL}) * max(skipmq_cluster_routing_table_capacity{$SEL})",
+                "capacity (L x virtual nodes)",
+            ),
+        ),
+        12,
+        "FRT entries (seed 003 §3.4): sticky level-0 neighbours, same-class subscribers (kept for"
+        " one-hop delivery) and others, against the capacity L per virtual node.",
+    ),
+    PanelSpec(
+        "Queries sent by kind",
+        "ops",
+        (
+            t(
+                "sum by (kind) (rate(skipmq_overlay_messages_sent_total{$SEL, kind=~QUERY_KINDS}[5m]))",
+                "{{kind}}",
+            ),
+        ),
+        12,
+        "Seed 003's queries sent per second: PUB carries publications; REXP/EEXP/NEW maintain and"
+        " grow the tables; UNSUB follows unsubscriptions.",
+    ),
+    PanelSpec(
+        "Queries received by kind",
+        "ops",
+        (
+            t(
+                "sum by (kind) (rate(skipmq_overlay_messages_received_total{$SEL, kind=~QUERY_KINDS}[5m]))",
+                "{{kind}}",
+            ),
+        ),
+        12,
+        "The same queries received per second.",
+    ),
+    PanelSpec(
+        "Forwarded / received / wasted",
+        "ops",
+        (
+            t("sum by (instance) (rate(skipmq_cluster_forwarded_total{$SEL}[1m]))", "forwarded {{instance}}"),
+            t("sum by (instance) (rate(skipmq_cluster_received_total{$SEL}[1m]))", "received {{instance}}"),
+            t("sum by (instance) (rate(skipmq_cluster_wasted_total{$SEL}[1m]))", "wasted {{instance}}"),
+        ),
+        12,
+        "Messages published into the overlay, received from it, and received without a matching"
+        " local filter (the cost of routing on topic classes).",
+    ),
+    PanelSpec(
+        "Suppressed publishes",
+        "ops",
+        (t("sum by (instance) (rate(skipmq_cluster_publishes_suppressed_total{$SEL}[5m]))", "{{instance}}"),),
+        12,
+        "Messages not sent into the overlay: no other broker subscribes their class (seed 003 §3.2).",
+    ),
+    PanelSpec(
+        "Virtual nodes and classes",
+        "short",
+        (
+            t("sum by (instance) (skipmq_cluster_virtual_nodes{$SEL})", "virtual nodes {{instance}}"),
+            t("sum by (instance) (skipmq_cluster_subscribed_classes{$SEL})", "subscribed {{instance}}"),
+            t("sum by (instance) (skipmq_cluster_published_classes{$SEL})", "published {{instance}}"),
+        ),
+        12,
+        "Each broker's virtual nodes (one per class and role, plus the anchor) and its classes.",
+    ),
+    PanelSpec(
+        "Overlay maintenance messages",
+        "ops",
+        (
+            t(
+                "sum by (kind) (rate(skipmq_overlay_messages_sent_total{$SEL, kind=~MAINTENANCE_KINDS}[5m]))",
+                "{{kind}}",
+            ),
+        ),
+        12,
+        "SkipMQ's own overlay messages: joins (SEARCH, LINK), leaves, failure detection (PING),"
+        " per-hop ACK and end-to-end DONE of publications.",
+    ),
+)
+
+PIPELINE_PANELS = (
+    PanelSpec(
+        "Messages through the broker",
+        "ops",
+        (
+            t("sum(rate(skipmq_messages_received_total{$SEL}[1m]))", "in from clients"),
+            t("sum(rate(skipmq_cluster_forwarded_total{$SEL}[1m]))", "forwarded to the overlay"),
+            t("sum(rate(skipmq_cluster_received_total{$SEL}[1m]))", "received from the overlay"),
+            t("sum(rate(skipmq_messages_sent_total{$SEL}[1m]))", "out to clients"),
+        ),
+        24,
+        "A message's way: PUBLISH in, forwarded per topic class, received at subscriber brokers,"
+        " delivered to each matching subscription.",
+    ),
+    PanelSpec(
+        "Publish to delivery at every subscriber broker (p50, p99)",
+        "s",
+        (
+            t(latency_quantile("skipmq_cluster_publish_confirm_seconds", "0.5"), "p50"),
+            t(latency_quantile("skipmq_cluster_publish_confirm_seconds", "0.99"), "p99"),
+        ),
+        12,
+        "QoS>0 messages forwarded into the overlay until every subscriber broker delivered and"
+        " stored them (the overlay's DONE). Sampled: 1 publication in 8.",
+    ),
+    PanelSpec(
+        "Store commit (p50, p99)",
+        "s",
+        (
+            t(latency_quantile("skipmq_store_commit_seconds", "0.5"), "p50"),
+            t(latency_quantile("skipmq_store_commit_seconds", "0.99"), "p99"),
+        ),
+        12,
+        "SQLite group commits (COMMIT and fsync): QoS>0 acknowledgements wait for them.",
+    ),
+    PanelSpec(
+        "Publications confirmed in time",
+        "percentunit",
+        (
+            t(
+                'sum(rate(skipmq_cluster_publish_done_total{$SEL, complete="true"}[5m]))'
+                " / sum(rate(skipmq_cluster_publish_done_total{$SEL}[5m]))",
+                "confirmed",
+            ),
+        ),
+        12,
+        "Share of QoS>0 forwarded publications every subscriber broker confirmed within"
+        " cluster.publish_ack_wait_ms (alert SkipMQPublishConfirmationsTimingOut below 95 %).",
+    ),
+    PanelSpec(
+        "Fullest session queue",
+        "percentunit",
+        (
+            t(
+                "max by (instance) (skipmq_session_queue_depth_max{$SEL})"
+                " / max by (instance) (skipmq_session_queue_limit{$SEL})",
+                "{{instance}}",
+            ),
+        ),
+        12,
+        "The longest session queue as a share of limits.max_queued_messages (alert"
+        " SkipMQQueueNearLimit at 80 %); at 100 % messages are dropped.",
+    ),
+    PanelSpec(
+        "Queued and in-flight messages",
+        "short",
+        (
+            t("sum by (instance) (skipmq_queued_messages{$SEL})", "queued {{instance}}"),
+            t("sum by (instance) (skipmq_inflight_messages{$SEL})", "in flight {{instance}}"),
+            t(
+                "sum by (instance) (skipmq_sessions_queue_near_limit{$SEL})",
+                "sessions near limit {{instance}}",
+            ),
+        ),
+        12,
+        "Messages waiting for offline or slow subscribers, and QoS>0 messages awaiting their ack.",
+    ),
+    PanelSpec(
+        "Dropped messages by reason",
+        "ops",
+        (t("sum by (reason) (rate(skipmq_messages_dropped_total{$SEL}[5m]))", "{{reason}}"),),
+        12,
+        "Messages not delivered to a subscription, by reason (docs/configuration.md § Metrics).",
+    ),
+)
 
 
-def _panel(
-    panel_id: int, title: str, unit: str, targets: list[tuple[str, str]], width: int, x: int, y: int
-) -> dict[str, Any]:
-    return {
-        "id": panel_id,
-        "type": "timeseries",
-        "title": title,
-        "datasource": {"type": "prometheus", "uid": "${datasource}"},
-        "gridPos": {"h": 8, "w": width, "x": x, "y": y},
-        "fieldConfig": {"defaults": {"unit": unit}, "overrides": []},
-        "options": {"legend": {"displayMode": "list", "placement": "bottom"}},
-        "targets": [
-            {"refId": chr(ord("A") + i), "expr": expr, "legendFormat": legend}
-            for i, (expr, legend) in enumerate(targets)
-        ],
-    }
+def _panel(panel_id: int, spec: PanelSpec) -> Any:
+    builder: Any = stat.Panel() if spec.kind == "stat" else timeseries.Panel()
+    builder = (
+        builder.id(panel_id)
+        .title(spec.title)
+        .description(spec.description)
+        .unit(spec.unit)
+        .datasource(DATASOURCE)
+        .span(spec.width)
+        .height(4 if spec.kind == "stat" else 8)
+    )
+    for index, target in enumerate(spec.targets):
+        builder = builder.with_target(
+            prometheus.Dataquery()
+            .ref_id(chr(ord("A") + index))
+            .expr(target.expr)
+            .legend_format(target.legend)
+        )
+    return builder
 
 
-def broker_dashboard() -> dict[str, Any]:
-    return _dashboard("skipmq-broker", "SkipMQ broker", BROKER_PANELS)
+def _variables() -> list[Any]:
+    return [
+        DatasourceVariable("datasource").label("Data source").type("prometheus"),
+        QueryVariable("job")
+        .label("Job")
+        .datasource(DATASOURCE)
+        .query("label_values(skipmq_build_info, job)")
+        .refresh(VariableRefresh.ON_TIME_RANGE_CHANGED)
+        .sort(VariableSort.ALPHABETICAL_ASC)
+        .include_all(True)
+        .all_value(".*")
+        .multi(True),
+        QueryVariable("instance")
+        .label("Instance")
+        .datasource(DATASOURCE)
+        .query('label_values(skipmq_build_info{job=~"$job"}, instance)')
+        .refresh(VariableRefresh.ON_TIME_RANGE_CHANGED)
+        .sort(VariableSort.ALPHABETICAL_ASC)
+        .include_all(True)
+        .all_value(".*")
+        .multi(True),
+    ]
 
 
-def cluster_dashboard() -> dict[str, Any]:
-    return _dashboard("skipmq-cluster", "SkipMQ cluster", CLUSTER_PANELS)
+def build(uid: str, title: str, description: str, specs: tuple[PanelSpec, ...]) -> dict[str, Any]:
+    builder = (
+        DashboardBuilder(title)
+        .uid(uid)
+        .description(description)
+        .tags(["skipmq", "mqtt"])
+        .editable()
+        .time("now-1h", "now")
+        .refresh("30s")
+        .variables(_variables())
+    )
+    for panel_id, spec in enumerate(specs, start=1):
+        builder = builder.with_panel(_panel(panel_id, spec))
+    encoded: dict[str, Any] = json.loads(json.dumps(builder.build(), cls=JSONEncoder))
+    return encoded
 
 
-def _dashboard(
-    uid: str, title: str, specs: list[tuple[str, str, list[tuple[str, str]], int]]
-) -> dict[str, Any]:
-    panels = []
-    x = y = 0
-    for panel_id, (title_, unit, targets, width) in enumerate(specs, start=1):
-        if x + width > 24:
-            x, y = 0, y + 8
-        panels.append(_panel(panel_id, title_, unit, targets, width, x, y))
-        x += width
-    return {
-        "uid": uid,
-        "title": title,
-        "tags": ["skipmq", "mqtt"],
-        "schemaVersion": 39,
-        "version": 1,
-        "editable": True,
-        "time": {"from": "now-1h", "to": "now"},
-        "refresh": "10s",
-        "templating": {
-            "list": [
-                {"name": "datasource", "type": "datasource", "query": "prometheus", "label": "Data source"},
-                {
-                    "name": "job",
-                    "type": "query",
-                    "datasource": {"type": "prometheus", "uid": "${datasource}"},
-                    "query": "label_values(skipmq_uptime_seconds, job)",
-                    "includeAll": True,
-                    "multi": True,
-                    "label": "Job",
-                },
-            ]
-        },
-        "panels": panels,
-    }
+DASHBOARDS: dict[str, tuple[str, str, str, tuple[PanelSpec, ...]]] = {
+    "skipmq-broker.json": (
+        "skipmq-broker",
+        "SkipMQ broker",
+        "Clients, traffic and the broker process (docs/observability.md).",
+        BROKER_PANELS,
+    ),
+    "skipmq-cluster.json": (
+        "skipmq-cluster",
+        "SkipMQ cluster",
+        "Peer brokers, their suspicion and round trip, the send log and stream repair"
+        " (docs/observability.md).",
+        CLUSTER_PANELS,
+    ),
+    "skipmq-overlay.json": (
+        "skipmq-overlay",
+        "SkipMQ overlay",
+        "The SG-TBPS/FRT overlay: routing tables, one-hop vs multi-hop classes, queries, hops"
+        " (docs/observability.md).",
+        OVERLAY_PANELS,
+    ),
+    "skipmq-pipeline.json": (
+        "skipmq-pipeline",
+        "SkipMQ message pipeline",
+        "A message from PUBLISH to delivery: store commit, forwarding, publish-to-delivery latency,"
+        " queues, drops (docs/observability.md).",
+        PIPELINE_PANELS,
+    ),
+}
 
-
-DASHBOARDS = {"skipmq-broker.json": broker_dashboard, "skipmq-cluster.json": cluster_dashboard}
+BUILDERS: dict[str, Callable[[], dict[str, Any]]] = {
+    name: (lambda spec=spec: build(*spec)) for name, spec in DASHBOARDS.items()
+}
 
 
 def render(name: str) -> str:
-    return json.dumps(DASHBOARDS[name](), indent=2, sort_keys=True) + "\n"
+    return json.dumps(BUILDERS[name](), indent=2, sort_keys=True, ensure_ascii=False) + "\n"
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--check", action="store_true", help="exit 1 if a committed file is not what this generates"
+    )
+    args = parser.parse_args(argv)
+    stale = []
     for name in DASHBOARDS:
-        (HERE / name).write_text(render(name))
-        (CHART_COPY / name).write_text(render(name))
-        print(f"wrote dashboards/{name} and helm/skipmq/dashboards/{name}", file=sys.stderr)
+        text = render(name)
+        for path in (HERE / name, CHART_COPY / name):
+            if args.check:
+                if not path.is_file() or path.read_text() != text:
+                    stale.append(str(path))
+            else:
+                path.write_text(text)
+                print(f"wrote {path.relative_to(HERE.parent)}", file=sys.stderr)
+    if stale:
+        print("stale (run python dashboards/generate.py): " + ", ".join(stale), file=sys.stderr)
+        return 1
     return 0
 
 

@@ -44,6 +44,10 @@ CHART_OWNED = frozenset(
         "cluster.host",
         "cluster.advertise_host",
         "cluster.join",
+        "cluster.insecure",
+        "cluster.tls_ca_file",
+        "cluster.tls_cert_file",
+        "cluster.tls_key_file",
         "auth.password_file",
         "auth.acl_file",
     }
@@ -99,6 +103,12 @@ _PROBE = _obj(
     {"periodSeconds": _SECONDS, "timeoutSeconds": _SECONDS, "failureThreshold": _SECONDS},
     required=["periodSeconds", "timeoutSeconds", "failureThreshold"],
 )
+# Spark interval strings as skipmq-pipeline takes them: "1 minute", "30 seconds".
+_DURATION = {
+    "type": "string",
+    "pattern": "^[0-9]+ (millisecond|second|minute|hour|day)s?$",
+}
+_QUANTITY = {"type": "string", "pattern": "^[0-9]+(\\.[0-9]+)?([EPTGMK]i?|[mk])?$"}
 _INT_OR_PERCENT = {"anyOf": [{"type": "integer", "minimum": 0}, {"type": "string", "pattern": "^[0-9]+%$"}]}
 
 
@@ -142,6 +152,20 @@ def values_schema() -> dict[str, Any]:
                         "ca": _STR,
                     },
                     **{"if": tls_if, "then": tls_then},
+                ),
+                "clusterTls": _obj(
+                    {
+                        "enabled": _BOOL,
+                        "existingSecret": _STR,
+                        "certManager": _obj(
+                            {
+                                "enabled": _BOOL,
+                                "duration": {"type": "string", "pattern": "^([0-9]+(\\.[0-9]+)?(h|m|s))+$"},
+                            }
+                        ),
+                        "caDays": {"type": "integer", "minimum": 1},
+                        "certDays": {"type": "integer", "minimum": 1},
+                    }
                 ),
                 "auth": _obj(
                     {
@@ -235,6 +259,7 @@ def values_schema() -> dict[str, Any]:
                                 "labels": _STR_MAP,
                             }
                         ),
+                        "prometheusRule": _obj({"enabled": _BOOL, "namespace": _STR, "labels": _STR_MAP}),
                         "grafanaDashboards": _obj(
                             {
                                 "enabled": _BOOL,
@@ -244,6 +269,33 @@ def values_schema() -> dict[str, Any]:
                                 "annotations": _STR_MAP,
                             }
                         ),
+                    }
+                ),
+                "pipeline": _obj(
+                    {
+                        "enabled": _BOOL,
+                        "image": _obj(
+                            {
+                                "repository": {"type": "string", "minLength": 1},
+                                "tag": _STR,
+                                "pullPolicy": {"enum": ["Always", "IfNotPresent", "Never"]},
+                            },
+                            required=["repository"],
+                        ),
+                        "master": {"type": "string", "pattern": "^local(\\[([0-9]+|\\*)\\])?$"},
+                        "window": _DURATION,
+                        "watermark": _DURATION,
+                        "trigger": _DURATION,
+                        "scrapeIntervalSeconds": _SECONDS,
+                        "extraArgs": {"type": "array", "items": _STR},
+                        "persistence": _obj(
+                            {
+                                "enabled": _BOOL,
+                                "size": _QUANTITY,
+                                "storageClassName": _STR,
+                            }
+                        ),
+                        "resources": _MAP,
                     }
                 ),
             }

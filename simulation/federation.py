@@ -11,8 +11,20 @@ from __future__ import annotations
 from collections import Counter, deque
 from dataclasses import dataclass, field
 
-from broker.federation.messages import Action, Deliver, Event, LinkMessage, LinkRequest, Note, Send, Unlink
+from broker.federation.messages import (
+    Action,
+    Deliver,
+    Event,
+    LinkMessage,
+    LinkRequest,
+    Note,
+    Retained,
+    Send,
+    StoreRetained,
+    Unlink,
+)
 from broker.federation.router import FederationRouter, PlaceSettings
+from broker.federation.store_port import CustodyStore
 
 _LOST = "lost"
 
@@ -27,11 +39,16 @@ class FederationNet:
     delivered: dict[str, list[Event]] = field(default_factory=dict)
     sent: Counter[str] = field(default_factory=Counter)
     notes: list[tuple[str, Note]] = field(default_factory=list)
+    stored: dict[str, dict[str, Retained]] = field(default_factory=dict)  # StoreRetained, per router
     _links: set[frozenset[str]] = field(default_factory=set)
     _queue: deque[tuple[str, str, LinkMessage | str]] = field(default_factory=deque)
 
-    def add(self, name: str, settings: PlaceSettings | None = None) -> FederationRouter:
-        router = FederationRouter(name, settings or self.settings)
+    def add(
+        self, name: str, settings: PlaceSettings | None = None, *, store: CustodyStore | None = None
+    ) -> FederationRouter:
+        """A router named ``name``; ``store`` keeps its custody across a ``crash`` and a new
+        ``add`` of the same name (then call ``restore``)."""
+        router = FederationRouter(name, settings or self.settings, store=store)
         self.routers[name] = router
         self.delivered[name] = []
         return router
@@ -49,6 +66,8 @@ class FederationNet:
                     self._queue.append((source, action.peer, action.message))
             elif isinstance(action, Deliver):
                 self.delivered[source].append(action.event)
+            elif isinstance(action, StoreRetained):
+                self.stored.setdefault(source, {})[action.write.topic] = action.write
             elif isinstance(action, Unlink):
                 pair = frozenset((source, action.peer))
                 if pair in self._links:
@@ -90,10 +109,13 @@ class FederationNet:
             self.apply(name, self.routers[name].tick(self.now))
         self.run()
 
-    def crash(self, name: str, *, settle: bool = True) -> None:
+    def crash(self, name: str, *, settle: bool = True, drop_outgoing: bool = False) -> None:
         """Kill ``name``: its links break (the other ends see ``link_lost`` after what is queued);
-        messages queued to it are lost."""
+        messages queued to it are lost; with ``drop_outgoing`` so are those it sent that are
+        still queued (frames a kill -9 leaves unwritten)."""
         del self.routers[name]
+        if drop_outgoing:
+            self._queue = deque(item for item in self._queue if item[0] != name)
         for pair in [pair for pair in self._links if name in pair]:
             self._links.discard(pair)
             (other,) = pair - {name}

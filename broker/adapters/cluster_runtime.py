@@ -47,6 +47,7 @@ class ClusterRuntime:
         )
         self._transport_factory = transport_factory
         self.transport: Any = None
+        self.http_port = 0  # announced to peers in Hello; see announce_http_port
         self.snapshots: ClassSnapshotPublisher | None = None
 
     async def start(self, broker: BrokerApi, store: Store | None = None) -> int:
@@ -69,6 +70,7 @@ class ClusterRuntime:
                 ),
                 tls=cluster_tls(cluster),
             )
+            self.transport.http_port = self.http_port
         else:
             self.transport = factory(
                 advertise_host=advertise, on_receive=engine.on_receive, on_peer_down=engine.on_peer_down
@@ -91,10 +93,20 @@ class ClusterRuntime:
             await self.transport.stop(drain_timeout_s=2.0)
 
     def state(self) -> dict[str, Any]:
-        return self.engine.state()
+        state = self.engine.state()
+        ports = getattr(self.transport, "peer_http_ports", None)
+        state["peer_http_ports"] = ports() if ports is not None else {}
+        return state
+
+    def announce_http_port(self, port: int) -> None:
+        """This broker's HTTP port, carried in the Hello of every link (``/cluster`` of its peers)."""
+        self.http_port = port
+        if self.transport is not None and hasattr(self.transport, "http_port"):
+            self.transport.http_port = port
 
     def collector(self) -> ClusterCollector:
-        return ClusterCollector(self.engine.stats, self.engine.gauges)
+        engine = self.engine
+        return ClusterCollector(engine.stats, engine.gauges, engine.overlay_figures, engine.sender_counters)
 
 
 def cluster_tls(cluster: ClusterConfig) -> Any:

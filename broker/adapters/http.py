@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from broker.metrics import make_registry, render
+from broker.metrics import certificate_files, make_registry, render
 
 if TYPE_CHECKING:
     import ssl
@@ -65,6 +65,7 @@ class HttpEndpoint:
         stopping: Callable[[], bool],
         cluster_state: Callable[[], dict[str, Any]] | None = None,
         cluster_collector: Collector | None = None,
+        federation_collector: Collector | None = None,
         not_ready: Callable[[], str | None] = lambda: None,
         federation_state: Callable[[], dict[str, Any]] | None = None,
     ) -> None:
@@ -73,6 +74,7 @@ class HttpEndpoint:
         self._not_ready = not_ready
         self._cluster_state = cluster_state
         self._cluster_collector = cluster_collector
+        self._federation_collector = federation_collector
         self._federation_state = federation_state
         self._registry: CollectorRegistry | None = None
 
@@ -184,8 +186,10 @@ class HttpEndpoint:
             return 200, "application/json", json.dumps(self._cluster_state()).encode() + b"\n"
         broker.refresh_stats()
         if self._registry is None:
-            self._registry = make_registry(broker.stats)
+            self._registry = make_registry(broker.stats, certificate_files(broker.config))
             if self._cluster_collector is not None:
                 self._registry.register(self._cluster_collector)
+            if self._federation_collector is not None:
+                self._registry.register(self._federation_collector)
         body, content_type = render(self._registry)
         return 200, content_type, body

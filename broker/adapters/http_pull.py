@@ -22,8 +22,10 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import contextlib
 import json
 import logging
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -224,6 +226,17 @@ class PullHttpApi:
             )
         return link
 
+    @contextlib.contextmanager
+    def _in_use(self, link: PullLink) -> Iterator[PullLink]:
+        """Mark the link busy for one request (the lease does not expire under it) and renew its
+        lease when the request ends, however it ends."""
+        link.busy += 1
+        try:
+            yield link
+        finally:
+            link.busy -= 1
+            link.renew_lease(self.gateway.lease_s)
+
     @staticmethod
     def _error(exc: PullError) -> web.Response:
         titles = {
@@ -251,8 +264,7 @@ class PullHttpApi:
         req, username, password = prepared
         try:
             link = await self._attach(request, req, username, password, expiry_s=req.session_expiry_s)
-            link.busy += 1
-            try:
+            with self._in_use(link):
                 applied = link.session_present and req.epoch in (None, link.epoch)
                 if applied:
                     link.acknowledge(req.acks)
@@ -274,9 +286,6 @@ class PullHttpApi:
                     "messages": [message.as_json() for message in messages],
                     "remaining": remaining,
                 }
-            finally:
-                link.busy -= 1
-                link.renew_lease(self.gateway.lease_s)
         except PullError as exc:
             return self._error(exc)
         return _json(body)
@@ -289,14 +298,10 @@ class PullHttpApi:
         req, username, password = prepared
         try:
             link = await self._attach(request, req, username, password)
-            link.busy += 1
-            try:
+            with self._in_use(link):
                 code = await link.publish(
                     Publish(req.topic, req.payload, req.qos, req.retain, False, None, dict(req.properties))
                 )
-            finally:
-                link.busy -= 1
-                link.renew_lease(self.gateway.lease_s)
         except PullError as exc:
             return self._error(exc)
         if code == 0x87:
@@ -319,13 +324,9 @@ class PullHttpApi:
             link = await self._attach(
                 request, req, username, password, clean_start=req.clean_start, expiry_s=req.session_expiry_s
             )
-            link.busy += 1
-            try:
+            with self._in_use(link):
                 codes = await link.subscribe(list(req.subscriptions)) if req.subscriptions else []
                 self.gateway.commit()
-            finally:
-                link.busy -= 1
-                link.renew_lease(self.gateway.lease_s)
         except PullError as exc:
             return self._error(exc)
         invalid = [f for (f, _q), code in zip(req.subscriptions, codes, strict=True) if code == 0x8F]

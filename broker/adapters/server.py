@@ -147,6 +147,8 @@ class BrokerServer:
             from broker.adapters.cluster_runtime import ClusterRuntime
 
             self.runtime = ClusterRuntime(config, scheduler)
+            if config.http.enabled:  # an ephemeral port (0) is announced once bound, below
+                self.runtime.announce_http_port(config.http.port)
             cluster = self.runtime.engine
         if config.federation.enabled:  # the core's events go to the cluster and to the federation
             from broker.adapters.federation.node import FederationNode
@@ -159,8 +161,11 @@ class BrokerServer:
         store = open_store(config)
         broker = Broker(config, scheduler, authenticator=authenticator, acl=acl, store=store, cluster=cluster)
         self.broker = broker
+        if store is not None:
+            store.commit_seconds = broker.stats.store_commit_seconds
         if self.federation is not None:
             self.federation.broker = broker
+            self.federation.store = store  # durable custody (None: persistence off, custody in memory)
         broker.start()
         started = self.runtime
         if started is not None:  # in the overlay before the first client can connect
@@ -216,6 +221,7 @@ class BrokerServer:
                 cluster_collector=runtime.collector() if runtime is not None else None,
                 not_ready=self.not_ready,
                 federation_state=federation.state if federation is not None else None,
+                federation_collector=federation.collector() if federation is not None else None,
             )
             http = config.http
             http_tls = make_http_tls_context(http) if http.certfile else None
@@ -239,6 +245,8 @@ class BrokerServer:
             )
             self._servers.append(http_server)
             self.ports["http"] = http_server.port
+            if runtime is not None:
+                runtime.announce_http_port(http_server.port)
         broker.log_event(logging.INFO, "listening", node_id=broker.node_id, **self.ports)
         return self.ports
 

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -46,6 +47,7 @@ from broker.core.records import (
     StoredSubscription,
     StoreError,
 )
+from broker.core.stats import Histogram
 
 SCHEMA_VERSION = 1
 
@@ -235,6 +237,9 @@ class Store:
         self._last_message: _MessageCacheEntry | None = None
         # called inside the open transaction right before COMMIT (the cluster store's batched rows)
         self.before_commit: list[Callable[[], None]] = []
+        # each COMMIT's duration goes here when set (``skipmq_store_commit_seconds``; the server
+        # sets the broker's ``stats.store_commit_seconds``): once per group commit, not per message
+        self.commit_seconds: Histogram | None = None
 
     # --- schema and transactions ------------------------------------------------------------------
 
@@ -292,6 +297,7 @@ class Store:
             )
             counters.dirty.clear()
         self._last_message = None
+        started = time.perf_counter()
         try:
             self._db.execute("COMMIT")
         except sqlite3.Error as exc:
@@ -300,6 +306,9 @@ class Store:
                 # out in the lost transaction is still never reused.
                 counters.depth.clear()
             raise StoreError(f"commit to store {self.path!r} failed: {exc}") from exc
+        histogram = self.commit_seconds
+        if histogram is not None:
+            histogram.observe(time.perf_counter() - started)
 
     def close(self) -> None:
         """Commit pending work and close the database. Idempotent."""

@@ -57,6 +57,7 @@ from broker.cluster.messages import (
     ClaimReply,
     ClassInterest,
     Envelope,
+    ForwardedBatch,
     ForwardedMessage,
     RetainedSyncReply,
     RetainedSyncRequest,
@@ -64,8 +65,9 @@ from broker.cluster.messages import (
     SessionClaim,
     StreamPosition,
 )
+from broker.cluster.overlay_figures import OverlayFigures, peer_suspicion, published_classes, routing_entries
 from broker.cluster.retained_sync import CopyRequest, RetainedSync
-from broker.cluster.stats import ClusterStats
+from broker.cluster.stats import LATENCY_SAMPLE_EVERY, ClusterStats
 from broker.cluster.store_port import ClusterStore, MemoryClusterStore
 from broker.cluster.stream_receiver import StreamReceiver
 from broker.cluster.stream_sender import StreamSender
@@ -77,6 +79,7 @@ from overlay import api
 from overlay.api import Role
 from overlay.config import OverlayConfig
 from overlay.keys import ANCHOR_TOPIC, PUBLISHER, SUBSCRIBER, make_key
+from overlay.messages import ACK, PING, PONG, PUB
 from overlay.node import OverlayNode
 
 if TYPE_CHECKING:
@@ -97,11 +100,18 @@ PROBE_RETRANSMITS = 2  # peers reported down are contacted again every 2 x retra
 CATCH_UP_GIVE_UP_S = 120.0  # a moved session's catch-up that gets no answer is given up (counted)
 INTEREST_REFRESH_RETRANSMITS = 5  # the classes we subscribe are announced again every 5 x retransmit_ms
 DOWN_PEER_MEMORY_S = 600.0  # ... for this long
+MAX_ROUND_TRIPS_TIMED = 1024  # PINGs / sampled PUBs awaiting their answer (peer_rtt_seconds)
+RTT_SAMPLE_MASK = LATENCY_SAMPLE_EVERY - 1
 # fast path (issue #11): a class whose publications reach no other broker (or nobody) is re-checked
 # through the full path this often (which also lets the overlay's EEXP at publish fill the
 # publisher's table)
 QUIET_RECHECK_S = 1.0
-QUIET_NOT, QUIET_LOCAL, QUIET_NOBODY = range(3)  # the cached reach of a class (``_quiet``)
+# the cached reach of a class (``_quiet``): other brokers (the full path); no other broker, while
+# some known peer is down or its link is not up (QoS >= 1 into the durable send log, the PUBACK
+# waits for its commit); no other broker, every known peer connected (kept in memory only); nobody
+# (kept for the presence grace); nobody, and no other broker ever talked to this one, which
+# founded its overlay alone (nobody elsewhere can have a SUBACK yet: nothing kept)
+QUIET_NOT, QUIET_LOCAL, QUIET_LOCAL_CONNECTED, QUIET_NOBODY, QUIET_NOBODY_ALONE = range(5)
 TOPIC_CACHE_LIMIT = 4096  # topics whose classes are cached (cleared when full)
 
 __all__ = ["CONTROL_CLASS", "SHARE_PREFIX", "ClusterEngine", "PeerTransport", "overlay_config_for"]
@@ -116,6 +126,12 @@ class PeerTransport(Protocol):
     def connected_peers(self) -> frozenset[str]: ...
 
     def drop_queued(self, peer: str) -> int: ...
+
+
+def _local_only(topic_filter: str) -> bool:
+    """A ``$SYS`` filter: its topics are each broker's own and never forwarded, so it joins no
+    class in the overlay and its SUBACK waits for nothing."""
+    return topic_filter.startswith("$SYS")
 
 
 def overlay_config_for(cluster: ClusterConfig) -> OverlayConfig:
@@ -191,6 +207,8 @@ class ClusterEngine(StreamsMixin):
         self._next_interest: float | None = None
         self._next_catch_up: float | None = None
         self._heard_from: set[str] = set()  # peers this incarnation has heard from
+        # (peer, PING nonce or PUB ack id) -> when sent, for skipmq_cluster_peer_rtt_seconds
+        self._round_trips: dict[tuple[str, int], float] = {}
         # peer -> {request id: when} of our RetainedSyncRequests (a reply must answer one)
         self._retained_asked: dict[str, dict[int, float]] = {}
         # (origin, class) -> [(next seq, end seq, client)]: messages a moved session still needs
@@ -208,6 +226,11 @@ class ClusterEngine(StreamsMixin):
         # every event that could change that (``_handle``, ``_after_event``)
         self._classes_of: dict[str, list[str]] = {}
         self._quiet: dict[str, tuple[float, int]] = {}
+        self._founded_alone = False  # started without contacts other than itself (``start``)
+        # batching (issue #11, ``StreamsMixin._publish_forwarded``)
+        self._outbox: dict[str, list[ForwardedMessage]] = {}
+        self._outbox_armed = False
+        self._batch_parts: dict[int, list[int]] = {}
 
     # ================================================================== lifecycle
     def bind(
@@ -232,6 +255,7 @@ class ClusterEngine(StreamsMixin):
             receivers_of=self.interest_table.peers_of,
             absent_since=self._absent_since,
         )
+        self.sender.confirm_seconds = self.stats.publish_confirm_seconds
         self.receiver.set_causal(peer_id, self.interest.subscribes, cluster.causal_wait_ms / 1000.0)
         seed = self.rng.getrandbits(64)
         self.node = OverlayNode(peer_id, rng=random.Random(seed), config=overlay_config_for(self.cluster))
@@ -253,6 +277,7 @@ class ClusterEngine(StreamsMixin):
         assert self.broker is not None and self.retained_sync is not None, "bind() first"
         assert self.sender is not None
         self.stopped = False
+        self._founded_alone = all(peer == self.peer_id for peer in contacts)
         now = self._now()
         # resume the streams a previous incarnation left: what it had not delivered everywhere is
         # published again, and our positions tell the senders what we missed while down
@@ -287,6 +312,7 @@ class ClusterEngine(StreamsMixin):
         """Graceful leave (UNSUB/LEAVE every virtual node); nothing is delivered afterwards."""
         if self.stopped:
             return
+        self._flush_outbox()
         try:
             self._handle(api.Shutdown())
         except Exception:
@@ -342,8 +368,7 @@ class ClusterEngine(StreamsMixin):
             self._on_deliver(action)
         elif isinstance(action, api.PublishDone):
             self.stats.publish_done["true" if action.complete else "false"] += 1
-            if self.sender is not None:
-                self._sender_actions(self.sender.done(action.publication_id, action.complete, self._now()))
+            self._publication_done(action.publication_id, action.complete)
         elif isinstance(action, api.SubscriberPresence) and action.present and self.sender is not None:
             # a subscription elsewhere just became reachable: what was kept goes out first
             messages, held = self.sender.presence_on(action.topic, self._now())
@@ -357,10 +382,35 @@ class ClusterEngine(StreamsMixin):
 
     def _send(self, dest: str, item: object) -> None:
         assert self.transport is not None
+        kind = type(item)
+        try:
+            self.stats.overlay_sent[kind] += 1
+        except KeyError:  # the first of its kind
+            self.stats.overlay_sent[kind] = 1
+        # round trips to ``dest`` (skipmq_cluster_peer_rtt_seconds), timed when the answer comes:
+        # every failure-detector PING (its PONG), one PUB delegation in LATENCY_SAMPLE_EVERY (its
+        # per-hop ACK; by ack id)
+        if kind is PUB:
+            ack_id = item.ack_id  # type: ignore[attr-defined]
+            if ack_id and not ack_id & RTT_SAMPLE_MASK:
+                self._time_round_trip(dest, ack_id)
+        elif kind is PING:
+            self._time_round_trip(dest, item.nonce)  # type: ignore[attr-defined]
         try:
             self.transport.send(dest, item)
         except (ValueError, RuntimeError) as exc:  # WireError is a ValueError
             log.error("cluster: cannot send %s to %s: %s", type(item).__name__, dest, exc)
+
+    def _time_round_trip(self, dest: str, request_id: int) -> None:
+        round_trips = self._round_trips
+        if len(round_trips) > MAX_ROUND_TRIPS_TIMED:  # requests a peer never answered
+            round_trips.clear()
+        round_trips[(dest, request_id)] = self._now()
+
+    def _round_trip_answered(self, peer: str, request_id: int) -> None:
+        sent_at = self._round_trips.pop((peer, request_id), None)
+        if sent_at is not None:
+            self.stats.peer_rtt_seconds.observe(self._now() - sent_at)
 
     def _commit(self) -> None:
         broker = self.broker
@@ -461,6 +511,16 @@ class ClusterEngine(StreamsMixin):
         if sender not in self._heard_from or sender in self._down_peers:
             self._heard_from.add(sender)
             self._peer_back(sender)
+        kind = type(item)
+        try:
+            self.stats.overlay_received[kind] += 1
+        except KeyError:  # the first of its kind
+            self.stats.overlay_received[kind] = 1
+        if kind is ACK:
+            if not item.ack_id & RTT_SAMPLE_MASK:  # type: ignore[attr-defined]
+                self._round_trip_answered(sender, item.ack_id)  # type: ignore[attr-defined]
+        elif kind is PONG:
+            self._round_trip_answered(sender, item.nonce)  # type: ignore[attr-defined]
         try:
             if isinstance(item, Envelope):
                 problem = envelope_problem(sender, self.peer_id, item)
@@ -563,9 +623,13 @@ class ClusterEngine(StreamsMixin):
         return self.interest.class_of(topic_filter)
 
     def on_subscribe(self, client_id: str, topic_filter: str, share_group: str | None, qos: int) -> None:
+        if _local_only(topic_filter):
+            return
         self._apply_interest(self.interest.subscribe(client_id, topic_filter, share_group))
 
     def on_unsubscribe(self, client_id: str, topic_filter: str, share_group: str | None) -> None:
+        if _local_only(topic_filter):
+            return
         self._apply_interest(self.interest.unsubscribe(client_id, topic_filter, share_group))
 
     def _apply_interest(self, changes: list[Any]) -> None:
@@ -626,6 +690,8 @@ class ClusterEngine(StreamsMixin):
             return None
         topics = set()
         for topic_filter, group in topic_filters:
+            if _local_only(topic_filter):
+                continue
             topics.add(self.interest.class_of(topic_filter))
             if group is not None:
                 topics.add(share_topic(group, topic_filter))
@@ -692,12 +758,24 @@ class ClusterEngine(StreamsMixin):
             for cls in classes:
                 state = quiet.get(cls)
                 if state is not None and now < state[0]:
+                    if state[1] == QUIET_NOBODY_ALONE:
+                        continue
                     if state[1] == QUIET_NOBODY:  # kept for the presence grace only
                         sender.skip(cls, message, now)
                         continue
+                    if state[1] == QUIET_LOCAL_CONNECTED:
+                        # nobody elsewhere, every known broker connected: the local deliveries are
+                        # all; QoS >= 1 is kept in the send log in memory (a partition we have not
+                        # noticed yet heals: ``logged_for``), not written to the store - the PUBACK
+                        # needs no commit, as on a single broker (docs/cluster.md "Fast path")
+                        if message.qos:
+                            sender.present(cls, now)
+                            self._forward(cls, message, overlay=False, stored=False)
+                        continue
                     if state[1] == QUIET_LOCAL:
-                        # nobody elsewhere: the local deliveries are all; QoS >= 1 still goes into
-                        # the send log, for a receiver broker cut off before we learned of it
+                        # nobody elsewhere that we can hear: QoS >= 1 goes into the durable send
+                        # log (its commit holds the PUBACK), for a receiver broker cut off before
+                        # we learned of it that is back after a crash of ours
                         if message.qos:
                             sender.present(cls, now)
                             self._forward(cls, message, overlay=False)
@@ -709,11 +787,17 @@ class ClusterEngine(StreamsMixin):
                 route = self._route_of(cls, message, now)
                 self._send_on_class(cls, message, route, now)
                 if route == ROUTE_OVERLAY:
-                    local = self._reaches_only_self(cls, now)
-                    quiet[cls] = (now + QUIET_RECHECK_S, QUIET_LOCAL if local else QUIET_NOT)
+                    if not self._reaches_only_self(cls, now):
+                        reach = QUIET_NOT
+                    elif self._every_peer_connected():
+                        reach = QUIET_LOCAL_CONNECTED
+                    else:
+                        reach = QUIET_LOCAL
+                    quiet[cls] = (now + QUIET_RECHECK_S, reach)
                 elif route == ROUTE_SKIP and not sender.recently_present(cls, now):
                     # (not recently present: a QoS >= 1 message would be held, ``_route_of``)
-                    quiet[cls] = (now + QUIET_RECHECK_S, QUIET_NOBODY)
+                    nobody = QUIET_NOBODY_ALONE if self._alone() else QUIET_NOBODY
+                    quiet[cls] = (now + QUIET_RECHECK_S, nobody)
             slow = slow or sender.next_deadline() != deadline
         if message.retain:
             self._publish_retained(message)
@@ -729,6 +813,28 @@ class ClusterEngine(StreamsMixin):
         sender = self.sender
         assert node is not None and sender is not None
         return node.reaches_only_self(cls, now) and not sender.has_receivers(cls)
+
+    def _alone(self) -> bool:
+        """This broker founded its overlay without contacts and no other broker ever talked to it
+        (or was reported down): any broker that joins later reaches us first - its first message
+        empties the cache - so no subscription elsewhere can have its SUBACK before that, and a
+        class nobody subscribes needs no presence-grace copies (the copies on every publish were
+        most of a one-broker cluster's QoS 0 overhead, issue #11)."""
+        return self._founded_alone and not self._known_peers()
+
+    def _every_peer_connected(self) -> bool:
+        """No broker we know of is reported down, and the transport has a link up to each one we
+        have heard from (checked when a class's reach is cached, at most every QUIET_RECHECK_S;
+        a peer reported down empties the cache)."""
+        if self._down_peers:
+            return False
+        heard = self._heard_from
+        if not heard:
+            return True
+        transport = self.transport
+        assert transport is not None
+        connected = transport.connected_peers()
+        return all(peer in connected or peer == self.peer_id for peer in heard)
 
     def _route_of(self, cls: str, message: Message, now: float) -> int:
         """How ``message`` goes out on ``cls`` (one of the ``ROUTE_*``)."""
@@ -826,6 +932,9 @@ class ClusterEngine(StreamsMixin):
             return
         if isinstance(payload, ForwardedMessage):
             self._receive_forwarded(payload, int(action.hops))
+        elif isinstance(payload, ForwardedBatch):
+            for forwarded in payload.messages:
+                self._receive_forwarded(forwarded, int(action.hops))
         elif isinstance(payload, RetainedUpdate):
             self._apply_retained(payload)
         elif isinstance(payload, SessionClaim):
@@ -1169,6 +1278,30 @@ class ClusterEngine(StreamsMixin):
         }
         return self._snapshots.build(now_s, self.subscriber_brokers, known, extra)
 
+    def sender_counters(self) -> dict[str, int]:
+        """Counters the send log keeps (scrape time): publishes suppressed, RETs answered."""
+        sender = self.sender
+        return {
+            "publishes_suppressed": sender.skipped_total if sender is not None else 0,
+            "rets_received": sender.rets_received if sender is not None else 0,
+        }
+
+    def overlay_figures(self) -> OverlayFigures:
+        """The overlay's figures for /metrics (``broker.cluster.overlay_figures``; scrape time)."""
+        figures = OverlayFigures()
+        node = self.node
+        if node is None:
+            return figures
+        figures.routing_entries = routing_entries(node)
+        published = [cls for cls in self._published if cls != CONTROL_CLASS and not cls.startswith("=$")]
+        figures.published_classes = published_classes(node, published, self.interest_table.peers_of)
+        transport = self.transport
+        connected = transport.connected_peers() if transport is not None else frozenset()
+        figures.peer_suspected, figures.peer_silence_s = peer_suspicion(
+            node, self._now(), connected | self._heard_from, self._down_peers
+        )
+        return figures
+
     def gauges(self) -> dict[str, int]:
         node = self.node
         transport = self.transport
@@ -1179,6 +1312,8 @@ class ClusterEngine(StreamsMixin):
             "published_classes": len(self._published),
             "held_messages": self.receiver.held_count(),
             "causal_blocked_streams": self.receiver.blocked_count(),
+            "causal_held_messages": self.receiver.causal_held_count(),
+            "routing_table_capacity": self.cluster.table_size,
             "causal_clock_entries": self.causal.size() if self.causal is not None else 0,
             "send_log_messages": self.sender.logged_count() if self.sender is not None else 0,
             "send_log_receivers": self.sender.receiver_count() if self.sender is not None else 0,

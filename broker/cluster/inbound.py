@@ -8,8 +8,9 @@ item: the peer id its certificate names. These checks make sure a broker speaks 
   claiming another origin, is forged (relaying it would also let a sender make this broker dial
   any address: server-side request forgery);
 * a session claim or a resend of a stream names the sender as its origin;
-* a payload the overlay delivers (PUB, seed 003 §3.5.4) - a forwarded message, a retained update, a
-  session claim - names the publisher of the PUB as its origin.
+* a payload the overlay delivers (PUB, seed 003 §3.5.4) - a forwarded message or a batch of them
+  (all of one stream), a retained update, a session claim - names the publisher of the PUB as its
+  origin.
 
 Each check returns why the message is rejected, or None. Pure: no I/O.
 """
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 from broker.cluster.messages import (
     Envelope,
+    ForwardedBatch,
     ForwardedMessage,
     RetainedUpdate,
     SessionClaim,
@@ -53,4 +55,13 @@ def payload_problem(publisher: str, payload: object) -> str | None:
         return f"RetainedUpdate from {payload.origin!r} published by {publisher!r}"
     if isinstance(payload, ForwardedMessage) and origin_peer(payload.origin) != publisher:
         return f"ForwardedMessage of stream {payload.origin!r} published by {publisher!r}"
+    if isinstance(payload, ForwardedBatch):
+        messages = payload.messages
+        if not messages:
+            return "empty ForwardedBatch"
+        first = messages[0]
+        if origin_peer(first.origin) != publisher:
+            return f"ForwardedBatch of stream {first.origin!r} published by {publisher!r}"
+        if any(m.origin != first.origin or m.stream != first.stream for m in messages):
+            return "ForwardedBatch holds messages of more than one stream"
     return None

@@ -82,7 +82,15 @@ class SessionClaim:
     username: str | None = None
 
 
-OverlayPayload = ForwardedMessage | RetainedUpdate | SessionClaim
+@dataclass(frozen=True, slots=True)
+class ForwardedBatch:
+    """Consecutive messages of one stream (same origin and class, rising SEQ) published as one
+    overlay publication (issue #11): one PUB, ACK and DONE per hop for all of them."""
+
+    messages: tuple[ForwardedMessage, ...]
+
+
+OverlayPayload = ForwardedMessage | ForwardedBatch | RetainedUpdate | SessionClaim
 
 
 @dataclass(frozen=True, slots=True)

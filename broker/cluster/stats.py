@@ -15,7 +15,23 @@ and the send log.
 
 from __future__ import annotations
 
+from broker.core.stats import Histogram
+
+# The per-class snapshots' hop buckets (``broker.cluster.class_stats``; the pipeline reads them).
 HOP_BUCKETS = (1, 2, 3, 4, 6, 8, 12, 16)
+# ``skipmq_cluster_delivery_hops`` counts every whole hop count apart up to this (le = 1, 2, ...,
+# 16, +Inf), so ``ceil(histogram_quantile(...))`` is exact: one bucket per hop count.
+METRIC_HOP_MAX = 16
+# Sampling of the latency histograms observed per forwarded message: one publication in
+# LATENCY_SAMPLE_EVERY (a power of two; the publication id's low bits pick it).
+LATENCY_SAMPLE_EVERY = 8
+# From a QoS>0 message's publication into the overlay to the overlay's end-to-end DONE (every
+# subscriber broker delivered and stored it): loopback and one data centre take milliseconds, a
+# slow subscriber broker or a retransmission seconds.
+PUBLISH_CONFIRM_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+# PING to PONG (the failure detector) and PUB to its per-hop ACK (sampled) between two brokers:
+# the network round trip plus both event loops' delay.
+PEER_RTT_BUCKETS_S = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 
 
 class ClusterStats:
@@ -42,13 +58,18 @@ class ClusterStats:
         self.sessions_handed_over = 0
         self.sessions_received = 0
         self.retained_updates_applied = 0
-        self.hop_counts = [0] * (len(HOP_BUCKETS) + 1)  # per bucket, last = +Inf
+        self.hop_counts = [0] * (METRIC_HOP_MAX + 1)  # index k-1: k hops; last: > METRIC_HOP_MAX
         self.hop_sum = 0
+        self.publish_confirm_seconds = Histogram(PUBLISH_CONFIRM_BUCKETS_S)  # sampled, see above
+        self.peer_rtt_seconds = Histogram(PEER_RTT_BUCKETS_S)  # every PING answered
+        # overlay messages by kind (REXP, EEXP, PUB, ...; the engine counts them as it sends and
+        # receives them: one dict update per overlay message)
+        self.overlay_sent: dict[type, int] = {}
+        self.overlay_received: dict[type, int] = {}
 
     def observe_hops(self, hops: int) -> None:
         self.hop_sum += hops
-        for index, bound in enumerate(HOP_BUCKETS):
-            if hops <= bound:
-                self.hop_counts[index] += 1
-                return
-        self.hop_counts[-1] += 1
+        if 0 < hops <= METRIC_HOP_MAX:
+            self.hop_counts[hops - 1] += 1
+        else:  # 0 cannot happen (a forwarded delivery took at least one hop): counted as 1
+            self.hop_counts[0 if hops <= 0 else METRIC_HOP_MAX] += 1

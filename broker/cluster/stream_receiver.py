@@ -311,6 +311,11 @@ class StreamReceiver:
     def held_count(self) -> int:
         return sum(len(stream.held) for stream in self._streams.values())
 
+    def causal_held_count(self) -> int:
+        """Messages held behind a causal dependency: the causal hold-back's depth."""
+        streams = self._streams
+        return sum(len(streams[key].held) for key in self._blocked if key in streams)
+
     def blocked_count(self) -> int:
         """Streams whose next message waits for a causal dependency (the causal hold-back)."""
         return len(self._blocked)

@@ -42,9 +42,12 @@ from dataclasses import dataclass, field
 from sortedcontainers import SortedDict, SortedSet
 
 from broker.cluster.messages import ForwardedMessage, StreamPosition, StreamResend, StreamRet
+from broker.cluster.stats import LATENCY_SAMPLE_EVERY
 from broker.core.session import Message
+from broker.core.stats import Histogram
 
 StreamKey = tuple[str, str]  # (origin, topic class)
+_SAMPLE_MASK = LATENCY_SAMPLE_EVERY - 1
 RESEND_BATCH = 256  # messages in one Resend / Republish round per stream and receiver
 # a message every known receiver acknowledged, whose publication the overlay keeps reporting
 # incomplete (a subscriber's virtual node left: its neighbours' view is on probation), is published
@@ -106,6 +109,7 @@ class _Entry:
     created_at: float
     held: bool = False  # waits for the class's presence before it is published
     incomplete: bool = False  # the overlay reported a publication of it incomplete
+    stored: bool = True  # (durable entries) the engine wrote it to the durable log too
     backoff_s: float = 0.0  # the last wait before republishing it (acknowledged everywhere known)
 
 
@@ -152,6 +156,12 @@ class StreamSender:
         self._restored_receivers: dict[str, set[str]] = {}
         # receivers a new stream started with (``append``), for the store: ``take_new_receivers``
         self._new_receivers: list[ReceiverAt] = []
+        # figures read at scrape time (broker.metrics): messages not forwarded because their class
+        # had no subscriber, RETs answered, and (when set) one in LATENCY_SAMPLE_EVERY publication
+        # confirmations timed from the entry's (last) publication to the overlay's DONE
+        self.skipped_total = 0
+        self.rets_received = 0
+        self.confirm_seconds: Histogram | None = None
 
     # ------------------------------------------------------------------ sending
     def append(
@@ -164,11 +174,13 @@ class StreamSender:
         held: bool = False,
         deps: tuple[StreamPosition, ...] = (),
         copies: tuple[tuple[str, int], ...] = (),
+        stored: bool = True,
     ) -> ForwardedMessage:
         """Number ``message`` on this broker's stream of ``cls`` and keep it in the log
         (``confirmed``: it does not go through the overlay, only to the known receivers;
         ``held``: published when the class's presence returns, see ``presence_on``; ``deps`` and
-        ``copies``: a message of a causal group, ``broker.cluster.causal_clock``)."""
+        ``copies``: a message of a causal group, ``broker.cluster.causal_clock``; ``stored``
+        False: a QoS >= 1 entry the engine keeps in memory only - freeing it needs no ``Forget``)."""
         key = (self.origin, cls)
         stream = self._streams.get(key)
         if stream is None:
@@ -191,7 +203,7 @@ class StreamSender:
         if not durable and not stream.receivers:
             return forwarded  # QoS 0 that no known receiver may ask for again: nothing to keep
         confirmed = confirmed or not durable
-        stream.entries[seq] = _Entry(forwarded, durable, confirmed, now, now, held)
+        stream.entries[seq] = _Entry(forwarded, durable, confirmed, now, now, held, False, stored)
         if not confirmed:
             stream.unconfirmed.add(seq)
         self._arm(now)
@@ -224,6 +236,9 @@ class StreamSender:
         if entry is None:
             return []
         if complete:
+            histogram = self.confirm_seconds
+            if histogram is not None and not publication_id & _SAMPLE_MASK:
+                histogram.observe(now - entry.sent_at)
             entry.confirmed = True
             stream.unconfirmed.discard(seq)
             return self._free(key, stream, now)
@@ -257,6 +272,7 @@ class StreamSender:
     ) -> None:
         """``message`` of ``cls`` was not forwarded: the rendezvous point reports no subscriber
         (``deps``: its dependencies, if it is a message of a causal group)."""
+        self.skipped_total += 1
         kept = self._skipped.get(cls)
         if kept is None:
             kept = self._skipped[cls] = deque()
@@ -360,6 +376,7 @@ class StreamSender:
 
     def ret(self, peer: str, request: StreamRet, now: float) -> list[SenderAction]:
         """RET from ``peer`` (§3.3 retransmission procedure (2)): send what the log holds."""
+        self.rets_received += 1
         key = (request.origin, request.stream)
         stream = self._streams.get(key)
         entries = stream.entries if stream is not None else SortedDict()
@@ -557,7 +574,7 @@ class StreamSender:
                 break
             entries.popitem(0)
             below = seq + 1
-            freed_durable = freed_durable or entry.durable
+            freed_durable = freed_durable or (entry.durable and entry.stored)
         if freed_durable:
             return [Forget(key, below)]
         return []

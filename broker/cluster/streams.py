@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from broker.cluster import catch_up_state
 from broker.cluster.messages import (
     ClassInterest,
+    ForwardedBatch,
     ForwardedMessage,
     StreamAck,
     StreamPosition,
@@ -41,12 +42,20 @@ if TYPE_CHECKING:
     from broker.cluster.interest_table import InterestTable
     from broker.cluster.stats import ClusterStats
     from broker.cluster.store_port import ClusterStore
-    from broker.core.ports import BrokerApi
+    from broker.config import ClusterConfig
+    from broker.core.ports import BrokerApi, Scheduler
     from broker.core.session import Message, SessionSnapshot
 
 log = logging.getLogger("skipmq.cluster")
 
 CONTROL_CLASS = "!ctl"  # every broker subscribes: retained updates and session claims
+# batching (issue #11): the messages forwarded on one class within one event-loop iteration go out
+# as one overlay publication (``ForwardedBatch``) of at most this many messages / bytes (estimated,
+# ``_batch_cost``), and at most half a cluster frame (``cluster.max_frame_bytes``: the transport
+# refuses an item larger than a frame)
+BATCH_MAX_MESSAGES = 256
+BATCH_MAX_BYTES = 256 * 1024
+BATCH_ITEM_OVERHEAD_BYTES = 256  # per message beyond payload, topic and properties (fields, framing)
 
 
 def _take_client_entries(
@@ -60,6 +69,17 @@ def _take_client_entries(
             yield key, entry[0]
         if not entries:
             del table[key]
+
+
+def _batch_cost(forwarded: ForwardedMessage) -> int:
+    """A generous estimate of the encoded size of ``forwarded`` in a batch."""
+    message = forwarded.message
+    cost = len(message.payload) + len(message.topic) + BATCH_ITEM_OVERHEAD_BYTES
+    if message.properties:
+        cost += len(repr(message.properties))
+    if forwarded.deps or forwarded.copies:
+        cost += 64 * (len(forwarded.deps) + len(forwarded.copies)) + len(repr(forwarded.deps))
+    return cost
 
 
 class StreamsMixin:
@@ -79,6 +99,13 @@ class StreamsMixin:
     _published: dict[str, float]
     _publication_id: int
     _deliver_pending_commit: bool
+    scheduler: Scheduler
+    cluster: ClusterConfig
+    stopped: bool
+    _outbox: dict[str, list[ForwardedMessage]]  # class -> forwarded, not yet published (a batch)
+    _outbox_armed: bool  # a flush is scheduled (``call_soon``)
+    _batch_parts: dict[int, list[int]]  # batch publication id -> its messages' publication ids
+    _arm_timer: Callable[[], None]
     _catch_ups: dict[tuple[str, str], list[list[Any]]]
     _moved_positions: dict[str, tuple[StreamPosition, ...]]
     _awaiting_start: dict[tuple[str, str], list[tuple[int, str, float]]]
@@ -97,13 +124,15 @@ class StreamsMixin:
         held: bool = False,
         deps: tuple[StreamPosition, ...] = (),
         copies: tuple[tuple[str, int], ...] = (),
+        stored: bool = True,
     ) -> None:
         sender = self.sender
         assert sender is not None
         forwarded = sender.append(
-            cls, message, self._now(), confirmed=not overlay, held=held, deps=deps, copies=copies
-        )
-        if message.qos:
+            cls, message, self._now(), confirmed=not overlay, held=held, deps=deps, copies=copies,
+            stored=stored,
+        )  # fmt: skip
+        if message.qos and stored:
             self.store.log_append(forwarded)  # in this publish's commit, before its PUBACK
             new_receivers = sender.take_new_receivers()
             if new_receivers:  # a new stream's receivers, in the same commit
@@ -118,17 +147,90 @@ class StreamsMixin:
         self._published[cls] = now
 
     def _publish_forwarded(self, forwarded: ForwardedMessage) -> None:
-        sender = self.sender
-        assert sender is not None
+        """Publish ``forwarded`` through the overlay: queued, and published with the other messages
+        of its class forwarded in this event-loop iteration as one ``ForwardedBatch`` (one PUB,
+        ACK and DONE per hop for all of them; ``_flush_outbox``, issue #11)."""
         if forwarded.stream not in self._published:  # a republish after a restart, a held one
             self._publishing(forwarded.stream, self._now())
-        self._publication_id += 1
-        pid = self._publication_id
         self.stats.forwarded += 1
         self.class_counters.forwarded(forwarded.stream)
-        if forwarded.message.qos:
-            sender.published(pid, forwarded)  # before the overlay sees it: PublishDone may come at once
-        self._handle(api.Publish(forwarded.stream, forwarded, pid))
+        queued = self._outbox.get(forwarded.stream)
+        if queued is None:
+            self._outbox[forwarded.stream] = [forwarded]
+        else:
+            queued.append(forwarded)
+        if not self._outbox_armed:
+            self._outbox_armed = True
+            self.scheduler.call_soon(self._flush_outbox)
+
+    def _flush_outbox(self) -> None:
+        """Publish what ``_publish_forwarded`` queued: per class, in the order queued, batches of
+        at most ``BATCH_MAX_MESSAGES`` messages and ``BATCH_MAX_BYTES`` (or half a cluster frame)
+        of estimated encoded size (a single larger message goes alone, as it always did)."""
+        self._outbox_armed = False
+        outbox = self._outbox
+        if not outbox:
+            return
+        self._outbox = {}
+        if self.stopped:
+            return  # QoS >= 1 ones are in the send log: published again after a restart
+        now = self._now()
+        budget = min(BATCH_MAX_BYTES, self.cluster.max_frame_bytes // 2)
+        for cls, queued in outbox.items():
+            self._publishing(cls, now)
+            start, count = 0, len(queued)
+            while start < count:
+                end = start + 1
+                size = _batch_cost(queued[start])
+                while end < count and end - start < BATCH_MAX_MESSAGES:
+                    size += _batch_cost(queued[end])
+                    if size > budget:
+                        break
+                    end += 1
+                try:
+                    self._publish_batch(cls, queued[start:end])
+                except Exception:
+                    log.exception("cluster: publishing %d messages on %s failed", end - start, cls)
+                start = end
+        self._arm_timer()
+        if self.broker is not None:
+            self.broker.after_batch()
+
+    def _publish_batch(self, cls: str, part: list[ForwardedMessage]) -> None:
+        sender = self.sender
+        assert sender is not None
+        self._publication_id += 1
+        pid = self._publication_id
+        if len(part) == 1:
+            forwarded = part[0]
+            if forwarded.message.qos:
+                sender.published(pid, forwarded)  # before the overlay sees it: PublishDone may come at once
+            self._handle(api.Publish(cls, forwarded, pid))
+            return
+        parts: list[int] = []
+        for forwarded in part:
+            if forwarded.message.qos:  # each logged message is completed by the batch's PublishDone
+                self._publication_id += 1
+                sender.published(self._publication_id, forwarded)
+                parts.append(self._publication_id)
+        if parts:
+            self._batch_parts[pid] = parts
+        self._handle(api.Publish(cls, ForwardedBatch(tuple(part)), pid))
+
+    def _publication_done(self, publication_id: int, complete: bool) -> None:
+        """The overlay's ``PublishDone`` for one of our publications (a message or a batch)."""
+        sender = self.sender
+        if sender is None:
+            return
+        now = self._now()
+        parts = self._batch_parts.pop(publication_id, None)
+        if parts is None:
+            self._sender_actions(sender.done(publication_id, complete, now))
+            return
+        actions: list[Any] = []
+        for part in parts:
+            actions += sender.done(part, complete, now)
+        self._sender_actions(actions)
 
     def _sender_actions(self, actions: list[Any]) -> None:
         store = self.store

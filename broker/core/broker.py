@@ -32,7 +32,7 @@ from broker.core.ports import NullCluster
 from broker.core.routing import Router
 from broker.core.session import Message, Session, SessionSnapshot, SubOptions
 from broker.core.sessions import SessionRegistry
-from broker.core.stats import BrokerStats
+from broker.core.stats import QUEUE_NEAR_LIMIT, BrokerStats
 from broker.core.subscriptions import Subscriptions
 from broker.core.sysinfo import publish_sys, sys_values
 from broker.logs import log_event
@@ -406,7 +406,12 @@ class Broker:
         stats.sessions = len(self.sessions)
         stats.subscriptions = len(self.subscriptions)
         stats.retained_messages = len(self.retained)
-        stats.queued_messages = sum(len(s.queue) for s in sessions)
+        depths = [len(s.queue) for s in sessions]
+        stats.queued_messages = sum(depths)
+        limit = stats.queue_limit = self.limits.max_queued_messages
+        stats.queue_depth_max = max(depths, default=0)
+        near = limit * QUEUE_NEAR_LIMIT
+        stats.sessions_queue_near_limit = sum(1 for depth in depths if depth >= near) if limit > 0 else 0
         stats.inflight_messages = sum(len(s.inflight) for s in sessions)
         stats.connections_current = self.registry.connected_count
         stats.packets_sent["PUBLISH"] = sum(stats.messages_sent)

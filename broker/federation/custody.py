@@ -16,8 +16,17 @@ re-routed once they registered again. Events published while the router has no l
 (between a crash and the re-link) are held likewise. An entry is complete ``grace_s`` after it
 lost its links.
 
-Custody lives in the router's memory: it survives the crash of any other broker on the way,
-not the crash of the broker that holds it.
+While the router has no parent and is re-linking (its configured upstream or a re-link target
+is still to be reached), the grace of its orphaned entries does not run: they wait for the
+link (``hold_orphans``), bounded by ``limit`` (the oldest is given up).
+
+Durable custody: every entry is also written to a ``CustodyStore`` (store_port.py; in a broker
+the SQLite store, in the transaction its publisher's PUBACK waits for) and removed when it
+completes. A router restarted after a crash ``restore``s them as orphaned entries: they are
+re-routed once the re-linked neighbours registered again, and their ids count as seen. A
+restored entry does not remember which links had acknowledged it: a neighbour that had the
+event gets a copy, which it acknowledges without delivering it again (its own ids), unless it
+restarted too (then at least once: docs/federation.md).
 """
 
 from __future__ import annotations
@@ -27,6 +36,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
 from broker.federation.messages import Event
+from broker.federation.store_port import CustodyStore, MemoryCustodyStore
 
 
 @dataclass(slots=True)
@@ -47,12 +57,21 @@ class CustodyStats:
     duplicates: int = 0
     given_up: int = 0
     evicted: int = 0
+    restored: int = 0
 
 
 class Custody:
     """The entries of one router and the ids it completed recently (duplicate suppression)."""
 
-    def __init__(self, *, limit: int = 100_000, remember: int = 200_000, recent: int = 10_000) -> None:
+    def __init__(
+        self,
+        *,
+        limit: int = 100_000,
+        remember: int = 200_000,
+        recent: int = 10_000,
+        store: CustodyStore | None = None,
+    ) -> None:
+        self.store: CustodyStore = store if store is not None else MemoryCustodyStore()
         self.entries: OrderedDict[str, Entry] = OrderedDict()
         self._done: OrderedDict[str, None] = OrderedDict()
         self._recent: OrderedDict[str, Entry] = OrderedDict()  # finished, kept to re-route copies
@@ -70,6 +89,7 @@ class Custody:
     def hold(self, event_id: str, entry: Entry) -> str | None:
         """Keep ``entry``; the id of an evicted oldest entry (given up) when over the limit."""
         self.entries[event_id] = entry
+        self.store.put(entry.event, entry.came_from)
         self.stats.held += 1
         if len(self.entries) > self._limit:
             old_id, _old = self.entries.popitem(last=False)
@@ -84,6 +104,7 @@ class Custody:
         if len(self._done) > self._remember:
             self._done.popitem(last=False)
         if entry is not None:
+            self.store.forget(event_id)
             self.stats.completed += 1
             self._recent[event_id] = entry
             if len(self._recent) > self._recent_limit:
@@ -101,6 +122,7 @@ class Custody:
                 return None
             entry = Entry(old.event, old.came_from, acked=old.acked | old.waiting)
             self.entries[event_id] = entry
+            self.store.put(entry.event, entry.came_from)
         entry.acked.add(link)
         if entry.orphaned_since is None:
             entry.orphaned_since = now
@@ -124,6 +146,23 @@ class Custody:
                 entry.waiting.discard(link)
                 if entry.orphaned_since is None:
                     entry.orphaned_since = now
+
+    def restore(self, now: float) -> int:
+        """Take back what the store kept from before a crash: orphaned entries (their links are
+        gone), re-routed by ``reroute``; returns how many."""
+        restored = 0
+        for event, came_from in self.store.load():
+            if event.event_id and event.event_id not in self.entries:
+                self.entries[event.event_id] = Entry(event, came_from, orphaned_since=now)
+                restored += 1
+        self.stats.restored += restored
+        return restored
+
+    def hold_orphans(self, now: float) -> None:
+        """The router is unlinked and re-linking: the orphaned entries' grace starts anew."""
+        for entry in self.entries.values():
+            if entry.orphaned_since is not None:
+                entry.orphaned_since = now
 
     def orphans(self) -> list[tuple[str, Entry]]:
         return [

@@ -94,6 +94,18 @@ class EventAck:
     event_id: str
 
 
+@dataclass(frozen=True, slots=True)
+class Retained:
+    """A retained write (empty payload = delete) flooded over the place with ``retained =
+    "place"``; last writer wins on ``(version_ms, origin)`` (retained.py)."""
+
+    topic: str
+    payload: bytes
+    qos: int
+    version_ms: int
+    origin: str
+
+
 # ---------------------------------------------------------------- n-hop discovery (§3.7.3 (4))
 @dataclass(frozen=True, slots=True)
 class Probe:
@@ -127,6 +139,7 @@ LinkMessage = (
     | Unregister
     | Event
     | EventAck
+    | Retained
     | Probe
     | ProbeReply
 )
@@ -150,6 +163,14 @@ class Deliver:
 
 
 @dataclass(frozen=True, slots=True)
+class StoreRetained:
+    """Store (or, with an empty payload, delete) a retained message of another site, without
+    delivering it (retained.py)."""
+
+    write: Retained
+
+
+@dataclass(frozen=True, slots=True)
 class Unlink:
     """Close the link to ``peer`` (after any ``Send`` to it in the same batch)."""
 
@@ -164,4 +185,4 @@ class Note:
     fields: tuple[tuple[str, str], ...] = ()
 
 
-Action = Send | Deliver | Unlink | Note
+Action = Send | Deliver | StoreRetained | Unlink | Note

@@ -19,9 +19,15 @@
   nearest one still there. After any (re-)link both sides re-register what they hold.
 * Custody (custody.py, SkipMQ's addition): QoS >= 1 events are acknowledged hop by hop once
   everything downstream has them, held across a broken link, and re-routed after the re-link;
-  a lost link's registrations stay as ghosts for ``custody_grace_s`` meanwhile.
+  a lost link's registrations stay as ghosts meanwhile; durable through store_port.py.
+
+* Retained writes flood the place with ``retained_place`` (retained.py), last writer wins.
 
 Pure: events and ``now`` in, ``Action`` lists out; no I/O, no clock, no randomness.
+
+Size: one class, the SI-R: every handler reads and changes the same links, event paths, ghosts
+and custody, and splitting them would pass that state around; the parts with a job of their own
+live beside it (event_paths, custody, discovery, retained, keys).
 """
 
 from __future__ import annotations
@@ -48,12 +54,16 @@ from broker.federation.messages import (
     Probe,
     ProbeReply,
     Register,
+    Retained,
     Send,
+    StoreRetained,
     TopologyUpdate,
     Unlink,
     Unregister,
 )
+from broker.federation.retained import PlaceRetained
 from broker.federation.settings import LinkError, PlaceSettings, RouterStats
+from broker.federation.store_port import CustodyStore
 
 __all__ = ["FederationRouter", "LinkError", "PlaceSettings", "RouterStats"]
 
@@ -61,7 +71,7 @@ __all__ = ["FederationRouter", "LinkError", "PlaceSettings", "RouterStats"]
 class FederationRouter:
     """The SI-R of broker ``name`` in one event place; see the module docstring."""
 
-    def __init__(self, name: str, settings: PlaceSettings) -> None:
+    def __init__(self, name: str, settings: PlaceSettings, *, store: CustodyStore | None = None) -> None:
         self.name = name
         self.settings = settings
         self.parent: str | None = None
@@ -80,7 +90,8 @@ class FederationRouter:
         self._candidates: list[str] = []
         self._retry_at = 0.0
         self._discovery = Discovery()
-        self._custody = Custody()
+        self._custody = Custody(store=store)
+        self.retained = PlaceRetained(name)  # used with settings.retained_place (retained.py)
         self._event_seq = 0
         self._ghosts: dict[str, tuple[dict[str, int], float]] = {}  # lost link -> (its keys, until)
         self.left = False
@@ -147,7 +158,7 @@ class FederationRouter:
         return self._changes(self._paths.remove_source(key, hops - 1, except_link=None))
 
     # ================================================================== events
-    def publish(self, event: Event, now: float = 0.0) -> list[Action]:
+    def publish(self, event: Event, now: float = 0.0, wall_ms: int = 0) -> list[Action]:
         """A local client published ``event`` (the broker already delivered it locally, and its
         cluster to the rest of its site); it leaves tagged with this router's site and, at
         QoS >= 1, with an id that puts it in custody (custody.py)."""
@@ -158,7 +169,16 @@ class FederationRouter:
             event = dataclasses.replace(
                 event, event_id=f"{self.settings.incarnation or self.name}/{self._event_seq}"
             )
-        return self._forward(event, came_from=None, now=now)
+        actions = self._forward(event, came_from=None, now=now)
+        if event.retain and self.settings.retained_place:  # the place stores it too (retained.py)
+            write = self.retained.local_write(event.topic, event.payload, event.qos, wall_ms)
+            actions += [self._send(link, write) for link in self.links()]
+        return actions
+
+    def _on_retained(self, peer: str, write: Retained) -> list[Action]:
+        if not self.settings.retained_place or not self.retained.accept(write):
+            return []  # old news (or retained stays per site here): the flood stops
+        return [StoreRetained(write), *(self._send(link, write) for link in self.links() if link != peer)]
 
     def _forward(self, event: Event, came_from: str | None, now: float) -> list[Action]:
         event_id = event.event_id
@@ -228,6 +248,8 @@ class FederationRouter:
     def _reroute(self, now: float) -> list[Action]:
         """Events whose links broke go out on the links that match them now (the neighbours
         re-registered after the re-link); after ``custody_grace_s`` they are complete."""
+        if self.parent is None and not self.left and self._relinking():
+            self._custody.hold_orphans(now)  # the grace runs once linked again
         sends, complete = self._custody.reroute(now, self.settings.custody_grace_s, self.links(), self._wants)
         actions: list[Action] = [self._send(link, event) for link, event in sends]
         for event_id, entry in complete:
@@ -237,6 +259,10 @@ class FederationRouter:
     def _wants(self, link: str, topic: str) -> bool:
         view = TopicView(topic, self.settings.class_levels)
         return any(view.matches(key) for key in self._received.get(link, {}))
+
+    def restore(self, now: float) -> int:
+        """After a crash: take back the events the custody store kept (re-routed by ``tick``)."""
+        return self._custody.restore(now)
 
     def custody_stats(self) -> dict[str, int]:
         return self._custody.as_dict()
@@ -283,6 +309,7 @@ class FederationRouter:
         self._received[peer] = {}
         actions = [Note("federation_link_up", (("peer", peer), ("role", "parent"), ("mode", message.mode)))]
         actions += self._changes(self._paths.seed_link(peer, self._sources()))
+        actions += self._retained_copy(peer)
         actions += self._set_topology((*message.topology, self.name))
         actions += self._probe(now)
         return actions
@@ -332,6 +359,7 @@ class FederationRouter:
         actions: list[Action] = [self._send(peer, accepted)]
         actions.append(Note("federation_link_up", (("peer", peer), ("role", "child"))))
         actions += self._changes(self._paths.seed_link(peer, self._sources()))
+        actions += self._retained_copy(peer)
         return actions
 
     def _refusal(self, peer: str, message: LinkRequest) -> str | None:
@@ -368,6 +396,8 @@ class FederationRouter:
             return self._forward(message, came_from=peer, now=now)
         if isinstance(message, EventAck):
             return self._on_event_ack(peer, message)
+        if isinstance(message, Retained):
+            return self._on_retained(peer, message)
         if isinstance(message, Leave):
             return self._on_leave(peer, message, now)
         if isinstance(message, TopologyUpdate):
@@ -381,6 +411,8 @@ class FederationRouter:
         return self._on_probe_reply(message)
 
     def _on_register(self, peer: str, message: Register) -> list[Action]:
+        if message.ttl - 1 < 1 and peer in self._received and message.key not in self._received[peer]:
+            self.stats.registrations_stopped_by_ttl += 1  # Fig. 16: this router is the last it reaches
         held = self._received[peer]
         old = held.get(message.key)
         held[message.key] = message.ttl
@@ -554,6 +586,12 @@ class FederationRouter:
             return []
         self.topology = topology
         return [self._send(child, TopologyUpdate(topology)) for child in sorted(self.children)]
+
+    def _retained_copy(self, peer: str) -> list[Action]:
+        """After a (re-)link: everything retained this router knows goes to the new neighbour."""
+        if not self.settings.retained_place:
+            return []
+        return [self._send(peer, write) for write in self.retained.everything()]
 
     def _sources(self) -> list[tuple[str, int, str | None]]:
         sources: list[tuple[str, int, str | None]] = []

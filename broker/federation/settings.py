@@ -30,6 +30,7 @@ class PlaceSettings:
     link_timeout_s: float = 5.0
     custody_grace_s: float = 10.0  # how long an event whose links broke waits for new ones
     incarnation: str = ""  # prefix of this router's event ids ("" = its name); new at each start
+    retained_place: bool = False  # retained writes flood the place, last writer wins (retained.py)
 
 
 @dataclass(slots=True)
@@ -40,3 +41,4 @@ class RouterStats:
     events_in: int = 0
     events_delivered: int = 0
     events_wasted: int = 0  # came over a link, matched no local key and went nowhere else
+    registrations_stopped_by_ttl: int = 0  # received with TTL 1: counted here, passed on nowhere

@@ -5,8 +5,8 @@ every known broker every ``scrape_interval_s`` and appends the samples to the sp
 are spool line counts, so a restart replays exactly, and how often brokers are scraped does not
 depend on how fast the micro-batches go. Brokers are the ``urls`` given plus
 those found in their ``/cluster`` (``connected_peers``: the cluster address host of each peer, with
-the HTTP port ``peer_http_port`` - by default the port of the URL it was found through, as in a
-Kubernetes deployment where every broker serves HTTP on the same port). A broker that does not
+the HTTP port the peer announced in its link's Hello (``peer_http_ports``), else ``peer_http_port``,
+else the port of the URL it was found through - brokers older than the announcement). A broker that does not
 answer is kept and reported with a sample ``up`` = 0 (as Prometheus does); one found only through
 ``/cluster`` and no longer listed there is dropped (brokers that leave).
 
@@ -72,9 +72,11 @@ class Scraper:
                 state = json.loads(_get(seed + "/cluster", self.timeout_s))
             except (OSError, ValueError):
                 continue
-            port = self.peer_http_port or str(urlsplit(seed).port)
+            fallback = self.peer_http_port or str(urlsplit(seed).port)
+            announced = state.get("peer_http_ports") or {}
             for peer in state.get("connected_peers", []):
                 host = str(peer).rsplit(":", 1)[0]
+                port = announced.get(peer) or fallback
                 url = f"{urlsplit(seed).scheme}://{host}:{port}"
                 if url not in found:
                     found.append(url)

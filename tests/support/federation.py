@@ -21,6 +21,7 @@ from typing import Any
 import paho.mqtt.client as paho
 from paho.mqtt.enums import CallbackAPIVersion
 
+from broker.adapters.transport.tls import issue_broker_cert
 from tests.support.cluster import wait_until
 from tests.support.paths import REPO_ROOT
 from tools.ports import free_ports
@@ -37,6 +38,7 @@ class Site:
     fed: int
     log: Path
     process: subprocess.Popen[bytes] | None = None
+    command: list[str] = field(default_factory=list)
 
     @property
     def address(self) -> str:
@@ -53,8 +55,17 @@ class Sites:
     sites: dict[str, Site] = field(default_factory=dict)
 
     def start(
-        self, name: str, upstream: Site | None = None, *, args: tuple[str, ...] = (), **settings: str
+        self,
+        name: str,
+        upstream: Site | None = None,
+        *,
+        args: tuple[str, ...] = (),
+        ca_dir: Path | None = None,
+        wait_linked: bool = True,
+        **settings: str,
     ) -> Site:
+        """``ca_dir``: mutual TLS with a certificate for this broker's federation name issued by
+        the CA there (``skipmq certs``' code); without it, ``federation.insecure``."""
         mqtt, http, fed = free_ports(3)
         site = Site(name, mqtt, http, fed, self.tmp / f"{name}.log")
         command = [
@@ -65,18 +76,35 @@ class Sites:
             "--set", f"federation.port={fed}", "--set", "federation.retry_ms=300",
             "--set", "federation.probe_interval_ms=500",
         ]  # fmt: skip
+        if ca_dir is None:
+            command += ["--set", "federation.insecure=true"]
+        else:
+            cert, key_file = issue_broker_cert(ca_dir, site.address, out_dir=self.tmp / "certs", name=name)
+            command += [
+                "--set", f"federation.tls_ca_file={ca_dir / 'ca.pem'}",
+                "--set", f"federation.tls_cert_file={cert}", "--set", f"federation.tls_key_file={key_file}",
+            ]  # fmt: skip
         command += list(args)
         if upstream is not None:
             command += ["--set", f"federation.upstream={upstream.address}"]
         for key, value in settings.items():
             command += ["--set", f"federation.{key}={value}"]
-        with site.log.open("wb") as log:
-            site.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, cwd=REPO_ROOT)
+        site.command = command
         self.sites[name] = site
-        wait_until(lambda: _reachable(site), WAIT_S, what=f"{name} serving /federation")
-        if upstream is not None:
-            wait_until(lambda: site.state()["parent"] == upstream.address, WAIT_S, what=f"{name} linked")
+        self._run(site, upstream if wait_linked else None)
         return site
+
+    def restart(self, site: Site, upstream: Site | None = None) -> None:
+        """Start ``site`` again with the same command: same ports, same data directory."""
+        assert site.process is not None and site.process.poll() is not None, f"{site.name} still runs"
+        self._run(site, upstream)
+
+    def _run(self, site: Site, upstream: Site | None) -> None:
+        with site.log.open("ab") as log:
+            site.process = subprocess.Popen(site.command, stdout=log, stderr=subprocess.STDOUT, cwd=REPO_ROOT)
+        wait_until(lambda: _reachable(site), WAIT_S, what=f"{site.name} serving /federation")
+        if upstream is not None:
+            wait_until(lambda: site.state()["parent"] == upstream.address, WAIT_S, what=f"{site.name} linked")
 
     def close(self) -> None:
         for site in self.sites.values():

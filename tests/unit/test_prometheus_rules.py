@@ -48,6 +48,7 @@ PROMQL_WORDS = {
     "or",
     "unless",
     "bool",
+    "time",
 }
 
 
@@ -133,26 +134,45 @@ def test_rules_only_use_exported_metrics() -> None:
 
 
 def test_dashboard_hop_panel_reads_whole_hops(promtool: str, tmp_path: Path) -> None:
-    """The cluster dashboard's own p50/p99 hop expressions, on traffic that all took one hop, read
-    1 (histogram_quantile alone reads 0.5: checked too, so this test can tell the two apart)."""
-    dashboard = json.loads((ROOT / "dashboards" / "skipmq-cluster.json").read_text())
+    """The overlay dashboard's own p50/p99 hop expressions ($job and $instance set to All), on
+    traffic that all took one hop, read 1 (histogram_quantile alone reads 0.5: checked too, so this
+    test can tell the two apart); on a 95 % / 5 % mix of 2 and 5 hops they read 2 and 5 (one bucket
+    per hop count: 5 is not rounded up to a wider bucket's bound)."""
+    dashboard = json.loads((ROOT / "dashboards" / "skipmq-overlay.json").read_text())
     (panel,) = [p for p in dashboard["panels"] if p["title"].startswith("Overlay hops per delivery")]
-    exprs = [target["expr"] for target in panel["targets"]]
+    exprs = [target["expr"].replace("$job", ".*").replace("$instance", ".*") for target in panel["targets"]]
     assert len(exprs) == 2
-    buckets = ["1", "2", "3", "4", "6", "8", "12", "16", "+Inf"]
-    series = [
-        {"series": f'skipmq_cluster_delivery_hops_bucket{{instance="b{b}", le="{le}"}}', "values": "0+10x10"}
-        for b in (1, 2)
-        for le in buckets
-    ]
+    buckets = [str(k) for k in range(1, 17)] + ["+Inf"]
+
+    def series(instance: str, counts: dict[int, int]) -> list[dict[str, str]]:
+        out = []
+        for le in buckets:
+            per_minute = sum(n for hops, n in counts.items() if le == "+Inf" or hops <= int(le))
+            labels = f'job="skipmq", instance="{instance}", le="{le}"'
+            out.append(
+                {"series": f"skipmq_cluster_delivery_hops_bucket{{{labels}}}", "values": f"0+{per_minute}x10"}
+            )
+        return out
+
     raw = "histogram_quantile(0.5, sum by (le) (rate(skipmq_cluster_delivery_hops_bucket[5m])))"
-    expr_tests = [
+    one_hop = [
         {"expr": expr, "eval_time": "10m", "exp_samples": [{"labels": "{}", "value": 1}]} for expr in exprs
     ] + [{"expr": raw, "eval_time": "10m", "exp_samples": [{"labels": "{}", "value": 0.5}]}]
+    mixed = [
+        {"expr": expr, "eval_time": "10m", "exp_samples": [{"labels": "{}", "value": value}]}
+        for expr, value in zip(exprs, (2, 5), strict=True)
+    ]
     spec = {
         "rule_files": [],
         "evaluation_interval": "1m",
-        "tests": [{"interval": "1m", "input_series": series, "promql_expr_test": expr_tests}],
+        "tests": [
+            {
+                "interval": "1m",
+                "input_series": series("b1", {1: 10}) + series("b2", {1: 10}),
+                "promql_expr_test": one_hop,
+            },
+            {"interval": "1m", "input_series": series("b1", {2: 95, 5: 5}), "promql_expr_test": mixed},
+        ],
     }
     path = tmp_path / "hops.test.yml"
     path.write_text(yaml.safe_dump(spec))

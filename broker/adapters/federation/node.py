@@ -10,7 +10,11 @@ that ends without a ``Leave`` - the peer was killed, the network failed - is ``l
 the router re-links (§3.7.3 (4)). A timer drives ``tick`` (retries, discovery, timeouts).
 
 Delivery over a link is at most once per hop (a frame written into a stream that breaks is
-lost); docs/federation.md says what that means and what is not done.
+lost); QoS >= 1 events are in custody (broker/federation/custody.py), kept in the broker's
+SQLite store when it has one (``custody_store.py``): an ``EventAck`` leaves only after the
+commit that made what it acknowledges durable (the deliveries into persistent sessions, the
+custody rows), and a restarted broker restores its custody. docs/federation.md says what that
+means and what is not done.
 """
 
 from __future__ import annotations
@@ -25,14 +29,29 @@ from typing import TYPE_CHECKING, Any
 import grpc
 
 from broker.adapters.federation import wire
+from broker.adapters.federation.custody_store import SqliteCustodyStore
+from broker.adapters.federation.metrics import FederationCollector
 from broker.adapters.transport._pb.skipmq.v1 import federation_pb2 as pb
 from broker.adapters.transport._pb.skipmq.v1 import federation_pb2_grpc as pb_grpc
+from broker.adapters.transport.tls import ClusterTls, TlsFiles, authenticated_peer_ids
 from broker.core.session import Message
 from broker.federation.keys import RoutingMode
-from broker.federation.messages import Action, Deliver, Event, LinkMessage, LinkRequest, Note, Send, Unlink
+from broker.federation.messages import (
+    Action,
+    Deliver,
+    Event,
+    EventAck,
+    LinkMessage,
+    LinkRequest,
+    Note,
+    Send,
+    StoreRetained,
+    Unlink,
+)
 from broker.federation.router import FederationRouter, LinkError, PlaceSettings
 
 if TYPE_CHECKING:
+    from broker.adapters.sqlite_store import Store
     from broker.config import FederationConfig
     from broker.core.ports import BrokerApi
 
@@ -77,6 +96,11 @@ class FederationNode(pb_grpc.FederationServicer):
     def __init__(self, config: FederationConfig, broker: BrokerApi | None = None) -> None:
         self.config = config
         self.broker = broker  # set before start()
+        self.store: Store | None = None  # the broker's SQLite store (custody), set before start()
+        self._acks_after_commit: dict[str, list[pb.FedMessage]] = {}
+        self._acks_scheduled = False
+        self._tls: ClusterTls | None = None  # None: plaintext links (federation.insecure)
+        self._custody_store: SqliteCustodyStore | None = None
         self.router: FederationRouter | None = None
         self.port = 0
         self._links: dict[str, _Link] = {}
@@ -91,10 +115,15 @@ class FederationNode(pb_grpc.FederationServicer):
     # ------------------------------------------------------------------ life cycle
     async def start(self) -> int:
         config = self.config
+        self._tls = federation_tls(config)
         server = grpc.aio.server(options=_SERVER_OPTIONS)
         pb_grpc.add_FederationServicer_to_server(self, server)
         try:
-            port = server.add_insecure_port(f"{config.host}:{config.port}")
+            address = f"{config.host}:{config.port}"
+            if self._tls is None:
+                port = server.add_insecure_port(address)
+            else:
+                port = server.add_secure_port(address, self._tls.server_credentials())
         except RuntimeError:  # grpc reports a port in use this way
             port = 0
         if port == 0:
@@ -117,8 +146,18 @@ class FederationNode(pb_grpc.FederationServicer):
             link_timeout_s=config.link_timeout_ms / 1000,
             custody_grace_s=config.custody_grace_ms / 1000,
             incarnation=f"{name}/{os.urandom(4).hex()}",
+            retained_place=config.retained == "place",
         )
-        self.router = FederationRouter(name, settings)
+        custody_store = SqliteCustodyStore(self.store) if self.store is not None else None
+        self._custody_store = custody_store
+        self.router = FederationRouter(name, settings, store=custody_store)
+        if self.broker is not None and settings.retained_place:  # what the store held: oldest version
+            for message in self.broker.retained_messages():
+                if not message.topic.startswith("$"):
+                    self.router.retained.seed(message.topic, message.payload, message.qos)
+        restored = self.router.restore(time.monotonic())
+        if restored:
+            self._log("federation_custody_restored", events=str(restored))
         for topic_filter in self._pending_filters:
             self._apply(self.router.subscribe(topic_filter))
         self._pending_filters.clear()
@@ -139,6 +178,8 @@ class FederationNode(pb_grpc.FederationServicer):
                 await asyncio.wait_for(self._drain(), timeout=2.0)
         for link in list(self._links.values()):
             self._close(link)
+        if self._custody_store is not None and self._custody_store.pending() and self.store is not None:
+            self.store.begin()  # the broker's close commits it
         if self._server is not None:
             await self._server.stop(grace=0.5)
 
@@ -154,8 +195,17 @@ class FederationNode(pb_grpc.FederationServicer):
                 continue
             try:
                 self._apply(self.router.tick(time.monotonic()))
+                self._write_forgotten()
             except Exception:  # a bug must not stop the retries, discovery and custody timers
                 log.exception("federation tick failed")
+
+    def _write_forgotten(self) -> None:
+        """Completed custody rows wait for the next commit; an idle broker makes one per tick, so
+        a restart does not send completed events again (custody_store.py)."""
+        custody, store, broker = self._custody_store, self.store, self.broker
+        if custody is not None and store is not None and broker is not None and custody.pending():
+            store.begin()
+            broker.after_batch()
 
     # ------------------------------------------------------------------ the core's events
     def on_subscribe(self, client_id: str, topic_filter: str, share_group: str | None) -> None:
@@ -183,7 +233,11 @@ class FederationNode(pb_grpc.FederationServicer):
         if self.router is None or message.topic.startswith("$"):
             return
         event = Event(message.topic, message.payload, message.qos, message.retain)
-        self._apply(self.router.publish(event, time.monotonic()))
+        self._apply(self.router.publish(event, time.monotonic(), wall_ms=int(time.time() * 1000)))
+
+    def collector(self) -> FederationCollector:
+        """The ``skipmq_federation_*`` metric families (metrics.py), read at each scrape."""
+        return FederationCollector(self)
 
     # ------------------------------------------------------------------ state (GET /federation)
     def state(self) -> dict[str, Any]:
@@ -208,6 +262,7 @@ class FederationNode(pb_grpc.FederationServicer):
             "events_wasted": router.stats.events_wasted,
             "events_forwarded": self.events_forwarded,
             "custody": router.custody_stats(),
+            "retained_known": len(router.retained),
         }
 
     # ------------------------------------------------------------------ actions
@@ -220,9 +275,14 @@ class FederationNode(pb_grpc.FederationServicer):
                     self._dial(action.peer)
                 if isinstance(action.message, Event):
                     self.events_forwarded += 1
+                elif isinstance(action.message, EventAck) and self._store_pending():
+                    self._ack_after_commit(action.peer, wire.encode(action.message))
+                    continue
                 batches.setdefault(action.peer, []).append(wire.encode(action.message))
             elif isinstance(action, Deliver):
                 self._deliver(action)
+            elif isinstance(action, StoreRetained):
+                self._store_retained(action)
             elif isinstance(action, Unlink):
                 self._flush(batches, only=action.peer)
                 link = self._links.pop(action.peer, None)
@@ -232,6 +292,32 @@ class FederationNode(pb_grpc.FederationServicer):
             elif isinstance(action, Note):
                 self._log(action.event, logging.INFO, **dict(action.fields))
         self._flush(batches)
+
+    def _store_pending(self) -> bool:
+        return self.broker is not None and self.broker.store_pending()
+
+    def _ack_after_commit(self, peer: str, ack: pb.FedMessage) -> None:
+        """An acknowledgement says "durable here": it waits for the group commit (scheduled by
+        ``after_batch``, which runs before this callback on the loop)."""
+        self._acks_after_commit.setdefault(peer, []).append(ack)
+        if not self._acks_scheduled:
+            self._acks_scheduled = True
+            if self.broker is not None:
+                self.broker.after_batch()
+            asyncio.get_running_loop().call_soon(self._send_acks)
+
+    def _send_acks(self) -> None:
+        self._acks_scheduled = False
+        broker = self.broker
+        if broker is not None and broker.store_pending() and not broker.commit_now():
+            self._acks_scheduled = True  # the commit failed: the broker rewrites its store; retry
+            asyncio.get_running_loop().call_later(0.1, self._send_acks)
+            return
+        acks, self._acks_after_commit = self._acks_after_commit, {}
+        for peer, messages in acks.items():
+            link = self._links.get(peer)
+            if link is not None:
+                link.outbox.put_nowait(pb.FedFrame(messages=messages))
 
     def _flush(self, batches: dict[str, list[pb.FedMessage]], only: str | None = None) -> None:
         for peer in [only] if only is not None else list(batches):
@@ -249,10 +335,22 @@ class FederationNode(pb_grpc.FederationServicer):
             broker.deliver_remote(message)
             broker.after_batch()
 
+    def _store_retained(self, action: StoreRetained) -> None:
+        write = action.write
+        broker = self.broker
+        if broker is not None:
+            broker.set_retained(
+                Message(write.topic, write.payload, write.qos, retain=True, origin="federation")
+            )
+            broker.after_batch()
+
     # ------------------------------------------------------------------ dialing (the requester)
     def _dial(self, peer: str) -> None:
         link = _Link(peer, dialed=True)
-        link.channel = grpc.aio.insecure_channel(peer, options=_OPTIONS)
+        if self._tls is None:
+            link.channel = grpc.aio.insecure_channel(peer, options=_OPTIONS)
+        else:
+            link.channel = grpc.aio.secure_channel(peer, self._tls.channel_credentials(), options=_OPTIONS)
         link.call = pb_grpc.FederationStub(link.channel).Link()
         self._links[peer] = link
         loop = asyncio.get_running_loop()
@@ -289,6 +387,13 @@ class FederationNode(pb_grpc.FederationServicer):
             await context.abort(grpc.StatusCode.UNAVAILABLE, "federation is starting")
             return
         peer = messages[0].requester
+        refusal = self._identity_refusal(peer, context)
+        if refusal is not None:
+            self._log(
+                "federation_identity_refused", peer=context.peer(), reason=refusal, level=logging.WARNING
+            )
+            await context.abort(grpc.StatusCode.PERMISSION_DENIED, refusal)
+            return
         old = self._links.get(peer)
         if old is not None and not old.dialed:  # the peer restarted and requests again
             self._lost(old)
@@ -305,6 +410,19 @@ class FederationNode(pb_grpc.FederationServicer):
                 await context.write(frame)
             except Exception:
                 return
+
+    def _identity_refusal(self, claimed: str, context: Any) -> str | None:
+        """Why a LinkRequest claiming the name ``claimed`` is refused on this stream, or None:
+        with TLS the client certificate (checked against the place's CA in the handshake) must
+        name it (``skipmq://host:port``), so a certified broker cannot link as another."""
+        if self._tls is None:
+            return None
+        names = authenticated_peer_ids(context)
+        if names is None:
+            return "no client certificate on a TLS link"
+        if claimed not in names:
+            return f"LinkRequest claims {claimed!r}; the certificate names {sorted(names)}"
+        return None
 
     # ------------------------------------------------------------------ reading (both sides)
     async def _read(self, link: _Link) -> None:
@@ -335,6 +453,8 @@ class FederationNode(pb_grpc.FederationServicer):
                 self._apply(router.on_message(link.peer, message, time.monotonic()))
             except LinkError as exc:
                 self._log("federation_link_error", peer=link.peer, reason=str(exc), level=logging.WARNING)
+        if self._store_pending() and self.broker is not None:
+            self.broker.after_batch()  # custody rows of relayed events: commit them soon
 
     def _lost(self, link: _Link) -> None:
         """The stream ended: without a Leave before it, the router treats it as a crash."""
@@ -366,6 +486,20 @@ class FederationNode(pb_grpc.FederationServicer):
             self.broker.log_event(level, event, **fields)
         else:
             log.log(level, "%s %s", event, fields)
+
+
+def federation_tls(config: FederationConfig) -> ClusterTls | None:
+    """The mutual-TLS credentials of the shared links (the cluster's ``tls.py``: same CA tooling,
+    same certificate identity), or None with ``federation.insecure`` - warned about at every start."""
+    if config.insecure:
+        log.warning(
+            "federation.insecure is set: federation links are plaintext and unauthenticated; anyone "
+            "who reaches %s:%d can link as any broker, read and inject events (docs/federation.md)",
+            config.host,
+            config.port,
+        )
+        return None
+    return ClusterTls(TlsFiles(config.tls_ca_file, config.tls_cert_file, config.tls_key_file))
 
 
 def _describe(exc: BaseException) -> str:

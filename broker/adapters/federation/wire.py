@@ -15,6 +15,7 @@ from broker.federation.messages import (
     Probe,
     ProbeReply,
     Register,
+    Retained,
     TopologyUpdate,
     Unregister,
 )
@@ -72,6 +73,16 @@ def encode(message: LinkMessage) -> pb.FedMessage:
         )
     elif isinstance(message, EventAck):
         out.event_ack.CopyFrom(pb.FedEventAck(event_id=message.event_id))
+    elif isinstance(message, Retained):
+        out.retained.CopyFrom(
+            pb.FedRetained(
+                topic=message.topic,
+                payload=message.payload,
+                qos=message.qos,
+                version_ms=message.version_ms,
+                origin=message.origin,
+            )
+        )
     elif isinstance(message, Probe):
         out.probe.CopyFrom(
             pb.FedProbe(
@@ -127,6 +138,13 @@ def decode(item: pb.FedMessage) -> LinkMessage:
             )
         if kind == "event_ack":
             return EventAck(item.event_ack.event_id)
+        if kind == "retained":
+            write = item.retained
+            if not write.topic or write.topic.startswith("$") or "+" in write.topic or "#" in write.topic:
+                raise FederationWireError(f"retained topic {write.topic!r} is not a topic name")
+            if write.qos > 2:
+                raise FederationWireError(f"retained QoS {write.qos}")
+            return Retained(write.topic, bytes(write.payload), write.qos, write.version_ms, write.origin)
         if kind == "probe":
             probe = item.probe
             return Probe(probe.round, probe.hops_left, HopAttribute(probe.attribute), tuple(probe.trail))

@@ -174,6 +174,7 @@ class _Peer:
         "down_reported",
         "drop_logged",
         "ever_up",
+        "http_port",
         "id",
         "link",
         "link_changed",
@@ -197,6 +198,7 @@ class _Peer:
         self.ever_up = False
         self.drop_logged = False
         self.backoff_failures = 0
+        self.http_port = 0  # from the peer's last Hello; 0 = not announced
         self.sender_task: asyncio.Task[None] | None = None
 
 
@@ -236,6 +238,9 @@ class GrpcTransport:
         self._background: set[asyncio.Task[None]] = set()
         self._max_item_bytes = self.config.max_message_bytes - _FRAME_HEADROOM_BYTES
         self._tls = tls  # None: plaintext links (cluster.insecure); see tls.py
+        # announced in every Hello (where peers find this broker's /metrics); set by the runtime
+        # before start, or once an ephemeral HTTP port is bound (links up by then announced 0)
+        self.http_port = 0
 
     # ------------------------------------------------------------------ public API
 
@@ -317,6 +322,14 @@ class GrpcTransport:
 
     def connected_peers(self) -> frozenset[str]:
         return frozenset(peer_id for peer_id, state in self._peers.items() if state.link is not None)
+
+    def peer_http_ports(self) -> dict[str, int]:
+        """{peer id: HTTP port} of the connected peers that announced one in their Hello."""
+        return {
+            peer_id: state.http_port
+            for peer_id, state in self._peers.items()
+            if state.link is not None and state.http_port
+        }
 
     async def stop(self, drain_timeout_s: float = 2.0) -> None:
         """NOT_SERVING, send what is queued (bounded by ``drain_timeout_s``), close every link."""
@@ -432,7 +445,7 @@ class GrpcTransport:
         link: _DialedLink | None = None
         try:
             async with asyncio.timeout(self.config.connect_timeout_s):
-                await call.write(wire.encode_hello(self.self_id, self.config.max_batch_items))
+                await call.write(wire.encode_hello(self.self_id, self.config.max_batch_items, self.http_port))
                 reply = await call.read()
             if reply is grpc.aio.EOF:
                 raise ConnectionError("the peer ended the stream before its Hello")
@@ -444,6 +457,7 @@ class GrpcTransport:
             if hello.peer_id != state.id:
                 raise ConnectionError(f"the broker at {state.id} calls itself {hello.peer_id!r}")
             link = _DialedLink(state.id, channel, call, self._background)
+            state.http_port = hello.http_port
         except asyncio.CancelledError:
             call.cancel()
             await channel.close()
@@ -512,13 +526,14 @@ class GrpcTransport:
             return
         state.pending_accepts += 1
         try:
-            await context.write(wire.encode_hello(self.self_id, self.config.max_batch_items))
+            await context.write(wire.encode_hello(self.self_id, self.config.max_batch_items, self.http_port))
         except Exception as exc:
             log.info("Hello to %s failed: %s", state.id, _describe(exc))
             return
         finally:
             state.pending_accepts -= 1
             state.wakeup.set()
+        state.http_port = hello.http_port
         link = _AcceptedLink(state.id, context)
         self._install(state, link)
         await link.closed.wait()

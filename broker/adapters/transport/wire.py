@@ -35,6 +35,7 @@ from broker.cluster.messages import (
     ClassInterest,
     DirectedBody,
     Envelope,
+    ForwardedBatch,
     ForwardedMessage,
     RetainedSyncReply,
     RetainedSyncRequest,
@@ -495,13 +496,17 @@ def payload_to_proto(payload: Any, out: Any | None = None, where: str = "payload
         # the same message goes to every destination of a publication and into the send log:
         # encoded once (issue #11), then copied in as bytes
         out.forwarded.MergeFromString(_encoded_forwarded(payload, f"{where}.ForwardedMessage"))
+    elif isinstance(payload, ForwardedBatch):
+        # one publication, several destinations: the batch's bytes are built once (issue #11)
+        out.forwarded_batch.MergeFromString(_encoded_batch(payload, f"{where}.ForwardedBatch"))
     elif isinstance(payload, RetainedUpdate):
         _retained_to_proto(payload, out.retained, f"{where}.RetainedUpdate")
     elif isinstance(payload, SessionClaim):
         _claim_to_proto(payload, out.session_claim, f"{where}.SessionClaim")
     else:
         raise WireError(
-            f"{where}: a PUB payload must be ForwardedMessage, RetainedUpdate or SessionClaim, "
+            f"{where}: a PUB payload must be ForwardedMessage, ForwardedBatch, RetainedUpdate or "
+            "SessionClaim, "
             f"got {type(payload).__name__}"
         )
     return out
@@ -511,6 +516,8 @@ def payload_from_proto(src: Any, where: str = "payload") -> Any:
     case = src.WhichOneof("kind")
     if case == "forwarded":
         return _forwarded_from_proto(src.forwarded, f"{where}.ForwardedMessage")
+    if case == "forwarded_batch":
+        return _batch_from_proto(src.forwarded_batch, f"{where}.ForwardedBatch")
     if case == "retained":
         return _retained_from_proto(src.retained, f"{where}.RetainedUpdate")
     if case == "session_claim":
@@ -790,11 +797,12 @@ def encode_frame(items: Sequence[object]) -> bytes:
     return encode_frame_from_items(encode_item(item) for item in items)
 
 
-def encode_hello(peer_id: str, max_batch_items: int) -> bytes:
+def encode_hello(peer_id: str, max_batch_items: int, http_port: int = 0) -> bytes:
     frame = pb.Frame()
     frame.hello.peer_id = peer_id
     frame.hello.schema_version = SCHEMA_VERSION
     frame.hello.max_batch_items = max_batch_items
+    frame.hello.http_port = http_port
     return bytes(frame.SerializeToString())
 
 
@@ -803,6 +811,7 @@ class Hello:
     peer_id: str
     schema_version: int
     max_batch_items: int
+    http_port: int = 0  # the sender's HTTP port; 0 = unknown (an older broker) or HTTP off
 
 
 def _parse(cls: Any, data: bytes, what: str) -> Any:
@@ -824,7 +833,9 @@ def decode_hello(data: bytes) -> Hello:
     hello = frame.hello
     if not hello.peer_id:
         raise WireError("Hello: empty peer_id")
-    return Hello(hello.peer_id, hello.schema_version, hello.max_batch_items)
+    if hello.http_port > 65535:
+        raise WireError(f"Hello: http_port {hello.http_port} is not a port")
+    return Hello(hello.peer_id, hello.schema_version, hello.max_batch_items, hello.http_port)
 
 
 def decode_frame(data: bytes) -> list[object]:
@@ -851,7 +862,10 @@ def encode_forwarded(forwarded: ForwardedMessage) -> bytes:
 # the serialized pb.ForwardedMessage of the last few ForwardedMessage objects encoded (by
 # identity; the objects are kept, so an id is not reused while its entry lives)
 _ENCODED_FORWARDED: dict[int, tuple[ForwardedMessage, bytes]] = {}
-_ENCODED_FORWARDED_LIMIT = 32
+_ENCODED_FORWARDED_LIMIT = 512  # >= a batch (broker.cluster.streams.BATCH_MAX_MESSAGES)
+_BATCH_MESSAGES_TAG = bytes(((1 << 3) | 2,))  # ForwardedBatch.messages: field 1, length-delimited
+_ENCODED_BATCH: dict[int, tuple[ForwardedBatch, bytes]] = {}  # as _ENCODED_FORWARDED, per batch
+_ENCODED_BATCH_LIMIT = 8
 
 
 def _encoded_forwarded(forwarded: ForwardedMessage, where: str) -> bytes:
@@ -865,6 +879,32 @@ def _encoded_forwarded(forwarded: ForwardedMessage, where: str) -> bytes:
         del _ENCODED_FORWARDED[next(iter(_ENCODED_FORWARDED))]
     _ENCODED_FORWARDED[id(forwarded)] = (forwarded, data)
     return data
+
+
+def _encoded_batch(batch: ForwardedBatch, where: str) -> bytes:
+    """The serialized pb.ForwardedBatch, from each message's cached bytes (the send log encoded
+    the QoS >= 1 ones already), built once per batch and reused for every destination."""
+    cached = _ENCODED_BATCH.get(id(batch))
+    if cached is not None and cached[0] is batch:
+        return cached[1]
+    if not batch.messages:
+        raise WireError(f"{where}: an empty ForwardedBatch")
+    parts: list[bytes] = []
+    for index, forwarded in enumerate(batch.messages):
+        data = _encoded_forwarded(forwarded, f"{where}.messages[{index}]")
+        parts += (_BATCH_MESSAGES_TAG, _varint(len(data)), data)
+    encoded = b"".join(parts)
+    if len(_ENCODED_BATCH) >= _ENCODED_BATCH_LIMIT:
+        del _ENCODED_BATCH[next(iter(_ENCODED_BATCH))]
+    _ENCODED_BATCH[id(batch)] = (batch, encoded)
+    return encoded
+
+
+def _batch_from_proto(src: Any, where: str) -> ForwardedBatch:
+    if not src.messages:
+        raise WireError(f"{where}: an empty ForwardedBatch")
+    items = enumerate(src.messages)
+    return ForwardedBatch(tuple(_forwarded_from_proto(item, f"{where}.messages[{i}]") for i, item in items))
 
 
 def decode_forwarded(data: bytes) -> ForwardedMessage:

@@ -98,6 +98,13 @@ the StatefulSet, the Services and the probes read their ports from it, so they c
 {{- $port := int (dig "cluster" "port" 7883 $cfg) -}}
 {{- $_ := set $cluster "host" "0.0.0.0" -}}
 {{- $_ := set $cluster "join" (printf "%s.%s.svc:%d" (include "skipmq.peersName" .) .Release.Namespace $port) -}}
+{{- if .Values.clusterTls.enabled -}}
+{{- $_ := set $cluster "tls_ca_file" "/etc/skipmq/cluster-ca/ca.pem" -}}
+{{- $_ := set $cluster "tls_cert_file" "/etc/skipmq/cluster-tls/broker.pem" -}}
+{{- $_ := set $cluster "tls_key_file" "/etc/skipmq/cluster-tls/broker.key" -}}
+{{- else -}}
+{{- $_ := set $cluster "insecure" true -}}
+{{- end -}}
 {{- end -}}
 {{- $auth := dict -}}
 {{- if include "skipmq.hasPasswordFile" . -}}
@@ -128,4 +135,17 @@ the StatefulSet, the Services and the probes read their ports from it, so they c
   "clusterEnabled" $cfg.cluster.enabled
   "cluster" (int (dig "cluster" "port" 7883 $cfg)) -}}
 {{- toJson $out -}}
+{{- end -}}
+
+{{/* Cluster mTLS: on when clustered and clusterTls.enabled; the Secret holding the CA. */}}
+{{- define "skipmq.clusterTls" -}}
+{{- if and (eq (include "skipmq.clustered" .) "true") .Values.clusterTls.enabled -}}true{{- end -}}
+{{- end -}}
+
+{{- define "skipmq.clusterCaSecretName" -}}
+{{- .Values.clusterTls.existingSecret | default (printf "%s-cluster-ca" (include "skipmq.fullname" .)) -}}
+{{- end -}}
+
+{{- define "skipmq.pipelineImage" -}}
+{{- printf "%s:%s" .Values.pipeline.image.repository (.Values.pipeline.image.tag | default .Chart.AppVersion) -}}
 {{- end -}}

@@ -1,14 +1,27 @@
 """The cluster fast path (issue #11; broker/cluster/engine.py ``on_publish``, overlay/node.py
 ``reaches_only_self``): a publish whose topic class no other broker subscribes does no overlay work
-(it is delivered locally; QoS >= 1 still goes into the send log), and the moment another broker
-subscribes, a publish after its SUBACK reaches it (docs/cluster.md "Subscriptions").
+(it is delivered locally; QoS >= 1 is kept in the send log in memory, and written to the store
+only while some other broker is down or unreachable), and the moment another broker subscribes, a
+publish after its SUBACK reaches it (docs/cluster.md "Subscriptions").
 
-Real brokers (3-broker cluster over gRPC), paho clients.
+Real brokers (3-broker cluster over gRPC), paho clients, the brokers' own SQLite files.
 """
 
 from __future__ import annotations
 
-from tests.support.cluster import ClientFactory, metric_total, numbers, unique_id, wait_until
+import contextlib
+import os
+import sqlite3
+import time
+
+from tests.support.cluster import (
+    ClientFactory,
+    ClusterFactory,
+    metric_total,
+    numbers,
+    unique_id,
+    wait_until,
+)
 from tools.launcher import LocalCluster
 
 MESSAGES = 300
@@ -47,3 +60,54 @@ def test_a_class_nobody_elsewhere_subscribes_skips_the_overlay_until_a_remote_su
     assert numbers((m.payload for m in remote_got), b"b") == list(range(50))
     local_got = local.wait_messages(50)
     assert numbers((m.payload for m in local_got), b"b") == list(range(50))
+
+
+def _send_log_rows(cluster: LocalCluster, index: int, cls: str) -> int:
+    """Rows of broker ``index``'s durable send log for topic class ``cls`` (read-only, from its
+    SQLite file while it runs: WAL lets a second reader in)."""
+    path = os.path.join(cluster.brokers[index].data_dir, "skipmq.db")
+    with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=5.0)) as db:
+        row = db.execute("SELECT count(*) FROM cluster_send_log WHERE stream = ?", (cls,)).fetchone()
+    return int(row[0])
+
+
+def test_a_local_only_qos1_publish_needs_no_send_log_row_while_every_peer_is_connected(
+    cluster_factory: ClusterFactory, client_factory: ClientFactory
+) -> None:
+    """Local deliveries in a cluster cost what they cost on a single broker: a QoS 1 publish on a
+    class nobody elsewhere subscribes is not written to the store (its PUBACK waits for no commit)
+    while every other broker is connected; with a broker down it is written again (for a receiver
+    cut off on the other side that we have not heard of, should this broker crash before it is
+    back). ``cluster.send_log_min_retention_ms`` (10 s) keeps any row written here until after
+    the counts below."""
+    cluster = cluster_factory(3)
+    prefix = unique_id("fastrows")
+    topic, cls = f"{prefix}/t", f"={prefix}"
+    local = client_factory(cluster, 0)
+    assert local.subscribe(topic, 1) == [1]
+    publisher = client_factory(cluster, 0)
+    publisher.publish(topic, b"warm", 1)  # the full path once: joins the class as a publisher
+    local.wait_messages(1)
+    for n in range(MESSAGES):
+        publisher.publish_nowait(topic, b"a" + str(n).encode(), 1)
+    wait_until(lambda: not publisher.pending, 30.0, what="every QoS 1 publish acknowledged")
+    assert numbers((m.payload for m in local.wait_messages(MESSAGES)), b"a") == list(range(MESSAGES))
+    # the full path runs at most once a second per class (QUIET_RECHECK_S) and logs its message
+    rows = _send_log_rows(cluster, 0, cls)
+    assert rows <= 20, f"{rows} of {MESSAGES + 1} local-only QoS 1 messages were written to the store"
+
+    gone = cluster.brokers[2].peer_id
+    cluster.kill_broker(2)
+    wait_until(
+        lambda: gone not in cluster.cluster_state(0)["connected_peers"],
+        30.0,
+        what="broker 0 sees broker 2's link down",
+    )
+    time.sleep(1.5)  # past QUIET_RECHECK_S: the class's reach is checked again
+    before = _send_log_rows(cluster, 0, cls)
+    for n in range(100):
+        publisher.publish_nowait(topic, b"b" + str(n).encode(), 1)
+    wait_until(lambda: not publisher.pending, 30.0, what="every QoS 1 publish acknowledged")
+    assert numbers((m.payload for m in local.wait_messages(100)), b"b") == list(range(100))
+    written = _send_log_rows(cluster, 0, cls) - before
+    assert written >= 100, f"only {written} of 100 QoS 1 messages written while a peer was down"

@@ -117,13 +117,14 @@ def _dropped(broker: BrokerProcess, reason: str) -> float:
 
 
 def test_slow_consumer_output_buffer_cap(broker_factory: Factory) -> None:
-    """A subscriber that never reads: QoS 0 beyond its output cap is dropped and counted, and the
-    broker keeps serving others."""
+    """A subscriber that never reads: QoS 0 beyond its output cap is dropped, counted and logged
+    naming the client, and the broker keeps serving others."""
     broker = broker_factory(_limits(max_output_buffer_bytes=65_536))
     slow = RawClient(broker.host, broker.port, level=4)
     slow.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
     try:
-        assert slow.connect(unique_id("slow"))[1] == 0
+        slow_id = unique_id("slow")
+        assert slow.connect(slow_id)[1] == 0
         assert slow.subscribe([("limits/slow", 0)]) == [0]
         with RawClient(broker.host, broker.port, level=4) as pub:
             assert pub.connect(unique_id("pub"))[1] == 0
@@ -132,6 +133,8 @@ def test_slow_consumer_output_buffer_cap(broker_factory: Factory) -> None:
             while _dropped(broker, "slow_consumer") == 0:
                 assert time.monotonic() < deadline, "no slow_consumer drop counted"
                 pub.send(chunk)
+        line = _event(broker, "messages_dropped", client_id=slow_id)
+        assert line["dropped_by_reason"].get("slow_consumer", 0) > 0, line
         assert _connack_code(broker) == 0
     finally:
         try:

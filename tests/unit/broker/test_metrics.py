@@ -36,6 +36,10 @@ METRIC_NAMES = [
     "skipmq_sessions",
     "skipmq_inflight_messages",
     "skipmq_uptime_seconds",
+    "skipmq_session_queue_limit",
+    "skipmq_session_queue_depth_max",
+    "skipmq_sessions_queue_near_limit",
+    "skipmq_store_commit_seconds_count",
 ]
 
 
@@ -187,7 +191,11 @@ def test_metric_types() -> None:
     assert types["skipmq_build_info"] == "gauge"
     assert types["skipmq_store_errors_total"] == "counter"
     assert types["skipmq_queued_messages"] == "gauge"
-    assert sorted(types) == sorted(METRIC_NAMES)
+    assert types["skipmq_store_commit_seconds"] == "histogram"
+    families = [name.removesuffix("_count") for name in METRIC_NAMES]
+    # labelled by certificate setting: no series without configured certificate files
+    families += ["skipmq_tls_certificate_expiry_timestamp_seconds", "skipmq_tls_certificate_read_errors"]
+    assert sorted(types) == sorted(families)
 
 
 def test_registries_are_independent() -> None:

@@ -111,3 +111,24 @@ def test_a_failing_action_does_not_drop_the_actions_after_it(start_broker: Start
     ]
     threaded.call(engine._carry_out, actions)
     assert _received(client, 1) == [7]
+
+
+def test_a_sys_subscription_joins_no_class_in_the_overlay(start_broker: Start) -> None:
+    """$SYS topics are each broker's own (never forwarded): subscribing to them joins no class in
+    the overlay and announces nothing to peers, and the SUBACK does not wait for the overlay."""
+    threaded = _clustered(start_broker)
+    engine = _engine(threaded)
+    client = RawClient(threaded.ports["tcp"])
+    client.connect("sys-watcher")
+    started = time.monotonic()
+    client.subscribe("$SYS/#", 0)
+    client.subscribe("$SYS/skipmq/+/classes", 1)
+    assert time.monotonic() - started < 2.0  # cluster.subscribe_wait_ms is longer
+    client.subscribe("plant/#", 1)  # an ordinary filter still joins its class
+    classes = threaded.call(lambda: engine.state()["subscribed_classes"])
+    assert not [cls for cls in classes if "$SYS" in cls], classes
+    assert classes, "plant/# should have joined its class"
+    node = engine.node
+    assert node is not None
+    topics = threaded.call(lambda: {str(key[0]) for key in node.vnodes})
+    assert not [t for t in topics if "$SYS" in t], topics

@@ -7,6 +7,7 @@ from broker.cluster.inbound import envelope_problem, payload_problem
 from broker.cluster.messages import (
     ClaimReply,
     Envelope,
+    ForwardedBatch,
     ForwardedMessage,
     RetainedSyncRequest,
     RetainedUpdate,
@@ -47,3 +48,18 @@ def test_overlay_payloads_name_their_publisher() -> None:
     assert payload_problem(A, RetainedUpdate(C, 1, MESSAGE)) is not None
     assert payload_problem(A, ForwardedMessage(f"{C}/inc", "cls", 1, MESSAGE)) is not None
     assert payload_problem(A, SessionClaim(C, "c", 1, False)) is not None
+
+
+def test_a_batch_holds_only_its_publishers_messages_of_one_stream() -> None:
+    ours = ForwardedMessage(f"{A}/inc", "cls", 1, MESSAGE)
+    assert payload_problem(A, ForwardedBatch((ours, ForwardedMessage(f"{A}/inc", "cls", 2, MESSAGE)))) is None
+    assert payload_problem(A, ForwardedBatch(())) is not None
+    assert (
+        payload_problem(A, ForwardedBatch((ours, ForwardedMessage(f"{C}/inc", "cls", 2, MESSAGE))))
+        is not None
+    )
+    assert (
+        payload_problem(A, ForwardedBatch((ours, ForwardedMessage(f"{A}/inc", "other", 2, MESSAGE))))
+        is not None
+    )
+    assert payload_problem(C, ForwardedBatch((ours,))) is not None

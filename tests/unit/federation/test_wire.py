@@ -18,6 +18,7 @@ from broker.federation.messages import (
     Probe,
     ProbeReply,
     Register,
+    Retained,
     TopologyUpdate,
     Unregister,
 )
@@ -34,6 +35,8 @@ MESSAGES: list[LinkMessage] = [
     Event("plant/a", b"\x00\xff payload", 2, True, "edge-a", "b:2/x/7"),
     Event("plant/b", b""),
     EventAck("b:2/x/7"),
+    Retained("plant/cfg", b"speed=3", 1, 1_764_000_000_000, "b:2"),
+    Retained("plant/cfg", b"", 0, 7, "a:1"),
     Probe(3, 2, HopAttribute.UPSTREAM, ("c:3",)),
     ProbeReply(3, HopAttribute.ALL, "a:1", 2, ("c:3",)),
 ]
@@ -53,6 +56,10 @@ def test_round_trip(message: LinkMessage) -> None:
         (pb.FedMessage(register=pb.FedRegister(key="", ttl=3)), "bad registration"),
         (pb.FedMessage(event=pb.FedEvent(topic="x", qos=3)), "event QoS 3"),
         (pb.FedMessage(probe=pb.FedProbe(attribute="sideways")), "sideways"),
+        (pb.FedMessage(retained=pb.FedRetained(topic="plant/#")), "not a topic name"),
+        (pb.FedMessage(retained=pb.FedRetained(topic="$SYS/x")), "not a topic name"),
+        (pb.FedMessage(retained=pb.FedRetained(topic="")), "not a topic name"),
+        (pb.FedMessage(retained=pb.FedRetained(topic="a", qos=3)), "retained QoS 3"),
         (
             pb.FedMessage(link_request=pb.FedLinkRequest(place="p", requester="a:1", schema_version=2)),
             "schema",

@@ -42,6 +42,7 @@ VALUE_SETS: dict[str, dict[str, Any]] = {
     "monitoring": {
         "metrics": {
             "serviceMonitor": {"enabled": True, "labels": {"release": "prometheus"}},
+            "prometheusRule": {"enabled": True, "labels": {"release": "prometheus"}},
             "grafanaDashboards": {"enabled": True, "annotations": {"grafana_folder": "SkipMQ"}},
         }
     },
@@ -73,6 +74,16 @@ VALUE_SETS: dict[str, dict[str, Any]] = {
         "probes": {
             "liveness": {"type": "grpc", "periodSeconds": 10, "timeoutSeconds": 3, "failureThreshold": 6}
         },
+        # the kubelet's gRPC probe cannot pass mutual TLS (test_chart_extras)
+        "clusterTls": {"enabled": False},
+    },
+    "cluster-tls-off": {"clusterTls": {"enabled": False}},
+    "cluster-tls-existing-secret": {"clusterTls": {"existingSecret": "mq-cluster-ca"}},
+    "cluster-tls-cert-manager": {"clusterTls": {"certManager": {"enabled": True}}},
+    "pipeline": {
+        "replicaCount": 4,
+        "pipeline": {"enabled": True, "window": "5 minutes", "extraArgs": ["--top-k", "5"]},
+        "config": {"listeners": {"tcp": {"port": 11883}}, "http": {"port": 19090}},
     },
     "load-balancer-auth-secret": {
         "service": {"type": "LoadBalancer", "loadBalancerSourceRanges": ["10.0.0.0/8"]},

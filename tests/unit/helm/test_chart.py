@@ -29,7 +29,7 @@ FULLNAME = f"{RELEASE}-skipmq"
 PEERS = f"{FULLNAME}-peers"
 MIN_KUBERNETES = (1, 30)
 # Custom resources kubernetes-validate has no schema for; checked by hand below.
-CUSTOM_KINDS = {"ServiceMonitor"}
+CUSTOM_KINDS = {"ServiceMonitor", "PrometheusRule", "Issuer", "Certificate"}
 
 
 def kubernetes_versions() -> list[str]:
@@ -85,7 +85,7 @@ def load_rendered_config(rendered: Rendered, tmp_path: Path) -> BrokerConfig:
     sts = rendered.statefulset
     volumes = {v["name"]: v for v in sts["spec"]["template"]["spec"]["volumes"]}
     mounts = {m["name"]: m["mountPath"] for m in rendered.container["volumeMounts"]}
-    for volume in ("tls", "auth"):
+    for volume in ("tls", "auth", "cluster-ca"):
         if volume not in volumes:
             continue
         source = volumes[volume]["secret"]
@@ -166,7 +166,7 @@ def test_tls_files_come_from_the_secret(rendered_sets: dict[str, Rendered], tmp_
     assert Path(config.listeners.tls.cafile).read_text() == VALUE_SETS["tls"]["tls"]["ca"]
     assert tls.one("Secret", f"{FULLNAME}-tls")["type"] == "kubernetes.io/tls"
     existing = rendered_sets["tls-existing-secret"]
-    assert not existing.of_kind("Secret")
+    assert [s["metadata"]["name"] for s in existing.of_kind("Secret")] == [f"{FULLNAME}-cluster-ca"]
     volume = next(
         v for v in existing.statefulset["spec"]["template"]["spec"]["volumes"] if v["name"] == "tls"
     )
@@ -178,7 +178,7 @@ def test_auth_files_from_an_existing_secret(rendered_sets: dict[str, Rendered], 
     rendered = rendered_sets["load-balancer-auth-secret"]
     config = load_rendered_config(rendered, tmp_path)
     assert config.auth.password_file and config.auth.acl_file
-    assert not rendered.of_kind("Secret")
+    assert [s["metadata"]["name"] for s in rendered.of_kind("Secret")] == [f"{FULLNAME}-cluster-ca"]
     volume = next(
         v for v in rendered.statefulset["spec"]["template"]["spec"]["volumes"] if v["name"] == "auth"
     )
@@ -329,9 +329,14 @@ def test_every_volume_mount_has_a_volume(rendered: Rendered) -> None:
     volumes = {v["name"] for v in spec["template"]["spec"]["volumes"]}
     claims = {c["metadata"]["name"] for c in spec.get("volumeClaimTemplates", [])}
     assert not volumes & claims
-    mounts = [m["name"] for m in rendered.container["volumeMounts"]]
-    assert len(mounts) == len(set(mounts))
-    assert set(mounts) == volumes | claims
+    pod = spec["template"]["spec"]
+    mounted: set[str] = set()
+    for container in [*pod.get("initContainers", []), *pod["containers"]]:
+        mounts = [m["name"] for m in container["volumeMounts"]]
+        assert len(mounts) == len(set(mounts))
+        assert set(mounts) <= volumes | claims, container["name"]
+        mounted |= set(mounts)
+    assert mounted == volumes | claims
 
 
 def test_pod_security(rendered: Rendered) -> None:

@@ -108,3 +108,18 @@ def test_dockerignore_keeps_the_context_to_what_the_build_copies() -> None:
             copied.update(rest.split()[:-1])
     assert copied == allowed, "COPY sources and .dockerignore exceptions must agree"
     assert "**/__pycache__" in lines
+
+
+def test_pipeline_image_runs_skipmq_pipeline_as_the_chart_user() -> None:
+    text = (REPO_ROOT / "docker" / "pipeline.Dockerfile").read_text().replace("\\\n", " ")
+    steps = [line.strip() for line in text.splitlines() if line.strip() and not line.startswith("#")]
+    assert sum(step.startswith("FROM ") for step in steps) == 2
+    assert any("pip wheel" in s and "'.[spark]'" in s for s in steps)
+    assert any("openjdk-17-jre-headless" in s for s in steps)  # PySpark 4 needs Java 17+
+    (user,) = [s.split()[1] for s in steps if s.startswith("USER ")]
+    values = yaml.safe_load((REPO_ROOT / "helm" / "skipmq" / "values.yaml").read_text())
+    assert int(user.partition(":")[0]) == values["podSecurityContext"]["runAsUser"]
+    assert 'ENTRYPOINT ["skipmq-pipeline"]' in steps
+    assert f"WORKDIR {'/var/lib/skipmq-pipeline'}" in steps
+    ignore = (REPO_ROOT / "docker" / "pipeline.Dockerfile.dockerignore").read_text().split()
+    assert "!pipeline/" in ignore and ignore[0] == "*"

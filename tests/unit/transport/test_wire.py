@@ -20,6 +20,7 @@ from broker.adapters.transport._pb.skipmq.v1 import cluster_pb2 as pb
 from broker.cluster.messages import (
     ClaimReply,
     Envelope,
+    ForwardedBatch,
     ForwardedMessage,
     RetainedSyncReply,
     RetainedSyncRequest,
@@ -266,12 +267,28 @@ def test_nested_gone_keeps_the_bounced_message_and_its_payload() -> None:
         ForwardedMessage(A, "s", 2, _message(properties={}, expiry_at=None, publisher_id=None, origin="")),
         RetainedUpdate(B, 1_700_000_000_123, _message(payload=b"", retain=True)),
         SessionClaim(A, "client-9", 42, True),
+        ForwardedBatch(
+            (
+                ForwardedMessage(A, "sensors/#", 7, _message()),
+                ForwardedMessage(A, "sensors/#", 8, _message(payload=b"", qos=0)),
+                ForwardedMessage(A, "sensors/#", 3, _message(properties={}, publisher_id=None), low=3),
+            )
+        ),
     ],
-    ids=["forwarded-all-properties", "forwarded-none-fields", "retained", "claim"],
+    ids=["forwarded-all-properties", "forwarded-none-fields", "retained", "claim", "batch"],
 )
 def test_pub_payload_round_trip(payload: object) -> None:
     pub = om.PUB(KEY, REF_B, "sensors/t", payload, 1, REF, 1, LO, HI, 0)
     assert _round_trip(pub) == pub
+
+
+def test_a_batch_is_encoded_once_for_every_destination_and_an_empty_one_is_refused() -> None:
+    batch = ForwardedBatch(tuple(ForwardedMessage(A, "s", n, _message()) for n in range(1, 4)))
+    first = wire.encode_item(om.PUB(KEY, REF_B, "s", batch, 1, REF, 1, LO, HI, 0))
+    second = wire.encode_item(om.PUB(("s", 1, B), REF_B, "s", batch, 1, REF, 1, LO, HI, 0))
+    assert wire.decode_item(first).payload == wire.decode_item(second).payload == batch
+    with pytest.raises(wire.WireError, match="empty ForwardedBatch"):
+        wire.encode_item(om.PUB(KEY, REF_B, "s", ForwardedBatch(()), 1, REF, 1, LO, HI, 0))
 
 
 def test_session_snapshot_with_pending_entries_round_trip() -> None:

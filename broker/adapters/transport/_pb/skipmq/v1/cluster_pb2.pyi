@@ -302,6 +302,12 @@ class ForwardedMessage(_message.Message):
     copies: _containers.RepeatedCompositeFieldContainer[StreamCopy]
     def __init__(self, origin: _Optional[str] = ..., stream: _Optional[str] = ..., seq: _Optional[int] = ..., message: _Optional[_Union[MqttMessage, _Mapping]] = ..., low: _Optional[int] = ..., deps: _Optional[_Iterable[_Union[StreamPosition, _Mapping]]] = ..., copies: _Optional[_Iterable[_Union[StreamCopy, _Mapping]]] = ...) -> None: ...
 
+class ForwardedBatch(_message.Message):
+    __slots__ = ("messages",)
+    MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    messages: _containers.RepeatedCompositeFieldContainer[ForwardedMessage]
+    def __init__(self, messages: _Optional[_Iterable[_Union[ForwardedMessage, _Mapping]]] = ...) -> None: ...
+
 class StreamCopy(_message.Message):
     __slots__ = ("stream", "seq")
     STREAM_FIELD_NUMBER: _ClassVar[int]
@@ -335,14 +341,16 @@ class SessionClaim(_message.Message):
     def __init__(self, origin: _Optional[str] = ..., client_id: _Optional[str] = ..., claim_id: _Optional[int] = ..., clean_start: _Optional[bool] = ..., username: _Optional[str] = ...) -> None: ...
 
 class OverlayPayload(_message.Message):
-    __slots__ = ("forwarded", "retained", "session_claim")
+    __slots__ = ("forwarded", "retained", "session_claim", "forwarded_batch")
     FORWARDED_FIELD_NUMBER: _ClassVar[int]
     RETAINED_FIELD_NUMBER: _ClassVar[int]
     SESSION_CLAIM_FIELD_NUMBER: _ClassVar[int]
+    FORWARDED_BATCH_FIELD_NUMBER: _ClassVar[int]
     forwarded: ForwardedMessage
     retained: RetainedUpdate
     session_claim: SessionClaim
-    def __init__(self, forwarded: _Optional[_Union[ForwardedMessage, _Mapping]] = ..., retained: _Optional[_Union[RetainedUpdate, _Mapping]] = ..., session_claim: _Optional[_Union[SessionClaim, _Mapping]] = ...) -> None: ...
+    forwarded_batch: ForwardedBatch
+    def __init__(self, forwarded: _Optional[_Union[ForwardedMessage, _Mapping]] = ..., retained: _Optional[_Union[RetainedUpdate, _Mapping]] = ..., session_claim: _Optional[_Union[SessionClaim, _Mapping]] = ..., forwarded_batch: _Optional[_Union[ForwardedBatch, _Mapping]] = ...) -> None: ...
 
 class SubOptions(_message.Message):
     __slots__ = ("topic_filter", "qos", "no_local", "retain_as_published", "retain_handling", "subscription_identifier", "share_group", "match_filter")
@@ -531,14 +539,16 @@ class StreamResend(_message.Message):
     def __init__(self, origin: _Optional[str] = ..., stream: _Optional[str] = ..., messages: _Optional[_Iterable[_Union[ForwardedMessage, _Mapping]]] = ..., gone_below: _Optional[int] = ...) -> None: ...
 
 class Hello(_message.Message):
-    __slots__ = ("peer_id", "schema_version", "max_batch_items")
+    __slots__ = ("peer_id", "schema_version", "max_batch_items", "http_port")
     PEER_ID_FIELD_NUMBER: _ClassVar[int]
     SCHEMA_VERSION_FIELD_NUMBER: _ClassVar[int]
     MAX_BATCH_ITEMS_FIELD_NUMBER: _ClassVar[int]
+    HTTP_PORT_FIELD_NUMBER: _ClassVar[int]
     peer_id: str
     schema_version: int
     max_batch_items: int
-    def __init__(self, peer_id: _Optional[str] = ..., schema_version: _Optional[int] = ..., max_batch_items: _Optional[int] = ...) -> None: ...
+    http_port: int
+    def __init__(self, peer_id: _Optional[str] = ..., schema_version: _Optional[int] = ..., max_batch_items: _Optional[int] = ..., http_port: _Optional[int] = ...) -> None: ...
 
 class Item(_message.Message):
     __slots__ = ("overlay", "envelope")

@@ -88,6 +88,20 @@ class FedEventAck(_message.Message):
     event_id: str
     def __init__(self, event_id: _Optional[str] = ...) -> None: ...
 
+class FedRetained(_message.Message):
+    __slots__ = ("topic", "payload", "qos", "version_ms", "origin")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    PAYLOAD_FIELD_NUMBER: _ClassVar[int]
+    QOS_FIELD_NUMBER: _ClassVar[int]
+    VERSION_MS_FIELD_NUMBER: _ClassVar[int]
+    ORIGIN_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    payload: bytes
+    qos: int
+    version_ms: int
+    origin: str
+    def __init__(self, topic: _Optional[str] = ..., payload: _Optional[bytes] = ..., qos: _Optional[int] = ..., version_ms: _Optional[int] = ..., origin: _Optional[str] = ...) -> None: ...
+
 class FedProbe(_message.Message):
     __slots__ = ("round", "hops_left", "attribute", "trail")
     ROUND_FIELD_NUMBER: _ClassVar[int]
@@ -115,7 +129,7 @@ class FedProbeReply(_message.Message):
     def __init__(self, round: _Optional[int] = ..., attribute: _Optional[str] = ..., responder: _Optional[str] = ..., hop: _Optional[int] = ..., route: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class FedMessage(_message.Message):
-    __slots__ = ("link_request", "link_accepted", "link_refused", "topology_update", "leave", "register", "unregister", "event", "probe", "probe_reply", "event_ack")
+    __slots__ = ("link_request", "link_accepted", "link_refused", "topology_update", "leave", "register", "unregister", "event", "probe", "probe_reply", "event_ack", "retained")
     LINK_REQUEST_FIELD_NUMBER: _ClassVar[int]
     LINK_ACCEPTED_FIELD_NUMBER: _ClassVar[int]
     LINK_REFUSED_FIELD_NUMBER: _ClassVar[int]
@@ -127,6 +141,7 @@ class FedMessage(_message.Message):
     PROBE_FIELD_NUMBER: _ClassVar[int]
     PROBE_REPLY_FIELD_NUMBER: _ClassVar[int]
     EVENT_ACK_FIELD_NUMBER: _ClassVar[int]
+    RETAINED_FIELD_NUMBER: _ClassVar[int]
     link_request: FedLinkRequest
     link_accepted: FedLinkAccepted
     link_refused: FedLinkRefused
@@ -138,7 +153,8 @@ class FedMessage(_message.Message):
     probe: FedProbe
     probe_reply: FedProbeReply
     event_ack: FedEventAck
-    def __init__(self, link_request: _Optional[_Union[FedLinkRequest, _Mapping]] = ..., link_accepted: _Optional[_Union[FedLinkAccepted, _Mapping]] = ..., link_refused: _Optional[_Union[FedLinkRefused, _Mapping]] = ..., topology_update: _Optional[_Union[FedTopologyUpdate, _Mapping]] = ..., leave: _Optional[_Union[FedLeave, _Mapping]] = ..., register: _Optional[_Union[FedRegister, _Mapping]] = ..., unregister: _Optional[_Union[FedUnregister, _Mapping]] = ..., event: _Optional[_Union[FedEvent, _Mapping]] = ..., probe: _Optional[_Union[FedProbe, _Mapping]] = ..., probe_reply: _Optional[_Union[FedProbeReply, _Mapping]] = ..., event_ack: _Optional[_Union[FedEventAck, _Mapping]] = ...) -> None: ...
+    retained: FedRetained
+    def __init__(self, link_request: _Optional[_Union[FedLinkRequest, _Mapping]] = ..., link_accepted: _Optional[_Union[FedLinkAccepted, _Mapping]] = ..., link_refused: _Optional[_Union[FedLinkRefused, _Mapping]] = ..., topology_update: _Optional[_Union[FedTopologyUpdate, _Mapping]] = ..., leave: _Optional[_Union[FedLeave, _Mapping]] = ..., register: _Optional[_Union[FedRegister, _Mapping]] = ..., unregister: _Optional[_Union[FedUnregister, _Mapping]] = ..., event: _Optional[_Union[FedEvent, _Mapping]] = ..., probe: _Optional[_Union[FedProbe, _Mapping]] = ..., probe_reply: _Optional[_Union[FedProbeReply, _Mapping]] = ..., event_ack: _Optional[_Union[FedEventAck, _Mapping]] = ..., retained: _Optional[_Union[FedRetained, _Mapping]] = ...) -> None: ...
 
 class FedFrame(_message.Message):
     __slots__ = ("messages",)
