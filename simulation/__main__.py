@@ -4,6 +4,8 @@
     python -m simulation --seed 42                   # replay one seed: violations, trace, digest
     python -m simulation --seeds 0:1000              # sweep; exit 1 naming the failing seeds
     python -m simulation --seeds 0:200 --faults crash,partition,move --loss 0.05
+    python -m simulation --seeds 0:1000 --faults crash,long-partition --loss 0.05
+                                                     # partitions of 12-40 s: peers declared down
     python -m simulation --known                     # the three known faults, one run each
     python -m simulation --seeds 0:200 --conversation --loss 0.05 --faults crash,partition
                                                      # causal groups, every fault at once
@@ -74,7 +76,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--faults",
         type=_faults,
         default=frozenset(),
-        help=f"comma-separated fault kinds to add: {', '.join(FAULTS)} (default none)",
+        help=f"comma-separated fault kinds to add: {', '.join(FAULTS)} (default none); a "
+        "partition lasts 1-5 s, a long-partition 12-40 s (longer than the 10 s after which a cut "
+        "link is declared down, so the peer-down path runs)",
     )
     parser.add_argument("--loss", type=float, default=0.0, help="maximum message loss rate per run (0)")
     parser.add_argument(

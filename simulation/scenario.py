@@ -19,7 +19,7 @@ import os
 import random
 import shutil
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from simulation.checkers import History, Violation, check_all
@@ -28,7 +28,12 @@ from simulation.network import Network, NetworkConfig, NetworkStats
 from simulation.process import SimBroker
 from simulation.world import SimulationFailure, World
 
-FAULTS = ("crash", "partition", "move")
+FAULTS = ("crash", "partition", "long-partition", "move")
+# a partition of the sweeps lasts 1-5 s: below the network's ``partition_notice_s`` (10 s), so
+# nobody is declared down. A long one (``long-partition``) outlasts it: the peer-down path runs
+# (links cut, peers probed, claims, interest and send logs re-sent when they are back).
+SHORT_PARTITION_S = (1.0, 5.0)
+LONG_PARTITION_S = (12.0, 40.0)
 RETAINED_TOPIC = "cfg/shared"
 
 
@@ -42,6 +47,7 @@ class Scenario:
     network: NetworkConfig = field(default_factory=NetworkConfig)
     crashes: int = 0
     partitions: int = 0
+    partition_s: tuple[float, float] = SHORT_PARTITION_S  # how long a partition lasts (virtual s)
     moves: int = 0
     join_s: float = 2.0  # brokers join, then subscribers connect
     settle_s: float = 4.0  # subscriptions settle, then publishers start
@@ -58,7 +64,9 @@ class Scenario:
         return (
             f"{self.brokers} brokers, {self.publishers} pub x {self.messages} msgs, {self.subscribers} subs; "
             f"loss {net.loss_rate:.0%} dup {net.duplicate_rate:.0%} reorder {net.reorder_rate:.0%}; "
-            f"crashes {self.crashes} partitions {self.partitions} moves {self.moves}"
+            f"crashes {self.crashes} partitions {self.partitions}"
+            + (f" ({self.partition_s[0]:g}-{self.partition_s[1]:g} s)" if self.partitions else "")
+            + f" moves {self.moves}"
         )
 
 
@@ -81,16 +89,23 @@ def random_scenario(
         reorder_rate=reorder * rng.random(),
         reorder_delay_s=0.02,
     )
-    return Scenario(
+    long_partition = "long-partition" in faults
+    scenario = Scenario(
         brokers=rng.randint(*brokers),
         publishers=rng.randint(1, 3),
         subscribers=rng.randint(1, 4),
         messages=rng.randint(10, 30),
         network=network,
         crashes=rng.randint(1, 2) if "crash" in faults else 0,
-        partitions=1 if "partition" in faults else 0,
+        partitions=1 if "partition" in faults or long_partition else 0,
         moves=rng.randint(1, 2) if "move" in faults else 0,
     )
+    if long_partition:
+        # the heal comes before the end's forced heal (at half the quiet time), with the usual
+        # 15 s of quiet still after it for the peers declared down to come back and catch up
+        longest = LONG_PARTITION_S[1]
+        scenario = replace(scenario, partition_s=LONG_PARTITION_S, quiet_s=2 * (longest + 15.0))
+    return scenario
 
 
 @dataclass
@@ -257,7 +272,7 @@ class Run:
             group = rng.sample(self.peer_ids, max(1, len(self.peer_ids) // 2))
             at = rng.uniform(*window)
             world.at(at, self.partition, group)
-            world.at(at + rng.uniform(1.0, 5.0), self.heal)
+            world.at(at + rng.uniform(*scenario.partition_s), self.heal)
         for _ in range(scenario.moves):
             subscriber = f"sub{rng.randrange(scenario.subscribers)}"
             world.at(rng.uniform(*window), self._move, subscriber)

@@ -3,7 +3,9 @@
 send log waits for, and this broker's own receive positions (seed 004 SL, AL and REQ); and the
 replies that carried sessions away, for a claim repeated because its reply was lost; and the
 versions of the retained topics (``broker.cluster.retained_sync``: last writer wins, deletions
-included), durable with the retained rows they stamp.
+included), durable with the retained rows they stamp; and the catch-ups of sessions moved here,
+with the messages held for them (``broker.cluster.catch_up_state``), in the transaction of the
+deliveries and receive positions they go with (a crash mid catch-up loses nothing).
 
 Its tables live in the same database and join the same group-commit transaction as the broker's
 own rows, so a message is in the send log by the time its publisher's PUBACK leaves (the PUBACK
@@ -17,8 +19,11 @@ stream or deliveries to clean sessions cost no SQLite write. Send-log rows open 
 
 from __future__ import annotations
 
+import json
+
 from broker.adapters.sqlite_store import Store
 from broker.adapters.transport.wire import decode_forwarded, decode_item, encode_forwarded, encode_item
+from broker.cluster.catch_up_state import CatchUpRow
 from broker.cluster.messages import ClaimReply, Envelope, ForwardedMessage
 
 StreamKey = tuple[str, str]
@@ -42,6 +47,14 @@ CREATE TABLE IF NOT EXISTS cluster_handed_over (
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS cluster_retained_versions (
     topic TEXT NOT NULL PRIMARY KEY, version_ms INTEGER NOT NULL, origin TEXT NOT NULL
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS cluster_catch_ups (
+    client_id TEXT NOT NULL PRIMARY KEY, catch_ups TEXT NOT NULL
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS cluster_held (
+    client_id TEXT NOT NULL, origin TEXT NOT NULL, stream TEXT NOT NULL, seq INTEGER NOT NULL,
+    forwarded BLOB NOT NULL,
+    PRIMARY KEY (client_id, origin, stream, seq)
 ) WITHOUT ROWID;
 """
 
@@ -157,6 +170,59 @@ class SqliteClusterStore:
             "SELECT topic, version_ms, origin FROM cluster_retained_versions ORDER BY topic"
         ).fetchall()
         return [(topic, version_ms, origin) for topic, version_ms, origin in rows]
+
+    # ------------------------------------------------------------------ moved sessions' catch-ups
+    def set_catch_ups(self, client_id: str, rows: list[CatchUpRow]) -> None:
+        """In the open transaction (that of the deliveries and positions it goes with): what the
+        client still waits for, as a whole (a JSON list of rows; a catch-up is rare and short).
+        An empty list forgets it."""
+        self._store.begin()
+        db = self._store.db
+        if not rows:
+            db.execute("DELETE FROM cluster_catch_ups WHERE client_id = ?", (client_id,))
+            return
+        db.execute(
+            "INSERT INTO cluster_catch_ups (client_id, catch_ups) VALUES (?, ?) "
+            "ON CONFLICT(client_id) DO UPDATE SET catch_ups = excluded.catch_ups",
+            (client_id, json.dumps([list(row) for row in rows])),
+        )
+
+    def load_catch_ups(self) -> list[tuple[str, list[CatchUpRow]]]:
+        rows = self._store.db.execute(
+            "SELECT client_id, catch_ups FROM cluster_catch_ups ORDER BY client_id"
+        ).fetchall()
+        out: list[tuple[str, list[CatchUpRow]]] = []
+        for client_id, data in rows:
+            decoded = [(str(o), str(s), int(n), int(e), bool(c)) for o, s, n, e, c in json.loads(data)]
+            out.append((client_id, decoded))
+        return out
+
+    def hold(self, client_id: str, forwarded: ForwardedMessage) -> None:
+        """In the open transaction: that of the delivery (and the receive position) that held it."""
+        self._store.begin()
+        self._store.db.execute(
+            "INSERT OR REPLACE INTO cluster_held (client_id, origin, stream, seq, forwarded) "
+            "VALUES (?, ?, ?, ?, ?)",
+            (client_id, forwarded.origin, forwarded.stream, forwarded.seq, encode_forwarded(forwarded)),
+        )
+
+    def release_held(self, client_id: str, key: StreamKey | None) -> None:
+        """In the open transaction (that of the held messages' delivery to the client): the rows
+        of ``key`` (None: of every stream) held for ``client_id`` are deleted."""
+        self._store.begin()
+        if key is None:
+            self._store.db.execute("DELETE FROM cluster_held WHERE client_id = ?", (client_id,))
+        else:
+            self._store.db.execute(
+                "DELETE FROM cluster_held WHERE client_id = ? AND origin = ? AND stream = ?",
+                (client_id, *key),
+            )
+
+    def load_held(self) -> list[tuple[str, ForwardedMessage]]:
+        rows = self._store.db.execute(
+            "SELECT client_id, forwarded FROM cluster_held ORDER BY client_id, origin, stream, seq"
+        ).fetchall()
+        return [(client_id, decode_forwarded(data)) for client_id, data in rows]
 
     # ------------------------------------------------------------------ commit
     def _flush(self) -> None:

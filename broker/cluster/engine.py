@@ -253,6 +253,7 @@ class ClusterEngine(StreamsMixin):
             presence_grace_s=cluster.presence_grace_ms / 1000.0,
             min_retention_s=cluster.send_log_min_retention_ms / 1000.0,
             receivers_of=self.interest_table.peers_of,
+            absent_since=self._absent_since,
         )
         self.sender.confirm_seconds = self.stats.publish_confirm_seconds
         self.receiver.set_causal(peer_id, self.interest.subscribes, cluster.causal_wait_ms / 1000.0)
@@ -286,6 +287,7 @@ class ClusterEngine(StreamsMixin):
         assert self.takeover is not None
         self.takeover.restore_handed_over(self.store.load_handed_over(), now)
         self.receiver.restore(positions, now)
+        self._restore_catch_ups(now)  # moved sessions caught up when this broker went down
         if self.causal is not None:
             self.causal.restore([*positions, *(((f.origin, f.stream), f.seq + 1) for f in logged)])
         self._handle(api.Bootstrap(tuple(contacts)))
@@ -549,6 +551,11 @@ class ClusterEngine(StreamsMixin):
         self.announcer.forget(peer)
         self._after_event()
 
+    def _absent_since(self) -> float | None:
+        """Since when some peer is reported down (the send log keeps what was sent since for it)."""
+        down = self._down_peers
+        return min(down.values()) if down else None
+
     def _peer_back(self, peer: str) -> None:
         """Broker ``peer`` talks to us for the first time, or again after it was reported down (it
         started or restarted - perhaps holding stored sessions of clients now connected here - or
@@ -599,10 +606,13 @@ class ClusterEngine(StreamsMixin):
         self.takeover.forget(self.broker.has_session)
         for claim_id, claimant in self.takeover.forget_handed_over(now):
             self.store.set_handed_over(claim_id, claimant, None)
+        expired: list[str] = []
         for key, waiting in list(self._awaiting_start.items()):  # streams that never came
+            expired += [entry[1] for entry in waiting if now - entry[2] > CATCH_UP_GIVE_UP_S]
             waiting[:] = [entry for entry in waiting if now - entry[2] <= CATCH_UP_GIVE_UP_S]
             if not waiting:
                 del self._awaiting_start[key]
+        self._persist_catch_ups(expired)
         forgotten = self.receiver.forget_idle(now, STREAM_IDLE_S)
         if self.causal is not None:
             self.causal.forget(forgotten)

@@ -7,13 +7,16 @@ that must survive a crash: the send log (SL), the receivers' positions it waits 
 broker's own receive positions (REQ); the replies that carried sessions to other brokers, for a
 claim repeated because its reply was lost (``broker.cluster.takeover``); and the versions of the
 retained topics (last writer wins, deletions included), so a restarted broker's anti-entropy
-digest covers what its disk holds.
+digest covers what its disk holds; and the catch-ups of sessions moved here with the messages held
+for them until those are done (``broker.cluster.catch_up_state``), so a crash mid catch-up loses
+nothing.
 """
 
 from __future__ import annotations
 
 from typing import Protocol
 
+from broker.cluster.catch_up_state import CatchUpRow
 from broker.cluster.messages import ClaimReply, ForwardedMessage
 
 __all__ = ["ClusterStore", "MemoryClusterStore"]
@@ -41,9 +44,20 @@ class ClusterStore(Protocol):
     def set_handed_over(self, claim_id: int, claimant: str, reply: ClaimReply | None) -> None: ...
 
     def load_handed_over(self) -> list[tuple[int, str, ClaimReply]]: ...
+
     def set_retained_version(self, topic: str, version_ms: int, origin: str) -> None: ...
 
     def load_retained_versions(self) -> list[tuple[str, int, str]]: ...
+
+    def set_catch_ups(self, client_id: str, rows: list[CatchUpRow]) -> None: ...
+
+    def load_catch_ups(self) -> list[tuple[str, list[CatchUpRow]]]: ...
+
+    def hold(self, client_id: str, forwarded: ForwardedMessage) -> None: ...
+
+    def release_held(self, client_id: str, key: tuple[str, str] | None) -> None: ...
+
+    def load_held(self) -> list[tuple[str, ForwardedMessage]]: ...
 
 
 class MemoryClusterStore:
@@ -55,6 +69,8 @@ class MemoryClusterStore:
         self.positions: dict[tuple[str, str], int] = {}
         self.handed_over: dict[tuple[int, str], ClaimReply] = {}
         self.retained_versions: dict[str, tuple[int, str]] = {}
+        self.catch_ups: dict[str, list[CatchUpRow]] = {}
+        self.held: dict[tuple[str, str, str, int], ForwardedMessage] = {}
 
     def log_append(self, forwarded: ForwardedMessage) -> None:
         self.log[(forwarded.origin, forwarded.stream, forwarded.seq)] = forwarded
@@ -100,3 +116,22 @@ class MemoryClusterStore:
 
     def load_retained_versions(self) -> list[tuple[str, int, str]]:
         return [(topic, ms, origin) for topic, (ms, origin) in sorted(self.retained_versions.items())]
+
+    def set_catch_ups(self, client_id: str, rows: list[CatchUpRow]) -> None:
+        if rows:
+            self.catch_ups[client_id] = list(rows)
+        else:
+            self.catch_ups.pop(client_id, None)
+
+    def load_catch_ups(self) -> list[tuple[str, list[CatchUpRow]]]:
+        return sorted(self.catch_ups.items())
+
+    def hold(self, client_id: str, forwarded: ForwardedMessage) -> None:
+        self.held[(client_id, forwarded.origin, forwarded.stream, forwarded.seq)] = forwarded
+
+    def release_held(self, client_id: str, key: tuple[str, str] | None) -> None:
+        for entry in [k for k in self.held if k[0] == client_id and (key is None or k[1:3] == key)]:
+            del self.held[entry]
+
+    def load_held(self) -> list[tuple[str, ForwardedMessage]]:
+        return [(k[0], self.held[k]) for k in sorted(self.held)]

@@ -341,7 +341,10 @@ class StreamReceiver:
         if not held:
             stream.ret_at = None
             self._gaps.discard(key)
-        elif stream.ret_at is None:  # stopped at a gap behind what was released
+        elif stream.ret_at is None or stream.ret_at > now + self.ret_delay_s:
+            # stopped at a gap behind what was released: a new one (the position moved), asked for
+            # after the reorder hold - not when the RET of the gap just filled would have been
+            # repeated (``retransmit_s`` later: a burst stalled 1 s behind every second loss)
             stream.ret_at = now + self.ret_delay_s
             self._gaps.add(key)
 

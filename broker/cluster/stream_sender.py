@@ -49,6 +49,10 @@ from broker.core.stats import Histogram
 StreamKey = tuple[str, str]  # (origin, topic class)
 _SAMPLE_MASK = LATENCY_SAMPLE_EVERY - 1
 RESEND_BATCH = 256  # messages in one Resend / Republish round per stream and receiver
+# a message every known receiver acknowledged, whose publication the overlay keeps reporting
+# incomplete (a subscriber's virtual node left: its neighbours' view is on probation), is published
+# again after 1, 2, 4 ... retransmit periods, at most this far apart
+REPUBLISH_BACKOFF_MAX_S = 30.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,6 +110,7 @@ class _Entry:
     held: bool = False  # waits for the class's presence before it is published
     incomplete: bool = False  # the overlay reported a publication of it incomplete
     stored: bool = True  # (durable entries) the engine wrote it to the durable log too
+    backoff_s: float = 0.0  # the last wait before republishing it (acknowledged everywhere known)
 
 
 @dataclass(slots=True)
@@ -131,8 +136,11 @@ class StreamSender:
         presence_grace_s: float,
         min_retention_s: float = 0.0,
         receivers_of: Callable[[str], Iterable[str]] = lambda cls: (),
+        absent_since: Callable[[], float | None] = lambda: None,
     ) -> None:
         self.origin = origin
+        # since when some broker this one knew is cut off or down (None: every one is reachable)
+        self._absent_since = absent_since
         self._receivers_of = receivers_of
         self.min_retention_s = min_retention_s
         self.retransmit_s = retransmit_s
@@ -146,6 +154,8 @@ class StreamSender:
         self._next_check: float | None = None
         # class -> the receivers of a previous incarnation's stream of it (``restore``)
         self._restored_receivers: dict[str, set[str]] = {}
+        # receivers a new stream started with (``append``), for the store: ``take_new_receivers``
+        self._new_receivers: list[ReceiverAt] = []
         # figures read at scrape time (broker.metrics): messages not forwarded because their class
         # had no subscriber, RETs answered, and (when set) one in LATENCY_SAMPLE_EVERY publication
         # confirmations timed from the entry's (last) publication to the overlay's DONE
@@ -182,6 +192,7 @@ class StreamSender:
                 stream.receivers[peer] = 1
                 stream.heard[peer] = now
                 stream.assumed.add(peer)
+                self._new_receivers.append(ReceiverAt(key, peer, 1))
         seq = stream.next_seq
         stream.next_seq = seq + 1
         low = self._low(stream)
@@ -197,6 +208,16 @@ class StreamSender:
             stream.unconfirmed.add(seq)
         self._arm(now)
         return forwarded
+
+    def take_new_receivers(self) -> list[ReceiverAt]:
+        """The receivers streams started with since the last call (``append``): durable with the
+        first message, so a restarted broker still keeps the stream for a receiver that was cut
+        off (a long partition) and has acknowledged nothing yet (seed 59 of ``--faults
+        crash,long-partition``)."""
+        taken = self._new_receivers
+        if taken:
+            self._new_receivers = []
+        return taken
 
     def published(self, publication_id: int, forwarded: ForwardedMessage) -> None:
         """``forwarded`` went into the overlay as publication ``publication_id``."""
@@ -221,8 +242,18 @@ class StreamSender:
             entry.confirmed = True
             stream.unconfirmed.discard(seq)
             return self._free(key, stream, now)
-        entry.sent_at = now - self.retransmit_s / 2  # published again soon, not at once
         entry.incomplete = True  # its republications do not stand for resends to known receivers
+        receivers = stream.receivers
+        if receivers and seq < min(receivers.values()):
+            # every known receiver has it: the republication is only for a subscriber broker this
+            # one does not know of (cut off before its interest arrived), which also gets the log
+            # when it is back (``logged_for``). Every retransmit period it sent the whole run of
+            # them to every receiver again while the overlay could not complete (issue #10)
+            entry.backoff_s = min(2 * entry.backoff_s or self.retransmit_s, REPUBLISH_BACKOFF_MAX_S)
+            entry.sent_at = now - self.retransmit_s + entry.backoff_s
+        else:
+            entry.backoff_s = 0.0
+            entry.sent_at = now - self.retransmit_s / 2  # published again soon, not at once
         self._arm(now)
         return []
 
@@ -527,6 +558,14 @@ class StreamSender:
         freed_durable = False
         below = 0
         kept_since = now - self.min_retention_s
+        absent_since = self._absent_since()
+        if absent_since is not None:
+            # a broker is cut off or down: what was sent since it went (and the minimum retention
+            # before) is kept until it is back - it may subscribe the class without this broker
+            # having heard of it (its interest lost with the cut), and gets the log when it is
+            # back (``logged_for``). Without it, such a receiver cut off longer than
+            # ``min_retention_s`` missed them (docs/cluster.md, Known limits)
+            kept_since = min(kept_since, absent_since - self.min_retention_s)
         while entries:
             seq, entry = entries.peekitem(0)
             if not entry.confirmed or (floor is not None and seq >= floor):

@@ -7,16 +7,20 @@ to the send log (durable with the publish's commit, before the PUBACK), publishe
 overlay, sends RET / ACK vectors / resends as directed envelopes, delivers what is ready to local
 subscribers with the positions that cover it, and - when a session moves between brokers - hands
 over and applies stream positions so the moved client gets what was published during the move.
+A moved session's catch-up and the messages held for it are written to the store as they change
+(``broker.cluster.catch_up_state``), in the transaction of the deliveries they go with, and
+resumed by a restarted broker (:meth:`StreamsMixin._restore_catch_ups`).
 It holds no state of its own; the engine owns everything (attributes declared below).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+from broker.cluster import catch_up_state
 from broker.cluster.messages import (
     ClassInterest,
     ForwardedBatch,
@@ -130,6 +134,9 @@ class StreamsMixin:
         )  # fmt: skip
         if message.qos and stored:
             self.store.log_append(forwarded)  # in this publish's commit, before its PUBACK
+            new_receivers = sender.take_new_receivers()
+            if new_receivers:  # a new stream's receivers, in the same commit
+                self._sender_actions(new_receivers)
         if overlay and not held:
             self._publish_forwarded(forwarded)
 
@@ -282,10 +289,12 @@ class StreamsMixin:
         start = self.receiver.start_of(key)
         if not start:
             return
-        for next_seq, client_id, _since in self._awaiting_start.pop(key, ()):
+        started = self._awaiting_start.pop(key, ())
+        for next_seq, client_id, _since in started:
             if next_seq < start:
                 self._catch_ups.setdefault(key, []).append([next_seq, start, client_id, self._now(), True])
                 self._send_stream(origin_peer(key[0]), StreamRet(key[0], key[1], next_seq, start))
+        self._persist_catch_ups(entry[1] for entry in started)
 
     def _deliver(self, ready: list[tuple[ForwardedMessage, int]]) -> None:
         if not ready:
@@ -305,8 +314,10 @@ class StreamsMixin:
             waiting = {catch_up[2] for catch_up in pending} if pending else set()
             for client_id in waiting:
                 # a moved session still catching up on this stream gets this message after the
-                # older ones it waits for (order per publisher): held for it until then
+                # older ones it waits for (order per publisher): held for it until then (durable
+                # with this delivery's commit: the receive position moves past it)
                 self._held_for.setdefault((key, client_id), []).append(forwarded)
+                self.store.hold(client_id, forwarded)
             accept = self._class_filter(forwarded.stream)
             matched = broker.deliver_remote(replace(forwarded.message), accept, except_clients=waiting)
             if not matched and not waiting:
@@ -357,6 +368,9 @@ class StreamsMixin:
             held = self._held_for.pop(held_key)
             key = held_key[0]
             at[key] = min(at.get(key, held[0].seq), held[0].seq)
+        # (in the hand-over's commit: the session and what it waited for leave together)
+        self.store.set_catch_ups(client_id, [])
+        self.store.release_held(client_id, None)
         return tuple(StreamPosition(o, c, p) for (o, c), p in sorted(at.items()))
 
     def _catch_up(self, client_id: str, positions: tuple[StreamPosition, ...]) -> None:
@@ -417,16 +431,19 @@ class StreamsMixin:
                 self._catch_ups.setdefault(key, []).append([position.next_seq, here, client_id, now, True])
                 request = StreamRet(position.origin, position.stream, position.next_seq, here)
                 self._send_stream(origin_peer(position.origin), request)
+        self._persist_catch_ups((client_id,))
 
     def _repeat_catch_ups(self, now: float, retransmit_s: float, give_up_s: float) -> float | None:
         """Ask again for what a moved session still waits for (a RET or its answer was lost); give
         a catch-up up after ``give_up_s`` (counted as a gap given up). The next deadline, if any."""
         deadline: float | None = None
+        given_up: list[str] = []
         for key, pending in list(self._catch_ups.items()):
             for catch_up in list(pending):
                 next_seq, end, _client_id, started, counted = catch_up
                 if now - started > give_up_s:
                     pending.remove(catch_up)
+                    given_up.append(_client_id)
                     if counted:
                         self._count_given_up(key, end - next_seq)
                     self._release_held(key, _client_id)
@@ -436,6 +453,7 @@ class StreamsMixin:
                 del self._catch_ups[key]
             else:
                 deadline = now + retransmit_s
+        self._persist_catch_ups(given_up)
         return deadline
 
     def _caught_up(self, forwarded: ForwardedMessage) -> None:
@@ -446,6 +464,7 @@ class StreamsMixin:
             return
         broker = self.broker
         assert broker is not None
+        progressed: list[str] = []
         for catch_up in list(pending):
             next_seq, end, client_id, _started, _counted = catch_up
             if forwarded.seq != next_seq:
@@ -453,11 +472,13 @@ class StreamsMixin:
             broker.deliver_remote(replace(forwarded.message), self._class_filter(forwarded.stream), client_id)
             self._deliver_pending_commit = True
             catch_up[0] = next_seq + 1
+            progressed.append(client_id)
             if catch_up[0] >= end:
                 pending.remove(catch_up)
                 self._release_held(key, client_id)
         if not pending:
             self._catch_ups.pop(key, None)
+        self._persist_catch_ups(progressed)  # with the deliveries' commit
 
     def _catch_ups_gone(self, key: tuple[str, str], gone_below: int) -> None:
         """The origin of ``key`` no longer logs SEQs below ``gone_below``: the catch-ups waiting
@@ -465,10 +486,12 @@ class StreamsMixin:
         pending = self._catch_ups.get(key)
         if not pending:
             return
+        moved_on: list[str] = []
         for catch_up in list(pending):
             next_seq, end = catch_up[0], catch_up[1]
             if next_seq >= gone_below:
                 continue
+            moved_on.append(catch_up[2])
             if catch_up[4]:
                 self._count_given_up(key, min(gone_below, end) - next_seq)
             catch_up[0] = gone_below
@@ -477,6 +500,7 @@ class StreamsMixin:
                 self._release_held(key, catch_up[2])
         if not pending:
             self._catch_ups.pop(key, None)
+        self._persist_catch_ups(moved_on)
 
     def _release_held(self, key: tuple[str, str], client_id: str) -> None:
         """``client_id`` caught up on ``key`` (or gave up): the newer messages held for it go now."""
@@ -489,7 +513,25 @@ class StreamsMixin:
         assert broker is not None
         for forwarded in held:
             broker.deliver_remote(replace(forwarded.message), self._class_filter(forwarded.stream), client_id)
+        self.store.release_held(client_id, key)  # in the commit of these deliveries
         self._deliver_pending_commit = True
+
+    def _persist_catch_ups(self, client_ids: Iterable[str]) -> None:
+        """What each of ``client_ids`` still waits for goes to the store, in the open transaction
+        (that of the deliveries that changed it): a restarted broker resumes it."""
+        for client_id in sorted(set(client_ids)):
+            rows = catch_up_state.rows_of(client_id, self._catch_ups, self._awaiting_start)
+            self.store.set_catch_ups(client_id, rows)
+
+    def _restore_catch_ups(self, now: float) -> None:
+        """At start: the catch-ups a previous incarnation left, and the messages held for them, are
+        resumed (their requests are repeated by the catch-up timer; a catch-up's give-up clock
+        starts again). Messages held for a client with no catch-up left on their stream go now."""
+        self._catch_ups, self._awaiting_start, self._held_for = catch_up_state.restore(
+            self.store.load_catch_ups(), self.store.load_held(), now
+        )
+        for key, client_id in list(self._held_for):
+            self._release_held(key, client_id)
 
     def _count_given_up(self, key: tuple[str, str], missing: int) -> None:
         if missing > 0:
