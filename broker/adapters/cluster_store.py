@@ -3,7 +3,8 @@
 send log waits for, and this broker's own receive positions (seed 004 SL, AL and REQ); and the
 replies that carried sessions away, for a claim repeated because its reply was lost; and the
 versions of the retained topics (``broker.cluster.retained_sync``: last writer wins, deletions
-included), durable with the retained rows they stamp.
+included), durable with the retained rows they stamp; and the epoch of this broker's
+announcements of interest (``broker.cluster.interest_table``), one more at each start.
 
 Its tables live in the same database and join the same group-commit transaction as the broker's
 own rows, so a message is in the send log by the time its publisher's PUBACK leaves (the PUBACK
@@ -42,6 +43,9 @@ CREATE TABLE IF NOT EXISTS cluster_handed_over (
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS cluster_retained_versions (
     topic TEXT NOT NULL PRIMARY KEY, version_ms INTEGER NOT NULL, origin TEXT NOT NULL
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS cluster_counters (
+    name TEXT NOT NULL PRIMARY KEY, value INTEGER NOT NULL
 ) WITHOUT ROWID;
 """
 
@@ -157,6 +161,24 @@ class SqliteClusterStore:
             "SELECT topic, version_ms, origin FROM cluster_retained_versions ORDER BY topic"
         ).fetchall()
         return [(topic, version_ms, origin) for topic, version_ms, origin in rows]
+
+    # ------------------------------------------------------------------ interest epoch
+    def set_interest_epoch(self, epoch: int) -> None:
+        """Committed at once (once per start): no announcement of this epoch may leave before
+        it is durable, or a crash would let the next start reuse it."""
+        self._store.begin()
+        self._store.db.execute(
+            "INSERT INTO cluster_counters (name, value) VALUES ('interest_epoch', ?) "
+            "ON CONFLICT(name) DO UPDATE SET value = excluded.value",
+            (epoch,),
+        )
+        self._store.commit()
+
+    def load_interest_epoch(self) -> int:
+        row = self._store.db.execute(
+            "SELECT value FROM cluster_counters WHERE name = 'interest_epoch'"
+        ).fetchone()
+        return int(row[0]) if row else 0
 
     # ------------------------------------------------------------------ commit
     def _flush(self) -> None:

@@ -5,9 +5,10 @@ broker's SQLite store, in its group-commit transaction); :class:`MemoryClusterSt
 across a restart (an engine without persistence, and tests). What it holds is seed 004's state
 that must survive a crash: the send log (SL), the receivers' positions it waits for (AL) and this
 broker's own receive positions (REQ); the replies that carried sessions to other brokers, for a
-claim repeated because its reply was lost (``broker.cluster.takeover``); and the versions of the
+claim repeated because its reply was lost (``broker.cluster.takeover``); the versions of the
 retained topics (last writer wins, deletions included), so a restarted broker's anti-entropy
-digest covers what its disk holds.
+digest covers what its disk holds; and the epoch of this broker's announcements of interest
+(``broker.cluster.interest_table``), one more at each start, so they stay ordered across restarts.
 """
 
 from __future__ import annotations
@@ -45,6 +46,10 @@ class ClusterStore(Protocol):
 
     def load_retained_versions(self) -> list[tuple[str, int, str]]: ...
 
+    def set_interest_epoch(self, epoch: int) -> None: ...
+
+    def load_interest_epoch(self) -> int: ...
+
 
 class MemoryClusterStore:
     """A ``ClusterStore`` that keeps nothing across a restart (tests of the engine alone)."""
@@ -55,6 +60,7 @@ class MemoryClusterStore:
         self.positions: dict[tuple[str, str], int] = {}
         self.handed_over: dict[tuple[int, str], ClaimReply] = {}
         self.retained_versions: dict[str, tuple[int, str]] = {}
+        self.interest_epoch = 0
 
     def log_append(self, forwarded: ForwardedMessage) -> None:
         self.log[(forwarded.origin, forwarded.stream, forwarded.seq)] = forwarded
@@ -100,3 +106,9 @@ class MemoryClusterStore:
 
     def load_retained_versions(self) -> list[tuple[str, int, str]]:
         return [(topic, ms, origin) for topic, (ms, origin) in sorted(self.retained_versions.items())]
+
+    def set_interest_epoch(self, epoch: int) -> None:
+        self.interest_epoch = epoch
+
+    def load_interest_epoch(self) -> int:
+        return self.interest_epoch
