@@ -287,8 +287,10 @@ class ClusterEngine(StreamsMixin):
         self.takeover.restore_handed_over(self.store.load_handed_over(), now)
         self.receiver.restore(positions, now)
         # our announcements of interest are ordered across restarts: a durable epoch, one more
-        # at each start (an older incarnation's announcement still in flight is then ignored)
-        epoch = self.store.load_interest_epoch() + 1
+        # at each start (an older incarnation's announcement still in flight is then ignored);
+        # at least the wall clock's milliseconds, for a broker without persistence (its store
+        # starts from 0 every time)
+        epoch = max(self.store.load_interest_epoch() + 1, int(self.scheduler.wall_time() * 1000))
         self.store.set_interest_epoch(epoch)
         self.announcer.begin(epoch)
         if self.causal is not None:
