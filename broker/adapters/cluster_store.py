@@ -5,7 +5,8 @@ replies that carried sessions away, for a claim repeated because its reply was l
 versions of the retained topics (``broker.cluster.retained_sync``: last writer wins, deletions
 included), durable with the retained rows they stamp; and the catch-ups of sessions moved here,
 with the messages held for them (``broker.cluster.catch_up_state``), in the transaction of the
-deliveries and receive positions they go with (a crash mid catch-up loses nothing).
+deliveries and receive positions they go with (a crash mid catch-up loses nothing); and the epoch of this broker's
+announcements of interest (``broker.cluster.interest_table``), one more at each start.
 
 Its tables live in the same database and join the same group-commit transaction as the broker's
 own rows, so a message is in the send log by the time its publisher's PUBACK leaves (the PUBACK
@@ -55,6 +56,9 @@ CREATE TABLE IF NOT EXISTS cluster_held (
     client_id TEXT NOT NULL, origin TEXT NOT NULL, stream TEXT NOT NULL, seq INTEGER NOT NULL,
     forwarded BLOB NOT NULL,
     PRIMARY KEY (client_id, origin, stream, seq)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS cluster_counters (
+    name TEXT NOT NULL PRIMARY KEY, value INTEGER NOT NULL
 ) WITHOUT ROWID;
 """
 
@@ -223,6 +227,24 @@ class SqliteClusterStore:
             "SELECT client_id, forwarded FROM cluster_held ORDER BY client_id, origin, stream, seq"
         ).fetchall()
         return [(client_id, decode_forwarded(data)) for client_id, data in rows]
+
+    # ------------------------------------------------------------------ interest epoch
+    def set_interest_epoch(self, epoch: int) -> None:
+        """Committed at once (once per start): no announcement of this epoch may leave before
+        it is durable, or a crash would let the next start reuse it."""
+        self._store.begin()
+        self._store.db.execute(
+            "INSERT INTO cluster_counters (name, value) VALUES ('interest_epoch', ?) "
+            "ON CONFLICT(name) DO UPDATE SET value = excluded.value",
+            (epoch,),
+        )
+        self._store.commit()
+
+    def load_interest_epoch(self) -> int:
+        row = self._store.db.execute(
+            "SELECT value FROM cluster_counters WHERE name = 'interest_epoch'"
+        ).fetchone()
+        return int(row[0]) if row else 0
 
     # ------------------------------------------------------------------ commit
     def _flush(self) -> None:

@@ -288,6 +288,13 @@ class ClusterEngine(StreamsMixin):
         self.takeover.restore_handed_over(self.store.load_handed_over(), now)
         self.receiver.restore(positions, now)
         self._restore_catch_ups(now)  # moved sessions caught up when this broker went down
+        # our announcements of interest are ordered across restarts: a durable epoch, one more
+        # at each start (an older incarnation's announcement still in flight is then ignored);
+        # at least the wall clock's milliseconds, for a broker without persistence (its store
+        # starts from 0 every time)
+        epoch = max(self.store.load_interest_epoch() + 1, int(self.scheduler.wall_time() * 1000))
+        self.store.set_interest_epoch(epoch)
+        self.announcer.begin(epoch)
         if self.causal is not None:
             self.causal.restore([*positions, *(((f.origin, f.stream), f.seq + 1) for f in logged)])
         self._handle(api.Bootstrap(tuple(contacts)))
@@ -664,6 +671,7 @@ class ClusterEngine(StreamsMixin):
         repeated to each reachable one until it acknowledges (``InterestAnnouncer``). A peer reported
         down gets the whole list when it is back."""
         peers = sorted(self._known_peers())
+        interest = self.announcer.stamp(interest)  # one version, whoever gets it
         for peer in peers:
             if peer in self._down_peers:
                 self._send_envelope(peer, "", 0, interest)
@@ -674,11 +682,16 @@ class ClusterEngine(StreamsMixin):
     def _on_interest(self, peer: str, interest: ClassInterest) -> None:
         sender = self.sender
         assert sender is not None
+        if self.interest_table.stale(peer, interest):
+            return  # older than a whole list applied (InterestTable): overtaken, changes nothing
         added, removed = self.interest_table.apply(peer, interest)
         now = self._now()
         # a whole list (a broker that comes back, or that a session moved to) registers every
-        # class it names from the log's start: a registration still unconfirmed is lowered to it
-        for cls in sorted(set(interest.subscribed)) if interest.full else added:
+        # class it names, that later news did not drop, from the log's start: a registration
+        # still unconfirmed is lowered to it
+        if interest.full:
+            added = sorted(set(interest.subscribed) & self.interest_table.classes_of(peer))
+        for cls in added:
             self._sender_actions(sender.register(peer, cls, now, from_log_start=interest.full))
         for cls in removed:
             self._sender_actions(sender.unregister(peer, cls, now))

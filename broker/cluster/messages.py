@@ -160,11 +160,18 @@ class StreamResend:
 @dataclass(frozen=True, slots=True)
 class ClassInterest:
     """The topic classes the sending broker subscribes (``full``: the whole list) or stopped
-    subscribing: filter propagation (seed 000) that tells senders whom to keep messages for."""
+    subscribing: filter propagation (seed 000) that tells senders whom to keep messages for.
+
+    ``(epoch, version)`` orders one sender's announcements (``broker.cluster.interest_table``):
+    ``epoch`` is durable and grows at each start of the sender, ``version`` grows with each
+    announcement of an epoch, so a receiver ignores what is older than what it applied (a whole
+    list overtaken by a later change). ``(0, 0)``: unordered (a sender without versions)."""
 
     subscribed: tuple[str, ...]
     unsubscribed: tuple[str, ...] = ()
     full: bool = False
+    epoch: int = 0
+    version: int = 0
 
 
 StreamBody = StreamAck | StreamRet | StreamResend

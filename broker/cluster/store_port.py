@@ -5,11 +5,12 @@ broker's SQLite store, in its group-commit transaction); :class:`MemoryClusterSt
 across a restart (an engine without persistence, and tests). What it holds is seed 004's state
 that must survive a crash: the send log (SL), the receivers' positions it waits for (AL) and this
 broker's own receive positions (REQ); the replies that carried sessions to other brokers, for a
-claim repeated because its reply was lost (``broker.cluster.takeover``); and the versions of the
+claim repeated because its reply was lost (``broker.cluster.takeover``); the versions of the
 retained topics (last writer wins, deletions included), so a restarted broker's anti-entropy
 digest covers what its disk holds; and the catch-ups of sessions moved here with the messages held
 for them until those are done (``broker.cluster.catch_up_state``), so a crash mid catch-up loses
-nothing.
+nothing; and the epoch of this broker's announcements of interest
+(``broker.cluster.interest_table``), one more at each start, so they stay ordered across restarts.
 """
 
 from __future__ import annotations
@@ -59,6 +60,10 @@ class ClusterStore(Protocol):
 
     def load_held(self) -> list[tuple[str, ForwardedMessage]]: ...
 
+    def set_interest_epoch(self, epoch: int) -> None: ...
+
+    def load_interest_epoch(self) -> int: ...
+
 
 class MemoryClusterStore:
     """A ``ClusterStore`` that keeps nothing across a restart (tests of the engine alone)."""
@@ -71,6 +76,7 @@ class MemoryClusterStore:
         self.retained_versions: dict[str, tuple[int, str]] = {}
         self.catch_ups: dict[str, list[CatchUpRow]] = {}
         self.held: dict[tuple[str, str, str, int], ForwardedMessage] = {}
+        self.interest_epoch = 0
 
     def log_append(self, forwarded: ForwardedMessage) -> None:
         self.log[(forwarded.origin, forwarded.stream, forwarded.seq)] = forwarded
@@ -135,3 +141,9 @@ class MemoryClusterStore:
 
     def load_held(self) -> list[tuple[str, ForwardedMessage]]:
         return [(k[0], self.held[k]) for k in sorted(self.held)]
+
+    def set_interest_epoch(self, epoch: int) -> None:
+        self.interest_epoch = epoch
+
+    def load_interest_epoch(self) -> int:
+        return self.interest_epoch

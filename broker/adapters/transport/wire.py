@@ -682,6 +682,18 @@ def envelope_to_proto(envelope: Envelope, out: Any | None = None, where: str = "
                     raise WireError(f"{where}.ClassInterest.{name}[{index}]: expected str")
                 getattr(interest, name).append(cls)
         _set(interest, "full", bool(body.full), f"{where}.ClassInterest")
+        _set(
+            interest,
+            "epoch",
+            _check_int(body.epoch, f"{where}.ClassInterest.epoch"),
+            f"{where}.ClassInterest",
+        )
+        _set(
+            interest,
+            "version",
+            _check_int(body.version, f"{where}.ClassInterest.version"),
+            f"{where}.ClassInterest",
+        )
     elif not _stream_body_to_proto(body, out, where):
         raise WireError(
             f"{where}.body: must be ClaimReply, RetainedSyncRequest, RetainedSyncReply, StreamAck, "
@@ -721,7 +733,13 @@ def envelope_from_proto(src: Any, where: str = "envelope") -> Envelope:
         body = RetainedSyncReply(sync.request_id, updates, sync.last)
     elif case == "class_interest":
         interest = src.class_interest
-        body = ClassInterest(tuple(interest.subscribed), tuple(interest.unsubscribed), interest.full)
+        body = ClassInterest(
+            tuple(interest.subscribed),
+            tuple(interest.unsubscribed),
+            interest.full,
+            interest.epoch,
+            interest.version,
+        )
     elif case == "session_claim":
         body = _claim_from_proto(src.session_claim)
     elif case in ("stream_ack", "stream_ret", "stream_resend"):

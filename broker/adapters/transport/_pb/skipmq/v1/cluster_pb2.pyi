@@ -487,14 +487,18 @@ class Envelope(_message.Message):
     def __init__(self, orig: _Optional[str] = ..., dest: _Optional[str] = ..., from_client: _Optional[str] = ..., to_client: _Optional[str] = ..., ref: _Optional[int] = ..., ttl: _Optional[int] = ..., claim_reply: _Optional[_Union[ClaimReply, _Mapping]] = ..., retained_sync_request: _Optional[_Union[RetainedSyncRequest, _Mapping]] = ..., retained_sync_reply: _Optional[_Union[RetainedSyncReply, _Mapping]] = ..., stream_ack: _Optional[_Union[StreamAck, _Mapping]] = ..., stream_ret: _Optional[_Union[StreamRet, _Mapping]] = ..., stream_resend: _Optional[_Union[StreamResend, _Mapping]] = ..., session_claim: _Optional[_Union[SessionClaim, _Mapping]] = ..., class_interest: _Optional[_Union[ClassInterest, _Mapping]] = ...) -> None: ...
 
 class ClassInterest(_message.Message):
-    __slots__ = ("subscribed", "unsubscribed", "full")
+    __slots__ = ("subscribed", "unsubscribed", "full", "epoch", "version")
     SUBSCRIBED_FIELD_NUMBER: _ClassVar[int]
     UNSUBSCRIBED_FIELD_NUMBER: _ClassVar[int]
     FULL_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
     subscribed: _containers.RepeatedScalarFieldContainer[str]
     unsubscribed: _containers.RepeatedScalarFieldContainer[str]
     full: bool
-    def __init__(self, subscribed: _Optional[_Iterable[str]] = ..., unsubscribed: _Optional[_Iterable[str]] = ..., full: _Optional[bool] = ...) -> None: ...
+    epoch: int
+    version: int
+    def __init__(self, subscribed: _Optional[_Iterable[str]] = ..., unsubscribed: _Optional[_Iterable[str]] = ..., full: _Optional[bool] = ..., epoch: _Optional[int] = ..., version: _Optional[int] = ...) -> None: ...
 
 class StreamPosition(_message.Message):
     __slots__ = ("origin", "stream", "next_seq")
