@@ -5,8 +5,9 @@ replies that carried sessions away, for a claim repeated because its reply was l
 versions of the retained topics (``broker.cluster.retained_sync``: last writer wins, deletions
 included), durable with the retained rows they stamp; and the catch-ups of sessions moved here,
 with the messages held for them (``broker.cluster.catch_up_state``), in the transaction of the
-deliveries and receive positions they go with (a crash mid catch-up loses nothing); and the epoch of this broker's
-announcements of interest (``broker.cluster.interest_table``), one more at each start.
+deliveries and receive positions they go with (a crash mid catch-up loses nothing); and the
+epoch of this broker's announcements of interest (``broker.cluster.interest_table``), one more at
+each start.
 
 Its tables live in the same database and join the same group-commit transaction as the broker's
 own rows, so a message is in the send log by the time its publisher's PUBACK leaves (the PUBACK
