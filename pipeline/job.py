@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Callable
@@ -181,7 +182,7 @@ def start_job(spark: SparkSession, config: JobConfig) -> Job:
         raise ValueError("nothing to read: give --mqtt and/or --http")
     job = Job(queries, publisher, batches, metrics)
     for query in queries:
-        metrics.watch_query(query.name, lambda query=query: _query_runs(query))
+        metrics.watch_query(query.name, functools.partial(_query_runs, query))
     if config.metrics_port:
         from prometheus_client import start_http_server
 
