@@ -63,10 +63,8 @@ class Job:
             query.stop()
         if self.publisher is not None:
             self.publisher.close()
-        if self.metrics_server is not None:
-            self.metrics_server.shutdown()
-            self.metrics_server.server_close()
-            self.metrics_server = None
+        _stop_server(self.metrics_server)
+        self.metrics_server = None
 
     def failed(self) -> str | None:
         for query in self.queries:
@@ -141,6 +139,7 @@ def start_job(spark: SparkSession, config: JobConfig) -> Job:
     queries: list[StreamingQuery] = []
     batches: dict[str, int] = {}
     metrics = PipelineMetrics()
+    server = _serve_metrics(config, metrics)
     publisher = FindingsPublisher(config.mqtt) if config.mqtt and config.mqtt_findings else None
     if config.mqtt:
         stream = (
@@ -179,22 +178,34 @@ def start_job(spark: SparkSession, config: JobConfig) -> Job:
             .start()
         )
     if not queries:
+        _stop_server(server)
         raise ValueError("nothing to read: give --mqtt and/or --http")
-    job = Job(queries, publisher, batches, metrics)
+    job = Job(queries, publisher, batches, metrics, server)
     for query in queries:
         metrics.watch_query(query.name, functools.partial(_query_runs, query))
-    if config.metrics_port:
-        from prometheus_client import start_http_server
-
-        try:
-            job.metrics_server, _thread = start_http_server(
-                config.metrics_port, config.metrics_host, registry=metrics.registry
-            )
-        except OSError as exc:
-            job.stop()
-            raise ValueError(f"--metrics-port {config.metrics_port}: {exc}") from exc
-        log.info("metrics on http://%s:%d/metrics", config.metrics_host, config.metrics_port)
     return job
+
+
+def _serve_metrics(config: JobConfig, metrics: PipelineMetrics) -> Any:
+    """prometheus_client's HTTP server for --metrics-port (None when 0), bound before any query runs."""
+    if not config.metrics_port:
+        return None
+    from prometheus_client import start_http_server
+
+    try:
+        server, _thread = start_http_server(
+            config.metrics_port, config.metrics_host, registry=metrics.registry
+        )
+    except OSError as exc:
+        raise ValueError(f"--metrics-port {config.metrics_port}: {exc}") from exc
+    log.info("metrics on http://%s:%d/metrics", config.metrics_host, config.metrics_port)
+    return server
+
+
+def _stop_server(server: Any) -> None:
+    if server is not None:
+        server.shutdown()
+        server.server_close()
 
 
 def _query_runs(query: StreamingQuery) -> bool:
