@@ -3,7 +3,9 @@
 ``start_job`` starts up to two streaming queries on a session and returns a ``Job`` handle:
 ``snapshots`` (MQTT source, class- and broker-level tables) and ``metrics`` (HTTP source,
 ``broker_metrics`` and queue-depth outliers). Each has its own checkpoint under
-``<out>/_checkpoints/``; starting again with the same ``out`` resumes from it.
+``<out>/_checkpoints/``; starting again with the same ``out`` resumes from it. With
+``metrics_port`` the driver serves the job's own Prometheus metrics (pipeline.metrics), counted in
+the foreachBatch handlers below.
 """
 
 from __future__ import annotations
