@@ -3,18 +3,22 @@
     python dashboards/generate.py            # rewrite the JSON files
     python dashboards/generate.py --check    # exit 1 if a committed file differs
 
-Four dashboards (docs/observability.md describes every panel): ``skipmq-broker`` (clients,
+Five dashboards (docs/observability.md describes every panel): ``skipmq-broker`` (clients,
 traffic, the process), ``skipmq-cluster`` (peer brokers, their suspicion and round trip, the send
 log and stream repair), ``skipmq-overlay`` (the SG-TBPS/FRT overlay of seed 003: routing tables,
-one-hop vs multi-hop classes, queries by kind, hops) and ``skipmq-pipeline`` (a message's way from
-PUBLISH to delivery: store commit, forwarding, publish-to-delivery latency, queues, drops).
+one-hop vs multi-hop classes, queries by kind, hops), ``skipmq-message-path`` (a message's way
+from PUBLISH to delivery: store commit, forwarding, publish-to-delivery latency, queues, drops)
+and ``skipmq-spark-pipeline`` (the Spark job of pipeline/, from the driver's own /metrics,
+``skipmq-pipeline --metrics-port``: micro-batches, rows written, window lag, queries up).
 
 The JSON is built by Grafana's own typed builders (grafana-foundation-sdk, generated from
 Grafana's schemas) instead of hand-written dicts: field names and enum values are Grafana's.
 Every panel's every selector carries ``job=~"$job", instance=~"$instance"`` (written ``$SEL``
-below), so the two variables filter every panel alike; tests/unit/test_dashboards.py checks it,
-that the committed files match this generator, and that every queried metric is exported; the
-real-Prometheus test (tests/process/cluster/test_prometheus_real.py) runs every expression.
+below), so the two variables filter every panel alike (their values come from
+``skipmq_build_info`` on the broker dashboards, ``skipmq_pipeline_info`` on the Spark one);
+tests/unit/test_dashboards.py checks it, that the committed files match this generator, and that
+every queried metric is exported; the real-Prometheus test
+(tests/process/cluster/test_prometheus_real.py) runs every expression.
 
 The same files are written into helm/skipmq/dashboards/ (a chart cannot read files outside its
 directory; the chart's ConfigMap globs ``dashboards/*.json`` for Grafana's dashboard sidecar).
@@ -463,7 +467,7 @@ OVERLAY_PANELS = (
     ),
 )
 
-PIPELINE_PANELS = (
+MESSAGE_PATH_PANELS = (
     PanelSpec(
         "Messages through the broker",
         "ops",
@@ -550,6 +554,85 @@ PIPELINE_PANELS = (
 )
 
 
+# The Spark job's driver (pipeline/metrics.py). No job runs in the real-Prometheus test, so no
+# target there expects data (data=False): the test still runs every expression.
+WINDOW_LAG = "skipmq_pipeline_window_lag_seconds"
+SPARK_PIPELINE_PANELS = (
+    PanelSpec(
+        "Streaming queries up",
+        "short",
+        (t("sum by (query) (skipmq_pipeline_query_up{$SEL})", "{{query}}", False),),
+        8,
+        "1 per streaming query (snapshots from MQTT, metrics from HTTP) that runs; 0 once it failed"
+        " or stopped (the driver logs pipeline_failed and exits 1).",
+        "stat",
+    ),
+    PanelSpec(
+        "Pipeline versions running",
+        "short",
+        (t("count by (version) (skipmq_pipeline_info{$SEL})", "{{version}}", False),),
+        8,
+        "Pipeline drivers serving /metrics per SkipMQ version (skipmq_pipeline_info).",
+        "stat",
+    ),
+    PanelSpec(
+        "Stalest table",
+        "s",
+        (
+            t(
+                "max(time() - skipmq_pipeline_last_window_end_timestamp_seconds{$SEL})",
+                "seconds behind",
+                False,
+            ),
+        ),
+        8,
+        "Seconds since the end of the newest window written, for the table furthest behind: the"
+        " window length plus the watermark plus a trigger when healthy; growing means the job stalls.",
+        "stat",
+    ),
+    PanelSpec(
+        "Micro-batches per query",
+        "ops",
+        (t("sum by (query) (rate(skipmq_pipeline_batches_total{$SEL}[5m]))", "{{query}}", False),),
+        12,
+        "Micro-batches with rows per second, per streaming query: about one per --trigger while"
+        " windows close.",
+    ),
+    PanelSpec(
+        "Rows written per table",
+        "ops",
+        (t("sum by (table) (rate(skipmq_pipeline_rows_written_total{$SEL}[5m]))", "{{table}}", False),),
+        12,
+        "Rows written to each Parquet table per second (docs/pipeline.md has the tables).",
+    ),
+    PanelSpec(
+        "Window lag (p50, p99)",
+        "s",
+        (
+            t(latency_quantile(WINDOW_LAG, "0.5", "query"), "p50 {{query}}", False),
+            t(latency_quantile(WINDOW_LAG, "0.99", "query"), "p99 {{query}}", False),
+        ),
+        12,
+        "Seconds from a window's end to its rows written: the watermark, the trigger and the batch's"
+        " own time. Growing batch after batch means Spark cannot keep up.",
+    ),
+    PanelSpec(
+        "Newest window per table (age)",
+        "s",
+        (
+            t(
+                "time() - max by (table) (skipmq_pipeline_last_window_end_timestamp_seconds{$SEL})",
+                "{{table}}",
+                False,
+            ),
+        ),
+        12,
+        "Seconds since the end of the newest window written to each table. Tables written only"
+        " on findings (hot_classes, l_crossings, outliers, latency_outliers) may lag without harm.",
+    ),
+)
+
+
 def _panel(panel_id: int, spec: PanelSpec) -> Any:
     builder: Any = stat.Panel() if spec.kind == "stat" else timeseries.Panel()
     builder = (
@@ -571,13 +654,13 @@ def _panel(panel_id: int, spec: PanelSpec) -> Any:
     return builder
 
 
-def _variables() -> list[Any]:
+def _variables(info_metric: str) -> list[Any]:
     return [
         DatasourceVariable("datasource").label("Data source").type("prometheus"),
         QueryVariable("job")
         .label("Job")
         .datasource(DATASOURCE)
-        .query("label_values(skipmq_build_info, job)")
+        .query(f"label_values({info_metric}, job)")
         .refresh(VariableRefresh.ON_TIME_RANGE_CHANGED)
         .sort(VariableSort.ALPHABETICAL_ASC)
         .include_all(True)
@@ -586,7 +669,7 @@ def _variables() -> list[Any]:
         QueryVariable("instance")
         .label("Instance")
         .datasource(DATASOURCE)
-        .query('label_values(skipmq_build_info{job=~"$job"}, instance)')
+        .query(f'label_values({info_metric}{{job=~"$job"}}, instance)')
         .refresh(VariableRefresh.ON_TIME_RANGE_CHANGED)
         .sort(VariableSort.ALPHABETICAL_ASC)
         .include_all(True)
@@ -595,7 +678,13 @@ def _variables() -> list[Any]:
     ]
 
 
-def build(uid: str, title: str, description: str, specs: tuple[PanelSpec, ...]) -> dict[str, Any]:
+def build(
+    uid: str,
+    title: str,
+    description: str,
+    specs: tuple[PanelSpec, ...],
+    info_metric: str = "skipmq_build_info",
+) -> dict[str, Any]:
     builder = (
         DashboardBuilder(title)
         .uid(uid)
@@ -604,7 +693,7 @@ def build(uid: str, title: str, description: str, specs: tuple[PanelSpec, ...]) 
         .editable()
         .time("now-1h", "now")
         .refresh("30s")
-        .variables(_variables())
+        .variables(_variables(info_metric))
     )
     for panel_id, spec in enumerate(specs, start=1):
         builder = builder.with_panel(_panel(panel_id, spec))
@@ -612,12 +701,14 @@ def build(uid: str, title: str, description: str, specs: tuple[PanelSpec, ...]) 
     return encoded
 
 
-DASHBOARDS: dict[str, tuple[str, str, str, tuple[PanelSpec, ...]]] = {
+# file -> (uid, title, description, panels, the metric the $job/$instance variables list)
+DASHBOARDS: dict[str, tuple[str, str, str, tuple[PanelSpec, ...], str]] = {
     "skipmq-broker.json": (
         "skipmq-broker",
         "SkipMQ broker",
         "Clients, traffic and the broker process (docs/observability.md).",
         BROKER_PANELS,
+        "skipmq_build_info",
     ),
     "skipmq-cluster.json": (
         "skipmq-cluster",
@@ -625,6 +716,7 @@ DASHBOARDS: dict[str, tuple[str, str, str, tuple[PanelSpec, ...]]] = {
         "Peer brokers, their suspicion and round trip, the send log and stream repair"
         " (docs/observability.md).",
         CLUSTER_PANELS,
+        "skipmq_build_info",
     ),
     "skipmq-overlay.json": (
         "skipmq-overlay",
@@ -632,13 +724,23 @@ DASHBOARDS: dict[str, tuple[str, str, str, tuple[PanelSpec, ...]]] = {
         "The SG-TBPS/FRT overlay: routing tables, one-hop vs multi-hop classes, queries, hops"
         " (docs/observability.md).",
         OVERLAY_PANELS,
+        "skipmq_build_info",
     ),
-    "skipmq-pipeline.json": (
-        "skipmq-pipeline",
-        "SkipMQ message pipeline",
+    "skipmq-message-path.json": (
+        "skipmq-message-path",
+        "SkipMQ message path",
         "A message from PUBLISH to delivery: store commit, forwarding, publish-to-delivery latency,"
         " queues, drops (docs/observability.md).",
-        PIPELINE_PANELS,
+        MESSAGE_PATH_PANELS,
+        "skipmq_build_info",
+    ),
+    "skipmq-spark-pipeline.json": (
+        "skipmq-spark-pipeline",
+        "SkipMQ Spark pipeline",
+        "The Spark job over the cluster (skipmq-pipeline --metrics-port): micro-batches, rows"
+        " written, window lag, queries up (docs/observability.md).",
+        SPARK_PIPELINE_PANELS,
+        "skipmq_pipeline_info",
     ),
 }
 

@@ -23,6 +23,11 @@ routing-table size L, outlier brokers) and writes Parquet tables under --out (pa
 and window, checkpointed: run it again with the same --out and it resumes), optionally the console,
 and retained findings on $SYS/skipmq/analytics/<table>. docs/pipeline.md has the tables' schemas.
 
+With --metrics-port the driver serves its own Prometheus metrics on http://<host>:<port>/metrics
+(skipmq_pipeline_*: batches per query, rows written per table, the newest window written and how
+late, whether each query runs), read by the "SkipMQ Spark pipeline" Grafana dashboard
+(docs/observability.md).
+
 Needs Java 17+ (JAVA_HOME or java on PATH) and the skipmq[spark] extra. Under spark-submit, give
 --master "" to keep the master spark-submit sets (docs/pipeline.md "On a Spark cluster").
 """
@@ -31,6 +36,7 @@ EPILOG = """\
 examples:
   skipmq-pipeline --mqtt 127.0.0.1:1883 --http http://127.0.0.1:9090 --duration-s 300
   skipmq-pipeline --mqtt b1:1883,b2:1883,b3:1883 --http http://b1:9090 --window "5 minutes" --out /data/skipmq
+  skipmq-pipeline --mqtt 127.0.0.1:1883 --http http://127.0.0.1:9090 --metrics-port 9464
   python -m pipeline.report --out pipeline-out     # charts and a Markdown summary of the tables
 """
 
@@ -85,6 +91,17 @@ def parser() -> argparse.ArgumentParser:
         "--client-id", default="skipmq-pipeline", help="MQTT client id prefix (persistent sessions)"
     )
     p.add_argument(
+        "--metrics-port",
+        type=int,
+        default=0,
+        help="serve the job's Prometheus metrics (skipmq_pipeline_*) on this port (default 0: off)",
+    )
+    p.add_argument(
+        "--metrics-host",
+        default="0.0.0.0",
+        help="address the --metrics-port server binds (default 0.0.0.0: every interface)",
+    )
+    p.add_argument(
         "--duration-s", type=float, default=0, help="stop after this many seconds (default 0: until Ctrl-C)"
     )
     return p
@@ -106,6 +123,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"skipmq-pipeline: --mqtt: {exc}", file=sys.stderr)
         return 2
     http = [url.strip() for url in args.http.split(",") if url.strip()]
+    if not 0 <= args.metrics_port <= 65535:
+        print(f"skipmq-pipeline: --metrics-port: {args.metrics_port} is not 0-65535", file=sys.stderr)
+        return 2
     config = JobConfig(
         out=args.out,
         mqtt=mqtt,
@@ -120,6 +140,8 @@ def main(argv: list[str] | None = None) -> int:
         discover=not args.no_discover,
         peer_http_port=args.peer_http_port,
         scrape_interval_s=args.scrape_interval_s,
+        metrics_port=args.metrics_port,
+        metrics_host=args.metrics_host,
     )
     try:
         spark = build_session(args.master or None)
@@ -131,7 +153,14 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         print(f"skipmq-pipeline: {exc}", file=sys.stderr)
         return 2
-    _log("pipeline_started", out=args.out, mqtt=args.mqtt, http=http, window=args.window)
+    _log(
+        "pipeline_started",
+        out=args.out,
+        mqtt=args.mqtt,
+        http=http,
+        window=args.window,
+        metrics_port=args.metrics_port,
+    )
     stopping = {"now": False}
     signal.signal(signal.SIGTERM, lambda *_: stopping.update(now=True))
     deadline = time.monotonic() + args.duration_s if args.duration_s > 0 else None

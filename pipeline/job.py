@@ -3,18 +3,23 @@
 ``start_job`` starts up to two streaming queries on a session and returns a ``Job`` handle:
 ``snapshots`` (MQTT source, class- and broker-level tables) and ``metrics`` (HTTP source,
 ``broker_metrics`` and queue-depth outliers). Each has its own checkpoint under
-``<out>/_checkpoints/``; starting again with the same ``out`` resumes from it.
+``<out>/_checkpoints/``; starting again with the same ``out`` resumes from it. With
+``metrics_port`` the driver serves the job's own Prometheus metrics (pipeline.metrics), counted in
+the foreachBatch handlers below.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pipeline import compute, findings
+from pipeline.metrics import PipelineMetrics
 from pipeline.sinks import FindingsPublisher, rows_as_json, write_parquet
 
 if TYPE_CHECKING:
@@ -43,6 +48,8 @@ class JobConfig:
     discover: bool = True
     peer_http_port: str | None = None
     scrape_interval_s: float = 10.0
+    metrics_port: int = 0  # the driver's /metrics (pipeline.metrics); 0 = off
+    metrics_host: str = "0.0.0.0"
 
 
 @dataclass
@@ -50,12 +57,16 @@ class Job:
     queries: list[StreamingQuery]
     publisher: FindingsPublisher | None
     batches: dict[str, int] = field(default_factory=dict)  # query -> batches written
+    metrics: PipelineMetrics = field(default_factory=PipelineMetrics)
+    metrics_server: Any = None  # prometheus_client's HTTP server while --metrics-port is set
 
     def stop(self) -> None:
         for query in self.queries:
             query.stop()
         if self.publisher is not None:
             self.publisher.close()
+        _stop_server(self.metrics_server)
+        self.metrics_server = None
 
     def failed(self) -> str | None:
         for query in self.queries:
@@ -66,7 +77,10 @@ class Job:
 
 
 def _snapshot_batch(
-    config: JobConfig, publisher: FindingsPublisher | None, job_batches: dict[str, int]
+    config: JobConfig,
+    publisher: FindingsPublisher | None,
+    job_batches: dict[str, int],
+    metrics: PipelineMetrics,
 ) -> Callable[..., None]:
     def handle(cells: DataFrame, batch_id: int) -> None:
         frame: pd.DataFrame = cells.toPandas()  # whole windows: a few rows per broker and class
@@ -75,6 +89,7 @@ def _snapshot_batch(
         tables = findings.snapshot_tables(frame, config.top_k)
         for name, table in tables.items():
             write_parquet(table, config.out, name)
+        metrics.batch_written("snapshots", tables, time.time())
         if config.console:
             for name in ("hot_classes", "imbalance", "l_crossings", "outliers"):
                 if not tables[name].empty:
@@ -90,7 +105,10 @@ def _snapshot_batch(
 
 
 def _metrics_batch(
-    config: JobConfig, publisher: FindingsPublisher | None, job_batches: dict[str, int]
+    config: JobConfig,
+    publisher: FindingsPublisher | None,
+    job_batches: dict[str, int],
+    metrics: PipelineMetrics,
 ) -> Callable[..., None]:
     def handle(cells: DataFrame, batch_id: int) -> None:
         frame: pd.DataFrame = cells.toPandas()
@@ -100,6 +118,7 @@ def _metrics_batch(
         write_parquet(table, config.out, "broker_metrics")
         slow = findings.latency_outliers(table)
         write_parquet(slow, config.out, "latency_outliers")
+        metrics.batch_written("metrics", {"broker_metrics": table, "latency_outliers": slow}, time.time())
         if not slow.empty:
             if config.console:
                 print(f"--- latency_outliers (batch {batch_id})")
@@ -121,6 +140,8 @@ def start_job(spark: SparkSession, config: JobConfig) -> Job:
     checkpoints = out / "_checkpoints"
     queries: list[StreamingQuery] = []
     batches: dict[str, int] = {}
+    metrics = PipelineMetrics()
+    server = _serve_metrics(config, metrics)
     publisher = FindingsPublisher(config.mqtt) if config.mqtt and config.mqtt_findings else None
     if config.mqtt:
         stream = (
@@ -136,7 +157,7 @@ def start_job(spark: SparkSession, config: JobConfig) -> Job:
             .outputMode("append")
             .option("checkpointLocation", str(checkpoints / "snapshots"))
             .trigger(processingTime=config.trigger)
-            .foreachBatch(_snapshot_batch(config, publisher, batches))
+            .foreachBatch(_snapshot_batch(config, publisher, batches, metrics))
             .start()
         )
     if config.http:
@@ -155,12 +176,45 @@ def start_job(spark: SparkSession, config: JobConfig) -> Job:
             .outputMode("append")
             .option("checkpointLocation", str(checkpoints / "metrics"))
             .trigger(processingTime=config.trigger)
-            .foreachBatch(_metrics_batch(config, publisher, batches))
+            .foreachBatch(_metrics_batch(config, publisher, batches, metrics))
             .start()
         )
     if not queries:
+        _stop_server(server)
         raise ValueError("nothing to read: give --mqtt and/or --http")
-    return Job(queries, publisher, batches)
+    job = Job(queries, publisher, batches, metrics, server)
+    for query in queries:
+        metrics.watch_query(query.name, functools.partial(_query_runs, query))
+    return job
+
+
+def _serve_metrics(config: JobConfig, metrics: PipelineMetrics) -> Any:
+    """prometheus_client's HTTP server for --metrics-port (None when 0), bound before any query runs."""
+    if not config.metrics_port:
+        return None
+    from prometheus_client import start_http_server
+
+    try:
+        server, _thread = start_http_server(
+            config.metrics_port, config.metrics_host, registry=metrics.registry
+        )
+    except OSError as exc:
+        raise ValueError(f"--metrics-port {config.metrics_port}: {exc}") from exc
+    log.info("metrics on http://%s:%d/metrics", config.metrics_host, config.metrics_port)
+    return server
+
+
+def _stop_server(server: Any) -> None:
+    if server is not None:
+        server.shutdown()
+        server.server_close()
+
+
+def _query_runs(query: StreamingQuery) -> bool:
+    try:
+        return bool(query.isActive) and query.exception() is None
+    except Exception:  # the session is gone: the query does not run
+        return False
 
 
 def read_table(spark: SparkSession, out: str, table: str) -> Any:

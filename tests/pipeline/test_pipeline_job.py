@@ -23,6 +23,7 @@ import itertools
 import json
 import threading
 import time
+import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,10 +31,12 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from pipeline.job import Job, JobConfig, start_job
 from tests.support.cluster import ClusterClient, probe_route, unique_id, wait_until
 from tools.launcher import LocalCluster
+from tools.ports import free_ports
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -66,6 +69,7 @@ class Run:
     peers: list[str] = field(default_factory=list)
     instances: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)  # the jobs' query failures
+    metrics_text: str = ""  # the restarted job's /metrics (--metrics-port) once its windows are written
 
     def table(self, name: str) -> pd.DataFrame:
         path = self.out / name
@@ -147,6 +151,8 @@ def run(
         top_k=2,
         scrape_interval_s=1.0,
         client_id=unique_id("pipeline"),
+        metrics_port=free_ports(1)[0],
+        metrics_host="127.0.0.1",
     )
     prefix = unique_id("p")
     hot, warm, wide = f"{prefix}hot", f"{prefix}warm", f"{prefix}wide"
@@ -219,6 +225,9 @@ def run(
             return True
 
         wait_until(written_past_end, 90, interval_s=0.5, what="the windows after the traffic written")
+        url = f"http://127.0.0.1:{config.metrics_port}/metrics"
+        with urllib.request.urlopen(url, timeout=10) as response:
+            result.metrics_text = response.read().decode()
         if job.failed():
             result.errors.append(str(job.failed()))
         for query in job.queries:  # shown with a failure: how fast the micro-batches went
@@ -239,6 +248,30 @@ def run(
                 made.close()
             except Exception:
                 pass
+
+
+def test_the_driver_serves_its_batches_rows_and_windows_on_metrics(run: Run) -> None:
+    """--metrics-port: the restarted job's /metrics counts what it wrote (pipeline.metrics)."""
+    samples = {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(run.metrics_text)
+        for sample in family.samples
+    }
+
+    def value(name: str, **labels: str) -> float:
+        return samples.get((name, tuple(sorted(labels.items()))), float("nan"))
+
+    for query in ("snapshots", "metrics"):
+        assert value("skipmq_pipeline_batches_total", query=query) >= 1, (query, run.metrics_text)
+        assert value("skipmq_pipeline_query_up", query=query) == 1.0, query
+        assert value("skipmq_pipeline_window_lag_seconds_count", query=query) >= 1, query
+    written = {table: len(run.table(table)) for table in ("class_windows", "broker_metrics")}
+    for table, rows in written.items():
+        counted = value("skipmq_pipeline_rows_written_total", table=table)
+        # counted by the restarted job only (its own registry): at least the windows after the traffic
+        assert counted >= 1, (table, counted, rows)
+        end = value("skipmq_pipeline_last_window_end_timestamp_seconds", table=table)
+        assert run.t_end < end < time.time() + 60, (table, end, run.t_end)
 
 
 def test_the_job_finds_the_hot_class(run: Run) -> None:

@@ -14,11 +14,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
 from prometheus_client.parser import text_string_to_metric_families
 
 from broker.adapters.cluster_runtime import ClusterRuntime
 from broker.config import load_config
 from broker.metrics import BrokerStats, make_registry, render
+from pipeline.metrics import PipelineMetrics
 from simulation.world import ProcessScheduler, World
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -58,8 +60,13 @@ def exported_sample_names() -> set[str]:
         ClusterRuntime(load_config(None, env={}), ProcessScheduler(World(0))).collector()
     )  # not started: zero values
     body, _content_type = render(registry)
+    pipeline = PipelineMetrics()  # the Spark job's driver (skipmq-pipeline --metrics-port)
+    pipeline.watch_query("snapshots", lambda: True)
+    ends = pd.to_datetime([60.0], unit="s", utc=True)
+    pipeline.batch_written("snapshots", {"class_windows": pd.DataFrame({"window_end": ends})}, 75.0)
+    pipeline_body, _content_type = render(pipeline.registry)
     names: set[str] = set()
-    for family in text_string_to_metric_families(body.decode()):
+    for family in text_string_to_metric_families(body.decode() + pipeline_body.decode()):
         names.update(sample.name for sample in family.samples)
         if family.type == "gauge":  # labelled gauges without series yet (no peer known)
             names.add(family.name)
@@ -98,7 +105,8 @@ def test_committed_dashboards_match_the_generator() -> None:
         "skipmq-broker.json",
         "skipmq-cluster.json",
         "skipmq-overlay.json",
-        "skipmq-pipeline.json",
+        "skipmq-message-path.json",
+        "skipmq-spark-pipeline.json",
     }
     for name in generate.DASHBOARDS:
         committed = (ROOT / "dashboards" / name).read_text()
@@ -112,7 +120,25 @@ def test_every_queried_metric_is_exported() -> None:
         queried = {metric for expr in exprs(dashboard) for metric, _ in metric_selectors(expr)}
         assert len(queried) > 5, "the parser found few metric names: the test would pass vacuously"
         missing = queried - exported
-        assert not missing, f"{name} queries metrics the broker does not export: {sorted(missing)}"
+        assert not missing, f"{name} queries metrics SkipMQ does not export: {sorted(missing)}"
+
+
+def test_the_spark_pipeline_dashboard_reads_only_the_pipeline_driver() -> None:
+    """Its metrics come from skipmq-pipeline --metrics-port, not from the brokers; no Spark job runs in
+    the real-Prometheus test, so none of its targets expects data there (its expressions still run)."""
+    specs = generate.DASHBOARDS["skipmq-spark-pipeline.json"][3]
+    dashboard = dashboards()["skipmq-spark-pipeline.json"]
+    queried = {metric for expr in exprs(dashboard) for metric, _ in metric_selectors(expr)}
+    assert queried and all(metric.startswith("skipmq_pipeline_") for metric in queried), queried
+    assert not [target.expr for spec in specs for target in spec.targets if target.data]
+    broker_only = {
+        metric
+        for name, dash in dashboards().items()
+        if name != "skipmq-spark-pipeline.json"
+        for expr in exprs(dash)
+        for metric, _ in metric_selectors(expr)
+    }
+    assert not {metric for metric in broker_only if metric.startswith("skipmq_pipeline_")}
 
 
 def test_every_selector_uses_the_job_and_instance_variables() -> None:
@@ -139,7 +165,9 @@ def test_variables_are_the_same_on_every_dashboard() -> None:
     for name, dashboard in dashboards().items():
         variables = {v["name"]: v for v in dashboard["templating"]["list"]}
         assert list(variables) == ["datasource", "job", "instance"], name
-        assert variables["instance"]["query"] == 'label_values(skipmq_build_info{job=~"$job"}, instance)'
+        info = "skipmq_pipeline_info" if name == "skipmq-spark-pipeline.json" else "skipmq_build_info"
+        assert variables["job"]["query"] == f"label_values({info}, job)", name
+        assert variables["instance"]["query"] == f'label_values({info}{{job=~"$job"}}, instance)', name
         for panel in dashboard["panels"]:
             assert panel["datasource"] == {"type": "prometheus", "uid": "${datasource}"}, panel["title"]
 

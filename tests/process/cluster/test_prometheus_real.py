@@ -7,9 +7,10 @@ deploy/prometheus/skipmq.rules.yml every second. A subscriber on brokers 1 and 2
 publisher on broker 0 make traffic on one topic: both subscriber brokers are in the publisher's
 routing table (L = 60), so every forwarded delivery takes one hop. Then:
 
-* every expression of the four dashboards ($job and $instance set to "all") and every rule's
+* every expression of the five dashboards ($job and $instance set to "all") and every rule's
   expression is answered with status "success"; the dashboard targets that must have data on such a
-  cluster (``Target.data``) return a number;
+  cluster (``Target.data``) return a number; the Spark pipeline dashboard's (``Target.data`` False:
+  no Spark job runs here) return nothing, as they read only the job driver's ``skipmq_pipeline_*``;
 * the hop panel reads 1 (p50 and p99), where histogram_quantile alone would read 0.5;
 * no alert's expression returns anything (a healthy cluster), every rule evaluates without error
   (``/api/v1/rules``), and every recording rule has produced a series.
@@ -171,6 +172,7 @@ def test_every_panel_and_rule_expression_against_a_real_prometheus(prometheus: A
     assert subscribers[0].messages.qsize() > 0 and subscribers[1].messages.qsize() > 0
 
     empty: list[str] = []
+    spark_answered: list[str] = []
     checked = 0
     for name in generate.DASHBOARDS:
         dashboard = json.loads((ROOT / "dashboards" / name).read_text())
@@ -182,7 +184,14 @@ def test_every_panel_and_rule_expression_against_a_real_prometheus(prometheus: A
                 checked += 1
                 if spec.data and not numbers(result):
                     empty.append(f"{name} / {panel['title']}: {target['expr']}")
+                if name == "skipmq-spark-pipeline.json":
+                    assert not spec.data, "no Spark job runs here: its panels cannot have data"
+                    if result:
+                        spark_answered.append(f"{panel['title']}: {target['expr']} -> {result}")
     assert checked > 60
+    assert not spark_answered, "Spark pipeline panels answered from the brokers:\n" + "\n".join(
+        spark_answered
+    )
     assert not empty, "panels without data on a cluster under traffic:\n" + "\n".join(empty)
 
     # the hop panel on one-hop traffic: 1, not the 0.5 histogram_quantile alone gives
