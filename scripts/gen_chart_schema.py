@@ -287,6 +287,7 @@ def values_schema() -> dict[str, Any]:
                         "watermark": _DURATION,
                         "trigger": _DURATION,
                         "scrapeIntervalSeconds": _SECONDS,
+                        "metricsPort": {"type": "integer", "minimum": 0, "maximum": 65535},
                         "extraArgs": {"type": "array", "items": _STR},
                         "persistence": _obj(
                             {

@@ -211,6 +211,8 @@ def test_pipeline_deployment_reads_every_broker(rendered_sets: dict[str, Rendere
     peers = f"{FULLNAME}-peers.{NAMESPACE}.svc"
     assert args.mqtt.split(",") == [f"{FULLNAME}-{i}.{peers}:11883" for i in range(4)]
     assert args.http == f"http://{FULLNAME}-0.{peers}:19090"
+    assert args.metrics_port == 9108  # the job's own /metrics, on the container port named so
+    assert {"name": "metrics", "containerPort": 9108} in container["ports"]
     mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
     assert mounts[args.out] == "out"
     claim = rendered.one("PersistentVolumeClaim")
