@@ -59,14 +59,16 @@ def rows_as_json(frame: pd.DataFrame, limit: int = 100) -> list[dict[str, Any]]:
 
 
 class FindingsPublisher:
-    """One paho client per broker; publishes retained QoS 1 findings (best effort: a broker that
-    is down misses them until the next batch, the job goes on)."""
+    """One paho client per broker; publishes retained QoS 1 findings. Best effort while a broker
+    is down; the latest finding of each table is published again when a client (re)connects, so
+    a broker that was down, or not yet connected at the batch, still ends up with it retained."""
 
     def __init__(self, brokers: list[tuple[str, int]], client_id: str = "skipmq-pipeline-findings") -> None:
         import paho.mqtt.client as paho
         from paho.mqtt.enums import CallbackAPIVersion
 
         self._lock = threading.Lock()
+        self._latest: dict[str, str] = {}  # table -> the payload of its latest finding
         self.clients: list[Any] = []
         for host, port in brokers:
             client = paho.Client(
@@ -74,13 +76,24 @@ class FindingsPublisher:
                 client_id=f"{client_id}-{host}-{port}",
                 protocol=paho.MQTTv5,
             )
+            client.on_connect = self._on_connect
             client.reconnect_delay_set(1, 5)
             client.connect_async(host, port, keepalive=15)
             client.loop_start()
             self.clients.append(client)
 
+    def _on_connect(self, client: Any, _userdata: Any, _flags: Any, reason: Any, _props: Any) -> None:
+        if getattr(reason, "is_failure", False):
+            return
+        with self._lock:
+            latest = dict(self._latest)
+        for table, payload in latest.items():
+            client.publish(f"{ANALYTICS_PREFIX}/{table}", payload, qos=1, retain=True)
+
     def publish(self, table: str, findings: dict[str, Any]) -> None:
         payload = json.dumps(findings, separators=(",", ":"), default=str)
+        with self._lock:
+            self._latest[table] = payload
         for client in self.clients:
             if client.is_connected():
                 client.publish(f"{ANALYTICS_PREFIX}/{table}", payload, qos=1, retain=True)

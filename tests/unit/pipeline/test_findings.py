@@ -7,7 +7,9 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import pytest
@@ -16,6 +18,9 @@ from broker.cluster.class_stats import ClassCounters, SnapshotBuilder
 from pipeline import findings
 from pipeline.records import BadSnapshot, metric_records, snapshot_records
 from pipeline.spool import Spool
+from tests.support.core import start_broker
+
+__all__ = ["start_broker"]  # the fixture
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -169,3 +174,38 @@ def test_no_latency_outlier_among_even_or_fast_brokers_or_after_a_restart() -> N
     mask = (restarted["instance"] == "c:1") & restarted["name"].str.startswith("skipmq_cluster")
     restarted.loc[mask, "last"] = 3.0  # the histogram started again from zero in this window
     assert findings.latency_outliers(findings.broker_metrics(restarted)).empty
+
+
+def test_a_broker_that_comes_up_after_the_batch_still_gets_the_latest_finding(start_broker: Any) -> None:
+    """The findings publisher publishes only to connected brokers; one that was not connected at
+    the batch (down, or still connecting) gets each table's latest finding when it connects."""
+    from pipeline.sinks import ANALYTICS_PREFIX, FindingsPublisher
+    from tests.support.core import RawClient
+    from tools.ports import free_ports
+
+    (port,) = free_ports(1)
+    publisher = FindingsPublisher([("127.0.0.1", port)], client_id="findings-late")
+    try:
+        publisher.publish("hot_classes", {"batch": 1, "rows": [{"class": "=old"}]})
+        publisher.publish("hot_classes", {"batch": 2, "rows": [{"class": "=new"}]})
+        start_broker(listeners__tcp__port=port)
+        watcher = RawClient(port)
+        watcher.connect("findings-watcher")
+        deadline = time.monotonic() + 20  # the publisher retries its connection every 1-5 s
+        packet_id = 0
+        while True:  # subscribing again sends the retained message again, once there is one
+            packet_id += 1
+            watcher.subscribe(f"{ANALYTICS_PREFIX}/hot_classes", 0, packet_id=packet_id)
+            try:
+                packet = watcher.expect_publish(1.0)
+                break
+            except TimeoutError:
+                assert time.monotonic() < deadline, "no retained finding after the broker came up"
+        assert json.loads(packet.payload)["batch"] == 2  # live, or retained: the latest one
+        late = RawClient(port)
+        late.connect("findings-late-watcher")
+        late.subscribe(f"{ANALYTICS_PREFIX}/hot_classes", 0)
+        retained = late.expect_publish(5.0)
+        assert retained.retain and json.loads(retained.payload)["batch"] == 2
+    finally:
+        publisher.close()
