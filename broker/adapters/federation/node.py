@@ -33,7 +33,7 @@ from broker.adapters.federation.custody_store import SqliteCustodyStore
 from broker.adapters.federation.metrics import FederationCollector
 from broker.adapters.transport._pb.skipmq.v1 import federation_pb2 as pb
 from broker.adapters.transport._pb.skipmq.v1 import federation_pb2_grpc as pb_grpc
-from broker.adapters.transport.tls import ClusterTls, TlsFiles, authenticated_peer_ids
+from broker.adapters.transport.tls import ClusterTls, TlsFiles, identity_refusal
 from broker.core.session import Message
 from broker.federation.keys import RoutingMode
 from broker.federation.messages import (
@@ -412,17 +412,9 @@ class FederationNode(pb_grpc.FederationServicer):
                 return
 
     def _identity_refusal(self, claimed: str, context: Any) -> str | None:
-        """Why a LinkRequest claiming the name ``claimed`` is refused on this stream, or None:
-        with TLS the client certificate (checked against the place's CA in the handshake) must
-        name it (``skipmq://host:port``), so a certified broker cannot link as another."""
-        if self._tls is None:
-            return None
-        names = authenticated_peer_ids(context)
-        if names is None:
-            return "no client certificate on a TLS link"
-        if claimed not in names:
-            return f"LinkRequest claims {claimed!r}; the certificate names {sorted(names)}"
-        return None
+        """Why a LinkRequest claiming ``claimed`` is refused on this stream (TLS only): the
+        client certificate, checked against the place's CA, must name it."""
+        return None if self._tls is None else identity_refusal(context, claimed, "LinkRequest")
 
     # ------------------------------------------------------------------ reading (both sides)
     async def _read(self, link: _Link) -> None:

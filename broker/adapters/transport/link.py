@@ -46,7 +46,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from broker.adapters.transport import wire
-from broker.adapters.transport.tls import ClusterTls, authenticated_peer_ids
+from broker.adapters.transport.tls import ClusterTls, identity_refusal
 
 log = logging.getLogger("skipmq.transport")
 
@@ -644,17 +644,8 @@ class GrpcTransport:
         )
 
     def _identity_refusal(self, claimed: str, context: Any) -> str | None:
-        """Why a Hello claiming ``claimed`` is refused on this accepted stream, or None: with TLS,
-        the client certificate (verified against the cluster CA in the handshake) must name the
-        peer id the Hello claims."""
-        if self._tls is None:
-            return None
-        names = authenticated_peer_ids(context)
-        if names is None:
-            return "no client certificate on a TLS link"
-        if claimed not in names:
-            return f"Hello claims peer id {claimed!r}; the certificate names {sorted(names)}"
-        return None
+        """Why a Hello claiming peer id ``claimed`` is refused on this accepted stream (TLS only)."""
+        return None if self._tls is None else identity_refusal(context, claimed, "Hello")
 
     # ------------------------------------------------------------------ gRPC options
 

@@ -133,6 +133,19 @@ def authenticated_peer_ids(context: Any) -> set[str] | None:
     return peer_ids_of(pems[0])
 
 
+def identity_refusal(context: Any, claimed: str, what: str) -> str | None:
+    """Why a stream whose first message (``what``: "Hello", "LinkRequest") claims the name
+    ``claimed`` is refused, or None: the client certificate, verified against the CA in the
+    handshake, must name it (``skipmq://host:port``), so a certified broker cannot pose as
+    another. Only for TLS links (the caller checks)."""
+    names = authenticated_peer_ids(context)
+    if names is None:
+        return "no client certificate on a TLS link"
+    if claimed not in names:
+        return f"{what} claims {claimed!r}; the certificate names {sorted(names)}"
+    return None
+
+
 # ---------------------------------------------------------------------------------------------
 # making certificates (skipmq certs, tools/launcher)
 
