@@ -401,6 +401,12 @@ class ClusterConfig:
         min_value=0,
         max_value=3_600_000,
     )
+    local_qos1_in_memory: bool = _key(
+        False,
+        "a QoS>=1 publish that only local subscribers receive (every known broker connected) is "
+        "acknowledged without a send-log commit: faster, but an unnoticed partition plus a crash of "
+        "this broker can lose it for a broker that subscribed meanwhile (docs/cluster.md)",
+    )
     presence_grace_ms: int = _key(
         2000,
         "messages of a class without subscribers are kept this long and forwarded if a subscription "

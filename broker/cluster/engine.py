@@ -802,7 +802,7 @@ class ClusterEngine(StreamsMixin):
                 if route == ROUTE_OVERLAY:
                     if not self._reaches_only_self(cls, now):
                         reach = QUIET_NOT
-                    elif self._every_peer_connected():
+                    elif self.cluster.local_qos1_in_memory and self._every_peer_connected():
                         reach = QUIET_LOCAL_CONNECTED
                     else:
                         reach = QUIET_LOCAL

@@ -1,7 +1,8 @@
 """The cluster fast path (issue #11; broker/cluster/engine.py ``on_publish``, overlay/node.py
 ``reaches_only_self``): a publish whose topic class no other broker subscribes does no overlay work
-(it is delivered locally; QoS >= 1 is kept in the send log in memory, and written to the store
-only while some other broker is down or unreachable), and the moment another broker subscribes, a
+(it is delivered locally; QoS >= 1 goes into the durable send log, or with
+``cluster.local_qos1_in_memory`` is kept in memory and written to the store only while some other
+broker is down or unreachable), and the moment another broker subscribes, a
 publish after its SUBACK reaches it (docs/cluster.md "Subscriptions").
 
 Real brokers (3-broker cluster over gRPC), paho clients, the brokers' own SQLite files.
@@ -74,13 +75,14 @@ def _send_log_rows(cluster: LocalCluster, index: int, cls: str) -> int:
 def test_a_local_only_qos1_publish_needs_no_send_log_row_while_every_peer_is_connected(
     cluster_factory: ClusterFactory, client_factory: ClientFactory
 ) -> None:
-    """Local deliveries in a cluster cost what they cost on a single broker: a QoS 1 publish on a
-    class nobody elsewhere subscribes is not written to the store (its PUBACK waits for no commit)
+    """With ``cluster.local_qos1_in_memory`` (off by default), local deliveries in a cluster cost
+    what they cost on a single broker: a QoS 1 publish on a class nobody elsewhere subscribes is
+    not written to the store (its PUBACK waits for no commit)
     while every other broker is connected; with a broker down it is written again (for a receiver
     cut off on the other side that we have not heard of, should this broker crash before it is
     back). ``cluster.send_log_min_retention_ms`` (10 s) keeps any row written here until after
     the counts below."""
-    cluster = cluster_factory(3)
+    cluster = cluster_factory(3, settings={"cluster.local_qos1_in_memory": "true"})
     prefix = unique_id("fastrows")
     topic, cls = f"{prefix}/t", f"={prefix}"
     local = client_factory(cluster, 0)
