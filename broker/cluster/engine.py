@@ -228,7 +228,7 @@ class ClusterEngine(StreamsMixin):
         self._quiet: dict[str, tuple[float, int]] = {}
         self._founded_alone = False  # started without contacts other than itself (``start``)
         # batching (issue #11, ``StreamsMixin._publish_forwarded``)
-        self._outbox: dict[str, list[ForwardedMessage]] = {}
+        self._outbox: dict[tuple[str, str], list[ForwardedMessage]] = {}
         self._outbox_armed = False
         self._batch_parts: dict[int, list[int]] = {}
 

@@ -102,7 +102,9 @@ class StreamsMixin:
     scheduler: Scheduler
     cluster: ClusterConfig
     stopped: bool
-    _outbox: dict[str, list[ForwardedMessage]]  # class -> forwarded, not yet published (a batch)
+    # (origin, class) -> forwarded, not yet published: a batch holds one stream only (a restarted
+    # broker republishes its previous incarnation's stream beside its new one on the same class)
+    _outbox: dict[tuple[str, str], list[ForwardedMessage]]
     _outbox_armed: bool  # a flush is scheduled (``call_soon``)
     _batch_parts: dict[int, list[int]]  # batch publication id -> its messages' publication ids
     _arm_timer: Callable[[], None]
@@ -154,9 +156,10 @@ class StreamsMixin:
             self._publishing(forwarded.stream, self._now())
         self.stats.forwarded += 1
         self.class_counters.forwarded(forwarded.stream)
-        queued = self._outbox.get(forwarded.stream)
+        key = (forwarded.origin, forwarded.stream)
+        queued = self._outbox.get(key)
         if queued is None:
-            self._outbox[forwarded.stream] = [forwarded]
+            self._outbox[key] = [forwarded]
         else:
             queued.append(forwarded)
         if not self._outbox_armed:
@@ -176,7 +179,7 @@ class StreamsMixin:
             return  # QoS >= 1 ones are in the send log: published again after a restart
         now = self._now()
         budget = min(BATCH_MAX_BYTES, self.cluster.max_frame_bytes // 2)
-        for cls, queued in outbox.items():
+        for (_origin, cls), queued in outbox.items():
             self._publishing(cls, now)
             start, count = 0, len(queued)
             while start < count:

@@ -6,6 +6,8 @@ moves) that broke an invariant, each replayed as a cheap regression of the cause
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 
 from simulation.causal import causal_conversation
@@ -94,3 +96,15 @@ def test_crash_and_long_partition_seed_keeps_every_invariant(seed: int) -> None:
     """``python -m simulation --seed N --faults crash,long-partition --loss 0.05``."""
     result = run_seed(seed, faults=CRASH_LONG_PARTITION, loss=0.05)
     assert result.ok, result.report(trace_lines=20)
+
+
+def test_a_restarted_broker_batches_each_of_its_streams_apart(caplog: pytest.LogCaptureFixture) -> None:
+    """Conversation seed 192: after its restart a broker republished its previous incarnation's
+    stream beside its new one on the same class in one event-loop iteration; one ForwardedBatch
+    held both, and every receiver rejected it (``cluster_message_rejected``; the messages came
+    back by RET, late). The outbox now batches per (origin, class)."""
+    with caplog.at_level(logging.WARNING):
+        result = causal_conversation(192, loss=0.05, duplicate=0.05, crash=True, partition=True)
+    assert result.ok, result.report(trace_lines=20)
+    mixed = [r.getMessage() for r in caplog.records if "more than one stream" in r.getMessage()]
+    assert mixed == []
