@@ -390,10 +390,7 @@ class ClusterEngine(StreamsMixin):
     def _send(self, dest: str, item: object) -> None:
         assert self.transport is not None
         kind = type(item)
-        try:
-            self.stats.overlay_sent[kind] += 1
-        except KeyError:  # the first of its kind
-            self.stats.overlay_sent[kind] = 1
+        self.stats.overlay_sent[kind] += 1
         # round trips to ``dest`` (skipmq_cluster_peer_rtt_seconds), timed when the answer comes:
         # every failure-detector PING (its PONG), one PUB delegation in LATENCY_SAMPLE_EVERY (its
         # per-hop ACK; by ack id)
@@ -519,10 +516,7 @@ class ClusterEngine(StreamsMixin):
             self._heard_from.add(sender)
             self._peer_back(sender)
         kind = type(item)
-        try:
-            self.stats.overlay_received[kind] += 1
-        except KeyError:  # the first of its kind
-            self.stats.overlay_received[kind] = 1
+        self.stats.overlay_received[kind] += 1
         if kind is ACK:
             if not item.ack_id & RTT_SAMPLE_MASK:  # type: ignore[attr-defined]
                 self._round_trip_answered(sender, item.ack_id)  # type: ignore[attr-defined]

@@ -15,6 +15,8 @@ and the send log.
 
 from __future__ import annotations
 
+from collections import Counter
+
 from broker.core.stats import Histogram
 
 # The per-class snapshots' hop buckets (``broker.cluster.class_stats``; the pipeline reads them).
@@ -64,8 +66,8 @@ class ClusterStats:
         self.peer_rtt_seconds = Histogram(PEER_RTT_BUCKETS_S)  # every PING answered
         # overlay messages by kind (REXP, EEXP, PUB, ...; the engine counts them as it sends and
         # receives them: one dict update per overlay message)
-        self.overlay_sent: dict[type, int] = {}
-        self.overlay_received: dict[type, int] = {}
+        self.overlay_sent: Counter[type] = Counter()
+        self.overlay_received: Counter[type] = Counter()
 
     def observe_hops(self, hops: int) -> None:
         self.hop_sum += hops
