@@ -28,7 +28,7 @@ from prometheus_client.utils import floatToGoString
 
 from broker import __version__
 from broker.cluster.overlay_figures import OverlayFigures
-from broker.cluster.stats import LATENCY_SAMPLE_EVERY, METRIC_HOP_MAX, ClusterStats
+from broker.cluster.stats import LATENCY_SAMPLE_EVERY, METRIC_HOP_MAX, RTT_SAMPLE_EVERY, ClusterStats
 from broker.config import BrokerConfig
 from broker.core.stats import QUEUE_NEAR_LIMIT, BrokerStats, Histogram
 
@@ -384,7 +384,7 @@ class ClusterCollector(Collector):
         yield _histogram(
             "skipmq_cluster_peer_rtt_seconds",
             "Round trips to peer brokers: every failure-detector PING to its PONG, one overlay PUB"
-            f" delegation in {LATENCY_SAMPLE_EVERY} to its per-hop ACK",
+            f" delegation in {RTT_SAMPLE_EVERY} to its per-hop ACK",
             stats.peer_rtt_seconds,
         )
         for name, doc, per_kind in (

@@ -66,8 +66,9 @@ from broker.cluster.messages import (
     StreamPosition,
 )
 from broker.cluster.overlay_figures import OverlayFigures, peer_suspicion, published_classes, routing_entries
+from broker.cluster.replies import ReplyHold
 from broker.cluster.retained_sync import CopyRequest, RetainedSync
-from broker.cluster.stats import LATENCY_SAMPLE_EVERY, ClusterStats
+from broker.cluster.stats import RTT_SAMPLE_EVERY, ClusterStats
 from broker.cluster.store_port import ClusterStore, MemoryClusterStore
 from broker.cluster.stream_receiver import StreamReceiver
 from broker.cluster.stream_sender import StreamSender
@@ -79,7 +80,7 @@ from overlay import api
 from overlay.api import Role
 from overlay.config import OverlayConfig
 from overlay.keys import ANCHOR_TOPIC, PUBLISHER, SUBSCRIBER, make_key
-from overlay.messages import ACK, PING, PONG, PUB
+from overlay.messages import ACK, DONE, PING, PONG, PUB
 from overlay.node import OverlayNode
 
 if TYPE_CHECKING:
@@ -101,7 +102,7 @@ CATCH_UP_GIVE_UP_S = 120.0  # a moved session's catch-up that gets no answer is 
 INTEREST_REFRESH_RETRANSMITS = 5  # the classes we subscribe are announced again every 5 x retransmit_ms
 DOWN_PEER_MEMORY_S = 600.0  # ... for this long
 MAX_ROUND_TRIPS_TIMED = 1024  # PINGs / sampled PUBs awaiting their answer (peer_rtt_seconds)
-RTT_SAMPLE_MASK = LATENCY_SAMPLE_EVERY - 1
+RTT_SAMPLE_MASK = RTT_SAMPLE_EVERY - 1
 # fast path (issue #11): a class whose publications reach no other broker (or nobody) is re-checked
 # through the full path this often (which also lets the overlay's EEXP at publish fill the
 # publisher's table)
@@ -220,6 +221,10 @@ class ClusterEngine(StreamsMixin):
         # that stream is done
         self._held_for: dict[tuple[tuple[str, str], str], list[ForwardedMessage]] = {}
         self._deliver_pending_commit = False
+        # the overlay's ACK and DONE, held per peer up to ack_delay_ms and sent with the stream
+        # acknowledgements (``replies``, issue #11); None: each goes out at once
+        ack_delay_s = cluster.ack_delay_ms / 1000.0
+        self._replies: ReplyHold | None = ReplyHold(ack_delay_s) if ack_delay_s > 0 else None
         # fast path (issue #11): topic -> its classes, and class -> (until when, QUIET_*): a
         # publication on it reaches no other broker (``_reaches_only_self``), nobody at all
         # (``ROUTE_SKIP``), or other brokers (the full path, without checking again); emptied by
@@ -231,6 +236,7 @@ class ClusterEngine(StreamsMixin):
         self._outbox: dict[tuple[str, str], list[ForwardedMessage]] = {}
         self._outbox_armed = False
         self._batch_parts: dict[int, list[int]] = {}
+        self._route_memos: dict[str, tuple[Any, dict[str, list[Any]]]] | None = None
 
     # ================================================================== lifecycle
     def bind(
@@ -320,6 +326,7 @@ class ClusterEngine(StreamsMixin):
         if self.stopped:
             return
         self._flush_outbox()
+        self._send_held_replies(self._replies.take_all() if self._replies is not None else [])
         try:
             self._handle(api.Shutdown())
         except Exception:
@@ -365,12 +372,14 @@ class ClusterEngine(StreamsMixin):
 
     def _carry_out_one(self, action: Any) -> None:
         if isinstance(action, api.Send):
-            if self._deliver_pending_commit:
+            message = action.message
+            if self._deliver_pending_commit and not self._held_back(message):
                 # a Deliver before this Send must be durable first: the Send may be the DONE
-                # that lets the publisher's broker acknowledge its client
+                # that lets the publisher's broker acknowledge its client (a held DONE waits for
+                # the group commit at the end of this loop iteration: ``_send_held_replies``)
                 self._deliver_pending_commit = False
                 self._commit()
-            self._send(action.dest, action.message)
+            self._send(action.dest, message)
         elif isinstance(action, api.Deliver):
             self._on_deliver(action)
         elif isinstance(action, api.PublishDone):
@@ -387,19 +396,49 @@ class ClusterEngine(StreamsMixin):
                 else:  # a message of a causal group, with the dependencies it had when published
                     self._forward_causal(action.topic, message, deps)
 
+    def _held_back(self, item: object) -> bool:
+        """``item`` is a reply that waits in ``_replies``: an overlay ACK or DONE, but the ACK of a
+        PUB whose round trip is timed (``RTT_SAMPLE_MASK``), which goes at once."""
+        if self._replies is None:
+            return False
+        kind = type(item)
+        if kind is DONE:
+            return True
+        return kind is ACK and bool(item.ack_id & RTT_SAMPLE_MASK)  # type: ignore[attr-defined]
+
     def _send(self, dest: str, item: object) -> None:
-        assert self.transport is not None
         kind = type(item)
         self.stats.overlay_sent[kind] += 1
         # round trips to ``dest`` (skipmq_cluster_peer_rtt_seconds), timed when the answer comes:
-        # every failure-detector PING (its PONG), one PUB delegation in LATENCY_SAMPLE_EVERY (its
-        # per-hop ACK; by ack id)
+        # every failure-detector PING (its PONG), one PUB delegation in RTT_SAMPLE_EVERY (its
+        # per-hop ACK, which the receiver sends at once; by ack id)
         if kind is PUB:
             ack_id = item.ack_id  # type: ignore[attr-defined]
             if ack_id and not ack_id & RTT_SAMPLE_MASK:
                 self._time_round_trip(dest, ack_id)
         elif kind is PING:
             self._time_round_trip(dest, item.nonce)  # type: ignore[attr-defined]
+        replies = self._replies
+        if replies is not None:
+            if self._held_back(item):
+                replies.hold(dest, item, self._now())
+                return
+            if replies.holds_for(dest):  # they go first, in this frame
+                self._send_held_replies([(dest, replies.take(dest))])
+        self._transmit(dest, item)
+
+    def _send_held_replies(self, held: list[tuple[str, list[object]]]) -> None:
+        """Replies that waited in ``_replies``: a DONE among them may answer a Deliver whose
+        writes are not committed yet (the driver promise of overlay/api.py)."""
+        if not held:
+            return
+        self._commit()
+        for dest, items in held:
+            for item in items:
+                self._transmit(dest, item)
+
+    def _transmit(self, dest: str, item: object) -> None:
+        assert self.transport is not None
         try:
             self.transport.send(dest, item)
         except (ValueError, RuntimeError) as exc:  # WireError is a ValueError
@@ -432,6 +471,7 @@ class ClusterEngine(StreamsMixin):
         retained_sync = self.retained_sync
         sender = self.sender
         for candidate in (
+            self._replies.next_deadline() if self._replies is not None else None,
             self.receiver.next_deadline(),
             sender.next_deadline() if sender is not None else None,
             self.subscribe_waits.next_deadline(),
@@ -465,6 +505,8 @@ class ClusterEngine(StreamsMixin):
         if deadline is not None and deadline <= now:
             self._handle(api.Tick())
         assert self.sender is not None
+        if self._replies is not None:
+            self._send_held_replies(self._replies.due(now))
         self._receiver_actions(self.receiver.tick(now))
         if self.receiver.blocked_count():
             self._deliver(self.receiver.give_up_waits(now))
@@ -940,8 +982,13 @@ class ClusterEngine(StreamsMixin):
         if isinstance(payload, ForwardedMessage):
             self._receive_forwarded(payload, int(action.hops))
         elif isinstance(payload, ForwardedBatch):
-            for forwarded in payload.messages:
-                self._receive_forwarded(forwarded, int(action.hops))
+            hops = int(action.hops)
+            self._route_memos = {}  # matched once per (class, topic) of the batch (``_deliver``)
+            try:
+                for forwarded in payload.messages:
+                    self._receive_forwarded(forwarded, hops)
+            finally:
+                self._route_memos = None
         elif isinstance(payload, RetainedUpdate):
             self._apply_retained(payload)
         elif isinstance(payload, SessionClaim):

@@ -27,6 +27,10 @@ METRIC_HOP_MAX = 16
 # Sampling of the latency histograms observed per forwarded message: one publication in
 # LATENCY_SAMPLE_EVERY (a power of two; the publication id's low bits pick it).
 LATENCY_SAMPLE_EVERY = 8
+# One PUB delegation in RTT_SAMPLE_EVERY (by ack id's low bits) has its per-hop ACK sent at once
+# and timed (``skipmq_cluster_peer_rtt_seconds``); the others are held and coalesced
+# (``broker.cluster.replies``), so a rarer sample costs fewer frames of their own.
+RTT_SAMPLE_EVERY = 64
 # From a QoS>0 message's publication into the overlay to the overlay's end-to-end DONE (every
 # subscriber broker delivered and stored it): loopback and one data centre take milliseconds, a
 # slow subscriber broker or a retransmission seconds.

@@ -16,8 +16,7 @@ It holds no state of its own; the engine owns everything (attributes declared be
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Iterator
-from dataclasses import replace
+from collections.abc import Callable, Collection, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from broker.cluster import catch_up_state
@@ -54,6 +53,7 @@ CONTROL_CLASS = "!ctl"  # every broker subscribes: retained updates and session 
 # ``_batch_cost``), and at most half a cluster frame (``cluster.max_frame_bytes``: the transport
 # refuses an item larger than a frame)
 BATCH_MAX_MESSAGES = 256
+_NOBODY: frozenset[str] = frozenset()  # no moved session waits for a catch-up of this stream
 BATCH_MAX_BYTES = 256 * 1024
 BATCH_ITEM_OVERHEAD_BYTES = 256  # per message beyond payload, topic and properties (fields, framing)
 
@@ -106,6 +106,8 @@ class StreamsMixin:
     # broker republishes its previous incarnation's stream beside its new one on the same class)
     _outbox: dict[tuple[str, str], list[ForwardedMessage]]
     _outbox_armed: bool  # a flush is scheduled (``call_soon``)
+    # while ``_on_deliver`` takes one ForwardedBatch: class -> (its local filter, topic -> matches)
+    _route_memos: dict[str, tuple[Callable[[str], bool], dict[str, list[Any]]]] | None
     _batch_parts: dict[int, list[int]]  # batch publication id -> its messages' publication ids
     _arm_timer: Callable[[], None]
     _catch_ups: dict[tuple[str, str], list[list[Any]]]
@@ -307,22 +309,37 @@ class StreamsMixin:
         stats = self.stats
         class_counters = self.class_counters
         causal = self.causal
+        catch_ups = self._catch_ups
+        memos = self._route_memos
         for forwarded, hops in ready:
             if forwarded.copies and causal is not None:
                 causal.accepted(forwarded)  # what this broker sends from now on follows it
             stats.received += 1
             stats.observe_hops(hops)
-            key = (forwarded.origin, forwarded.stream)
-            pending = self._catch_ups.get(key) if self._catch_ups else None
-            waiting = {catch_up[2] for catch_up in pending} if pending else set()
-            for client_id in waiting:
-                # a moved session still catching up on this stream gets this message after the
-                # older ones it waits for (order per publisher): held for it until then (durable
-                # with this delivery's commit: the receive position moves past it)
-                self._held_for.setdefault((key, client_id), []).append(forwarded)
-                self.store.hold(client_id, forwarded)
-            accept = self._class_filter(forwarded.stream)
-            matched = broker.deliver_remote(replace(forwarded.message), accept, except_clients=waiting)
+            stream = forwarded.stream
+            key = (forwarded.origin, stream)
+            pending = catch_ups.get(key) if catch_ups else None
+            waiting: Collection[str]
+            if pending:
+                waiting = {catch_up[2] for catch_up in pending}
+                for client_id in waiting:
+                    # a moved session still catching up on this stream gets this message after
+                    # the older ones it waits for (order per publisher): held for it until then
+                    # (durable with this delivery's commit: the receive position moves past it)
+                    self._held_for.setdefault((key, client_id), []).append(forwarded)
+                    self.store.hold(client_id, forwarded)
+                accept = self._class_filter(stream)
+                matched = broker.deliver_remote(forwarded.message, accept, except_clients=waiting)
+            else:
+                waiting = _NOBODY
+                # the messages of one batch share their class's filter and, mostly, their topic:
+                # matched once (``_route_memos`` lives while ``_on_deliver`` takes one batch)
+                route = memos.get(stream) if memos is not None else None
+                if route is None:
+                    route = (self._class_filter(stream), {})
+                    if memos is not None:
+                        memos[stream] = route
+                matched = broker.deliver_remote(forwarded.message, route[0], memo=route[1])
             if not matched and not waiting:
                 stats.wasted += 1  # the class reached us, no local filter matched the topic
             class_counters.received(forwarded.stream, hops, bool(matched or waiting))
@@ -402,7 +419,7 @@ class StreamsMixin:
                 messages, _kept_from = sender.logged_from(key, 0)
                 accept = self._class_filter(cls)
                 for forwarded in messages:
-                    broker.deliver_remote(replace(forwarded.message), accept, client_id)
+                    broker.deliver_remote(forwarded.message, accept, client_id)
                     self._deliver_pending_commit = True
         # other brokers' streams of those classes received here: what this broker delivered of
         # them before the session arrived is asked for, for this client only (not counted as a
@@ -418,7 +435,7 @@ class StreamsMixin:
                 self._count_given_up(key, kept_from - position.next_seq)
                 accept = self._class_filter(position.stream)
                 for forwarded in messages:
-                    broker.deliver_remote(replace(forwarded.message), accept, client_id)
+                    broker.deliver_remote(forwarded.message, accept, client_id)
                     self._deliver_pending_commit = True
                 continue
             here = self.receiver.position(key)
@@ -472,7 +489,7 @@ class StreamsMixin:
             next_seq, end, client_id, _started, _counted = catch_up
             if forwarded.seq != next_seq:
                 continue
-            broker.deliver_remote(replace(forwarded.message), self._class_filter(forwarded.stream), client_id)
+            broker.deliver_remote(forwarded.message, self._class_filter(forwarded.stream), client_id)
             self._deliver_pending_commit = True
             catch_up[0] = next_seq + 1
             progressed.append(client_id)
@@ -515,7 +532,7 @@ class StreamsMixin:
         broker = self.broker
         assert broker is not None
         for forwarded in held:
-            broker.deliver_remote(replace(forwarded.message), self._class_filter(forwarded.stream), client_id)
+            broker.deliver_remote(forwarded.message, self._class_filter(forwarded.stream), client_id)
         self.store.release_held(client_id, key)  # in the commit of these deliveries
         self._deliver_pending_commit = True
 

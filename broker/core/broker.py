@@ -360,8 +360,9 @@ class Broker:
         accept_filter: Callable[[str], bool] | None = None,
         only_client: str | None = None,
         except_clients: Collection[str] = (),
+        memo: dict[str, list[Any]] | None = None,
     ) -> bool:
-        return self.router.deliver_remote(message, accept_filter, only_client, except_clients)
+        return self.router.deliver_remote(message, accept_filter, only_client, except_clients, memo)
 
     def set_retained(self, message: Message) -> None:
         self.router.retain(message)

@@ -359,10 +359,12 @@ class BrokerApi(Protocol):
         accept_filter: Callable[[str], bool] | None = None,
         only_client: str | None = None,
         except_clients: Collection[str] = (),
+        memo: dict[str, list[Any]] | None = None,
     ) -> bool:
         """Deliver a message another broker accepted to local subscribers (whose filter
         ``accept_filter`` accepts; only ``only_client``'s when given; none of ``except_clients``');
-        True when some local subscription matched."""
+        True when some local subscription matched. ``memo`` (topic -> matches) is the caller's, for
+        the messages of one batch with the same ``accept_filter`` and no client restriction."""
 
     def set_retained(self, message: Message) -> None:
         """Store (or, with an empty payload, delete) a retained message without routing it."""

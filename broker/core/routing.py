@@ -108,12 +108,18 @@ class Router:
         accept_filter: Callable[[str], bool] | None = None,
         only_client: str | None = None,
         except_clients: Collection[str] = (),
+        memo: dict[str, list[Any]] | None = None,
     ) -> bool:
         """Deliver a message accepted by another broker to local subscribers (no re-forwarding);
         ``accept_filter(match_filter)`` restricts it to the subscriptions whose filter it accepts,
         ``only_client`` to one client's (a session that moved here catching up), and
-        ``except_clients`` leaves those clients out (their copy waits for a catch-up)."""
-        return self.route(message, message.publisher_id, accept_filter, only_client, except_clients)
+        ``except_clients`` leaves those clients out (their copy waits for a catch-up).
+
+        ``memo``: topic -> its matching subscriptions, kept by the caller for the messages of one
+        batch that share ``accept_filter`` and no ``only_client`` / ``except_clients`` (the
+        subscriptions do not change while a batch is delivered): a batch of one stream is usually
+        many messages of one topic (issue #11)."""
+        return self.route(message, message.publisher_id, accept_filter, only_client, except_clients, memo)
 
     def retain(self, message: Message) -> None:
         """Store (or, with an empty payload, delete) the retained message of its topic."""
@@ -133,16 +139,21 @@ class Router:
         accept_filter: Callable[[str], bool] | None = None,
         only_client: str | None = None,
         except_clients: Collection[str] = (),
+        memo: dict[str, list[Any]] | None = None,
     ) -> bool:
         """Deliver to every matching subscription; True when some subscriber matched (even if its
         copy was then dropped: queue full, ACL, too large, expired, slow consumer)."""
-        matches = self._subscriptions.trie.match(message.topic)
-        if accept_filter is not None and matches:
-            matches = [match for match in matches if accept_filter(match[0])]
-        if only_client is not None:
-            matches = [match for match in matches if match[1] == only_client]
-        if except_clients and matches:
-            matches = [match for match in matches if match[1] not in except_clients]
+        matches = memo.get(message.topic) if memo is not None else None
+        if matches is None:
+            matches = self._subscriptions.trie.match(message.topic)
+            if accept_filter is not None and matches:
+                matches = [match for match in matches if accept_filter(match[0])]
+            if only_client is not None:
+                matches = [match for match in matches if match[1] == only_client]
+            if except_clients and matches:
+                matches = [match for match in matches if match[1] not in except_clients]
+            if memo is not None:
+                memo[message.topic] = matches
         matched = False
         cache: dict[Any, bytes] = {}
         if matches:

@@ -338,6 +338,9 @@ def _set(out: Any, name: str, value: Any, where: str) -> None:
         raise WireError(f"{where}.{name}: {value!r} does not fit the wire field ({exc})") from None
 
 
+_NO_PROPERTIES = b"\x00"  # an MQTT 5 property block of length 0 (what older senders wrote)
+
+
 def mqtt_message_to_proto(message: Message, out: Any, where: str = "message") -> None:
     if not isinstance(message, Message):
         raise WireError(f"{where}: expected broker.core.session.Message, got {type(message).__name__}")
@@ -345,10 +348,11 @@ def mqtt_message_to_proto(message: Message, out: Any, where: str = "message") ->
     _set(out, "payload", bytes(message.payload), where)
     _set(out, "qos", _check_int(message.qos, f"{where}.qos"), where)
     _set(out, "retain", bool(message.retain), where)
-    try:
-        out.properties = codec._encode_properties(message.properties, PacketType.PUBLISH)
-    except (ValueError, TypeError, KeyError) as exc:
-        raise WireError(f"{where}.properties: {exc}") from None
+    if message.properties:  # (most messages have none: no property block at all)
+        try:
+            out.properties = codec._encode_properties(message.properties, PacketType.PUBLISH)
+        except (ValueError, TypeError, KeyError) as exc:
+            raise WireError(f"{where}.properties: {exc}") from None
     if message.expiry_at is not None:
         _set(out, "expiry_at", float(message.expiry_at), where)
     _set(out, "origin", message.origin, where)
@@ -357,13 +361,16 @@ def mqtt_message_to_proto(message: Message, out: Any, where: str = "message") ->
 
 
 def mqtt_message_from_proto(src: Any, where: str = "message") -> Message:
-    block = src.properties or b"\x00"
-    try:
-        properties, end = codec._decode_properties(block, 0, len(block), PacketType.PUBLISH, "client")
-    except MQTTProtocolError as exc:
-        raise WireError(f"{where}.properties: {exc}") from None
-    if end != len(block):
-        raise WireError(f"{where}.properties: {len(block) - end} bytes after the property block")
+    block = src.properties
+    if not block or block == _NO_PROPERTIES:  # most messages: no property to decode
+        properties: dict[Any, Any] = {}
+    else:
+        try:
+            properties, end = codec._decode_properties(block, 0, len(block), PacketType.PUBLISH, "client")
+        except MQTTProtocolError as exc:
+            raise WireError(f"{where}.properties: {exc}") from None
+        if end != len(block):
+            raise WireError(f"{where}.properties: {len(block) - end} bytes after the property block")
     return Message(
         topic=src.topic,
         payload=src.payload,
