@@ -110,8 +110,9 @@ QUIET_RECHECK_S = 1.0
 # the cached reach of a class (``_quiet``): other brokers (the full path); no other broker, while
 # some known peer is down or its link is not up (QoS >= 1 into the durable send log, the PUBACK
 # waits for its commit); no other broker, every known peer connected (kept in memory only); nobody
-# (kept for the presence grace); nobody, and no other broker ever talked to this one, which
-# founded its overlay alone (nobody elsewhere can have a SUBACK yet: nothing kept)
+# (kept for the presence grace); nobody else, and no other broker ever talked to this one, which
+# founded its overlay alone (nobody elsewhere can have a SUBACK yet: nothing kept, whoever
+# subscribes here)
 QUIET_NOT, QUIET_LOCAL, QUIET_LOCAL_CONNECTED, QUIET_NOBODY, QUIET_NOBODY_ALONE = range(5)
 TOPIC_CACHE_LIMIT = 4096  # topics whose classes are cached (cleared when full)
 
@@ -838,6 +839,12 @@ class ClusterEngine(StreamsMixin):
                 if route == ROUTE_OVERLAY:
                     if not self._reaches_only_self(cls, now):
                         reach = QUIET_NOT
+                    elif self._alone():
+                        # only our own subscribers, and no other broker ever talked to us: none
+                        # can have a SUBACK for this class yet (``_alone``), so there is nothing
+                        # to keep for anybody - a one-broker cluster's QoS 1 costs what a single
+                        # broker's does (issue #11)
+                        reach = QUIET_NOBODY_ALONE
                     elif self.cluster.local_qos1_in_memory and self._every_peer_connected():
                         reach = QUIET_LOCAL_CONNECTED
                     else:
