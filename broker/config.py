@@ -383,7 +383,9 @@ class ClusterConfig:
     )
     ack_delay_ms: int = _key(
         20,
-        "a receiver broker acknowledges its streams this long after the first change",
+        "a receiver broker acknowledges its streams this long after the first change, and holds "
+        "the overlay's per-hop ACK and DONE of what it received as long, to send them all in one "
+        "frame (0: each at once)",
         min_value=0,
         max_value=60_000,
     )
