@@ -26,7 +26,7 @@ import json
 from broker.adapters.sqlite_store import Store
 from broker.adapters.transport.wire import decode_forwarded, decode_item, encode_forwarded, encode_item
 from broker.cluster.catch_up_state import CatchUpRow
-from broker.cluster.messages import ClaimReply, Envelope, ForwardedMessage
+from broker.cluster.messages import ClaimReply, Envelope, ForwardedMessage, SessionClaim
 
 StreamKey = tuple[str, str]
 
@@ -46,6 +46,9 @@ CREATE TABLE IF NOT EXISTS cluster_positions (
 CREATE TABLE IF NOT EXISTS cluster_handed_over (
     claim_id INTEGER NOT NULL, claimant TEXT NOT NULL, reply BLOB NOT NULL,
     PRIMARY KEY (claim_id, claimant)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS cluster_pending_claims (
+    claim_id INTEGER NOT NULL PRIMARY KEY, claim BLOB NOT NULL
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS cluster_retained_versions (
     topic TEXT NOT NULL PRIMARY KEY, version_ms INTEGER NOT NULL, origin TEXT NOT NULL
@@ -147,6 +150,30 @@ class SqliteClusterStore:
             "INSERT OR REPLACE INTO cluster_handed_over (claim_id, claimant, reply) VALUES (?, ?, ?)",
             (claim_id, claimant, encode_item(envelope)),
         )
+
+    # ------------------------------------------------------------------ our claims still in flight
+    def set_pending_claim(self, claim_id: int, claim: SessionClaim | None) -> None:
+        """In the open transaction (the engine commits before the claim leaves): a claim of ours
+        that may still bring a session (``broker.cluster.takeover``). None forgets it."""
+        self._store.begin()
+        db = self._store.db
+        if claim is None:
+            db.execute("DELETE FROM cluster_pending_claims WHERE claim_id = ?", (claim_id,))
+            return
+        envelope = Envelope(claim.origin, "", "", claim.client_id, claim_id, 1, claim)
+        db.execute(
+            "INSERT OR REPLACE INTO cluster_pending_claims (claim_id, claim) VALUES (?, ?)",
+            (claim_id, encode_item(envelope)),
+        )
+
+    def load_pending_claims(self) -> list[SessionClaim]:
+        rows = self._store.db.execute("SELECT claim FROM cluster_pending_claims ORDER BY claim_id").fetchall()
+        out = []
+        for (data,) in rows:
+            envelope = decode_item(data)
+            if isinstance(envelope, Envelope) and isinstance(envelope.body, SessionClaim):
+                out.append(envelope.body)
+        return out
 
     def load_handed_over(self) -> list[tuple[int, str, ClaimReply]]:
         rows = self._store.db.execute(

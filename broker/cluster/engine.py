@@ -74,7 +74,7 @@ from broker.cluster.stream_receiver import StreamReceiver
 from broker.cluster.stream_sender import StreamSender
 from broker.cluster.streams import CONTROL_CLASS, StreamsMixin
 from broker.cluster.subscribe_waits import SubscribeWaits
-from broker.cluster.takeover import Answer, ClaimFinished, HandOver, LateSession, Refuse, Takeover
+from broker.cluster.takeover import Answer, ClaimFinished, HandOver, LateSession, NoSession, Refuse, Takeover
 from broker.core.ports import Completion
 from overlay import api
 from overlay.api import Role
@@ -293,6 +293,9 @@ class ClusterEngine(StreamsMixin):
         self.sender.restore(logged, self.store.load_receivers(), now)
         assert self.takeover is not None
         self.takeover.restore_handed_over(self.store.load_handed_over(), now)
+        # claims of ours whose session had not arrived when this broker went down: asked again
+        # (``recover``) of every broker that talks to us (``_peer_back``)
+        self.takeover.restore_pending(self.store.load_pending_claims(), now)
         self.receiver.restore(positions, now)
         self._restore_catch_ups(now)  # moved sessions caught up when this broker went down
         # our announcements of interest are ordered across restarts: a durable epoch, one more
@@ -613,7 +616,7 @@ class ClusterEngine(StreamsMixin):
         retained_sync = self.retained_sync
         if takeover is None or broker is None or sender is None or retained_sync is None:
             return
-        claims = takeover.claims_to_repeat(broker.client_connected)
+        claims = takeover.claims_to_repeat(broker.client_connected) + takeover.recovery_claims()
         for claim in claims:
             self._send_envelope(peer, claim.client_id, claim.claim_id, claim)
         takeover.repeat_to(peer, claims, self._now())  # until answered: a repeat may be lost
@@ -650,6 +653,8 @@ class ClusterEngine(StreamsMixin):
         self.takeover.forget(self.broker.has_session)
         for claim_id, claimant in self.takeover.forget_handed_over(now):
             self.store.set_handed_over(claim_id, claimant, None)
+        for claim_id in self.takeover.expire_pending(now):
+            self.store.set_pending_claim(claim_id, None)
         expired: list[str] = []
         for key, waiting in list(self._awaiting_start.items()):  # streams that never came
             expired += [entry[1] for entry in waiting if now - entry[2] > CATCH_UP_GIVE_UP_S]
@@ -1036,6 +1041,11 @@ class ClusterEngine(StreamsMixin):
             unreachable=self._down_peers,
             username=username,
         )
+        if self.takeover.pending_claim(claim.claim_id) is not None:
+            # durable before it leaves: should the session be handed over and this broker go down
+            # before it arrives, the restarted broker asks for it again (``Takeover.restore_pending``)
+            self.store.set_pending_claim(claim.claim_id, claim)
+            self._commit()
         if peers:
             self.stats.claims_sent += 1
             self._publish_control(claim)
@@ -1066,7 +1076,7 @@ class ClusterEngine(StreamsMixin):
         decision = self.takeover.on_claim(claim, connected_here=broker.client_connected(claim.client_id))
         if decision is None:
             return
-        if isinstance(decision, Refuse):
+        if isinstance(decision, Refuse | NoSession):
             reply = ClaimReply(claim.claim_id, claim.client_id, False, None)
         elif isinstance(decision, Answer):
             reply = decision.reply  # the claim was repeated: our reply with the session was lost
@@ -1148,6 +1158,14 @@ class ClusterEngine(StreamsMixin):
             return
         self.takeover.handed_over(claim_id, claimant, reply, self._now())
         self.store.set_handed_over(claim_id, claimant, reply)
+
+    def _claim_settled(self, claim_id: int) -> None:
+        """The session our claim ``claim_id`` brought is stored here (or went on): nothing of it is
+        in flight any more."""
+        if self.takeover is not None and self.takeover.settled(claim_id):
+            self.store.set_pending_claim(claim_id, None)
+            if self.broker is not None:
+                self.broker.after_batch()
 
     def _claim_refused(self, reply: ClaimReply) -> None:
         """Another broker holds the client id's session for another user: the CONNECT waiting for
@@ -1234,13 +1252,16 @@ class ClusterEngine(StreamsMixin):
                 self._claim_refused(body)
                 return
             outcome = self.takeover.on_reply(envelope.orig, body)  # orig: the answering broker
+            if body.snapshot is None and self.takeover.answered_without_session(body.claim_id, envelope.orig):
+                self.store.set_pending_claim(body.claim_id, None)  # nobody has it in flight
             if isinstance(outcome, LateSession) and self._pass_on_late(body):
-                pass  # the client has moved on from here: the session went on to it
+                self._claim_settled(body.claim_id)  # the client has moved on: the session went on to it
             elif isinstance(outcome, LateSession):
                 # came after the wait ended: keep its messages anyway, and what its old broker
                 # had not delivered to it
                 self.stats.sessions_received += 1
                 self.broker.receive_late_session(outcome.snapshot)
+                self._claim_settled(body.claim_id)
                 if body.positions and self.broker.has_session(body.client_id):
                     self._catch_up(body.client_id, body.positions)
             elif outcome is None and body.had_client and body.positions:
@@ -1259,6 +1280,7 @@ class ClusterEngine(StreamsMixin):
                     # delivered is fetched into the session at once (a crash of this broker before
                     # the CONNACK would otherwise lose the positions, kept in memory only)
                     self.scheduler.call_soon(self._apply_moved_positions, body.client_id)
+                    self.scheduler.call_soon(self._claim_settled, body.claim_id)  # (in the import's commit)
                     # if a newer CONNECT elsewhere claimed the client meanwhile, the session goes
                     # on to it
                     self.scheduler.call_soon(self._pass_on_if_claimed_elsewhere, body.client_id)

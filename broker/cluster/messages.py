@@ -80,6 +80,10 @@ class SessionClaim:
     # the authenticated user name of the claiming connection: a broker holding the client id's
     # session for another user refuses the claim (sessions are bound to their owner, docs/security.md)
     username: str | None = None
+    # a claim whose session never arrived, asked again after the claimant restarted: answered with
+    # the session kept for it if the answering broker handed it over, else with "none" - never a
+    # new hand-over (``broker.cluster.takeover``, "Recovering a session lost in flight")
+    recover: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import Protocol
 
 from broker.cluster.catch_up_state import CatchUpRow
-from broker.cluster.messages import ClaimReply, ForwardedMessage
+from broker.cluster.messages import ClaimReply, ForwardedMessage, SessionClaim
 
 __all__ = ["ClusterStore", "MemoryClusterStore"]
 
@@ -45,6 +45,10 @@ class ClusterStore(Protocol):
     def set_handed_over(self, claim_id: int, claimant: str, reply: ClaimReply | None) -> None: ...
 
     def load_handed_over(self) -> list[tuple[int, str, ClaimReply]]: ...
+
+    def set_pending_claim(self, claim_id: int, claim: SessionClaim | None) -> None: ...
+
+    def load_pending_claims(self) -> list[SessionClaim]: ...
 
     def set_retained_version(self, topic: str, version_ms: int, origin: str) -> None: ...
 
@@ -73,6 +77,7 @@ class MemoryClusterStore:
         self.receivers: dict[tuple[tuple[str, str], str], int] = {}
         self.positions: dict[tuple[str, str], int] = {}
         self.handed_over: dict[tuple[int, str], ClaimReply] = {}
+        self.pending_claims: dict[int, SessionClaim] = {}
         self.retained_versions: dict[str, tuple[int, str]] = {}
         self.catch_ups: dict[str, list[CatchUpRow]] = {}
         self.held: dict[tuple[str, str, str, int], ForwardedMessage] = {}
@@ -116,6 +121,15 @@ class MemoryClusterStore:
         return [
             (claim_id, claimant, reply) for (claim_id, claimant), reply in sorted(self.handed_over.items())
         ]
+
+    def set_pending_claim(self, claim_id: int, claim: SessionClaim | None) -> None:
+        if claim is None:
+            self.pending_claims.pop(claim_id, None)
+        else:
+            self.pending_claims[claim_id] = claim
+
+    def load_pending_claims(self) -> list[SessionClaim]:
+        return [claim for _id, claim in sorted(self.pending_claims.items())]
 
     def set_retained_version(self, topic: str, version_ms: int, origin: str) -> None:
         self.retained_versions[topic] = (version_ms, origin)

@@ -19,6 +19,16 @@ A claim a broker did not answer (cut off by a partition, or down) is repeated to
 session - with what was queued for it meanwhile - moves to the newer one, so each client id ends
 with one owner (issue #10).
 
+Recovering a session lost in flight: a broker that hands a session over keeps the reply (durably)
+for a repeat of the claim. The claimant keeps, durably too, each claim that may still bring a
+session (``pending``) until one arrived or every broker it asked answered without one. If the
+claimant restarts with such a claim - it crashed with the reply on its way, and a restarted broker
+does not repeat its connections' claims - it asks every broker again with the claim marked
+``recover``: whoever kept a reply for it answers with the session, the others with none, and nobody
+hands anything new over. The old broker's memory that the claimant went down
+(:meth:`Takeover.claimant_down`) did this before only while the old broker stayed up (seeds 27 of
+``--faults crash,move`` and 392 of ``--faults crash,partition,move``: both brokers crashed).
+
 Events in, decisions and finished claims out; the claimant's wait is identified by its claim id.
 No I/O.
 """
@@ -61,7 +71,14 @@ class Answer:
     moved_from: ClaimOrder | None = None
 
 
-Decision = Refuse | HandOver | Answer
+@dataclass(frozen=True, slots=True)
+class NoSession:
+    """Answer the ``recover`` claim ``claim`` with "no session": nothing was kept for it."""
+
+    claim: SessionClaim
+
+
+Decision = Refuse | HandOver | Answer | NoSession
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +108,15 @@ class _HandedOver:
     until: float
     at: float = 0.0  # when it was handed over
     unconfirmed: bool = False  # its claimant went down right after: it may never have got it
+
+
+@dataclass
+class _Pending:
+    claim: SessionClaim
+    # brokers that may still answer with the session; None: not known (a claim restored after a
+    # restart, asked again as ``recover``: only a session, or its age, ends it)
+    waiting: set[str] | None
+    until: float
 
 
 @dataclass
@@ -134,6 +160,8 @@ class Takeover:
         # (claim id, claimant) -> the reply that carried a session away: a claim repeated because
         # that reply was lost gets it again (the session is no longer here to be handed over)
         self._handed_over: dict[ClaimOrder, _HandedOver] = {}
+        # our claims that may still bring a session (the engine keeps them in the store too)
+        self._pending: dict[int, _Pending] = {}
 
     def claim(
         self,
@@ -160,6 +188,8 @@ class Takeover:
         claim = SessionClaim(self.peer_id, client_id, claim_id, clean_start, username)
         everyone = peers | set(unreachable)
         everyone.discard(self.peer_id)
+        if everyone and not clean_start:
+            self._pending[claim_id] = _Pending(claim, set(everyone), now + self.repeat_for_s)
         if everyone and self.repeat_s > 0:
             self._unanswered[claim_id] = _Unanswered(
                 claim, everyone, now + max(self.repeat_s, self.wait_s), now + self.repeat_for_s
@@ -172,6 +202,8 @@ class Takeover:
             return None
         incoming = (claim.claim_id, claim.origin)
         handed = self._handed_over.get(incoming)
+        if claim.recover:  # its claimant restarted without the session: only what we kept for it
+            return Answer(claim, handed.reply) if handed is not None else NoSession(claim)
         if handed is not None:
             mine = self._connection_claims.get(claim.client_id)
             if mine is None or mine < incoming:
@@ -294,10 +326,12 @@ class Takeover:
             claim = unanswered.claim
             holder = self._connection_claims.get(claim.client_id)
             newer = self._newest_remote.get(claim.client_id)
-            if (
-                now > unanswered.until
-                or holder != (claim_id, self.peer_id)
-                or (newer is not None and newer > (claim_id, self.peer_id))
+            if now > unanswered.until or (
+                not claim.recover  # (asks only for a session kept for it: no connection needed)
+                and (
+                    holder != (claim_id, self.peer_id)
+                    or (newer is not None and newer > (claim_id, self.peer_id))
+                )
             ):
                 # given up, or the connection is gone or replaced - also by a newer connection on
                 # another broker, which our session moved to: repeated, our claim would take the
@@ -372,6 +406,49 @@ class Takeover:
         for key in dropped:
             del self._handed_over[key]
         return dropped
+
+    # ------------------------------------------------------------------ claims whose session may be in flight
+    def pending_claim(self, claim_id: int) -> SessionClaim | None:
+        """Our claim ``claim_id`` if it may still bring a session (to keep in the store)."""
+        pending = self._pending.get(claim_id)
+        return pending.claim if pending is not None else None
+
+    def answered_without_session(self, claim_id: int, replier: str) -> bool:
+        """Broker ``replier`` answered our claim without a session; True when that settles it:
+        every broker it asked has answered so (the engine forgets the stored claim)."""
+        pending = self._pending.get(claim_id)
+        if pending is None or pending.waiting is None:
+            return False
+        pending.waiting.discard(replier)
+        if pending.waiting:
+            return False
+        del self._pending[claim_id]
+        return True
+
+    def settled(self, claim_id: int) -> bool:
+        """The session of our claim ``claim_id`` arrived and is stored here (or went on to the
+        client's newer broker); True if it was pending."""
+        return self._pending.pop(claim_id, None) is not None
+
+    def restore_pending(self, claims: Iterable[SessionClaim], now: float) -> None:
+        """Claims a previous incarnation made whose session never arrived: asked again, as
+        ``recover``, of every broker that talks to us (:meth:`recovery_claims`)."""
+        for claim in claims:
+            until = now + self.repeat_for_s
+            self._pending[claim.claim_id] = _Pending(replace(claim, recover=True), None, until)
+            self._own[claim.claim_id] = (claim.client_id, until + self.wait_s)
+
+    def recovery_claims(self) -> list[SessionClaim]:
+        """The ``recover`` claims to send to a broker that talks to us (after this one restarted)."""
+        return [pending.claim for _id, pending in sorted(self._pending.items()) if pending.waiting is None]
+
+    def expire_pending(self, now: float) -> list[int]:
+        """Pending claims older than ``repeat_for_s`` (no broker keeps a reply that long): forgotten;
+        their ids."""
+        expired = [claim_id for claim_id, pending in self._pending.items() if pending.until < now]
+        for claim_id in expired:
+            del self._pending[claim_id]
+        return expired
 
     def restore_handed_over(self, replies: list[tuple[int, str, ClaimReply]], now: float) -> None:
         """The replies a previous incarnation kept (durable with the hand-overs): a claim repeated

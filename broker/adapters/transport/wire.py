@@ -404,11 +404,13 @@ def _claim_to_proto(claim: SessionClaim, out: Any, where: str) -> None:
     _set(out, "clean_start", bool(claim.clean_start), where)
     if claim.username is not None:
         _set(out, "username", claim.username, where)
+    if claim.recover:
+        _set(out, "recover", True, where)
 
 
 def _claim_from_proto(body: Any) -> SessionClaim:
     username = body.username if body.HasField("username") else None
-    return SessionClaim(body.origin, body.client_id, body.claim_id, body.clean_start, username)
+    return SessionClaim(body.origin, body.client_id, body.claim_id, body.clean_start, username, body.recover)
 
 
 def _forwarded_to_proto(forwarded: ForwardedMessage, out: Any, where: str) -> None:

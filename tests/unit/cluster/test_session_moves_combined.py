@@ -14,7 +14,7 @@ from broker.cluster.messages import ClaimReply, ForwardedMessage, SessionClaim, 
 from broker.cluster.store_port import MemoryClusterStore
 from broker.cluster.stream_receiver import StreamReceiver
 from broker.cluster.stream_sender import ReceiverAt, StreamSender
-from broker.cluster.takeover import Answer, HandOver, LateSession, Refuse, Takeover
+from broker.cluster.takeover import Answer, HandOver, LateSession, NoSession, Refuse, Takeover
 from broker.core.session import Message, SessionSnapshot
 
 
@@ -123,6 +123,91 @@ def test_a_claim_whose_connect_still_waits_is_repeated_to_a_broker_that_comes_ba
     b.tick(now=6.5)  # the wait ends: no session present; the client attaches
     assert b.claims_to_repeat(lambda client_id: True) == [claim]
     assert b.claims_to_repeat(lambda client_id: False) == []  # gone: nothing to claim for
+
+
+# ============================================ both brokers down before the session arrived
+def test_a_restarted_claimant_asks_again_for_a_session_handed_over_while_both_brokers_went_down() -> None:
+    """Seeds 27 (crash,move) and 392 (crash,partition,move), found with issue #11's coalesced
+    replies: the client moved from H to P; H handed its session over and kept the reply (durably),
+    the reply was lost (loss; a partition between H and P), then H crashed and P crashed. H's
+    memory that P went down (``claimant_down``) died with H, and a restarted P does not repeat its
+    connections' claims: the client's next claim found no session anywhere, and what H's reply
+    carried (the positions the client's messages had to be fetched from) was lost for good. Now P
+    keeps the claim durably until its session arrives and, restarted, asks every broker for it
+    again as ``recover``."""
+    store_h, store_p = MemoryClusterStore(), MemoryClusterStore()
+    h = Takeover("h:1", wait_s=0.5, repeat_s=1.0)
+    p = Takeover("p:1", wait_s=0.5, repeat_s=1.0)
+    claim, waits = p.claim("c", False, ["h:1", "q:1"], now=4.4, wall_ns=10)
+    assert waits and p.pending_claim(claim.claim_id) == claim
+    store_p.set_pending_claim(claim.claim_id, claim)  # the engine: durable before it leaves
+    assert h.on_claim(claim, connected_here=False) == HandOver(claim, transfer=True)
+    reply = ClaimReply(claim.claim_id, "c", True, _snapshot(), (StreamPosition("q:1/x", "=plant", 8),))
+    h.handed_over(claim.claim_id, claim.origin, reply, now=4.4)
+    store_h.set_handed_over(claim.claim_id, claim.origin, reply)
+    # the reply is lost; q answers "no session" (that alone does not settle the claim: h has not)
+    assert not p.answered_without_session(claim.claim_id, "q:1")
+    # H crashes, then P crashes: both restart from their stores
+    h2 = Takeover("h:1", wait_s=0.5, repeat_s=1.0)
+    h2.restore_handed_over(store_h.load_handed_over(), now=7.2)
+    p2 = Takeover("p:1", wait_s=0.5, repeat_s=1.0)
+    p2.restore_pending(store_p.load_pending_claims(), now=7.3)
+    (recover,) = p2.recovery_claims()  # sent to every broker that talks to the restarted P
+    assert recover.recover and recover.claim_id == claim.claim_id and recover.client_id == "c"
+    assert p2.is_own_claim(claim.claim_id, "c")  # its answer is accepted
+    assert h2.on_claim(recover, connected_here=False) == Answer(recover, reply)  # the kept session
+    q = Takeover("q:1", wait_s=0.5, repeat_s=1.0)
+    assert q.on_claim(recover, connected_here=False) == NoSession(recover)
+    assert p2.on_reply("h:1", reply) == LateSession(reply.snapshot)  # no CONNECT waits for it now
+    assert p2.settled(claim.claim_id) and p2.recovery_claims() == []
+
+
+def test_a_recover_claim_never_takes_a_session_held_here() -> None:
+    """A ``recover`` claim only asks for a session kept for it: a broker that holds the client's
+    session (its client offline, or connected) hands nothing over - an old claim repeated after a
+    restart must not take a newer session from where the client left it."""
+    h = Takeover("h:1", wait_s=0.5, repeat_s=1.0)
+    h.claim("c", False, [], now=1.0, wall_ns=50)  # the client connected here after the old claim
+    recover = SessionClaim("p:1", "c", 10, False, None, recover=True)
+    assert h.on_claim(recover, connected_here=False) == NoSession(recover)
+    assert h.on_claim(recover, connected_here=True) == NoSession(recover)
+
+
+def test_a_claim_answered_by_every_broker_without_a_session_is_no_longer_pending() -> None:
+    p = Takeover("p:1", wait_s=0.5, repeat_s=1.0, repeat_for_s=600.0)
+    claim, _waits = p.claim("c", False, ["h:1", "q:1"], now=1.0, wall_ns=10)
+    assert not p.answered_without_session(claim.claim_id, "h:1")
+    assert p.answered_without_session(claim.claim_id, "q:1")  # settled: the store forgets it
+    assert p.pending_claim(claim.claim_id) is None
+    clean, _ = p.claim("d", True, ["h:1"], now=1.0, wall_ns=20)  # clean start: nothing to bring
+    assert p.pending_claim(clean.claim_id) is None
+    other, _ = p.claim("e", False, ["h:1"], now=1.0, wall_ns=30)
+    assert p.expire_pending(now=500.0) == [] and p.expire_pending(now=602.0) == [other.claim_id]
+
+
+def test_a_recover_claim_is_repeated_until_answered_without_a_connection() -> None:
+    p = Takeover("p:2", wait_s=0.5, repeat_s=1.0)
+    p.restore_pending([SessionClaim("p:2", "c", 10, False)], now=7.0)
+    (recover,) = p.recovery_claims()
+    p.repeat_to("h:1", [recover], now=7.0)
+    assert p.repeats(now=8.0) == [("h:1", recover)]  # the client is connected nowhere here
+    p.on_reply("h:1", ClaimReply(10, "c", False, None))
+    assert p.repeats(now=9.0) == []
+
+
+def test_the_sqlite_cluster_store_keeps_pending_claims_across_a_restart(tmp_path: Path) -> None:
+    path = str(tmp_path / "skipmq.db")
+    store = Store(path)
+    cluster_store = SqliteClusterStore(store)
+    claim = SessionClaim("p:1", "c", 10, False, "alice")
+    cluster_store.set_pending_claim(10, claim)
+    cluster_store.set_pending_claim(11, SessionClaim("p:1", "d", 11, False))
+    cluster_store.set_pending_claim(11, None)
+    store.commit()
+    store.close()
+    reopened = Store(path)
+    assert SqliteClusterStore(reopened).load_pending_claims() == [claim]
+    reopened.close()
 
 
 # ====================================================== streams the old broker never received

@@ -327,18 +327,20 @@ class RetainedUpdate(_message.Message):
     def __init__(self, origin: _Optional[str] = ..., version_ms: _Optional[int] = ..., message: _Optional[_Union[MqttMessage, _Mapping]] = ...) -> None: ...
 
 class SessionClaim(_message.Message):
-    __slots__ = ("origin", "client_id", "claim_id", "clean_start", "username")
+    __slots__ = ("origin", "client_id", "claim_id", "clean_start", "username", "recover")
     ORIGIN_FIELD_NUMBER: _ClassVar[int]
     CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
     CLAIM_ID_FIELD_NUMBER: _ClassVar[int]
     CLEAN_START_FIELD_NUMBER: _ClassVar[int]
     USERNAME_FIELD_NUMBER: _ClassVar[int]
+    RECOVER_FIELD_NUMBER: _ClassVar[int]
     origin: str
     client_id: str
     claim_id: int
     clean_start: bool
     username: str
-    def __init__(self, origin: _Optional[str] = ..., client_id: _Optional[str] = ..., claim_id: _Optional[int] = ..., clean_start: _Optional[bool] = ..., username: _Optional[str] = ...) -> None: ...
+    recover: bool
+    def __init__(self, origin: _Optional[str] = ..., client_id: _Optional[str] = ..., claim_id: _Optional[int] = ..., clean_start: _Optional[bool] = ..., username: _Optional[str] = ..., recover: _Optional[bool] = ...) -> None: ...
 
 class OverlayPayload(_message.Message):
     __slots__ = ("forwarded", "retained", "session_claim", "forwarded_batch")
