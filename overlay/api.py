@@ -147,11 +147,17 @@ class PublishDone:
     delegation was given up, the pending-join queue overflowed, the publisher left, or
     ``publish_done_timeout_s`` passed since the ``Publish``; the driver should treat the
     message as not confirmed (e.g. keep the MQTT PUBACK back or retry).
+
+    ``reached`` False: complete, but no delegation went to another peer - the publisher's view
+    held no subscriber elsewhere (none exists, or its tables do not know one yet: after a restart
+    or a partition). A driver that promises more than the overlay's view (SkipMQ's streams: a
+    receiver new to a stream skips what was confirmed) must not take it as delivered everywhere.
     """
 
     topic: str
     publication_id: int
     complete: bool
+    reached: bool = True
 
 
 Action = Send | Deliver | SubscriberPresence | PublishDone

@@ -172,7 +172,17 @@ class _PublishTask:
     ack ids it was sent with (retransmissions get new ones). ``ident`` names the delegation
     received (virtual node, publisher key, publication id, lo, hi)."""
 
-    __slots__ = ("also", "finished", "ident", "publication_id", "succeeded", "topic", "upstream", "waiting")
+    __slots__ = (
+        "also",
+        "finished",
+        "ident",
+        "publication_id",
+        "reached",
+        "succeeded",
+        "topic",
+        "upstream",
+        "waiting",
+    )
 
     def __init__(
         self, upstream: tuple[PeerId, int] | None, topic: str, publication_id: int, ident: Any = None
@@ -185,6 +195,7 @@ class _PublishTask:
         self.waiting: dict[int, tuple[VirtualNode, m.PUB, list[int]]] = {}
         self.finished = False
         self.succeeded = False
+        self.reached = False  # a delegation of it went to another peer (``PublishDone.reached``)
 
 
 class OverlayNode:
@@ -1080,7 +1091,7 @@ class OverlayNode:
         task: _PublishTask | None = None
         if config.publish_done_enabled:
             if self.presence.get(event.topic) is False:
-                self._out.append(PublishDone(event.topic, event.publication_id, True))
+                self._out.append(PublishDone(event.topic, event.publication_id, True, reached=False))
                 return
             task = _PublishTask(None, event.topic, event.publication_id)
             started = self.now if published_at is None else published_at
@@ -1137,6 +1148,7 @@ class OverlayNode:
                 dest, origin, topic, payload, publication_id, vnode.ref, hops + 1, sub_lo, sub_hi, ack_id
             )
             if task is not None:
+                task.reached = task.reached or remote
                 task.waiting[ack_id] = (vnode, msg, [ack_id])
                 self.done_slots[ack_id] = (task, ack_id)
                 if remote:  # a lost DONE: the delegation is sent once more (dedup makes it safe)
@@ -1209,7 +1221,7 @@ class OverlayNode:
             return
         task.finished = task.succeeded = True
         if task.upstream is None:
-            self._out.append(PublishDone(task.topic, task.publication_id, True))
+            self._out.append(PublishDone(task.topic, task.publication_id, True, reached=task.reached))
         else:
             for peer, ack_id in (task.upstream, *task.also):
                 self._send_peer(peer, m.DONE(ack_id))

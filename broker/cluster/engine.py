@@ -388,7 +388,7 @@ class ClusterEngine(StreamsMixin):
             self._on_deliver(action)
         elif isinstance(action, api.PublishDone):
             self.stats.publish_done["true" if action.complete else "false"] += 1
-            self._publication_done(action.publication_id, action.complete)
+            self._publication_done(action.publication_id, action.complete, action.reached)
         elif isinstance(action, api.SubscriberPresence) and action.present and self.sender is not None:
             # a subscription elsewhere just became reachable: what was kept goes out first
             messages, held = self.sender.presence_on(action.topic, self._now())

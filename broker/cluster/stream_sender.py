@@ -117,6 +117,11 @@ class _Entry:
 class _Stream:
     entries: SortedDict = field(default_factory=SortedDict)  # seq -> _Entry
     unconfirmed: SortedSet = field(default_factory=SortedSet)  # seqs the overlay has not completed
+    # durable seqs confirmed without reaching any other broker: the overlay completed them with
+    # no delegation elsewhere, they went out only to known receivers (none), or their presence
+    # grace passed unpublished. Someone may still lack them: a receiver this broker does not know
+    # yet, cut off (``_low``)
+    blind: SortedSet = field(default_factory=SortedSet)
     receivers: dict[str, int] = field(default_factory=dict)  # peer -> AL (next seq it expects)
     heard: dict[str, float] = field(default_factory=dict)  # peer -> when it last acknowledged
     resent_at: dict[str, float] = field(default_factory=dict)  # peer -> last unprompted resend
@@ -202,6 +207,8 @@ class StreamSender:
         durable = message.qos > 0
         if not durable and not stream.receivers:
             return forwarded  # QoS 0 that no known receiver may ask for again: nothing to keep
+        if durable and confirmed and not stream.receivers:
+            stream.blind.add(seq)  # (not through the overlay, and no receiver we know of)
         confirmed = confirmed or not durable
         stream.entries[seq] = _Entry(forwarded, durable, confirmed, now, now, held, False, stored)
         if not confirmed:
@@ -223,8 +230,11 @@ class StreamSender:
         """``forwarded`` went into the overlay as publication ``publication_id``."""
         self._publications[publication_id] = ((forwarded.origin, forwarded.stream), forwarded.seq)
 
-    def done(self, publication_id: int, complete: bool, now: float) -> list[SenderAction]:
-        """The overlay's ``PublishDone`` for a publication of a logged message."""
+    def done(
+        self, publication_id: int, complete: bool, now: float, reached: bool = True
+    ) -> list[SenderAction]:
+        """The overlay's ``PublishDone`` for a publication of a logged message (``reached``: it
+        went to another broker, ``overlay.api.PublishDone``)."""
         found = self._publications.pop(publication_id, None)
         if found is None:
             return []
@@ -241,6 +251,8 @@ class StreamSender:
                 histogram.observe(now - entry.sent_at)
             entry.confirmed = True
             stream.unconfirmed.discard(seq)
+            if not reached:
+                stream.blind.add(seq)
             return self._free(key, stream, now)
         entry.incomplete = True  # its republications do not stand for resends to known receivers
         receivers = stream.receivers
@@ -436,6 +448,7 @@ class StreamSender:
                         entry.held = False  # nobody subscribed again within the grace: done
                         entry.confirmed = True
                         stream.unconfirmed.discard(seq)
+                        stream.blind.add(seq)
                     continue
                 if entry.sent_at <= due:
                     entry.sent_at = now
@@ -522,12 +535,24 @@ class StreamSender:
         if self._next_check is None:
             self._next_check = now + self.retransmit_s / 2
 
-    @staticmethod
-    def _low(stream: _Stream) -> int:
+    def _low(self, stream: _Stream) -> int:
         """The lowest SEQ some receiver may still lack: the first one the overlay has not confirmed,
-        or where a receiver registered by interest (not heard from yet) starts (0: none)."""
+        or where a receiver registered by interest (not heard from yet) starts (0: none); and,
+        while this broker knows no receiver of the stream or some broker is cut off or down, the
+        first one confirmed without reaching any other broker (``_Stream.blind``). A receiver new
+        to the stream starts there: what lies below is stale to it (published before it
+        subscribed). A blind confirmation is no such proof - seed 145 of the causal conversation:
+        a broker restarted during a partition published a message its overlay view reached nobody
+        with, then held the next ones; when the partition healed they reached a subscriber broker
+        before the log's resend did, marked "nothing below is missing", and the first one was
+        dropped as stale."""
         unconfirmed = stream.unconfirmed
         low = int(unconfirmed[0]) if unconfirmed else 0
+        blind = stream.blind
+        if blind and (not stream.receivers or self._absent_since() is not None):
+            first = int(blind[0])
+            if not low or first < low:
+                low = first
         for peer in stream.assumed:
             start = stream.receivers.get(peer)
             if start is not None and (not low or start < low):
@@ -573,6 +598,7 @@ class StreamSender:
             if entry.durable and entry.created_at > kept_since:
                 break
             entries.popitem(0)
+            stream.blind.discard(seq)
             below = seq + 1
             freed_durable = freed_durable or (entry.durable and entry.stored)
         if freed_durable:

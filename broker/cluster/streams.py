@@ -222,7 +222,7 @@ class StreamsMixin:
             self._batch_parts[pid] = parts
         self._handle(api.Publish(cls, ForwardedBatch(tuple(part)), pid))
 
-    def _publication_done(self, publication_id: int, complete: bool) -> None:
+    def _publication_done(self, publication_id: int, complete: bool, reached: bool = True) -> None:
         """The overlay's ``PublishDone`` for one of our publications (a message or a batch)."""
         sender = self.sender
         if sender is None:
@@ -230,11 +230,11 @@ class StreamsMixin:
         now = self._now()
         parts = self._batch_parts.pop(publication_id, None)
         if parts is None:
-            self._sender_actions(sender.done(publication_id, complete, now))
+            self._sender_actions(sender.done(publication_id, complete, now, reached))
             return
         actions: list[Any] = []
         for part in parts:
-            actions += sender.done(part, complete, now)
+            actions += sender.done(part, complete, now, reached)
         self._sender_actions(actions)
 
     def _sender_actions(self, actions: list[Any]) -> None:

@@ -334,6 +334,46 @@ def test_low_covers_a_registered_receiver_that_has_not_acknowledged_yet() -> Non
     assert _seqs(receiver.receive(first, 1, now=0.3)) == [1, 2]
 
 
+def test_a_confirmation_that_reached_no_other_broker_stays_in_low_while_no_receiver_is_known() -> None:
+    """Seed 145 of the causal conversation (issue #11's coalesced replies moved the timing onto
+    it): a broker restarted during a partition published SEQ 1 - its overlay view held no
+    subscriber, so the publication completed having reached nobody - and held the next ones
+    (presence gone). When the partition healed they reached a subscriber broker before the
+    log's resend of SEQ 1 did, with ``low`` 0 ("nothing below is missing"): it started the stream
+    at 2 and dropped SEQ 1 as stale. A blind confirmation keeps ``low`` down while this broker
+    knows no receiver of the stream (or some broker is down); a receiver it knows bounds ``low``
+    itself (its registration point), and the blind entry leaves once the log frees it."""
+    sender = StreamSender(A, retransmit_s=1.0, retention_s=100.0, presence_grace_s=2.0, min_retention_s=10.0)
+    first = sender.append(CLS, _msg(1), now=0.0)
+    sender.published(1, first)
+    sender.done(1, True, now=0.01, reached=False)  # complete, no delegation to another broker
+    second = sender.append(CLS, _msg(2), now=0.2, held=True)
+    assert second.low == 1
+    receiver = _receiver()
+    assert _seqs(receiver.receive(second, 1, now=9.6)) == []  # waits for 1 (RET), not stale
+    assert _seqs(receiver.receive(first, 1, now=9.61)) == [1, 2]
+    # with a receiver known (registered from its next message), that receiver's start bounds low
+    sender.register("b:1", CLS, now=0.3, from_log_start=False)
+    third = sender.append(CLS, _msg(3), now=0.4)
+    assert third.low == 2  # (the held SEQ 2 is still unconfirmed)
+    # a confirmation that reached other brokers is one: low moves past it
+    plain = StreamSender(A, retransmit_s=1.0, retention_s=100.0, presence_grace_s=2.0)
+    one = plain.append(CLS, _msg(1), now=0.0)
+    plain.published(1, one)
+    plain.done(1, True, now=0.01)
+    assert plain.append(CLS, _msg(2), now=0.2).low == 0
+
+
+def test_a_blind_confirmation_leaves_low_once_the_log_frees_it() -> None:
+    sender = StreamSender(A, retransmit_s=1.0, retention_s=100.0, presence_grace_s=2.0, min_retention_s=10.0)
+    first = sender.append(CLS, _msg(1), now=0.0)
+    sender.published(1, first)
+    sender.done(1, True, now=0.01, reached=False)
+    assert sender.append(CLS, _msg(2), now=0.1, confirmed=True).low == 1  # (only to known receivers: none)
+    sender.tick(now=11.0)  # past the minimum retention: both freed
+    assert sender.append(CLS, _msg(3), now=11.1, confirmed=True).low == 0
+
+
 def test_a_class_never_published_here_has_receivers_once_a_subscriber_broker_was_announced() -> None:
     """Seed 79 (crash + partition): the first message of a stream, published while every
     subscriber broker of its class is down (the rendezvous point reports none), must not be
