@@ -535,6 +535,7 @@ async def measure_latency(setup: Setup, rate_per_s: float, duration_s: float) ->
     interval_ns = int(1e9 / rate_per_s)
     prefix = raw.publish_prefix(TOPIC, 0, PAYLOAD_BYTES)
     hops_before = await asyncio.to_thread(setup.scrape_hops)
+    cpu_before = setup.cpu_s()
     start_ns = time.perf_counter_ns()
     for seq in range(count):
         delay_ns = start_ns + seq * interval_ns - time.perf_counter_ns()
@@ -542,6 +543,9 @@ async def measure_latency(setup: Setup, rate_per_s: float, duration_s: float) ->
             await asyncio.sleep(delay_ns / 1e9)
         publisher.write(prefix + make_payload(KIND_DATA, tag, seq, time.perf_counter_ns()))
     await wait_drained(setup, count, qos1_publisher=False)
+    # the brokers' CPU per message published at this paced rate (every message alone in its
+    # event-loop iteration: what a cross-broker hop costs unbatched, issue #11)
+    cpu_us_per_publish = (setup.cpu_s() - cpu_before) * 1e6 / count
     hops_after = await asyncio.to_thread(setup.scrape_hops)
     everyone: list[int] = []
     remote: list[int] = []
@@ -563,6 +567,7 @@ async def measure_latency(setup: Setup, rate_per_s: float, duration_s: float) ->
     ]
     return {
         "published": count,
+        "broker_cpu_us_per_publish": cpu_us_per_publish,
         "expected": expected,
         "received": received,
         "lost": expected - received,
@@ -721,6 +726,7 @@ async def run_main_phase(plan: Plan, results: dict[str, Any]) -> None:
                                 else ""
                             )
                             + f" lost {result['lost']} hops {result['hops'] or '-'}"
+                            + f" (brokers {result['broker_cpu_us_per_publish']:.0f} us CPU/message)"
                         )
                     else:
                         qos = 0 if kind == "qos0" else 1

@@ -21,7 +21,8 @@ from pathlib import Path
 LABELS = {0: "standalone", 1: "1-broker cluster"}
 METRICS = {
     "latency": [("all.p50_ms", "p50 ms (all subscribers)"), ("all.p99_ms", "p99 ms (all subscribers)"),
-                ("remote.p50_ms", "p50 ms (other brokers)"), ("remote.p99_ms", "p99 ms (other brokers)")],
+                ("remote.p50_ms", "p50 ms (other brokers)"), ("remote.p99_ms", "p99 ms (other brokers)"),
+                ("broker_cpu_us_per_publish", "paced: broker CPU us per message published")],
     "qos0": [("delivered_per_s", "QoS 0 delivered/s"),
              ("broker_cpu_us_per_msg", "QoS 0 broker CPU us/delivery"),
              ("broker_cpu_pct", "QoS 0 broker CPU % of one core")],
