@@ -117,10 +117,9 @@ class _Entry:
 class _Stream:
     entries: SortedDict = field(default_factory=SortedDict)  # seq -> _Entry
     unconfirmed: SortedSet = field(default_factory=SortedSet)  # seqs the overlay has not completed
-    # durable seqs confirmed without reaching any other broker: the overlay completed them with
-    # no delegation elsewhere, they went out only to known receivers (none), or their presence
-    # grace passed unpublished. Someone may still lack them: a receiver this broker does not know
-    # yet, cut off (``_low``)
+    # durable seqs confirmed without reaching another broker (the overlay completed with no
+    # delegation elsewhere, sent to known receivers while none is known, held past the grace): a
+    # receiver this broker does not know yet (cut off) may still lack them (``_low``)
     blind: SortedSet = field(default_factory=SortedSet)
     receivers: dict[str, int] = field(default_factory=dict)  # peer -> AL (next seq it expects)
     heard: dict[str, float] = field(default_factory=dict)  # peer -> when it last acknowledged
@@ -536,16 +535,10 @@ class StreamSender:
             self._next_check = now + self.retransmit_s / 2
 
     def _low(self, stream: _Stream) -> int:
-        """The lowest SEQ some receiver may still lack: the first one the overlay has not confirmed,
-        or where a receiver registered by interest (not heard from yet) starts (0: none); and,
-        while this broker knows no receiver of the stream or some broker is cut off or down, the
-        first one confirmed without reaching any other broker (``_Stream.blind``). A receiver new
-        to the stream starts there: what lies below is stale to it (published before it
-        subscribed). A blind confirmation is no such proof - seed 145 of the causal conversation:
-        a broker restarted during a partition published a message its overlay view reached nobody
-        with, then held the next ones; when the partition healed they reached a subscriber broker
-        before the log's resend did, marked "nothing below is missing", and the first one was
-        dropped as stale."""
+        """The lowest SEQ some receiver may still lack (0: none), where a receiver new to the stream
+        starts: the first one the overlay has not confirmed, where a receiver registered by interest
+        (not heard from yet) starts, and - while no receiver is known or some broker is down - the
+        first blind confirmation (``_Stream.blind``; conversation seed 145, docs/cluster.md)."""
         unconfirmed = stream.unconfirmed
         low = int(unconfirmed[0]) if unconfirmed else 0
         blind = stream.blind
