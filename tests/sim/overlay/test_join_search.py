@@ -88,3 +88,4 @@ def test_join_searches_at_small_l_are_short_and_walk_right() -> None:
     # per-vnode greedy (before): 11.84 hops, 14 % of them walking left; per peer: 7.99 and 1 %
     assert mean_hops < 9.5, f"join searches average {mean_hops:.2f} hops [seed={seed}]"
     assert left_share < 0.04, f"{left_share:.1%} of join-search hops walk left [seed={seed}]"
+    assert len(hops.checks) > peers  # the position check runs by default (join_verify_rounds)
