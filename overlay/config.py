@@ -38,8 +38,8 @@ class OverlayConfig:
     # after a join the vnode searches its own key again, join_verify_rounds times, first after
     # join_verify_delay_s, each next after twice the previous wait (docs/overlay.md §10, concurrent
     # joins; 0: never). On by default since join searches are routed from the best of all the
-    # peer's virtual nodes (docs/overlay.md §5 "Join"): before that, slow searches at small L left
-    # the 1,000-peer churn test (L=8) with joins still pending at its check
+    # peer's virtual nodes (docs/overlay.md §5 "Search routing"): before that, slow searches at
+    # small L left the 1,000-peer churn test (L=8) with joins still pending at its check
     join_verify_rounds: int = 1
     join_verify_delay_s: float = 1.0
     formation_round_s: float = 1.0  # a seed's formation round (overlay.formation): answers awaited
