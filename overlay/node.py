@@ -717,7 +717,7 @@ class OverlayNode:
 
     def _search_step(self, msg: m.SEARCH) -> None:
         """One step of a SEARCH at this peer, from the best of all its virtual nodes
-        (``skipgraph.peer_search_step``; docs/overlay.md §5 "Join")."""
+        (``skipgraph.peer_search_step``; docs/overlay.md §5 "Search routing")."""
         step = peer_search_step((vnode.table for vnode in self.vnodes.values()), msg.target)
         if step is None:  # nothing here but the target itself
             self._send_peer(msg.origin, m.SEARCH_FAIL(msg.request_id))

@@ -4,7 +4,7 @@
   joining node's insertion position (§3.5.2 "search its own insertion position"; the seed leaves
   the search to SG-TBPS): move to the known key nearest the target without passing it, over
   all the peer's co-located virtual nodes and their tables (SkipMQ's decision, docs/overlay.md
-  §5 "Join"); ``search_answer``: FOUND's predecessor and successor where the search ends.
+  §5 "Search routing"); ``search_answer``: FOUND's predecessor and successor where the search ends.
 * ``rexp_next_hop``: the REXP forwarding rule of §3.5.6. A REXP of level i travelling away
   from its sender s reaches u. If u is s's level-(i+1) neighbour (their membership vectors
   share >= i+1 digits) the level is incremented - repeatedly, since u is then also s's
@@ -40,7 +40,7 @@ def peer_search_step(tables: Iterable[RoutingTable], target: Key) -> tuple[Routi
     Every forward moves strictly nearer the target on its side and a search changes side at
     most once (left to right), so it ends. Right is the side the tables serve: ≤FRT's B9/B10'
     drop the farthest predecessors first, and every peer's anchor lies left of every topic key
-    (docs/overlay.md §2, §5 "Join").
+    (docs/overlay.md §2, §5 "Search routing").
 
     The target itself is never a hop nor where a search ends: a joiner's key is in no table yet,
     and a virtual node checking its own position (``OverlayNode._verify_position``) wants the
@@ -74,8 +74,10 @@ def peer_search_step(tables: Iterable[RoutingTable], target: Key) -> tuple[Routi
         return own[above], None
     if below is not None and below_table is not None:
         return below_table, below
+    if above is not None and above in own:
+        return own[above], None
     if above is not None and above_table is not None:
-        return above_table, None if above in own else above
+        return above_table, above
     return None  # no virtual node but the target
 
 

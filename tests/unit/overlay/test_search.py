@@ -32,11 +32,13 @@ Tables = dict[Any, dict[Key, RoutingTable]]  # peer -> its virtual nodes' tables
 
 def build_tables(keys: list[Key], extra_share: float, rng: random.Random) -> Tables:
     """Each key's table holds its true level-0 neighbours and a random share of the other keys;
-    the tables are grouped by peer (``key[2]``), as ``OverlayNode`` holds them."""
+    the tables are grouped by peer (``key[2]``) in a random order, as ``OverlayNode`` holds them
+    (in the order its virtual nodes joined)."""
     ordered = sorted(keys)
     mvs = {key: rng.getrandbits(MV_BITS) for key in ordered}
     by_peer: Tables = defaultdict(dict)
-    for index, key in enumerate(ordered):
+    for key in rng.sample(ordered, len(ordered)):
+        index = ordered.index(key)
         table = RoutingTable(key, mvs[key], capacity=10**6, frt_enabled=True, mv_bits=MV_BITS)
         for neighbour in (index - 1, index + 1):
             if 0 <= neighbour < len(ordered):
@@ -162,3 +164,13 @@ def test_the_target_is_never_a_hop_nor_the_answer() -> None:
     right = _table(("m", SUBSCRIBER, 60), target, ("m", SUBSCRIBER, 40))
     # its left neighbour is the target: the search goes on to the key below the target
     assert peer_search_step([own, right], target) == (right, ("m", SUBSCRIBER, 40))
+
+
+def test_a_co_located_node_that_another_table_also_lists_answers_for_itself() -> None:
+    # the position check of the lowest key: nothing below it is known; the nearest key above is
+    # the peer's own ("m", 0, 1), listed first as an entry of the peer's ("z", 0, 1)
+    target = ("a", PUBLISHER, 5)
+    higher = _table(("z", PUBLISHER, 1), ("m", PUBLISHER, 1))
+    succ = _table(("m", PUBLISHER, 1), target, ("z", PUBLISHER, 1))
+    assert peer_search_step([higher, succ], target) == (succ, None)
+    assert search_answer(succ, target) == (target, ("m", PUBLISHER, 1))
