@@ -34,13 +34,13 @@ class OverlayConfig:
     #   a receiver that answers NEW spends one
     eexp_split: str = "whole"  # "whole": every delegate of a range EEXP gets the decremented count
     #   (§3.5.6 "forward to the next destination"); "even": the count is divided among delegates
-    search_timeout_s: float = 5.0  # join search retried after this
+    search_timeout_s: float = 5.0  # join search retried after this (no per-hop acknowledgement)
     # after a join the vnode searches its own key again, join_verify_rounds times, first after
-    # join_verify_delay_s, each next after twice the previous wait (docs/overlay.md §10; 0: never).
-    # Off by default: it fixes the concurrent-bootstrap fault, but with eexp_split="whole" the
-    # 1,000-peer churn test (L=8) then has joins still pending at its check (slow left-walking
-    # searches at small L, docs/overlay.md §10)
-    join_verify_rounds: int = 0
+    # join_verify_delay_s, each next after twice the previous wait (docs/overlay.md §10, concurrent
+    # joins; 0: never). On by default since join searches are routed from the best of all the
+    # peer's virtual nodes (docs/overlay.md §5 "Search routing"): before that, slow searches at
+    # small L left the 1,000-peer churn test (L=8) with joins still pending at its check
+    join_verify_rounds: int = 1
     join_verify_delay_s: float = 1.0
     formation_round_s: float = 1.0  # a seed's formation round (overlay.formation): answers awaited
     formation_rounds: int = 2  # consecutive rounds as the lowest reachable seed before founding

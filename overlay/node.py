@@ -77,8 +77,9 @@ from overlay.multicast import Delegation, plan_delegation, route_toward_range
 from overlay.skipgraph import (
     farthest_same_run_right,
     is_rendezvous_candidate,
+    peer_search_step,
     rexp_next_hop,
-    search_next_hop,
+    search_answer,
 )
 from overlay.table import RoutingTable
 
@@ -716,20 +717,24 @@ class OverlayNode:
             origin = msg.origin
             if self.seed and origin != self.peer_id and origin not in self.contacts and self.is_lonely():
                 self.contacts = (*self.contacts, origin)  # alone here: probe the searcher's overlay too
-            vnode = self._closest_vnode(msg.target)
         else:
-            found = self._vnode_for(sender, msg)
-            if found is None:
+            vnode = self._vnode_for(sender, msg)
+            if vnode is None:
                 return
-            vnode = found
-        self._search_step(vnode, msg)
+            if msg.forwarder is not None:
+                self._learn(vnode, msg.forwarder)
+                self._after_change(vnode)
+        self._search_step(msg)
 
-    def _search_step(self, vnode: VirtualNode, msg: m.SEARCH) -> None:
-        if msg.forwarder is not None:
-            self._learn(vnode, msg.forwarder)
-            self._after_change(vnode)
-        table = vnode.table
-        nxt = search_next_hop(table, vnode.key, msg.target)
+    def _search_step(self, msg: m.SEARCH) -> None:
+        """One step of a SEARCH at this peer, from the best of all its virtual nodes
+        (``skipgraph.peer_search_step``; docs/overlay.md §5 "Search routing")."""
+        step = peer_search_step((vnode.table for vnode in self.vnodes.values()), msg.target)
+        if step is None:  # nothing here but the target itself
+            self._send_peer(msg.origin, m.SEARCH_FAIL(msg.request_id))
+            return
+        vnode = self.vnodes[step[0].owner]
+        nxt = step[1]
         if nxt is not None:
             if msg.origin == self.peer_id and nxt[2] != self.peer_id:
                 join = self.pending.get(self.requests.get(msg.request_id))  # type: ignore[arg-type]
@@ -737,20 +742,11 @@ class OverlayNode:
                     join.first_hop = nxt
             self._send(nxt, m.SEARCH(nxt, msg.origin, msg.target, msg.request_id, vnode.ref))
             return
-        pred: NodeRef | None
-        succ: NodeRef | None
-        if msg.target > vnode.key:
-            right = table.right0()
-            pred, succ = vnode.ref, (table.ref(right) if right is not None else None)
-        else:
-            left = table.left0()
-            pred, succ = (table.ref(left) if left is not None else None), vnode.ref
+        pred, succ = (
+            None if key is None else vnode.ref if key == vnode.key else vnode.table.ref(key)
+            for key in search_answer(vnode.table, msg.target)
+        )
         self._send_peer(msg.origin, m.FOUND(msg.request_id, msg.target, pred, succ, self.known_peer_count()))
-
-    def _closest_vnode(self, target: Key) -> VirtualNode:
-        below = [key for key in self.vnodes if key <= target]
-        key = max(below) if below else min(self.vnodes)
-        return self.vnodes[key]
 
     def _verify_position(self, vnode: VirtualNode) -> None:
         """Search for our own key once more, from an entry of our table (docs/overlay.md §10).
@@ -1485,8 +1481,7 @@ class OverlayNode:
         elif isinstance(bounced, m.PRESENCE):
             self._presence_step(vnode, bounced.sender, bounced.topic, bounced.present, bounced.lo, bounced.hi)
         elif isinstance(bounced, m.SEARCH):
-            retry = m.SEARCH(vnode.key, bounced.origin, bounced.target, bounced.request_id, None)
-            self._search_step(vnode, retry)
+            self._search_step(bounced)
 
     def _on_ack(self, sender: PeerId, msg: m.ACK) -> None:
         self.outstanding.pop(msg.ack_id, None)

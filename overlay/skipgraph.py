@@ -1,8 +1,10 @@
 """Skip Graph routing decisions over a routing table (Aspnes & Shah; seed 003 §3.1, §3.5.6).
 
-* ``search_next_hop``: greedy key search used to find a joining node's insertion position:
-  move to the known entry closest to the target without passing it; the node where no such
-  entry exists is the target's predecessor (searching right) or successor (searching left).
+* ``peer_search_step``: the step a peer takes for a SEARCH, the greedy key search that finds a
+  joining node's insertion position (§3.5.2 "search its own insertion position"; the seed leaves
+  the search to SG-TBPS): move to the known key nearest the target without passing it, over
+  all the peer's co-located virtual nodes and their tables (SkipMQ's decision, docs/overlay.md
+  §5 "Search routing"); ``search_answer``: FOUND's predecessor and successor where the search ends.
 * ``rexp_next_hop``: the REXP forwarding rule of §3.5.6. A REXP of level i travelling away
   from its sender s reaches u. If u is s's level-(i+1) neighbour (their membership vectors
   share >= i+1 digits) the level is incremented - repeatedly, since u is then also s's
@@ -16,25 +18,76 @@
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
+from collections.abc import Iterable
 
 from overlay.keys import PUBLISHER, Key, NodeRef, common_prefix_length
 from overlay.table import RoutingTable
 
 
-def search_next_hop(table: RoutingTable, owner: Key, target: Key) -> Key | None:
-    """The target itself is never a hop: a joiner's key is in no table yet, and a node checking
-    its own position (``OverlayNode._verify_position``) wants the search to end at the node the
-    rest of the graph takes for its neighbour, not at itself."""
-    keys = table.keys
+def peer_search_step(tables: Iterable[RoutingTable], target: Key) -> tuple[RoutingTable, Key | None] | None:
+    """The step of a SEARCH for ``target`` at a peer whose co-located virtual nodes own ``tables``.
+
+    Returns ``(table, next)``: the virtual node owning ``table`` forwards the search to its entry
+    ``next``, or, with ``next`` None, ends it (``search_answer``). None if the peer holds no
+    virtual node but the target.
+
+    Greedy over everything the peer knows (its virtual nodes and every entry of their tables),
+    walking right: the search goes to the nearest known key below the target. It ends when that
+    key is one of the peer's own virtual nodes (the target's predecessor as far as the peer
+    knows), or when the nearest known key above the target is its own and that node's left
+    level-0 neighbour is the nearest known key below (where a left walk ends; one hop saved).
+    Only a peer that knows no key below the target walks left, to the nearest known key above.
+    Every forward moves strictly nearer the target on its side and a search changes side at
+    most once (left to right), so it ends. Right is the side the tables serve: ≤FRT's B9/B10'
+    drop the farthest predecessors first, and every peer's anchor lies left of every topic key
+    (docs/overlay.md §2, §5 "Search routing").
+
+    The target itself is never a hop nor where a search ends: a joiner's key is in no table yet,
+    and a virtual node checking its own position (``OverlayNode._verify_position``) wants the
+    search to end at the node the rest of the graph takes for its neighbour, not at itself."""
+    below: Key | None = None
+    below_table: RoutingTable | None = None
+    above: Key | None = None
+    above_table: RoutingTable | None = None
+    own: dict[Key, RoutingTable] = {}
+    for table in tables:
+        owner = table.owner
+        if owner == target:
+            continue
+        own[owner] = table
+        keys = table.keys
+        index = bisect_left(keys, target)  # keys[index - 1] < target, the target itself excluded
+        nearest = keys[index - 1] if index > 0 else None
+        if owner < target and (nearest is None or owner > nearest):
+            nearest = owner
+        if nearest is not None and (below is None or nearest > below):
+            below, below_table = nearest, table
+        index = bisect_right(keys, target)  # keys[index] > target
+        nearest = keys[index] if index < len(keys) else None
+        if owner > target and (nearest is None or owner < nearest):
+            nearest = owner
+        if nearest is not None and (above is None or nearest < above):
+            above, above_table = nearest, table
+    if below is not None and below in own:
+        return own[below], None
+    if above is not None and above in own and own[above].left0() == below:
+        return own[above], None
+    if below is not None and below_table is not None:
+        return below_table, below
+    if above is not None and above in own:
+        return own[above], None
+    if above is not None and above_table is not None:
+        return above_table, above
+    return None  # no virtual node but the target
+
+
+def search_answer(table: RoutingTable, target: Key) -> tuple[Key | None, Key | None]:
+    """FOUND's (pred, succ) from the virtual node owning ``table`` where a search for ``target``
+    ends: the owner and its level-0 neighbour on the target's side."""
+    owner = table.owner
     if target > owner:
-        index = bisect_left(keys, target)  # entries in (owner, target): the largest
-        if index > 0 and keys[index - 1] > owner:
-            return keys[index - 1]
-        return None
-    index = bisect_right(keys, target)  # entries in (target, owner): the smallest
-    if index < len(keys) and keys[index] < owner:
-        return keys[index]
-    return None
+        return owner, table.right0()
+    return table.left0(), owner
 
 
 def rexp_next_hop(

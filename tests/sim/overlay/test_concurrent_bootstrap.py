@@ -9,9 +9,8 @@ node per round trip: at 5,000 peers (SG-TBPS tables, seed 1) 5,367 wrong level-0
 after the last bootstrap, 2,927 after 30 s. The fix: each joined virtual node searches its own
 key once more a second later, and the search never hops to its target, so it ends at the node
 the rest of the graph takes for the joiner's neighbour; its answer starts the corrections at
-every misplaced joiner at once. It is opt-in (``join_verify_rounds`` = 0 by default: with it
-the 1,000-peer churn simulation's level-0 check after repair fails, docs/overlay.md §10), so
-this test turns it on and fails without it.
+every misplaced joiner at once. It is on by default (``join_verify_rounds`` = 1), and this test
+runs the default: it fails with ``join_verify_rounds`` = 0.
 """
 
 from __future__ import annotations
@@ -42,8 +41,9 @@ def bootstrap_burst(peers: int, seed: int, config: OverlayConfig, spacing_s: flo
 
 @pytest.mark.slow
 def test_level0_list_exact_5_s_after_5000_bootstraps_2_ms_apart() -> None:
-    # SG-TBPS tables (the fewest entries, so the slowest repair) and no periodic REXP to help
-    config = OverlayConfig(frt_enabled=False, join_verify_rounds=1, **QUIET_TIMERS)
+    # the default position check; SG-TBPS tables (the fewest entries, so the slowest repair) and
+    # no periodic REXP to help
+    config = OverlayConfig(frt_enabled=False, **QUIET_TIMERS)
     sim = bootstrap_burst(5000, 1, config)
     sim.run_for(5.0)
     assert check_level0_ring(sim) == 5000  # raises InvariantViolation (naming the seed) otherwise
