@@ -58,10 +58,14 @@ from overlay.sim.experiment import (
 # The paper's experiment has no churn, so the failure detector and the periodic REXP refresh
 # (§3.5.5) run slowly in the sweep; every table is still built by the protocol's own
 # SEARCH/REXP/EEXP/NEW/learning (see docs/overlay-reproduction.md, "What was simulated").
+# join_verify_rounds=1 (docs/overlay.md §10): without the re-search, the build's concurrent joins
+# left 52,972 of 60,000 SG-TBPS virtual nodes with a wrong level-0 neighbour at N=10,000 (seed 1),
+# and measured publishes reached 3 of 10 subscribers (issue #18, docs/overlay-reproduction.md).
 SWEEP_OVERLAY_OPTIONS: tuple[tuple[str, Any], ...] = (
     ("rexp_interval_s", 600.0),
     ("ping_interval_s", 300.0),
     ("failure_timeout_s", 900.0),
+    ("join_verify_rounds", 1),
 )
 
 Task = tuple[str, int | None, int]  # (system, L, seed)
@@ -79,17 +83,28 @@ def parse_ints(text: str, what: str) -> tuple[int, ...]:
 
 def parse_overlay_options(items: Sequence[str]) -> tuple[tuple[str, Any], ...]:
     """``NAME=VALUE`` pairs for OverlayConfig, each VALUE typed like the field's default."""
-    from dataclasses import fields
-
     from overlay.config import OverlayConfig
 
-    defaults = {f.name: f.default for f in fields(OverlayConfig)}
+    return _parse_config_options(items, OverlayConfig, "--overlay-option")
+
+
+def parse_scribe_options(items: Sequence[str]) -> tuple[tuple[str, Any], ...]:
+    """``NAME=VALUE`` pairs for ScribeConfig (overlay/sim/scribe.py), typed like the defaults."""
+    from overlay.sim.scribe import ScribeConfig
+
+    return _parse_config_options(items, ScribeConfig, "--scribe-option")
+
+
+def _parse_config_options(items: Sequence[str], config: Any, flag: str) -> tuple[tuple[str, Any], ...]:
+    from dataclasses import fields
+
+    defaults = {f.name: f.default for f in fields(config)}
     options: list[tuple[str, Any]] = []
     for item in items:
         name, sep, text = item.partition("=")
         if not sep or name not in defaults:
-            raise SystemExit(f"--overlay-option: expected NAME=VALUE (an OverlayConfig field), got {item!r}")
-        default = defaults[name]
+            raise SystemExit(f"{flag}: expected NAME=VALUE (a {config.__name__} field), got {item!r}")
+        default: Any = defaults[name]
         try:
             if isinstance(default, bool):
                 if text.lower() not in ("true", "false", "1", "0"):
@@ -98,12 +113,12 @@ def parse_overlay_options(items: Sequence[str]) -> tuple[tuple[str, Any], ...]:
             else:
                 value = type(default)(text)
         except ValueError:
-            raise SystemExit(f"--overlay-option {name}: {text!r} is not a {type(default).__name__}")
+            raise SystemExit(f"{flag} {name}: {text!r} is not a {type(default).__name__}")
         options.append((name, value))
     try:
-        OverlayConfig(**dict(options))
+        config(**dict(options))
     except ValueError as exc:
-        raise SystemExit(f"--overlay-option: {exc}")
+        raise SystemExit(f"{flag}: {exc}")
     return tuple(options)
 
 
@@ -285,7 +300,24 @@ def write_csvs(out: Path, samples: list[PathSample], points: list[AggregatePoint
     with open(out / "paper_sweep_runs.csv", "w", newline="") as handle:
         writer = csv.writer(handle)
         writer.writerow(
-            ["system", "table_size", "seed", "subscribers", "avg_hops", "max_hops", "delivered", "route_hops"]
+            [
+                "system",
+                "table_size",
+                "seed",
+                "subscribers",
+                "avg_hops",
+                "max_hops",
+                "delivered",
+                "route_hops",
+                "level0_wrong",
+                "publisher_run_entries",
+                "publisher_run_neighbours",
+                "run_neighbours_missing",
+                "run_entries_extra",
+                "model_avg_hops",
+                "model_max_hops",
+                "model_agree",
+            ]
         )
         for s in sorted(samples, key=lambda s: (s.system, s.table_size or 0, s.seed, s.subscribers)):
             writer.writerow(
@@ -298,6 +330,14 @@ def write_csvs(out: Path, samples: list[PathSample], points: list[AggregatePoint
                     s.max_hops,
                     s.delivered,
                     f"{s.route_hops:.2f}",
+                    s.level0_wrong,
+                    s.publisher_run_entries,
+                    s.publisher_run_neighbours,
+                    s.run_neighbours_missing,
+                    s.run_entries_extra,
+                    f"{s.model_avg_hops:.4f}",
+                    s.model_max_hops,
+                    s.model_agree,
                 ]
             )
     with open(out / "paper_sweep.csv", "w", newline="") as handle:
@@ -315,6 +355,11 @@ def write_csvs(out: Path, samples: list[PathSample], points: list[AggregatePoint
                 "single_broker_delay_ms",
                 "min_delivered_fraction",
                 "route_hops",
+                "avg_hops_sd",
+                "max_hops_sd",
+                "model_avg_hops",
+                "model_max_hops",
+                "level0_wrong",
             ]
         )
         for p in points:
@@ -331,6 +376,11 @@ def write_csvs(out: Path, samples: list[PathSample], points: list[AggregatePoint
                     f"{single_broker_delay_ms(p.subscribers):.2f}",
                     f"{p.min_delivered_fraction:.4f}",
                     f"{p.route_hops:.2f}",
+                    f"{p.avg_hops_sd:.4f}",
+                    f"{p.max_hops_sd:.3f}",
+                    f"{p.model_avg_hops:.4f}",
+                    f"{p.model_max_hops:.3f}",
+                    f"{p.level0_wrong:.1f}",
                 ]
             )
 
@@ -550,6 +600,12 @@ def summary_markdown(
         by_count = {p.subscribers: p for p in series}
         cells = [_cell(by_count[c]) if c in by_count else "" for c in cfg.subscriber_counts]
         lines.append(f"| {label} (avg / max hops) | " + " | ".join(cells) + " |")
+        if label == "SG-TBPS" and any(p.model_avg_hops for p in series):
+            cells = [
+                f"{m.model_avg_hops:.2f} / {m.model_max_hops:.1f}" if (m := by_count.get(c)) else ""
+                for c in cfg.subscriber_counts
+            ]
+            lines.append("| idealised SG-TBPS on the same membership vectors | " + " | ".join(cells) + " |")
     lines += ["", "| paper (§4) | reproduction | verdict |", "|---|---|---|"]
     for paper, ours, verdict in comparison(points):
         lines.append(f"| {paper} | {ours} | {verdict} |")
@@ -595,6 +651,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--scribe-digit-bits", type=int, default=4, help="Pastry's b for the Scribe baseline")
     parser.add_argument(
+        "--scribe-option",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a ScribeConfig field for the Scribe baseline, repeatable (e.g. publish_mode=tree, "
+        "join_state=rows, leaf_half=4; overlay/sim/scribe.py, docs/overlay-reproduction.md)",
+    )
+    parser.add_argument(
         "--overlay-option",
         action="append",
         default=[],
@@ -608,6 +672,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="trace the proposed system's publisher table: per step its composition, subscribers "
         "known vs reached in one hop, and why each other one is not (never learned, or evicted by "
         "which ≤FRT proposition); writes paper_sweep_explain.md (slower: O(L^2) per eviction)",
+    )
+    parser.add_argument(
+        "--allow-misses",
+        action="store_true",
+        help="do not stop a run whose measured publish misses a subscriber (the path average is "
+        "then over the subscribers reached; only to reproduce such a run, see the delivered column)",
     )
     parser.add_argument(
         "--first-seed",
@@ -638,10 +708,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     table_sizes = parse_ints(args.table_sizes, "table-sizes")
     cfg = replace(
         ExperimentConfig(
-            nodes=nodes, subscriber_counts=counts, measured_order=args.measured_order, explain=args.explain
+            nodes=nodes,
+            subscriber_counts=counts,
+            measured_order=args.measured_order,
+            explain=args.explain,
+            allow_missed_deliveries=args.allow_misses,
         ),
         overlay_options=SWEEP_OVERLAY_OPTIONS + parse_overlay_options(args.overlay_option),
-        scribe_options=(("digit_bits", args.scribe_digit_bits),),
+        scribe_options=(("digit_bits", args.scribe_digit_bits), *parse_scribe_options(args.scribe_option)),
     )
     out = Path(args.out if args.out is not None else ("docs/figures/quick" if args.quick else "docs/figures"))
     out.mkdir(parents=True, exist_ok=True)

@@ -120,6 +120,13 @@ def test_sweep_cli_pieces(tmp_path: Path) -> None:
     assert all(f.stat().st_size > 10_000 for f in files)
     with pytest.raises(SystemExit, match="unknown"):
         sweep.main(["--systems", "chord", "--out", str(tmp_path)])
+    options = sweep.parse_scribe_options(["publish_mode=tree", "leaf_half=4", "announce=false"])
+    assert options == (("publish_mode", "tree"), ("leaf_half", 4), ("announce", False))
+    with pytest.raises(SystemExit, match="ScribeConfig field"):
+        sweep.parse_scribe_options(["fanout=3"])
+    with pytest.raises(SystemExit, match="publish_mode"):
+        sweep.parse_scribe_options(["publish_mode=flood"])
+    assert ("join_verify_rounds", 1) in sweep.SWEEP_OVERLAY_OPTIONS
 
 
 QUIET = (("rexp_interval_s", 600.0), ("ping_interval_s", 300.0), ("failure_timeout_s", 900.0))
