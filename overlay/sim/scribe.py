@@ -6,10 +6,11 @@ proposed system and SG-TBPS.
 
 Pastry part: each node has a random ``ID_BITS``-bit id read as base ``2**digit_bits`` digits, a
 routing table (row = length of the shared prefix, column = next digit) and a leaf set of the
-``leaf_half`` (default ``LEAF_HALF``) numerically closest ids on each side of the ring. ``route(key)`` forwards to the
-leaf closest to the key when the key lies within the leaf set, otherwise to the routing-table
-entry sharing one more digit with the key, otherwise (rare case) to any known node that shares as
-long a prefix and is numerically closer; the node numerically closest to the key is its root.
+``leaf_half`` (default ``LEAF_HALF``) numerically closest ids on each side of the ring.
+``route(key)`` forwards to the leaf closest to the key when the key lies within the leaf set,
+otherwise to the routing-table entry sharing one more digit with the key, otherwise (rare case)
+to any known node that shares as long a prefix and is numerically closer; the node numerically
+closest to the key is its root.
 Join: the newcomer routes JOIN to its own id through a contact; every node on the path sends it
 its state (routing entries and leaf set), the root marks its reply final; the newcomer then
 announces itself to every node it knows. Leaf sets are exchanged periodically
@@ -93,7 +94,7 @@ def _ring_distance(a: int, b: int) -> int:
     return min(d, _RING - d)
 
 
-JOIN_STATES = ("all", "rows")
+JOIN_STATES = ("all", "rows", "self")
 PUBLISH_MODES = ("root", "tree")
 
 
@@ -109,7 +110,10 @@ class ScribeConfig:
       knows (routing table and leaf set). "rows": Pastry's join as the paper and Overlay Weaver do
       it: the rows the newcomer can use from that node (from one past the previous hop's shared
       prefix with the newcomer up to its own; row 0 from the first hop, every row from the last),
-      the last node also its leaf set; the route's nodes learn the newcomer.
+      the last node also its leaf set. "self": only itself (the last node also its leaf set), so
+      the newcomer's table holds the nodes it has seen. In every mode the route's nodes learn the
+      newcomer only from its announcement (Overlay Weaver merges it at once, which deadlocks
+      concurrent joins here: a JOIN routed to a newcomer still joining waits for that join).
     * ``announce``: the newcomer tells every node it learned about itself (Pastry's last join step).
     * ``learn_from_traffic``: leaf-set exchanges and SUBSCRIBE messages also fill routing-table
       slots (else they only update leaf sets / nothing): with False and "rows", routing tables
@@ -444,6 +448,12 @@ class ScribeNode:
     def _state_entries(self) -> tuple[Contact, ...]:
         return (*self.known_contacts(), (self.node_id, self.peer_id))
 
+    def _self_entries(self, joiner: Contact, final: bool) -> tuple[Contact, ...]:
+        """join_state="self": this node only, and its leaf set from the last hop."""
+        leaves = (*self.left_leaves, *self.right_leaves) if final else ()
+        entries = {entry[0]: entry for _, entry in leaves if entry[0] != joiner[0]}
+        return (*entries.values(), (self.node_id, self.peer_id))
+
     def _row_entries(self, joiner: Contact, last_hop: Contact | None, final: bool) -> tuple[Contact, ...]:
         """join_state="rows": the routing-table rows the newcomer can use from this node (Pastry;
         Overlay Weaver's UPDATE_ROUTING_TABLE): from one past the previous hop's shared prefix
@@ -502,7 +512,8 @@ class ScribeNode:
                 hop = None
             if self.config.join_state == "rows":
                 entries = self._row_entries(joiner, message.last_hop, final=hop is None)
-                self._learn(joiner)  # Overlay Weaver: every node on the route merges the newcomer
+            elif self.config.join_state == "self":
+                entries = self._self_entries(joiner, final=hop is None)
             else:
                 entries = self._state_entries()
             out.append(Send(joiner[1], PastryState(entries, final=hop is None)))
