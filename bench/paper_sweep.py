@@ -674,6 +674,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         "which ≤FRT proposition); writes paper_sweep_explain.md (slower: O(L^2) per eviction)",
     )
     parser.add_argument(
+        "--membership-window-s",
+        type=float,
+        default=ExperimentConfig().membership_window_s,
+        help="virtual seconds over which the background topic joins are spread (default 20; a "
+        "long window makes the joins sequential: docs/overlay-reproduction.md, issue #18)",
+    )
+    parser.add_argument(
         "--allow-misses",
         action="store_true",
         help="do not stop a run whose measured publish misses a subscriber (the path average is "
@@ -713,6 +720,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             measured_order=args.measured_order,
             explain=args.explain,
             allow_missed_deliveries=args.allow_misses,
+            membership_window_s=args.membership_window_s,
         ),
         overlay_options=SWEEP_OVERLAY_OPTIONS + parse_overlay_options(args.overlay_option),
         scribe_options=(("digit_bits", args.scribe_digit_bits), *parse_scribe_options(args.scribe_option)),
