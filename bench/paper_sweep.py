@@ -275,6 +275,7 @@ def run_sweep(tasks: list[Task], cfg: ExperimentConfig, jobs: int) -> tuple[list
                         "wall_s": wall_s,
                         "worker_peak_rss_mib": rss_mib,
                         "virtual_nodes": series.virtual_nodes,
+                        "level0_wrong_after_build": series.level0_wrong_after_build,
                         "build_messages": sum(count for _, count in series.build_messages_by_kind),
                         "build_messages_by_kind": dict(series.build_messages_by_kind),
                     }
@@ -616,14 +617,15 @@ def summary_markdown(
         f"(machine: {os.cpu_count()} CPUs, {platform.python_implementation()} {platform.python_version()}, "
         f"{platform.machine()}).",
         "",
-        "| run | wall s | worker peak RSS MiB | virtual nodes | build messages |",
-        "|---|---|---|---|---|",
+        "| run | wall s | worker peak RSS MiB | virtual nodes | build messages | wrong level-0 after build |",
+        "|---|---|---|---|---|---|",
     ]
     for timing in sorted(info["timings"], key=lambda t: (t["system"], t["table_size"] or 0, t["seed"])):
         lines.append(
             f"| {system_label(timing['system'], timing['table_size'])} seed {timing['seed']} "
             f"| {timing['wall_s']:.0f} | {timing['worker_peak_rss_mib']:.0f} "
-            f"| {timing['virtual_nodes']} | {timing['build_messages']} |"
+            f"| {timing['virtual_nodes']} | {timing['build_messages']} "
+            f"| {timing.get('level0_wrong_after_build', -1)} |"
         )
     return "\n".join(lines) + "\n"
 
@@ -758,10 +760,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     summary = summary_markdown(points, info, cfg, args_list, seeds)
     (out / "paper_sweep_summary.md").write_text(summary)
     (out / "paper_sweep_timings.csv").write_text(
-        "system,table_size,seed,wall_s,worker_peak_rss_mib,virtual_nodes,build_messages\n"
+        "system,table_size,seed,wall_s,worker_peak_rss_mib,virtual_nodes,build_messages,level0_wrong_after_build\n"
         + "".join(
             f"{t['system']},{t['table_size'] or ''},{t['seed']},{t['wall_s']:.1f},"
-            f"{t['worker_peak_rss_mib']:.0f},{t['virtual_nodes']},{t['build_messages']}\n"
+            f"{t['worker_peak_rss_mib']:.0f},{t['virtual_nodes']},{t['build_messages']},"
+            f"{t.get('level0_wrong_after_build', -1)}\n"
             for t in info["timings"]
         )
     )

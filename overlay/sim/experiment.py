@@ -193,6 +193,8 @@ class SeriesResult:
     build_virtual_time_s: float
     virtual_nodes: int  # after the build (0 for Scribe, which has no virtual nodes)
     explanations: list[StepExplanation] = field(default_factory=list)
+    # inspect_overlay: virtual nodes with a wrong level-0 neighbour when the build ends (-1: not inspected)
+    level0_wrong_after_build: int = -1
 
 
 @dataclass(frozen=True, slots=True)
@@ -425,6 +427,7 @@ def run_series(
     build_by_kind = tuple(sorted(sim.stats.sent_by_kind.items()))
     build_time_s = sim.now
     virtual_nodes = sum(len(getattr(node, "virtual_keys", list)()) for node in sim.nodes.values())
+    after_build = _level0_wrong(sim)[0] if cfg.inspect_overlay and system != "scribe" else -1
 
     # 3. the measured topic: one publisher, subscribers added incrementally (or a fresh topic per count)
     if cfg.measured_order == "incremental":
@@ -494,7 +497,24 @@ def run_series(
         report("subscribers", step, total_steps)
     if tracer is not None:
         sim.observers.remove(tracer)
-    return SeriesResult(samples, build_by_kind, build_time_s, virtual_nodes, explanations)
+    return SeriesResult(samples, build_by_kind, build_time_s, virtual_nodes, explanations, after_build)
+
+
+def _level0_wrong(sim: Simulator, topic: str = "") -> tuple[int, int, dict[Any, Any], list[Any]]:
+    """Live virtual nodes whose level-0 neighbours are not their neighbours in key order (all,
+    and those of ``topic``), with the owner of every key and the sorted keys."""
+    owner: dict[Any, Any] = {}
+    for node in sim.nodes.values():
+        for key in node.virtual_keys():  # type: ignore[attr-defined]
+            owner[key] = node
+    keys = sorted(owner)
+    wrong = wrong_topic = 0
+    for index, key in enumerate(keys):
+        expected = (keys[index - 1] if index else None, keys[index + 1] if index + 1 < len(keys) else None)
+        if tuple(owner[key].level0_neighbors(key)) != expected:
+            wrong += 1
+            wrong_topic += key[0] == topic
+    return wrong, wrong_topic, owner, keys
 
 
 def _inspect_overlay(
@@ -505,17 +525,7 @@ def _inspect_overlay(
     Uses the core's read-only inspection API (virtual_keys, level0_neighbors, table_entries,
     membership_vector). ``hops``: subscriber peer -> hops of the last measured publish.
     """
-    owner: dict[Any, Any] = {}
-    for node in sim.nodes.values():
-        for key in node.virtual_keys():  # type: ignore[attr-defined]
-            owner[key] = node
-    keys = sorted(owner)
-    wrong = wrong_measured = 0
-    for index, key in enumerate(keys):
-        expected = (keys[index - 1] if index else None, keys[index + 1] if index + 1 < len(keys) else None)
-        if tuple(owner[key].level0_neighbors(key)) != expected:
-            wrong += 1
-            wrong_measured += key[0] == topic
+    wrong, wrong_measured, owner, keys = _level0_wrong(sim, topic)
     pub_key = (topic, int(Role.PUBLISHER), publisher)
     lo, hi = (topic, int(Role.SUBSCRIBER)), (topic, int(Role.SUBSCRIBER) + 1)
     run = [key for key in keys if lo <= key < hi]

@@ -213,8 +213,10 @@ def test_inspection_counts_a_broken_level0_list() -> None:
         overlay_options=QUIET,
         allow_missed_deliveries=True,
     )
-    (step,) = run_series("sgtbps", None, 2, cfg).samples
+    broken = run_series("sgtbps", None, 2, cfg)
+    (step,) = broken.samples
     assert step.level0_wrong > 100 and step.delivered < step.subscribers
+    assert broken.level0_wrong_after_build >= step.level0_wrong
     # the same burst, given time, is repaired (the count is not stuck either)
     (settled,) = run_series("sgtbps", None, 2, replace(cfg, build_settle_s=10.0, step_settle_s=10.0)).samples
     assert settled.level0_wrong == 0 and settled.delivered == settled.subscribers
