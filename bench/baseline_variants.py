@@ -41,6 +41,7 @@ import paper_sweep
 from overlay.sim.experiment import ExperimentConfig, PathSample
 
 Options = tuple[tuple[str, Any], ...]
+FAILURES: dict[str, list[str]] = {}  # variant -> failed runs (their SimulationError, with the seed)
 
 SCRIBE_VARIANTS: dict[str, tuple[str, Options]] = {
     "default": ("the baseline so far: join state = every contact, leaf set 8+8, route to the root", ()),
@@ -128,27 +129,36 @@ def run_variant(
     for seed in seeds:
         path = _raw_path(out, family, variant, system, size, seed)
         if not path.exists():
-            samples, info = paper_sweep.run_sweep([(system, size, seed)], cfg, 1)
-            timing = info["timings"][0]
-            record = {
-                "family": family,
-                "variant": variant,
-                "nodes": cfg.nodes,
-                "overlay_options": [list(item) for item in cfg.overlay_options],
-                "scribe_options": [list(item) for item in cfg.scribe_options],
-                "core_digest": paper_sweep.core_digest(),
-                "wall_s": timing["wall_s"],
-                "peak_rss_mib": timing["worker_peak_rss_mib"],
-                "samples": [asdict(sample) for sample in samples],
-            }
+            record: dict[str, Any]
+            try:
+                samples, info = paper_sweep.run_sweep([(system, size, seed)], cfg, 1)
+            except SystemExit as exc:  # the run failed (with its seed): recorded, the table goes on
+                record = {"family": family, "variant": variant, "error": str(exc).strip(), "samples": []}
+                print(f"{family} {variant} {system} L={size} seed {seed}: {record['error']}", file=sys.stderr)
+            else:
+                timing = info["timings"][0]
+                record = {
+                    "family": family,
+                    "variant": variant,
+                    "nodes": cfg.nodes,
+                    "overlay_options": [list(item) for item in cfg.overlay_options],
+                    "scribe_options": [list(item) for item in cfg.scribe_options],
+                    "core_digest": paper_sweep.core_digest(),
+                    "wall_s": timing["wall_s"],
+                    "peak_rss_mib": timing["worker_peak_rss_mib"],
+                    "samples": [asdict(sample) for sample in samples],
+                }
+                print(
+                    f"{family} {variant} {system} L={size} seed {seed}: {timing['wall_s']:.0f} s, "
+                    f"{timing['worker_peak_rss_mib']:.0f} MiB",
+                    file=sys.stderr,
+                )
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(json.dumps(record))
-            print(
-                f"{family} {variant} {system} L={size} seed {seed}: {timing['wall_s']:.0f} s, "
-                f"{timing['worker_peak_rss_mib']:.0f} MiB",
-                file=sys.stderr,
-            )
         record = json.loads(path.read_text())
+        if "error" in record:
+            FAILURES.setdefault(variant, []).append(f"seed {seed}: {record['error']}")
+            continue
         for item in record["samples"]:
             sample = PathSample(**{**item, "messages_by_kind": tuple(map(tuple, item["messages_by_kind"]))})
             rows.append(
@@ -203,6 +213,10 @@ def scribe_summary(out: Path, rows: list[dict[str, Any]], variants: Sequence[str
     table: list[list[Any]] = []
     for variant in variants:
         mine = [r for r in rows if r["variant"] == variant]
+        failed = "; ".join(FAILURES.get(variant, []))
+        if not mine:
+            lines.append(f"| {variant}: {SCRIBE_VARIANTS[variant][0]} | failed: {failed} | | | |")
+            continue
         counts = sorted({r["subscribers"] for r in mine})
         ratios, depth_ratios, averages = [], [], {}
         for count in counts:
@@ -220,9 +234,11 @@ def scribe_summary(out: Path, rows: list[dict[str, Any]], variants: Sequence[str
         shown = " / ".join(f"{averages[c]:.2f}" for c in (10, 80, 640, 5120) if c in averages)
         depth = f"{min(depth_ratios):.2f}-{max(depth_ratios):.2f}" if depth_ratios else "-"
         route_text = f"{fmean(r['route_hops'] for r in mine):.2f}"
+        seeds = len({r["seed"] for r in mine})
+        note = f" ({seeds} seeds; failed: {failed})" if failed else ""
         lines.append(
-            f"| {variant}: {SCRIBE_VARIANTS[variant][0]} | {shown} | {min(ratios):.2f}-{max(ratios):.2f} "
-            f"| {depth} | {route_text} |"
+            f"| {variant}: {SCRIBE_VARIANTS[variant][0]}{note} | {shown} "
+            f"| {min(ratios):.2f}-{max(ratios):.2f} | {depth} | {route_text} |"
         )
     with open(out / "scribe_summary.csv", "w", newline="") as handle:
         writer = csv.writer(handle)
@@ -286,8 +302,10 @@ def eexp_summary(out: Path, rows: list[dict[str, Any]], variants: Sequence[str])
             return f"{min(means):.0f}-{max(means):.0f} %" if means else "-"
 
         low, high = (10, 20, 40, 80), (160, 320, 640, 1280)
+        failed = "; ".join(FAILURES.get(variant, []))
         lines.append(
-            f"| {variant}: {EEXP_VARIANTS[variant][0]} | {', '.join(str(x) for x in limits) or '-'} "
+            f"| {variant}: {EEXP_VARIANTS[variant][0]}{f' (failed: {failed})' if failed else ''} "
+            f"| {', '.join(str(x) for x in limits) or '-'} "
             f"| {avg_at(l120, 80)} / {avg_at(l120, 160)} "
             f"| {' / '.join(avg_at(l60, c) for c in (10, 80, 160, 1280))} "
             f"| {cell(low, False)} % ({span(low, False)}) | {cell(high, False)} % ({span(high, False)}) "
