@@ -76,6 +76,14 @@ SCRIBE_VARIANTS: dict[str, tuple[str, Options]] = {
         "tree flooding + tables of nodes seen in messages, leaf set 4+4",
         (("publish_mode", "tree"), ("join_state", "self"), ("announce", False), ("leaf_half", 4)),
     ),
+    "cap10": (
+        "Scribe's bottleneck remover, at most 10 children per node (no proximity)",
+        (("max_children", 10),),
+    ),
+    "tree_cap10": (
+        "tree flooding + at most 10 children per node",
+        (("publish_mode", "tree"), ("max_children", 10)),
+    ),
 }
 
 EEXP_VARIANTS: dict[str, tuple[str, Options]] = {

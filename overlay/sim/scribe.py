@@ -125,6 +125,9 @@ class ScribeConfig:
       rendezvous point"); a path is then the tree distance between publisher and subscriber.
     * ``cache_root``: "root" mode only: the root tells the publisher its address after the first
       publish, and later publishes go to it in one hop (Scribe's optional cache).
+    * ``max_children``: Scribe's bottleneck remover without a proximity metric (0: off). A node
+      that gets more children than this in a topic's tree hands the newest one to one of its
+      other children (chosen by a hash of the two ids), which adopts it (and may pass it on).
     """
 
     leafset_period_s: float = 5.0
@@ -135,6 +138,7 @@ class ScribeConfig:
     leaf_half: int = LEAF_HALF
     publish_mode: str = "root"
     cache_root: bool = False
+    max_children: int = 0
 
     def __post_init__(self) -> None:
         if self.digit_bits not in (1, 2, 4, 8):
@@ -151,6 +155,8 @@ class ScribeConfig:
             raise ValueError(f"ScribeConfig.leaf_half must be >= 1, got {self.leaf_half!r}")
         if self.cache_root and self.publish_mode != "root":
             raise ValueError("ScribeConfig.cache_root needs publish_mode='root'")
+        if self.max_children < 0:
+            raise ValueError(f"ScribeConfig.max_children must be >= 0, got {self.max_children!r}")
 
 
 # ------------------------------------------------------------------ messages (plain data)
@@ -223,6 +229,16 @@ class ScribeMulticast:
     hops: int
     via: PeerId | None = None
     kind: str = "MULTICAST"
+
+
+@dataclass(frozen=True, slots=True)
+class ScribeRedirect:
+    """``max_children``: a parent with too many children tells ``topic``'s newest child to attach
+    below ``new_parent`` (one of its former siblings) instead."""
+
+    topic: str
+    new_parent: Contact
+    kind: str = "REDIRECT"
 
 
 @dataclass(frozen=True, slots=True)
@@ -541,6 +557,11 @@ class ScribeNode:
                 out.append(Send(message.entries[-1][1], self._leafset_message(want_reply=False)))
         elif isinstance(message, ScribeRootNotice):
             self._root_cache[message.topic] = message.root
+        elif isinstance(message, ScribeRedirect):
+            if message.topic in self._children:  # still on the tree: attach below the sibling
+                self._parent[message.topic] = message.new_parent
+                child = ScribeSubscribe(message.topic, (self.node_id, self.peer_id))
+                out.append(Send(message.new_parent[1], child))
         else:
             raise TypeError(f"ScribeNode received an unknown message {message!r}")
 
@@ -570,9 +591,22 @@ class ScribeNode:
         children = self._children.get(topic)
         if children is not None:
             children[message.child[1]] = message.child
+            limit = self.config.max_children
+            if limit and len(children) > limit:
+                self._shed_child(topic, children, message.child, out)
             return
         self._children[topic] = {message.child[1]: message.child}
         self._join_tree(topic, out)
+
+    def _shed_child(
+        self, topic: str, children: dict[PeerId, Contact], newest: Contact, out: list[Action]
+    ) -> None:
+        """``max_children``: hand the newest child to a former sibling (a stable hash picks which)."""
+        del children[newest[1]]
+        siblings = sorted(children.values())
+        digest = hashlib.blake2b(f"{newest[0]}:{topic}".encode(), digest_size=8).digest()
+        sibling = siblings[int.from_bytes(digest, "big") % len(siblings)]
+        out.append(Send(newest[1], ScribeRedirect(topic, sibling)))
 
     def _prune(self, topic: str, out: list[Action]) -> None:
         children = self._children.get(topic)

@@ -152,6 +152,8 @@ def test_bad_config_is_rejected() -> None:
         ScribeConfig(leaf_half=0)
     with pytest.raises(ValueError, match="cache_root"):
         ScribeConfig(publish_mode="tree", cache_root=True)
+    with pytest.raises(ValueError, match="max_children"):
+        ScribeConfig(max_children=-1)
 
 
 def table_entries(sim: Simulator) -> int:
@@ -292,3 +294,22 @@ def test_other_digit_bases_route_to_one_root_and_deliver(digit_bits: int) -> Non
     sim.run_for(4.0)
     assert checker.check(sim) == 1
     assert len(checker.publishes[(0, 1)].deliveries) == 30
+
+
+def test_bottleneck_remover_caps_children_and_deepens_the_tree() -> None:
+    """max_children (Scribe's bottleneck remover without proximity): after the subscriptions no
+    node has more children than the cap, every subscriber is still reached once in route + its
+    tree depth, and the tree is deeper than the uncapped one built by the same seed."""
+    subscribers = random.Random(12).sample(range(1, 250), 80)
+    depths = {}
+    for cap in (0, 3):
+        sim = build(37, nodes=250, config=ScribeConfig(2.0, max_children=cap))
+        hops, route_sends = subscribe_and_publish(sim, subscribers, 0)
+        nodes = scribe_nodes(sim)
+        if cap:
+            assert max(len(node.children("news")) for node in nodes) <= cap
+        root = next(node for node in nodes if node.is_root_of(topic_key("news")))
+        distance = tree_distances(sim, root.peer_id)
+        assert hops == {peer: route_sends + distance[peer] for peer in subscribers}
+        depths[cap] = max(distance[peer] for peer in subscribers)
+    assert depths[3] > depths[0]
