@@ -150,6 +150,7 @@ def run_variant(
                     "variant": variant,
                     "nodes": cfg.nodes,
                     "overlay_options": [list(item) for item in cfg.overlay_options],
+                    "sgtbps_overlay_options": [list(item) for item in cfg.sgtbps_overlay_options],
                     "scribe_options": [list(item) for item in cfg.scribe_options],
                     "core_digest": paper_sweep.core_digest(),
                     "wall_s": timing["wall_s"],
@@ -391,7 +392,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     nodes = args.nodes or (10_000 if family == "scribe" else 2_000)
     counts = tuple(c for c in ExperimentConfig().subscriber_counts if c < nodes)
     base = ExperimentConfig(
-        nodes=nodes, subscriber_counts=counts, overlay_options=paper_sweep.SWEEP_OVERLAY_OPTIONS
+        nodes=nodes,
+        subscriber_counts=counts,
+        overlay_options=paper_sweep.SWEEP_OVERLAY_OPTIONS,
+        sgtbps_overlay_options=paper_sweep.SWEEP_SGTBPS_OPTIONS,
     )
     rows: list[dict[str, Any]] = []
     if family == "scribe":

@@ -83,6 +83,9 @@ class ExperimentConfig:
     #   whose publisher joins after them (independent measurements per count)
     measured_order: str = "incremental"
     overlay_options: tuple[tuple[str, Any], ...] = ()  # extra OverlayConfig fields (timers)
+    # extra OverlayConfig fields for the SG-TBPS baseline only, overridden by overlay_options
+    # (paper_sweep: join_verify_rounds=1, without which concurrent joins split its level-0 list)
+    sgtbps_overlay_options: tuple[tuple[str, Any], ...] = ()
     scribe_options: tuple[tuple[str, Any], ...] = ()  # extra ScribeConfig fields
     explain: bool = False  # trace the publisher's table: StepExplanation per step (proposed system)
     # A measured publish that misses a subscriber stops the run (SimulationError naming the seed):
@@ -240,7 +243,8 @@ def make_node_factory(system: str, table_size: int | None, cfg: ExperimentConfig
     from overlay.config import OverlayConfig
     from overlay.node import OverlayNode
 
-    options: dict[str, Any] = dict(cfg.overlay_options)
+    options: dict[str, Any] = dict(cfg.sgtbps_overlay_options) if system == "sgtbps" else {}
+    options.update(cfg.overlay_options)
     if system == "proposed":
         if table_size is None:
             raise ValueError("the proposed system needs a table size L")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import random
 import sys
 from dataclasses import asdict, replace
 from pathlib import Path
@@ -126,7 +127,22 @@ def test_sweep_cli_pieces(tmp_path: Path) -> None:
         sweep.parse_scribe_options(["fanout=3"])
     with pytest.raises(SystemExit, match="publish_mode"):
         sweep.parse_scribe_options(["publish_mode=flood"])
-    assert ("join_verify_rounds", 1) in sweep.SWEEP_OVERLAY_OPTIONS
+    assert ("join_verify_rounds", 1) in sweep.SWEEP_SGTBPS_OPTIONS
+    assert "join_verify_rounds" not in dict(sweep.SWEEP_OVERLAY_OPTIONS)
+
+
+def test_baseline_only_options_reach_only_the_baseline() -> None:
+    cfg = ExperimentConfig(
+        nodes=100,
+        subscriber_counts=(10,),
+        overlay_options=(("rexp_interval_s", 600.0),),
+        sgtbps_overlay_options=(("join_verify_rounds", 1), ("rexp_interval_s", 5.0)),
+    )
+    rng = random.Random(1)
+    baseline: Any = make_node_factory("sgtbps", None, cfg)(1, rng)
+    proposed: Any = make_node_factory("proposed", 60, cfg)(1, rng)
+    assert baseline.config.join_verify_rounds == 1 and proposed.config.join_verify_rounds == 0
+    assert baseline.config.rexp_interval_s == 600.0  # overlay_options (the command line) win
 
 
 QUIET = (("rexp_interval_s", 600.0), ("ping_interval_s", 300.0), ("failure_timeout_s", 900.0))
