@@ -63,6 +63,13 @@ SWEEP_OVERLAY_OPTIONS: tuple[tuple[str, Any], ...] = (
     ("ping_interval_s", 300.0),
     ("failure_timeout_s", 900.0),
 )
+# The SG-TBPS baseline also re-searches its position once after each join (docs/overlay.md §10):
+# without it the build's concurrent joins split its level-0 list into interleaved chains that its
+# plain Skip Graph tables repair one node per round trip - 52,972 of 60,000 virtual nodes had a
+# wrong level-0 neighbour after the N=10,000 build (seed 1) and measured publishes reached 3 of 10
+# subscribers (issue #18, docs/overlay-reproduction.md). The proposed system's FRT tables repair
+# the same bursts within seconds; it keeps the core's defaults. --overlay-option overrides this.
+SWEEP_SGTBPS_OPTIONS: tuple[tuple[str, Any], ...] = (("join_verify_rounds", 1),)
 
 Task = tuple[str, int | None, int]  # (system, L, seed)
 
@@ -79,17 +86,28 @@ def parse_ints(text: str, what: str) -> tuple[int, ...]:
 
 def parse_overlay_options(items: Sequence[str]) -> tuple[tuple[str, Any], ...]:
     """``NAME=VALUE`` pairs for OverlayConfig, each VALUE typed like the field's default."""
-    from dataclasses import fields
-
     from overlay.config import OverlayConfig
 
-    defaults = {f.name: f.default for f in fields(OverlayConfig)}
+    return _parse_config_options(items, OverlayConfig, "--overlay-option")
+
+
+def parse_scribe_options(items: Sequence[str]) -> tuple[tuple[str, Any], ...]:
+    """``NAME=VALUE`` pairs for ScribeConfig (overlay/sim/scribe.py), typed like the defaults."""
+    from overlay.sim.scribe import ScribeConfig
+
+    return _parse_config_options(items, ScribeConfig, "--scribe-option")
+
+
+def _parse_config_options(items: Sequence[str], config: Any, flag: str) -> tuple[tuple[str, Any], ...]:
+    from dataclasses import fields
+
+    defaults = {f.name: f.default for f in fields(config)}
     options: list[tuple[str, Any]] = []
     for item in items:
         name, sep, text = item.partition("=")
         if not sep or name not in defaults:
-            raise SystemExit(f"--overlay-option: expected NAME=VALUE (an OverlayConfig field), got {item!r}")
-        default = defaults[name]
+            raise SystemExit(f"{flag}: expected NAME=VALUE (a {config.__name__} field), got {item!r}")
+        default: Any = defaults[name]
         try:
             if isinstance(default, bool):
                 if text.lower() not in ("true", "false", "1", "0"):
@@ -98,12 +116,12 @@ def parse_overlay_options(items: Sequence[str]) -> tuple[tuple[str, Any], ...]:
             else:
                 value = type(default)(text)
         except ValueError:
-            raise SystemExit(f"--overlay-option {name}: {text!r} is not a {type(default).__name__}")
+            raise SystemExit(f"{flag} {name}: {text!r} is not a {type(default).__name__}")
         options.append((name, value))
     try:
-        OverlayConfig(**dict(options))
+        config(**dict(options))
     except ValueError as exc:
-        raise SystemExit(f"--overlay-option: {exc}")
+        raise SystemExit(f"{flag}: {exc}")
     return tuple(options)
 
 
@@ -260,6 +278,7 @@ def run_sweep(tasks: list[Task], cfg: ExperimentConfig, jobs: int) -> tuple[list
                         "wall_s": wall_s,
                         "worker_peak_rss_mib": rss_mib,
                         "virtual_nodes": series.virtual_nodes,
+                        "level0_wrong_after_build": series.level0_wrong_after_build,
                         "build_messages": sum(count for _, count in series.build_messages_by_kind),
                         "build_messages_by_kind": dict(series.build_messages_by_kind),
                     }
@@ -285,7 +304,24 @@ def write_csvs(out: Path, samples: list[PathSample], points: list[AggregatePoint
     with open(out / "paper_sweep_runs.csv", "w", newline="") as handle:
         writer = csv.writer(handle)
         writer.writerow(
-            ["system", "table_size", "seed", "subscribers", "avg_hops", "max_hops", "delivered", "route_hops"]
+            [
+                "system",
+                "table_size",
+                "seed",
+                "subscribers",
+                "avg_hops",
+                "max_hops",
+                "delivered",
+                "route_hops",
+                "level0_wrong",
+                "publisher_run_entries",
+                "publisher_run_neighbours",
+                "run_neighbours_missing",
+                "run_entries_extra",
+                "model_avg_hops",
+                "model_max_hops",
+                "model_agree",
+            ]
         )
         for s in sorted(samples, key=lambda s: (s.system, s.table_size or 0, s.seed, s.subscribers)):
             writer.writerow(
@@ -298,6 +334,14 @@ def write_csvs(out: Path, samples: list[PathSample], points: list[AggregatePoint
                     s.max_hops,
                     s.delivered,
                     f"{s.route_hops:.2f}",
+                    s.level0_wrong,
+                    s.publisher_run_entries,
+                    s.publisher_run_neighbours,
+                    s.run_neighbours_missing,
+                    s.run_entries_extra,
+                    f"{s.model_avg_hops:.4f}",
+                    s.model_max_hops,
+                    s.model_agree,
                 ]
             )
     with open(out / "paper_sweep.csv", "w", newline="") as handle:
@@ -315,6 +359,11 @@ def write_csvs(out: Path, samples: list[PathSample], points: list[AggregatePoint
                 "single_broker_delay_ms",
                 "min_delivered_fraction",
                 "route_hops",
+                "avg_hops_sd",
+                "max_hops_sd",
+                "model_avg_hops",
+                "model_max_hops",
+                "level0_wrong",
             ]
         )
         for p in points:
@@ -331,6 +380,11 @@ def write_csvs(out: Path, samples: list[PathSample], points: list[AggregatePoint
                     f"{single_broker_delay_ms(p.subscribers):.2f}",
                     f"{p.min_delivered_fraction:.4f}",
                     f"{p.route_hops:.2f}",
+                    f"{p.avg_hops_sd:.4f}",
+                    f"{p.max_hops_sd:.3f}",
+                    f"{p.model_avg_hops:.4f}",
+                    f"{p.model_max_hops:.3f}",
+                    f"{p.level0_wrong:.1f}",
                 ]
             )
 
@@ -550,6 +604,12 @@ def summary_markdown(
         by_count = {p.subscribers: p for p in series}
         cells = [_cell(by_count[c]) if c in by_count else "" for c in cfg.subscriber_counts]
         lines.append(f"| {label} (avg / max hops) | " + " | ".join(cells) + " |")
+        if label == "SG-TBPS" and any(p.model_avg_hops for p in series):
+            cells = [
+                f"{m.model_avg_hops:.2f} / {m.model_max_hops:.1f}" if (m := by_count.get(c)) else ""
+                for c in cfg.subscriber_counts
+            ]
+            lines.append("| idealised SG-TBPS on the same membership vectors | " + " | ".join(cells) + " |")
     lines += ["", "| paper (§4) | reproduction | verdict |", "|---|---|---|"]
     for paper, ours, verdict in comparison(points):
         lines.append(f"| {paper} | {ours} | {verdict} |")
@@ -560,14 +620,15 @@ def summary_markdown(
         f"(machine: {os.cpu_count()} CPUs, {platform.python_implementation()} {platform.python_version()}, "
         f"{platform.machine()}).",
         "",
-        "| run | wall s | worker peak RSS MiB | virtual nodes | build messages |",
-        "|---|---|---|---|---|",
+        "| run | wall s | worker peak RSS MiB | virtual nodes | build messages | wrong level-0 after build |",
+        "|---|---|---|---|---|---|",
     ]
     for timing in sorted(info["timings"], key=lambda t: (t["system"], t["table_size"] or 0, t["seed"])):
         lines.append(
             f"| {system_label(timing['system'], timing['table_size'])} seed {timing['seed']} "
             f"| {timing['wall_s']:.0f} | {timing['worker_peak_rss_mib']:.0f} "
-            f"| {timing['virtual_nodes']} | {timing['build_messages']} |"
+            f"| {timing['virtual_nodes']} | {timing['build_messages']} "
+            f"| {timing.get('level0_wrong_after_build', -1)} |"
         )
     return "\n".join(lines) + "\n"
 
@@ -595,6 +656,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--scribe-digit-bits", type=int, default=4, help="Pastry's b for the Scribe baseline")
     parser.add_argument(
+        "--scribe-option",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a ScribeConfig field for the Scribe baseline, repeatable (e.g. publish_mode=tree, "
+        "join_state=rows, leaf_half=4; overlay/sim/scribe.py, docs/overlay-reproduction.md)",
+    )
+    parser.add_argument(
         "--overlay-option",
         action="append",
         default=[],
@@ -608,6 +677,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="trace the proposed system's publisher table: per step its composition, subscribers "
         "known vs reached in one hop, and why each other one is not (never learned, or evicted by "
         "which ≤FRT proposition); writes paper_sweep_explain.md (slower: O(L^2) per eviction)",
+    )
+    parser.add_argument(
+        "--membership-window-s",
+        type=float,
+        default=ExperimentConfig().membership_window_s,
+        help="virtual seconds over which the background topic joins are spread (default 20; a "
+        "long window makes the joins sequential: docs/overlay-reproduction.md, issue #18)",
+    )
+    parser.add_argument(
+        "--allow-misses",
+        action="store_true",
+        help="do not stop a run whose measured publish misses a subscriber (the path average is "
+        "then over the subscribers reached; only to reproduce such a run, see the delivered column)",
     )
     parser.add_argument(
         "--first-seed",
@@ -638,10 +720,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     table_sizes = parse_ints(args.table_sizes, "table-sizes")
     cfg = replace(
         ExperimentConfig(
-            nodes=nodes, subscriber_counts=counts, measured_order=args.measured_order, explain=args.explain
+            nodes=nodes,
+            subscriber_counts=counts,
+            measured_order=args.measured_order,
+            explain=args.explain,
+            allow_missed_deliveries=args.allow_misses,
+            membership_window_s=args.membership_window_s,
         ),
         overlay_options=SWEEP_OVERLAY_OPTIONS + parse_overlay_options(args.overlay_option),
-        scribe_options=(("digit_bits", args.scribe_digit_bits),),
+        sgtbps_overlay_options=SWEEP_SGTBPS_OPTIONS,
+        scribe_options=(("digit_bits", args.scribe_digit_bits), *parse_scribe_options(args.scribe_option)),
     )
     out = Path(args.out if args.out is not None else ("docs/figures/quick" if args.quick else "docs/figures"))
     out.mkdir(parents=True, exist_ok=True)
@@ -676,10 +764,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     summary = summary_markdown(points, info, cfg, args_list, seeds)
     (out / "paper_sweep_summary.md").write_text(summary)
     (out / "paper_sweep_timings.csv").write_text(
-        "system,table_size,seed,wall_s,worker_peak_rss_mib,virtual_nodes,build_messages\n"
+        "system,table_size,seed,wall_s,worker_peak_rss_mib,virtual_nodes,build_messages,level0_wrong_after_build\n"
         + "".join(
             f"{t['system']},{t['table_size'] or ''},{t['seed']},{t['wall_s']:.1f},"
-            f"{t['worker_peak_rss_mib']:.0f},{t['virtual_nodes']},{t['build_messages']}\n"
+            f"{t['worker_peak_rss_mib']:.0f},{t['virtual_nodes']},{t['build_messages']},"
+            f"{t.get('level0_wrong_after_build', -1)}\n"
             for t in info["timings"]
         )
     )

@@ -30,6 +30,7 @@ from typing import Any
 from overlay.api import Deliver, Event, JoinTopic, OverlayCore, PeerId, Publish, Role
 from overlay.sim.engine import NetworkConfig, SimulationError, Simulator, derive_seed
 from overlay.sim.scribe import ScribeConfig, ScribeNode
+from overlay.sim.sfb_model import sfb_depths
 
 __all__ = [
     "PAPER_SUBSCRIBER_COUNTS",
@@ -82,8 +83,19 @@ class ExperimentConfig:
     #   whose publisher joins after them (independent measurements per count)
     measured_order: str = "incremental"
     overlay_options: tuple[tuple[str, Any], ...] = ()  # extra OverlayConfig fields (timers)
+    # extra OverlayConfig fields for the SG-TBPS baseline only, overridden by overlay_options
+    # (paper_sweep: join_verify_rounds=1, without which concurrent joins split its level-0 list)
+    sgtbps_overlay_options: tuple[tuple[str, Any], ...] = ()
     scribe_options: tuple[tuple[str, Any], ...] = ()  # extra ScribeConfig fields
     explain: bool = False  # trace the publisher's table: StepExplanation per step (proposed system)
+    # A measured publish that misses a subscriber stops the run (SimulationError naming the seed):
+    # the path average would otherwise be taken over the subscribers reached, which are the ones
+    # near the publisher (issue #18: the SG-TBPS baseline's split level-0 list reached 3 of 10).
+    # True only to reproduce such a run and see its delivered counts (paper_sweep --allow-misses).
+    allow_missed_deliveries: bool = False
+    # Per step, compare the overlay with the Skip Graph it should be (PathSample.level0_wrong,
+    # publisher_run_entries, run_neighbours_missing, model_*; proposed and SG-TBPS only)
+    inspect_overlay: bool = True
     network: NetworkConfig = field(default_factory=NetworkConfig)
 
     def __post_init__(self) -> None:
@@ -117,12 +129,30 @@ class PathSample:
     subscribers: int
     avg_hops: float
     max_hops: int
-    delivered: int  # distinct subscribers reached by the last measured publish
+    delivered: int  # distinct subscribers reached, the fewest over the measured publishes
     duplicates: int  # deliveries beyond the first per subscriber and publish (must be 0)
     virtual_time_s: float
     messages_sent: int  # all messages so far in this run
     messages_by_kind: tuple[tuple[str, int], ...]  # during this step (joins, settle, publishes)
     route_hops: float = 0.0  # Scribe only: publisher -> root hops included in every path
+    # ExperimentConfig.inspect_overlay (proposed and SG-TBPS; -1 / 0.0 when not inspected):
+    # live virtual nodes whose level-0 neighbours are not their neighbours in key order
+    level0_wrong: int = -1
+    level0_wrong_measured: int = -1  # the same, among the measured topic's virtual nodes
+    # subscribers the publisher's table holds (the delegates of its first multicast step), and
+    # how many of them a Skip Graph over the same membership vectors would give it (its
+    # neighbours inside the run, sfb_model.right_neighbours)
+    publisher_run_entries: int = -1
+    publisher_run_neighbours: int = -1
+    # over the publisher and every subscriber: Skip Graph right neighbours inside the run that
+    # the table lacks, and in-run right entries that are not such neighbours
+    run_neighbours_missing: int = -1
+    run_entries_extra: int = -1
+    # the idealised model (overlay.sim.sfb_model.sfb_depths) on this run's membership vectors,
+    # and how many subscribers the last measured publish reached in exactly the model's hops
+    model_avg_hops: float = 0.0
+    model_max_hops: int = 0
+    model_agree: int = -1
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,6 +196,8 @@ class SeriesResult:
     build_virtual_time_s: float
     virtual_nodes: int  # after the build (0 for Scribe, which has no virtual nodes)
     explanations: list[StepExplanation] = field(default_factory=list)
+    # inspect_overlay: virtual nodes with a wrong level-0 neighbour when the build ends (-1: not inspected)
+    level0_wrong_after_build: int = -1
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,6 +215,11 @@ class AggregatePoint:
     route_hops: float = 0.0  # Scribe: mean publisher -> root hops (tree depth = hops - route_hops)
     avg_hops_sd: float = 0.0  # sample standard deviation of avg_hops over the seeds (0 for one seed)
     max_hops_sd: float = 0.0  # the same for max_hops
+    # the idealised SG-TBPS model on each run's own membership vectors, mean over the seeds
+    # (0.0 when the runs were not inspected: Scribe, or inspect_overlay off)
+    model_avg_hops: float = 0.0
+    model_max_hops: float = 0.0
+    level0_wrong: float = 0.0  # mean over the seeds of PathSample.level0_wrong (when inspected)
 
 
 def system_label(system: str, table_size: int | None) -> str:
@@ -206,7 +243,8 @@ def make_node_factory(system: str, table_size: int | None, cfg: ExperimentConfig
     from overlay.config import OverlayConfig
     from overlay.node import OverlayNode
 
-    options: dict[str, Any] = dict(cfg.overlay_options)
+    options: dict[str, Any] = dict(cfg.sgtbps_overlay_options) if system == "sgtbps" else {}
+    options.update(cfg.overlay_options)
     if system == "proposed":
         if table_size is None:
             raise ValueError("the proposed system needs a table size L")
@@ -393,6 +431,7 @@ def run_series(
     build_by_kind = tuple(sorted(sim.stats.sent_by_kind.items()))
     build_time_s = sim.now
     virtual_nodes = sum(len(getattr(node, "virtual_keys", list)()) for node in sim.nodes.values())
+    after_build = _level0_wrong(sim)[0] if cfg.inspect_overlay and system != "scribe" else -1
 
     # 3. the measured topic: one publisher, subscribers added incrementally (or a fresh topic per count)
     if cfg.measured_order == "incremental":
@@ -447,6 +486,12 @@ def run_series(
                 route_sends += sim.stats.sent_by_kind["PUBLISH"] - routed_before
         sim.observers.remove(recorder)
         sample = _summarise(sim, system, table_size, seed, count, recorder, measured_ids, before)
+        if not cfg.allow_missed_deliveries and sample.delivered < count:
+            message = f"a measured publish reached {sample.delivered} of {count} subscribers"
+            raise SimulationError(message, seed=seed, now_s=sim.now)
+        if cfg.inspect_overlay and system != "scribe":
+            last_hops = dict(recorder.deliveries.get(measured_ids[-1], []))
+            sample = replace(sample, **_inspect_overlay(sim, publisher, measured_topic, last_hops))
         if tracer is not None:
             members = list(joining) if fresh else candidates[:count]
             last_id = measured_ids[-1]
@@ -456,7 +501,77 @@ def run_series(
         report("subscribers", step, total_steps)
     if tracer is not None:
         sim.observers.remove(tracer)
-    return SeriesResult(samples, build_by_kind, build_time_s, virtual_nodes, explanations)
+    return SeriesResult(samples, build_by_kind, build_time_s, virtual_nodes, explanations, after_build)
+
+
+def _level0_wrong(sim: Simulator, topic: str = "") -> tuple[int, int, dict[Any, Any], list[Any]]:
+    """Live virtual nodes whose level-0 neighbours are not their neighbours in key order (all,
+    and those of ``topic``), with the owner of every key and the sorted keys."""
+    owner: dict[Any, Any] = {}
+    for node in sim.nodes.values():
+        for key in node.virtual_keys():  # type: ignore[attr-defined]
+            owner[key] = node
+    keys = sorted(owner)
+    wrong = wrong_topic = 0
+    for index, key in enumerate(keys):
+        expected = (keys[index - 1] if index else None, keys[index + 1] if index + 1 < len(keys) else None)
+        if tuple(owner[key].level0_neighbors(key)) != expected:
+            wrong += 1
+            wrong_topic += key[0] == topic
+    return wrong, wrong_topic, owner, keys
+
+
+def _inspect_overlay(
+    sim: Simulator, publisher: PeerId, topic: str, hops: dict[PeerId, int]
+) -> dict[str, Any]:
+    """The overlay against the Skip Graph it should be, for ``PathSample`` (inspect_overlay).
+
+    Uses the core's read-only inspection API (virtual_keys, level0_neighbors, table_entries,
+    membership_vector). ``hops``: subscriber peer -> hops of the last measured publish.
+    """
+    wrong, wrong_measured, owner, keys = _level0_wrong(sim, topic)
+    pub_key = (topic, int(Role.PUBLISHER), publisher)
+    lo, hi = (topic, int(Role.SUBSCRIBER)), (topic, int(Role.SUBSCRIBER) + 1)
+    run = [key for key in keys if lo <= key < hi]
+    members = [pub_key, *run]  # the publisher is the run's left neighbour (its only publisher)
+    mvs = [owner[key].membership_vector(key) for key in members]
+    mv_bits = owner[pub_key].config.mv_bits
+    # Skip Graph right neighbours inside the run of every member, from the right end leftwards:
+    # the level-i neighbour is the nearest member to the right sharing i leading digits
+    nearest: dict[tuple[int, int], int] = {}
+    neighbours: list[set[Any]] = [set() for _ in members]
+    for position in range(len(members) - 1, -1, -1):
+        mv = mvs[position]
+        found = neighbours[position]
+        for level in range(mv_bits + 1):
+            prefix = (level, mv & ((1 << level) - 1))
+            other = nearest.get(prefix)
+            if other is not None:
+                found.add(members[other])
+            nearest[prefix] = position
+    missing = extra = 0
+    held_by_publisher = 0
+    for position, key in enumerate(members):
+        entries = owner[key].table_entries(key)
+        start = lo if position == 0 else key
+        in_run = {entry for entry in entries if start <= entry < hi and entry != key}
+        if position == 0:
+            held_by_publisher = len(in_run)
+        missing += len(neighbours[position] - in_run)
+        extra += len(in_run - neighbours[position])
+    depths = sfb_depths(mvs[0], mvs[1:], mv_bits) if run else []
+    agree = sum(1 for key, depth in zip(run, depths, strict=True) if hops.get(key[2]) == depth)
+    return {
+        "level0_wrong": wrong,
+        "level0_wrong_measured": wrong_measured,
+        "publisher_run_entries": held_by_publisher,
+        "publisher_run_neighbours": len(neighbours[0]),
+        "run_neighbours_missing": missing,
+        "run_entries_extra": extra,
+        "model_avg_hops": fmean(depths) if depths else 0.0,
+        "model_max_hops": max(depths, default=0),
+        "model_agree": agree,
+    }
 
 
 def _summarise(
@@ -487,7 +602,7 @@ def _summarise(
                 first[peer] = hops
         averages.append(fmean(first.values()))
         maximum = max(maximum, max(first.values()))
-        delivered = len(first)
+        delivered = len(first) if ident == measured_ids[0] else min(delivered, len(first))
     if duplicates:
         message = f"{duplicates} duplicate deliveries at {count} subscribers"
         raise SimulationError(message, seed=seed, now_s=sim.now)
@@ -561,6 +676,9 @@ def aggregate(samples: Sequence[PathSample]) -> list[AggregatePoint]:
                 route_hops=fmean(run.route_hops for run in runs),
                 avg_hops_sd=stdev(run.avg_hops for run in runs) if len(runs) > 1 else 0.0,
                 max_hops_sd=stdev(run.max_hops for run in runs) if len(runs) > 1 else 0.0,
+                model_avg_hops=fmean(run.model_avg_hops for run in runs),
+                model_max_hops=fmean(run.model_max_hops for run in runs),
+                level0_wrong=fmean(max(run.level0_wrong, 0) for run in runs),
             )
         )
     return points
