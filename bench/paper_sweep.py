@@ -63,12 +63,13 @@ SWEEP_OVERLAY_OPTIONS: tuple[tuple[str, Any], ...] = (
     ("ping_interval_s", 300.0),
     ("failure_timeout_s", 900.0),
 )
-# The SG-TBPS baseline also re-searches its position once after each join (docs/overlay.md §10):
-# without it the build's concurrent joins split its level-0 list into interleaved chains that its
-# plain Skip Graph tables repair one node per round trip - 52,972 of 60,000 virtual nodes had a
-# wrong level-0 neighbour after the N=10,000 build (seed 1) and measured publishes reached 3 of 10
-# subscribers (issue #18, docs/overlay-reproduction.md). The proposed system's FRT tables repair
-# the same bursts within seconds; it keeps the core's defaults. --overlay-option overrides this.
+# Both overlays re-search their position once after each join (OverlayConfig.join_verify_rounds,
+# core default 1, docs/overlay.md §10); the SG-TBPS baseline names it here so that the baseline keeps
+# it even if the core's default changes: without it the build's concurrent joins split its level-0
+# list into interleaved chains that its plain Skip Graph tables repair one node per round trip -
+# 52,972 of 60,000 virtual nodes had a wrong level-0 neighbour after the N=10,000 build (seed 1) and
+# measured publishes reached 3 of 10 subscribers (issue #18, docs/overlay-reproduction.md).
+# --overlay-option overrides this for both systems.
 SWEEP_SGTBPS_OPTIONS: tuple[tuple[str, Any], ...] = (("join_verify_rounds", 1),)
 
 Task = tuple[str, int | None, int]  # (system, L, seed)

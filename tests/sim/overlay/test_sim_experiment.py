@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from overlay.config import OverlayConfig
 from overlay.sim.engine import SimulationError
 from overlay.sim.experiment import (
     ExperimentConfig,
@@ -136,12 +137,13 @@ def test_baseline_only_options_reach_only_the_baseline() -> None:
         nodes=100,
         subscriber_counts=(10,),
         overlay_options=(("rexp_interval_s", 600.0),),
-        sgtbps_overlay_options=(("join_verify_rounds", 1), ("rexp_interval_s", 5.0)),
+        sgtbps_overlay_options=(("join_verify_rounds", 3), ("rexp_interval_s", 5.0)),
     )
     rng = random.Random(1)
     baseline: Any = make_node_factory("sgtbps", None, cfg)(1, rng)
     proposed: Any = make_node_factory("proposed", 60, cfg)(1, rng)
-    assert baseline.config.join_verify_rounds == 1 and proposed.config.join_verify_rounds == 0
+    default_rounds = OverlayConfig().join_verify_rounds
+    assert baseline.config.join_verify_rounds == 3 and proposed.config.join_verify_rounds == default_rounds
     assert baseline.config.rexp_interval_s == 600.0  # overlay_options (the command line) win
 
 
