@@ -225,7 +225,12 @@ class ProgressBar:
         sys.stderr.write("\n")
 
 
-def run_sweep(tasks: list[Task], cfg: ExperimentConfig, jobs: int) -> tuple[list[PathSample], dict[str, Any]]:
+def run_sweep(
+    tasks: list[Task], cfg: ExperimentConfig, jobs: int, checkpoint: Path | None = None
+) -> tuple[list[PathSample], dict[str, Any]]:
+    """Run every task on ``jobs`` worker processes. With ``checkpoint``, the samples of the runs
+    finished so far are rewritten there after each run (the raw format, so ``--from-raw`` reads
+    it): a sweep stopped part-way keeps its finished runs."""
     context = mp.get_context("fork")
     task_queue: mp.Queue = context.Queue()
     result_queue: mp.Queue = context.Queue()
@@ -285,6 +290,15 @@ def run_sweep(tasks: list[Task], cfg: ExperimentConfig, jobs: int) -> tuple[list
                     }
                 )
                 finished += 1
+                if checkpoint is not None:
+                    partial = {
+                        "wall_s": time.perf_counter() - started,
+                        "peak_total_rss_mib": peak_total_rss[0],
+                        "timings": timings,
+                        "explanations": [asdict(e) for e in explanations],
+                        "partial": True,
+                    }
+                    checkpoint.write_text(json.dumps({"samples": [asdict(s) for s in samples], "info": partial}))
     finally:
         stop.set()
         bar.close()
@@ -753,7 +767,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         cfg = replace(cfg, nodes=info.get("nodes", cfg.nodes), subscriber_counts=counts)
     else:
         digest = core_digest()  # before the workers start: names the code that actually runs
-        samples, info = run_sweep(tasks, cfg, args.jobs)
+        checkpoint = out / "paper_sweep_raw.partial.json"
+        samples, info = run_sweep(tasks, cfg, args.jobs, checkpoint)
+        checkpoint.unlink(missing_ok=True)
         info["command"] = f"python bench/paper_sweep.py {' '.join(args_list)}"
         info["nodes"] = nodes
         info["core_digest"] = digest

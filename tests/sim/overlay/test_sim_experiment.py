@@ -238,3 +238,16 @@ def test_inspection_counts_a_broken_level0_list() -> None:
     # the same burst, given time, is repaired (the count is not stuck either)
     (settled,) = run_series("sgtbps", None, 2, replace(cfg, build_settle_s=10.0, step_settle_s=10.0)).samples
     assert settled.level0_wrong == 0 and settled.delivered == settled.subscribers
+
+
+def test_a_sweep_checkpoints_each_finished_run(tmp_path: Path) -> None:
+    """paper_sweep keeps the runs finished so far in a file --from-raw reads (a long sweep stopped
+    part-way keeps them)."""
+    sweep = load_sweep()
+    cfg = ExperimentConfig(nodes=120, subscriber_counts=(5,), step_settle_s=5.0, build_settle_s=10.0)
+    checkpoint = tmp_path / "partial.json"
+    samples, info = sweep.run_sweep([("scribe", None, 1), ("scribe", None, 2)], cfg, 1, checkpoint)
+    assert len(samples) == 2 and len(info["timings"]) == 2
+    saved, saved_info = sweep.load_raw([checkpoint])
+    assert saved == samples and saved_info["partial"] is True
+    assert sorted(t["seed"] for t in saved_info["timings"]) == [1, 2]
