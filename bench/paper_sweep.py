@@ -298,7 +298,8 @@ def run_sweep(
                         "explanations": [asdict(e) for e in explanations],
                         "partial": True,
                     }
-                    checkpoint.write_text(json.dumps({"samples": [asdict(s) for s in samples], "info": partial}))
+                    saved = {"samples": [asdict(s) for s in samples], "info": partial}
+                    checkpoint.write_text(json.dumps(saved))
     finally:
         stop.set()
         bar.close()
