@@ -799,6 +799,7 @@ def decode_item(data: bytes) -> object:
 
 
 _varint = varint
+_SMALL_VARINTS = tuple(varint(value) for value in range(128))
 
 
 _FRAME_ITEMS_TAG = bytes(((2 << 3) | 2,))  # Frame.items: field 2, length-delimited
@@ -922,9 +923,20 @@ def _encoded_batch(batch: ForwardedBatch, where: str) -> bytes:
     if not batch.messages:
         raise WireError(f"{where}: an empty ForwardedBatch")
     parts: list[bytes] = []
+    tag = _BATCH_MESSAGES_TAG
+    cache = _ENCODED_FORWARDED
+    small = _SMALL_VARINTS
     for index, forwarded in enumerate(batch.messages):
-        data = _encoded_forwarded(forwarded, f"{where}.messages[{index}]")
-        parts += (_BATCH_MESSAGES_TAG, _varint(len(data)), data)
+        # the send log encoded the QoS >= 1 ones (``encode_forwarded``); a QoS 0 one is encoded
+        # here only, and not cached: nothing asks for its bytes again (issue #11)
+        logged = cache.get(id(forwarded))
+        if logged is not None and logged[0] is forwarded:
+            data = logged[1]
+        else:
+            fast = encode_forwarded_fast(forwarded)
+            data = fast if fast is not None else _encoded_forwarded(forwarded, f"{where}.messages[{index}]")
+        size = len(data)
+        parts += (tag, small[size] if size < 128 else _varint(size), data)
     encoded = b"".join(parts)
     if len(_ENCODED_BATCH) >= _ENCODED_BATCH_LIMIT:
         del _ENCODED_BATCH[next(iter(_ENCODED_BATCH))]
