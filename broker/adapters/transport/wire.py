@@ -791,7 +791,36 @@ def item_from_proto(src: Any) -> object:
 
 def encode_item(item: object) -> bytes:
     """The serialized ``pb.Item`` of an overlay message or envelope (raises WireError)."""
+    if type(item) is om.PUB and type(item.payload) is ForwardedBatch:
+        return _encode_batch_pub(item)
     return bytes(item_to_proto(item).SerializeToString())
+
+
+def _length_delimited(number: int, data: bytes) -> bytes:
+    return _varint((number << 3) | 2) + _varint(len(data)) + data
+
+
+_PUB_CODEC = _CODECS[om.PUB]
+_PUB_PAYLOAD_NUMBER = pb.Pub.DESCRIPTOR.fields_by_name["payload"].number
+_PAYLOAD_BATCH_NUMBER = pb.OverlayPayload.DESCRIPTOR.fields_by_name["forwarded_batch"].number
+_OVERLAY_PUB_NUMBER = pb.OverlayMessage.DESCRIPTOR.fields_by_name["pub"].number
+_ITEM_OVERLAY_NUMBER = pb.Item.DESCRIPTOR.fields_by_name["overlay"].number
+
+
+def _encode_batch_pub(pub: om.PUB) -> bytes:
+    """A PUB carrying a ForwardedBatch as a ``pb.Item``: the PUB's own fields through the generated
+    class, the batch's bytes (built once per batch, ``_encoded_batch``) appended as its payload
+    field and the enclosing lengths written here - not parsed into the PUB and serialized again
+    for every destination (issue #11). A parser reads fields in any order: the same Item."""
+    body = pb.Pub()
+    for name, put, _get in _PUB_CODEC.fields:
+        if name != "payload":
+            put(body, name, getattr(pub, name), f"item.PUB.{name}")
+    payload = _length_delimited(
+        _PAYLOAD_BATCH_NUMBER, _encoded_batch(pub.payload, "item.PUB.payload.ForwardedBatch")
+    )
+    pub_bytes = bytes(body.SerializeToString()) + _length_delimited(_PUB_PAYLOAD_NUMBER, payload)
+    return _length_delimited(_ITEM_OVERLAY_NUMBER, _length_delimited(_OVERLAY_PUB_NUMBER, pub_bytes))
 
 
 def decode_item(data: bytes) -> object:
