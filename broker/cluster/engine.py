@@ -862,7 +862,9 @@ class ClusterEngine(StreamsMixin):
             slow = slow or sender.next_deadline() != deadline
         if message.retain:
             self._publish_retained(message)
-        if slow:
+        if slow and not self._outbox_armed:
+            # (a flush of the outbox is scheduled - the forwarded messages of this event-loop
+            # iteration - and arms the timer after it: once per batch instead of per message)
             self._arm_timer()
         return None
 
@@ -1001,6 +1003,7 @@ class ClusterEngine(StreamsMixin):
                     self._receive_forwarded(forwarded, hops)
             finally:
                 self._route_memos = None
+                self._persist_positions()  # the batch's receive positions, once (``_deliver``)
         elif isinstance(payload, RetainedUpdate):
             self._apply_retained(payload)
         elif isinstance(payload, SessionClaim):

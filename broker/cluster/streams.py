@@ -343,7 +343,8 @@ class StreamsMixin:
             if not matched and not waiting:
                 stats.wasted += 1  # the class reached us, no local filter matched the topic
             class_counters.received(forwarded.stream, hops, bool(matched or waiting))
-        self._persist_positions()
+        if memos is None:  # (in a batch: once after its last message, ``_on_deliver``)
+            self._persist_positions()
         self._deliver_pending_commit = True
 
     def _persist_positions(self) -> None:

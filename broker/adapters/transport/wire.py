@@ -30,6 +30,7 @@ from typing import Any
 from google.protobuf.message import DecodeError
 
 from broker.adapters.transport._pb.skipmq.v1 import cluster_pb2 as pb
+from broker.adapters.transport.forwarded_codec import encode_forwarded_fast, varint
 from broker.cluster.messages import (
     ClaimReply,
     ClassInterest,
@@ -371,15 +372,16 @@ def mqtt_message_from_proto(src: Any, where: str = "message") -> Message:
             raise WireError(f"{where}.properties: {exc}") from None
         if end != len(block):
             raise WireError(f"{where}.properties: {len(block) - end} bytes after the property block")
+    has = src.HasField
     return Message(
-        topic=src.topic,
-        payload=src.payload,
-        qos=src.qos,
-        retain=src.retain,
-        properties=properties,
-        expiry_at=src.expiry_at if src.HasField("expiry_at") else None,
-        origin=src.origin,
-        publisher_id=src.publisher_id if src.HasField("publisher_id") else None,
+        src.topic,
+        src.payload,
+        src.qos,
+        src.retain,
+        properties,
+        src.expiry_at if has("expiry_at") else None,
+        src.origin,
+        src.publisher_id if has("publisher_id") else None,
     )
 
 
@@ -429,7 +431,14 @@ def _forwarded_to_proto(forwarded: ForwardedMessage, out: Any, where: str) -> No
 
 
 def _forwarded_from_proto(src: Any, where: str) -> ForwardedMessage:
-    message = mqtt_message_from_proto(_require(src, "message", f"{where}.message"), f"{where}.message")
+    # (the error paths are formatted only on an error: this runs for every forwarded message)
+    if not src.HasField("message"):
+        raise WireError(f"{where}.message: required field missing")
+    try:
+        message = mqtt_message_from_proto(src.message)
+    except WireError:  # again, naming the field
+        mqtt_message_from_proto(src.message, f"{where}.message")
+        raise
     if not src.copies:
         return ForwardedMessage(src.origin, src.stream, src.seq, message, src.low)
     copies = tuple((copy.stream, copy.seq) for copy in src.copies)
@@ -782,20 +791,44 @@ def item_from_proto(src: Any) -> object:
 
 def encode_item(item: object) -> bytes:
     """The serialized ``pb.Item`` of an overlay message or envelope (raises WireError)."""
+    if type(item) is om.PUB and type(item.payload) is ForwardedBatch:
+        return _encode_batch_pub(item)
     return bytes(item_to_proto(item).SerializeToString())
+
+
+def _length_delimited(number: int, data: bytes) -> bytes:
+    return _varint((number << 3) | 2) + _varint(len(data)) + data
+
+
+_PUB_CODEC = _CODECS[om.PUB]
+_PUB_PAYLOAD_NUMBER = pb.Pub.DESCRIPTOR.fields_by_name["payload"].number
+_PAYLOAD_BATCH_NUMBER = pb.OverlayPayload.DESCRIPTOR.fields_by_name["forwarded_batch"].number
+_OVERLAY_PUB_NUMBER = pb.OverlayMessage.DESCRIPTOR.fields_by_name["pub"].number
+_ITEM_OVERLAY_NUMBER = pb.Item.DESCRIPTOR.fields_by_name["overlay"].number
+
+
+def _encode_batch_pub(pub: om.PUB) -> bytes:
+    """A PUB carrying a ForwardedBatch as a ``pb.Item``: the PUB's own fields through the generated
+    class, the batch's bytes (built once per batch, ``_encoded_batch``) appended as its payload
+    field and the enclosing lengths written here - not parsed into the PUB and serialized again
+    for every destination (issue #11). A parser reads fields in any order: the same Item."""
+    body = pb.Pub()
+    for name, put, _get in _PUB_CODEC.fields:
+        if name != "payload":
+            put(body, name, getattr(pub, name), f"item.PUB.{name}")
+    payload = _length_delimited(
+        _PAYLOAD_BATCH_NUMBER, _encoded_batch(pub.payload, "item.PUB.payload.ForwardedBatch")
+    )
+    pub_bytes = bytes(body.SerializeToString()) + _length_delimited(_PUB_PAYLOAD_NUMBER, payload)
+    return _length_delimited(_ITEM_OVERLAY_NUMBER, _length_delimited(_OVERLAY_PUB_NUMBER, pub_bytes))
 
 
 def decode_item(data: bytes) -> object:
     return item_from_proto(_parse(pb.Item, data, "Item"))
 
 
-def _varint(value: int) -> bytes:
-    out = bytearray()
-    while value > 0x7F:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
+_varint = varint
+_SMALL_VARINTS = tuple(varint(value) for value in range(128))
 
 
 _FRAME_ITEMS_TAG = bytes(((2 << 3) | 2,))  # Frame.items: field 2, length-delimited
@@ -899,9 +932,11 @@ def _encoded_forwarded(forwarded: ForwardedMessage, where: str) -> bytes:
     cached = _ENCODED_FORWARDED.get(id(forwarded))
     if cached is not None and cached[0] is forwarded:
         return cached[1]
-    out = pb.ForwardedMessage()
-    _forwarded_to_proto(forwarded, out, where)
-    data = bytes(out.SerializeToString())
+    data = encode_forwarded_fast(forwarded)  # the common shape, written directly (issue #11)
+    if data is None:
+        out = pb.ForwardedMessage()
+        _forwarded_to_proto(forwarded, out, where)
+        data = bytes(out.SerializeToString())
     if len(_ENCODED_FORWARDED) >= _ENCODED_FORWARDED_LIMIT:
         del _ENCODED_FORWARDED[next(iter(_ENCODED_FORWARDED))]
     _ENCODED_FORWARDED[id(forwarded)] = (forwarded, data)
@@ -917,9 +952,20 @@ def _encoded_batch(batch: ForwardedBatch, where: str) -> bytes:
     if not batch.messages:
         raise WireError(f"{where}: an empty ForwardedBatch")
     parts: list[bytes] = []
+    tag = _BATCH_MESSAGES_TAG
+    cache = _ENCODED_FORWARDED
+    small = _SMALL_VARINTS
     for index, forwarded in enumerate(batch.messages):
-        data = _encoded_forwarded(forwarded, f"{where}.messages[{index}]")
-        parts += (_BATCH_MESSAGES_TAG, _varint(len(data)), data)
+        # the send log encoded the QoS >= 1 ones (``encode_forwarded``); a QoS 0 one is encoded
+        # here only, and not cached: nothing asks for its bytes again (issue #11)
+        logged = cache.get(id(forwarded))
+        if logged is not None and logged[0] is forwarded:
+            data = logged[1]
+        else:
+            fast = encode_forwarded_fast(forwarded)
+            data = fast if fast is not None else _encoded_forwarded(forwarded, f"{where}.messages[{index}]")
+        size = len(data)
+        parts += (tag, small[size] if size < 128 else _varint(size), data)
     encoded = b"".join(parts)
     if len(_ENCODED_BATCH) >= _ENCODED_BATCH_LIMIT:
         del _ENCODED_BATCH[next(iter(_ENCODED_BATCH))]
@@ -928,10 +974,15 @@ def _encoded_batch(batch: ForwardedBatch, where: str) -> bytes:
 
 
 def _batch_from_proto(src: Any, where: str) -> ForwardedBatch:
-    if not src.messages:
+    messages = src.messages
+    if not messages:
         raise WireError(f"{where}: an empty ForwardedBatch")
-    items = enumerate(src.messages)
-    return ForwardedBatch(tuple(_forwarded_from_proto(item, f"{where}.messages[{i}]") for i, item in items))
+    try:
+        return ForwardedBatch(tuple(_forwarded_from_proto(item, where) for item in messages))
+    except WireError:  # again, naming the message at fault
+        for index, item in enumerate(messages):
+            _forwarded_from_proto(item, f"{where}.messages[{index}]")
+        raise
 
 
 def decode_forwarded(data: bytes) -> ForwardedMessage:

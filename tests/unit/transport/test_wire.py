@@ -463,3 +463,33 @@ def test_malformed_mqtt_properties_are_rejected() -> None:
     )
     with pytest.raises(wire.WireError, match=r"message\.properties: .*payload_format_indicator"):
         wire.decode_item(item.SerializeToString())
+
+
+@pytest.mark.parametrize(
+    "pub",
+    [
+        om.PUB(KEY, REF_B, "sensors/t", None, 1, REF, 1, LO, HI, 0),
+        om.PUB((), REF_B, "", None, 0, REF, 0, (), (), 0),
+        om.PUB(
+            ("s" * 300, 2**32 - 1, B), REF_B, "s" * 300, None, 2**64 - 1, REF, 2**32 - 1, LO, HI, 2**64 - 1
+        ),
+    ],
+    ids=["common", "defaults", "large"],
+)
+def test_a_pub_of_a_batch_written_around_the_batch_bytes_is_the_pub_the_generated_classes_write(
+    pub: om.PUB,
+) -> None:
+    batch = ForwardedBatch(
+        (
+            ForwardedMessage(A, "s", 1, _message()),
+            ForwardedMessage(A, "s", 2, _message(properties={}, expiry_at=None)),
+        )
+    )
+    pub = dataclasses.replace(pub, payload=batch)
+    spliced = wire.encode_item(pub)  # (the batch's bytes appended as the PUB's payload field)
+    generated = bytes(wire.item_to_proto(pub).SerializeToString())
+    assert len(spliced) == len(generated)
+    assert wire.decode_item(spliced) == wire.decode_item(generated) == pub
+    parsed = pb.Item()
+    parsed.ParseFromString(spliced)
+    assert bytes(parsed.SerializeToString()) == generated
