@@ -17,6 +17,9 @@ parameters of ``ExperimentConfig`` and documented in docs/overlay-reproduction.m
 
 This module is pure like the rest of ``overlay``: no clocks or I/O (bench/paper_sweep.py adds
 wall-clock timing, processes and files).
+
+Size: the whole measured experiment of §4 in one place - its configuration, the series runner
+for each measured order, the per-step overlay inspection and the aggregation the sweep plots.
 """
 
 from __future__ import annotations
