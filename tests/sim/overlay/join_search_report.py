@@ -27,44 +27,18 @@ from collections import Counter, defaultdict
 from dataclasses import replace
 from typing import Any
 
-from overlay import messages as m
-from overlay.api import Action, Event, JoinTopic, PeerId, Role, Send
+from overlay.api import JoinTopic, PeerId, Role
 from overlay.keys import Key
 from overlay.node import OverlayNode
 from overlay.sim.checkers import InvariantViolation, check_level0_ring
 from overlay.sim.engine import NetworkConfig, Simulator
 from overlay.skipgraph import peer_search_step
 from overlay.table import RoutingTable
+from tests.sim.overlay.test_join_search import SearchHops
 from tests.sim.overlay.test_sim_overlay import CHURN_CONFIG
 
 PEERS = 1000
 Tables = dict[PeerId, dict[Key, RoutingTable]]
-
-
-class SearchLog:
-    """Engine observer: SEARCH messages per search, how many walk left, which were answered."""
-
-    def __init__(self) -> None:
-        self.hops: dict[tuple[PeerId, int], int] = defaultdict(int)
-        self.left: dict[tuple[PeerId, int], int] = defaultdict(int)
-        self.check: dict[tuple[PeerId, int], bool] = {}
-        self.answered: set[tuple[PeerId, int]] = set()
-
-    def __call__(self, sim: Simulator, peer: PeerId, event: Event, actions: list[Action]) -> None:
-        for action in actions:
-            if type(action) is not Send:
-                continue
-            message: Any = action.message
-            if isinstance(message, m.SEARCH) and message.dest is not None:
-                search = (message.origin, message.request_id)
-                if search not in self.check:  # a position check's first hop comes from the node itself
-                    self.check[search] = (
-                        message.forwarder is not None and message.forwarder[0] == message.target
-                    )
-                self.hops[search] += 1
-                self.left[search] += message.dest > message.target
-            elif isinstance(message, m.FOUND):
-                self.answered.add((action.dest, message.request_id))
 
 
 def per_vnode_next_hop(table: RoutingTable, target: Key) -> Key | None:
@@ -99,11 +73,11 @@ def per_peer_walk(by_peer: Tables, tables: dict[Key, RoutingTable], peer: PeerId
 
 def join_phase(
     seed: int, overrides: dict[str, Any]
-) -> tuple[Simulator, list[OverlayNode], SearchLog, dict[int, int]]:
+) -> tuple[Simulator, list[OverlayNode], SearchHops, dict[int, int]]:
     config = replace(CHURN_CONFIG, **overrides)
     network = NetworkConfig(base_latency_s=0.01, link_spread_s=0.02, jitter_s=0.005, loss_rate=0.05)
     sim = Simulator(seed, network)
-    log = SearchLog()
+    log = SearchHops()
     sim.observers.append(log)
     plan = random.Random(seed)
     nodes = [OverlayNode(peer, rng=sim.node_rng(peer), config=config) for peer in range(PEERS)]
@@ -141,7 +115,7 @@ def report(seed: int, overrides: dict[str, Any]) -> None:
     print(f"seed={seed} {overrides} joins pending +10/30/60/90 s: {pending}; at +90 s {dict(kinds)}")
     print(f"  level-0 list 90 s after the joins: {ring}")
     for name, is_check in (("joins", False), ("checks", True)):
-        searches = [search for search, check in log.check.items() if check == is_check]
+        searches = [search for search in log.hops if (search in log.checks) == is_check]
         answered = [log.hops[search] for search in searches if search in log.answered]
         if not answered:
             continue
