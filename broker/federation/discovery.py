@@ -8,7 +8,10 @@ the grandparent and the *siblings* answer). When the root itself crashes its chi
 ancestor left; they all knew the same siblings, so each picks the smallest name among them and
 itself: that one becomes the new root, the others request their link to it (and, failing that,
 to the next). The replies retrace the discovery event's trail; ``Discovery`` keeps what the
-latest round found.
+latest round found, on top of what the round before found: a round's answers arrive one by one
+(the parent's first, the grandparent's through it), so a crash of the parent half-way through a
+round must not leave its child knowing only the parent - it would take the grandparent for a
+sibling and elect a root. An ancestor that stops answering is forgotten one round later.
 """
 
 from __future__ import annotations
@@ -24,10 +27,13 @@ class Discovery:
     def __init__(self) -> None:
         self.round = 0
         self.next_at = 0.0
-        self.upstream: dict[str, int] = {}  # ancestor -> hops, latest UPSTREAM round
-        self._upstream_round = 0
-        self._nearby: dict[str, int] = {}  # ALL round: grandparent and siblings at 2 hops
-        self._nearby_round = 0
+        self._upstream = _Rounds()  # ancestor -> hops (UPSTREAM rounds)
+        self._nearby = _Rounds()  # grandparent and siblings at 2 hops (ALL rounds)
+
+    @property
+    def upstream(self) -> dict[str, int]:
+        """Ancestor -> hops, as the latest round and the one before found them."""
+        return self._upstream.view()
 
     def probes(self, name: str, now: float, interval_s: float, hops: int) -> list[Probe]:
         """The discovery events to send to the parent now."""
@@ -42,17 +48,12 @@ class Discovery:
 
     def learned(self, reply: ProbeReply) -> None:
         """A reply reached this router, the prober."""
-        if reply.attribute is HopAttribute.UPSTREAM and reply.round >= self._upstream_round:
-            if reply.round > self._upstream_round:
-                self._upstream_round, self.upstream = reply.round, {}
-            self.upstream[reply.responder] = reply.hop
-        elif reply.attribute is HopAttribute.ALL and reply.round >= self._nearby_round:
-            if reply.round > self._nearby_round:
-                self._nearby_round, self._nearby = reply.round, {}
-            self._nearby[reply.responder] = reply.hop
+        rounds = self._upstream if reply.attribute is HopAttribute.UPSTREAM else self._nearby
+        rounds.answer(reply.round, reply.responder, reply.hop)
 
     def siblings(self) -> set[str]:
-        return {name for name, hop in self._nearby.items() if hop == SIBLING_HOPS} - set(self.upstream)
+        nearby = self._nearby.view()
+        return {name for name, hop in nearby.items() if hop == SIBLING_HOPS} - set(self.upstream)
 
     def candidates(self, exclude: str) -> list[str]:
         """The ancestors to re-link to, nearest first."""
@@ -68,4 +69,23 @@ class Discovery:
         return siblings
 
     def forget(self) -> None:
-        self.upstream, self._nearby = {}, {}
+        self._upstream, self._nearby = _Rounds(), _Rounds()
+
+
+class _Rounds:
+    """The answers to the latest discovery round of one hop attribute and to the round before."""
+
+    def __init__(self) -> None:
+        self.round = 0
+        self.latest: dict[str, int] = {}
+        self.before: dict[str, int] = {}
+
+    def answer(self, round_: int, responder: str, hop: int) -> None:
+        if round_ < self.round:
+            return  # a late answer to an older round
+        if round_ > self.round:
+            self.round, self.before, self.latest = round_, self.latest, {}
+        self.latest[responder] = hop
+
+    def view(self) -> dict[str, int]:
+        return {**self.before, **self.latest}

@@ -305,3 +305,21 @@ def test_when_the_root_crashes_its_children_elect_the_smallest_of_them_as_the_ne
     assert any(n.event == "federation_new_root" for name, n in net.notes if name == "a")
     net.do("c", net.routers["c"].publish(Event("x/1", b"")))
     assert [e.topic for e in net.delivered["leaf"]] == ["x/1"]
+
+
+def test_a_crash_half_way_through_a_discovery_round_keeps_the_ancestors_of_the_round_before() -> None:
+    """The process test's race (CI, stop 25): the parent answered the new UPSTREAM round and
+    died before the grandparent's answer came back through it. The child still knew the
+    grandparent from the round before and re-links there; it does not take the grandparent
+    for a sibling and elect itself a root."""
+    net = net_of({"regional": "cloud", "a": "regional", "b": "regional"})
+    child = net.routers["b"]  # named before "cloud": an election would not pick the cloud
+    assert child.upstream_known() == {"regional": 1, "cloud": 2}
+    net.now += PLACE.probe_interval_s
+    net.apply("b", child.tick(net.now))  # the next round's probes
+    round_before = child._discovery.round - 1
+    while child.upstream_known().get("regional") is None or child._discovery._upstream.round == round_before:
+        assert net.step(1) == 1, "the parent's answer to the new round never came"
+    net.crash("regional", drop_outgoing=True)  # the grandparent's answer dies with it
+    assert child.parent == "cloud" and net.routers["a"].parent == "cloud"
+    assert "federation_new_root" not in [note.event for _name, note in net.notes]
