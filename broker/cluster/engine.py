@@ -1159,7 +1159,8 @@ class ClusterEngine(StreamsMixin):
         assert self.takeover is not None
         if reply.snapshot is None:
             return
-        self.takeover.handed_over(claim_id, claimant, reply, self._now())
+        down = claimant in self._down_peers
+        self.takeover.handed_over(claim_id, claimant, reply, self._now(), claimant_down=down)
         self.store.set_handed_over(claim_id, claimant, reply)
 
     def _claim_settled(self, claim_id: int) -> None:
@@ -1193,6 +1194,15 @@ class ClusterEngine(StreamsMixin):
         positions = self._moved_positions.pop(client_id, None)
         if positions:
             self._catch_up(client_id, positions)
+        if self.takeover is not None and self.transport is not None:
+            # brokers that came back while the CONNECT waited get its claim now (one may hold the
+            # client's older session), repeated until they answer
+            unasked = self.takeover.unasked(client_id, self.transport.connected_peers())
+            if unasked is not None:
+                claim, newcomers = unasked
+                for peer in newcomers:
+                    self._send_envelope(peer, client_id, claim.claim_id, claim)
+                    self.takeover.repeat_to(peer, [claim], self._now())
         if self.takeover is not None and self.takeover.yields(client_id):
             # a newer CONNECT of this client id elsewhere was claimed while ours waited: it wins
             broker = self.broker

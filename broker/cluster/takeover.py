@@ -17,7 +17,9 @@ A claim a broker did not answer (cut off by a partition, or down) is repeated to
 ``repeat_s`` for as long as the claiming connection holds the client, at most ``repeat_for_s``
 (:meth:`Takeover.repeats`): when the partition heals, the older connection is taken over and its
 session - with what was queued for it meanwhile - moves to the newer one, so each client id ends
-with one owner (issue #10).
+with one owner (issue #10). Once the connection is gone, a claim that may still bring a session
+goes on as ``recover`` to the brokers that have not answered it; a CONNECT that attaches sends its
+claim to the brokers that came back while it waited (:meth:`Takeover.unasked`).
 
 Recovering a session lost in flight: a broker that hands a session over keeps the reply (durably)
 for a repeat of the claim. The claimant keeps, durably too, each claim that may still bring a
@@ -162,6 +164,8 @@ class Takeover:
         self._handed_over: dict[ClaimOrder, _HandedOver] = {}
         # our claims that may still bring a session (the engine keeps them in the store too)
         self._pending: dict[int, _Pending] = {}
+        # client id -> the brokers its current local connection's claim went to
+        self._asked: dict[str, frozenset[str]] = {}
 
     def claim(
         self,
@@ -188,6 +192,7 @@ class Takeover:
         claim = SessionClaim(self.peer_id, client_id, claim_id, clean_start, username)
         everyone = peers | set(unreachable)
         everyone.discard(self.peer_id)
+        self._asked[client_id] = frozenset(everyone)
         if everyone and not clean_start:
             self._pending[claim_id] = _Pending(claim, set(everyone), now + self.repeat_for_s)
         if everyone and self.repeat_s > 0:
@@ -240,13 +245,19 @@ class Takeover:
             return Answer(claim, reply, moved_from=key)
         return None
 
-    def handed_over(self, claim_id: int, claimant: str, reply: ClaimReply, now: float) -> None:
+    def handed_over(
+        self, claim_id: int, claimant: str, reply: ClaimReply, now: float, *, claimant_down: bool = False
+    ) -> None:
         """``reply`` carried the client's session to broker ``claimant`` for claim ``claim_id``: a
         repeat of that claim (the reply was lost; the claimant repeats a claim until it is
         answered) gets the same reply, for ``repeat_for_s``. Without it the session would be lost
-        with the reply: the next answer would say there is none."""
+        with the reply: the next answer would say there is none. ``claimant_down``: the claimant
+        is reported down already (a late session passed on to the client's newer broker, which
+        crashed since: seed 263 of ``--faults crash,move,partition``) - as with
+        :meth:`claimant_down`, the client's next newer claim gets the session."""
         if reply.snapshot is not None:
-            self._handed_over[(claim_id, claimant)] = _HandedOver(reply, now + self.repeat_for_s, now)
+            handed = _HandedOver(reply, now + self.repeat_for_s, now, unconfirmed=claimant_down)
+            self._handed_over[(claim_id, claimant)] = handed
 
     def claimant_down(self, peer: str, now: float) -> None:
         """Broker ``peer`` was reported down: the sessions handed over to it in the last
@@ -318,7 +329,8 @@ class Takeover:
 
     def repeats(self, now: float) -> list[tuple[str, SessionClaim]]:
         """(peer, claim) to send again directly: claims some broker has not answered yet, while
-        their connection still holds the client."""
+        their connection still holds the client; after that, as ``recover``, while the broker
+        may still have the session in flight to us."""
         out: list[tuple[str, SessionClaim]] = []
         for claim_id, unanswered in list(self._unanswered.items()):
             if unanswered.next_at > now:
@@ -326,22 +338,49 @@ class Takeover:
             claim = unanswered.claim
             holder = self._connection_claims.get(claim.client_id)
             newer = self._newest_remote.get(claim.client_id)
-            if now > unanswered.until or (
-                not claim.recover  # (asks only for a session kept for it: no connection needed)
-                and (
-                    holder != (claim_id, self.peer_id)
-                    or (newer is not None and newer > (claim_id, self.peer_id))
-                )
-            ):
-                # given up, or the connection is gone or replaced - also by a newer connection on
-                # another broker, which our session moved to: repeated, our claim would take the
-                # client's older session from a broker that has not answered yet, and this
-                # broker no longer holds the client
-                del self._unanswered[claim_id]
+            if now > unanswered.until:
+                del self._unanswered[claim_id]  # given up
                 continue
+            if not claim.recover and (  # (a recover claim needs no connection)
+                holder != (claim_id, self.peer_id) or (newer is not None and newer > (claim_id, self.peer_id))
+            ):
+                # the connection is gone or replaced - also by a newer connection on another
+                # broker, which our session moved to: repeated as it was, our claim would take the
+                # client's older session from a broker that has not answered yet, and this broker
+                # no longer holds the client. But a broker that has not answered may have handed
+                # the session over already, its reply lost (seeds 229 and 263 of
+                # ``--faults crash,move,partition``: the client gave up on this CONNECT before its
+                # CONNACK): the claim goes on as ``recover``, which only asks for a session kept
+                # for it; one that comes goes on to the client's newer broker (or stays here)
+                pending = self._pending.get(claim_id)
+                still = unanswered.peers & pending.waiting if pending and pending.waiting else set()
+                if not still:
+                    del self._unanswered[claim_id]
+                    continue
+                unanswered.claim = claim = replace(claim, recover=True)
+                unanswered.peers = still
             unanswered.next_at = now + self.repeat_s
             out += [(peer, claim) for peer in sorted(unanswered.peers)]
         return out
+
+    def unasked(self, client_id: str, peers: Iterable[str]) -> tuple[SessionClaim, list[str]] | None:
+        """A local CONNECT of ``client_id`` attached: its claim and those of ``peers`` (the brokers
+        connected now) it was not sent to - they came back while the CONNECT waited (its replies, or
+        its moved session's classes before the CONNACK) - to send to them and repeat until they
+        answer (:meth:`repeat_to`). Seed 147 of ``--faults crash,move``: the client's old broker
+        came back in that window with the client's stored session - and the positions of what was
+        published while it was down - and kept it."""
+        mine = self._connection_claims.get(client_id)
+        asked = self._asked.get(client_id)
+        if mine is None or mine[1] != self.peer_id or asked is None:
+            return None
+        newcomers = set(peers) - asked - {self.peer_id}
+        if not newcomers:
+            return None
+        self._asked[client_id] = asked | newcomers
+        clean_start, username = self._clean_starts.get(client_id, False), self._usernames.get(client_id)
+        claim = SessionClaim(self.peer_id, client_id, mine[0], clean_start, username)
+        return claim, sorted(newcomers)
 
     def claims_to_repeat(self, connected: Callable[[str], bool]) -> list[SessionClaim]:
         """The claims of the clients connected here, or whose CONNECT still waits for its replies,
@@ -367,6 +406,10 @@ class Takeover:
             return
         for claim in claims:
             self._own[claim.claim_id] = (claim.client_id, now + self.repeat_for_s + self.wait_s)
+            asked = self._asked.get(claim.client_id)
+            current = self._connection_claims.get(claim.client_id) == (claim.claim_id, claim.origin)
+            if asked is not None and current:
+                self._asked[claim.client_id] = asked | {peer}
             unanswered = self._unanswered.get(claim.claim_id)
             if unanswered is None:
                 self._unanswered[claim.claim_id] = _Unanswered(
@@ -390,12 +433,15 @@ class Takeover:
 
     def forget(self, has_session: Callable[[str], bool]) -> None:
         """Periodic clean-up: claim records of clients with no session here any more, and remote
-        claims (only races within a clean-up period matter)."""
+        claims (only races within a clean-up period matter, or a session still on its way to us)."""
         for client_id in [c for c in self._connection_claims if not has_session(c)]:
             del self._connection_claims[client_id]
             self._clean_starts.pop(client_id, None)
             self._usernames.pop(client_id, None)
-        self._newest_remote.clear()
+            self._asked.pop(client_id, None)
+        # kept for a claim of ours that may still bring a session: it goes on to that claim's broker
+        awaited = {pending.claim.client_id for pending in self._pending.values()}
+        self._newest_remote = {c: order for c, order in self._newest_remote.items() if c in awaited}
 
     def forget_handed_over(self, now: float) -> list[ClaimOrder]:
         """Drop the replies kept for repeated claims once ``repeat_for_s`` passed (the claimant

@@ -391,6 +391,11 @@ FIXED_SEEDS = [
     # both brokers of a move down before the session arrived (issue #11's coalesced replies moved
     # the timing onto it; seed 27 crash,move above hit it too): the restarted claimant asks again
     (392, "crash,partition,move"),
+    # the client gave up on a CONNECT before its CONNACK: the reply with the session to that claim
+    # was lost and its claim no longer repeated (exposed by the overlay's per-peer search, stop 25)
+    (229, "crash,partition,move"),
+    (263, "crash,partition,move"),  # ... then passed on to the client's newer broker, already down
+    (147, "crash,move"),  # the old broker came back while the CONNECT waited for its classes
 ]
 
 

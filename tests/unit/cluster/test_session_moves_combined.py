@@ -5,6 +5,7 @@ scripted tests of the causes found, one per cause, each naming the seed that sho
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 from broker.adapters.cluster_store import SqliteClusterStore
@@ -14,7 +15,7 @@ from broker.cluster.messages import ClaimReply, ForwardedMessage, SessionClaim, 
 from broker.cluster.store_port import MemoryClusterStore
 from broker.cluster.stream_receiver import StreamReceiver
 from broker.cluster.stream_sender import ReceiverAt, StreamSender
-from broker.cluster.takeover import Answer, HandOver, LateSession, NoSession, Refuse, Takeover
+from broker.cluster.takeover import Answer, ClaimFinished, HandOver, LateSession, NoSession, Refuse, Takeover
 from broker.core.session import Message, SessionSnapshot
 
 
@@ -266,8 +267,59 @@ def test_a_claim_is_not_repeated_once_a_newer_claim_for_the_client_came_from_els
     assert b.repeats(now=1.0) == [("a:1", claim)]
     newer = SessionClaim("c:1", "c", 20, False)  # the client connected to C
     assert b.on_claim(newer, connected_here=False) == HandOver(newer, transfer=True)
-    assert b.repeats(now=2.0) == []  # B no longer claims the client
+    # B no longer claims the client: repeated, the claim only asks for a session kept for it
+    (repeat,) = b.repeats(now=2.0)
+    assert repeat == ("a:1", dataclasses.replace(claim, recover=True))
+    a = Takeover("a:1", wait_s=0.5, repeat_s=1.0)
+    a.claim("c", False, [], now=0.0, wall_ns=5)  # A holds the client's old session
+    assert a.on_claim(repeat[1], connected_here=False) == NoSession(repeat[1])  # it stays for C
     assert b.newest_remote_claim("c") == (20, "c:1")  # a late session goes on to C
+
+
+def test_a_claim_whose_connect_was_given_up_is_repeated_as_recover_while_its_session_is_in_flight() -> None:
+    """Seed 229 (crash,partition,move): the client left B's CONNECT before its CONNACK and
+    connected to C. A had handed the session to B's claim and that reply was lost; B no longer
+    repeated its claim (its connection was gone), A crashed and C's claim found no session at A
+    (handed over) nor at B (never arrived): the messages queued in it were lost. B now repeats
+    the claim as ``recover`` to the brokers that have not answered it; A, back, answers with the
+    kept reply and B passes the session on to C's newer claim."""
+    a = Takeover("a:1", wait_s=0.5, repeat_s=1.0)
+    b = Takeover("b:1", wait_s=0.5, repeat_s=1.0)
+    claim, waits = b.claim("c", False, ["a:1", "x:1"], now=0.0, wall_ns=10)
+    assert waits
+    assert a.on_claim(claim, connected_here=True) == HandOver(claim, transfer=True)
+    reply = ClaimReply(claim.claim_id, "c", True, _snapshot())
+    a.handed_over(claim.claim_id, claim.origin, reply, now=0.01)  # ... and the reply is lost
+    b.on_reply("x:1", ClaimReply(claim.claim_id, "c", False, None))  # x has none
+    newer = SessionClaim("c:1", "c", 20, False)  # the client gave up on B and connected to C
+    assert b.on_claim(newer, connected_here=False) == HandOver(newer, transfer=True)  # (nothing here)
+    assert a.on_claim(newer, connected_here=False) == HandOver(newer, transfer=True)  # (gone already)
+    assert b.tick(now=0.5) == [ClaimFinished(claim.claim_id, None)]  # (the CONNECT is gone)
+    b.forget(has_session=lambda _client: False)  # a clean-up before A answers: C's claim is kept
+    recover = dataclasses.replace(claim, recover=True)
+    assert b.repeats(now=1.0) == [("a:1", recover)]  # only A may still have the session in flight
+    assert a.on_claim(recover, connected_here=False) == Answer(recover, reply)
+    assert b.on_reply("a:1", reply) == LateSession(reply.snapshot)  # type: ignore[arg-type]
+    assert b.newest_remote_claim("c") == (20, "c:1")  # the engine passes it on to C
+    assert b.repeats(now=2.0) == []
+
+
+def test_a_session_passed_on_to_a_broker_reported_down_goes_to_the_clients_next_claim() -> None:
+    """Seed 263 (crash,partition,move): the late session of B's claim went on to C, the client's
+    newer broker - which had crashed meanwhile and, restarted, did not ask for it. Handed over to a
+    claimant reported down, the session goes to the client's next newer claim."""
+    b = Takeover("b:1", wait_s=0.5, repeat_s=1.0)
+    to_c = SessionClaim("c:1", "c", 20, False)
+    reply = ClaimReply(20, "c", True, _snapshot())
+    b.handed_over(20, "c:1", reply, now=7.0, claimant_down=True)
+    again = SessionClaim("c:1", "c", 30, False)  # C restarted; the client connected there again
+    moved = b.on_claim(again, connected_here=False)
+    assert moved == Answer(again, dataclasses.replace(reply, claim_id=30), moved_from=(20, "c:1"))
+    # handed to a claimant that is up, the session stays with its claim
+    b.handed_over(40, "d:1", ClaimReply(40, "e", True, _snapshot("e")), now=7.0)
+    later = SessionClaim("c:1", "e", 50, False)
+    assert b.on_claim(later, connected_here=False) == HandOver(later, transfer=True)
+    assert to_c.claim_id == 20
 
 
 # ====================================================== classes a moved session brings
@@ -308,3 +360,32 @@ def test_a_reply_kept_for_a_repeated_claim_survives_a_restart_of_the_broker(tmp_
     memory.set_handed_over(10, "b:1", reply)
     memory.set_handed_over(10, "b:1", None)
     assert memory.load_handed_over() == []
+
+
+def test_a_claim_goes_to_the_brokers_that_came_back_while_its_connect_waited() -> None:
+    """Seed 147 (crash,move): the client's broker A crashed with its stored session; the client
+    moved on to B, whose claim (a restarted broker: A not known to be down) went to the others
+    only. A came back while B's CONNECT waited for the moved session's classes before its CONNACK:
+    B repeats the claims of connected clients and of CONNECTs waiting for replies to a broker
+    that comes back, not this one's, and A kept the session with the positions of what was
+    published while it was down. When the CONNECT attaches, its claim goes to the brokers it was
+    not sent to, and is repeated until they answer."""
+    b = Takeover("b:2", wait_s=0.5, repeat_s=1.0)
+    claim, waits = b.claim("c", False, ["d:1"], now=5.0, wall_ns=50)
+    assert waits
+    snapshot = _snapshot()
+    assert b.on_reply("d:1", ClaimReply(claim.claim_id, "c", True, snapshot)) == ClaimFinished(
+        claim.claim_id, snapshot
+    )
+    assert b.claims_to_repeat(connected=lambda _c: False) == []  # waiting to attach: not repeated
+    assert b.unasked("c", ["d:1", "a:1"]) == (claim, ["a:1"])  # attached: A came back meanwhile
+    b.repeat_to("a:1", [claim], now=6.0)
+    assert b.repeats(now=7.0) == [("a:1", claim)]  # until A answers
+    assert b.unasked("c", ["d:1", "a:1"]) is None  # asked already
+    a = Takeover("a:2", wait_s=0.5, repeat_s=1.0)
+    a.claim("c", False, [], now=0.0, wall_ns=10)  # A's old connection of the client
+    assert a.on_claim(claim, connected_here=False) == HandOver(claim, transfer=True)
+    b.on_reply("a:1", ClaimReply(claim.claim_id, "c", True, _snapshot()))
+    assert b.repeats(now=8.0) == []
+    # a claim made elsewhere, or none: nothing to send
+    assert b.unasked("other", ["a:1"]) is None
