@@ -911,7 +911,7 @@ class OverlayNode:
         origin = msg.sender
         if origin[0] == vnode.key:
             return
-        if vnode.key not in msg.existing:
+        if not _listed(msg.existing, vnode.key):
             self._send(origin[0], m.NEW(origin[0], vnode.ref))
         if msg.forwarder[0] != origin[0]:
             self._learn(vnode, origin)
@@ -982,7 +982,7 @@ class OverlayNode:
         origin = msg.sender
         supplied = False  # this node is an entry the origin lacked (§3.5.6: it answers NEW)
         if origin[0] != vnode.key:
-            if vnode.key not in msg.existing:
+            if not _listed(msg.existing, vnode.key):
                 self._send(origin[0], m.NEW(origin[0], vnode.ref))
                 supplied = True
             self._learn(vnode, origin)
@@ -1624,3 +1624,12 @@ class OverlayNode:
             del self.last_heard[peer]  # only peers hosting level-0 neighbours are timed
             self.probes.pop(peer, None)
         self._timer(now + config.ping_interval_s, _T_PING, None)
+
+
+def _listed(existing: tuple[Key, ...], key: Key) -> bool:
+    """Whether ``key`` is in an existing-entry list (§3.5.6). The list is a table's keys, ascending
+    (``tuple(table.keys)``): a binary search instead of a scan of up to L+1 keys, on every REXP and
+    EEXP received (the scan was about 4 s of a 138-s profiled N = 1,000, L = 120 series). A list
+    that is not ascending (a faulty peer) costs at most a NEW too many or too few."""
+    index = bisect_left(existing, key)
+    return index < len(existing) and existing[index] == key
