@@ -309,8 +309,7 @@ def test_a_session_passed_on_to_a_broker_reported_down_goes_to_the_clients_next_
     newer broker - which had crashed meanwhile and, restarted, did not ask for it. Handed over to a
     claimant reported down, the session goes to the client's next newer claim."""
     b = Takeover("b:1", wait_s=0.5, repeat_s=1.0)
-    to_c = SessionClaim("c:1", "c", 20, False)
-    reply = ClaimReply(20, "c", True, _snapshot())
+    reply = ClaimReply(20, "c", True, _snapshot())  # to C's claim 20
     b.handed_over(20, "c:1", reply, now=7.0, claimant_down=True)
     again = SessionClaim("c:1", "c", 30, False)  # C restarted; the client connected there again
     moved = b.on_claim(again, connected_here=False)
@@ -319,7 +318,6 @@ def test_a_session_passed_on_to_a_broker_reported_down_goes_to_the_clients_next_
     b.handed_over(40, "d:1", ClaimReply(40, "e", True, _snapshot("e")), now=7.0)
     later = SessionClaim("c:1", "e", 50, False)
     assert b.on_claim(later, connected_here=False) == HandOver(later, transfer=True)
-    assert to_c.claim_id == 20
 
 
 # ====================================================== classes a moved session brings

@@ -13,6 +13,7 @@ from broker.federation.messages import (
     LinkAccepted,
     LinkRefused,
     LinkRequest,
+    ProbeReply,
     Register,
     Send,
 )
@@ -317,9 +318,19 @@ def test_a_crash_half_way_through_a_discovery_round_keeps_the_ancestors_of_the_r
     assert child.upstream_known() == {"regional": 1, "cloud": 2}
     net.now += PLACE.probe_interval_s
     net.apply("b", child.tick(net.now))  # the next round's probes
-    round_before = child._discovery.round - 1
-    while child.upstream_known().get("regional") is None or child._discovery._upstream.round == round_before:
-        assert net.step(1) == 1, "the parent's answer to the new round never came"
+    new_round = child._discovery.round
+
+    def parents_answer_queued() -> bool:
+        return any(
+            isinstance(message, ProbeReply) and message.round == new_round and message.responder == "regional"
+            for _source, target, message in net._queue
+            if target == "b"
+        )
+
+    while not parents_answer_queued():
+        assert net.step(1) == 1, "the parent never answered the new round"
+    while parents_answer_queued():  # until it arrives; the grandparent's is still on its way
+        net.step(1)
     net.crash("regional", drop_outgoing=True)  # the grandparent's answer dies with it
     assert child.parent == "cloud" and net.routers["a"].parent == "cloud"
     assert "federation_new_root" not in [note.event for _name, note in net.notes]
