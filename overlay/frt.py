@@ -34,7 +34,6 @@ property tests prove the two equal.
 
 from __future__ import annotations
 
-from bisect import bisect_left
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -203,7 +202,7 @@ def select_victim(table: RoutingTable) -> Key | None:
     topic = table.owner_topic
     removable = counts[:]
     removable_nonsub = table.nonsub_counts[:]
-    index = bisect_left(keys, table.owner)  # keys[index - 1], keys[index]: the sticky entries
+    index = table.owner_index  # keys[index - 1], keys[index]: the sticky entries
     for sticky in (index - 1, index):
         if 0 <= sticky < len(keys):
             key = keys[sticky]

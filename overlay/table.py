@@ -1,8 +1,10 @@
 """A virtual node's routing table: FRT (seed 003 §3.3-§3.4) or the plain Skip Graph baseline.
 
 Entries are the keys of other virtual nodes with their membership vectors, kept in a sorted
-list (``bisect``; at most L+1 keys) and a dict ``key -> (mv << 8 | level)``. The level-0
-neighbours are the nearest entries on either side; they are the sticky entries (§3.4) and are
+list (``bisect``; at most L+1 keys) and a dict ``key -> (mv << 8 | level)``; ``owner_index``,
+kept up to date by every insertion and removal, is the owner's insertion point in that list (the
+number of predecessors), so the level-0 neighbours need no search. The level-0 neighbours are
+the nearest entries on either side; they are the sticky entries (§3.4) and are
 never filtered out. Per-level entry counts (all entries, and non-SUB entries) let
 ``frt.select_victim`` pick the filtering victim without building candidate tables.
 
@@ -14,7 +16,7 @@ while it is a Skip Graph neighbour, i.e. the nearest entry on its side among tho
 
 from __future__ import annotations
 
-from bisect import bisect_left, insort
+from bisect import bisect_left
 from collections.abc import Iterator
 
 from overlay import frt
@@ -43,6 +45,7 @@ class RoutingTable:
         "mv_bits",
         "nonsub_counts",
         "owner",
+        "owner_index",
         "owner_mv",
         "owner_topic",
         "packed",
@@ -58,6 +61,7 @@ class RoutingTable:
         self.frt_enabled = frt_enabled
         self.mv_bits = mv_bits
         self.keys: list[Key] = []
+        self.owner_index = 0  # the owner's insertion point in ``keys``: entries before it are predecessors
         self.packed: dict[Key, int] = {}
         self.level_counts: list[int] = []
         self.nonsub_counts: list[int] = []
@@ -88,17 +92,17 @@ class RoutingTable:
         return key[1] == SUBSCRIBER and key[0] == self.owner_topic
 
     def left0(self) -> Key | None:
-        index = bisect_left(self.keys, self.owner)
+        index = self.owner_index
         return self.keys[index - 1] if index > 0 else None
 
     def right0(self) -> Key | None:
         keys = self.keys
-        index = bisect_left(keys, self.owner)
+        index = self.owner_index
         return keys[index] if index < len(keys) else None
 
     def sticky_keys(self) -> list[Key]:
         keys = self.keys
-        index = bisect_left(keys, self.owner)
+        index = self.owner_index
         out = []
         if index > 0:
             out.append(keys[index - 1])
@@ -110,7 +114,7 @@ class RoutingTable:
         """Nearest entry on the ``direction`` side (+1 right, -1 left) of level >= ``level``."""
         keys = self.keys
         packed = self.packed
-        index = bisect_left(keys, self.owner)
+        index = self.owner_index
         if direction > 0:
             for i in range(index, len(keys)):
                 if packed[keys[i]] & _LEVEL_MASK >= level:
@@ -152,7 +156,11 @@ class RoutingTable:
         if self.trace is not None and self.is_sub(key):
             self.trace.learned.add(key)
         level = common_prefix_length(self.owner_mv, mv, self.mv_bits)
-        insort(self.keys, key)
+        keys = self.keys
+        at = bisect_left(keys, key)
+        keys.insert(at, key)
+        if at < self.owner_index or (at == self.owner_index and key < self.owner):
+            self.owner_index += 1
         self.packed[key] = (mv << 8) | level
         counts = self.level_counts
         if level >= len(counts):
@@ -170,7 +178,10 @@ class RoutingTable:
         if packed is None:
             return False
         keys = self.keys
-        del keys[bisect_left(keys, key)]
+        at = bisect_left(keys, key)
+        del keys[at]
+        if at < self.owner_index:
+            self.owner_index -= 1
         level = packed & _LEVEL_MASK
         counts = self.level_counts
         counts[level] -= 1
@@ -210,7 +221,7 @@ class RoutingTable:
     def _prune_to_skip_graph(self) -> None:
         keys = self.keys
         packed = self.packed
-        index = bisect_left(keys, self.owner)
+        index = self.owner_index
         drop: list[Key] = []
         best = -1
         for i in range(index, len(keys)):

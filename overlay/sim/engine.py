@@ -40,6 +40,7 @@ from overlay.api import (
     SubscriberPresence,
     Tick,
 )
+from overlay.sim.errors import SimulationError
 
 __all__ = [
     "NetworkConfig",
@@ -55,15 +56,6 @@ _EVENT = 2
 _CONTROL = 3
 
 _MASK64 = (1 << 64) - 1
-
-
-class SimulationError(RuntimeError):
-    """A simulation failed; the message names the seed and virtual time needed to replay it."""
-
-    def __init__(self, message: str, *, seed: int, now_s: float) -> None:
-        super().__init__(f"{message} [seed={seed} t={now_s:.6f}s]")
-        self.seed = seed
-        self.now_s = now_s
 
 
 def derive_seed(seed: int, *parts: Hashable) -> int:

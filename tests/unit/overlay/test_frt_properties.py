@@ -9,6 +9,8 @@
 
 from __future__ import annotations
 
+from bisect import bisect_left
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -60,6 +62,7 @@ def test_learning_with_filtering_keeps_sticky_entries_and_size(
         table.add((key, mv))
         assert len(table) <= capacity
         assert table.keys == sorted(table.keys)
+        assert table.owner_index == bisect_left(table.keys, OWNER)  # kept, not searched
         # the nearest key ever learned on each side is always kept: level-0 neighbours are sticky
         lefts = [k for k in known if k < OWNER]
         rights = [k for k in known if k > OWNER]
@@ -110,3 +113,35 @@ def test_victim_yields_the_maximal_candidate_table(entries: dict[tuple[str, int,
     for other in table.keys:
         if other not in sticky and other != victim:
             assert frt_leq(as_view({k: v for k, v in mvs.items() if k != other}), chosen)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.one_of(
+            st.tuples(st.just("add"), key_strategy, st.integers(0, (1 << MV_BITS) - 1)),
+            st.tuples(st.just("remove"), key_strategy, st.just(0)),
+            st.tuples(st.just("remove_peer"), key_strategy, st.just(0)),
+        ),
+        max_size=40,
+    ),
+    st.booleans(),
+    st.integers(2, 8),
+)
+def test_owner_index_follows_every_change_of_the_table(
+    operations: list[tuple[str, tuple[str, int, int], int]], frt_enabled: bool, capacity: int
+) -> None:
+    """``owner_index`` (kept, never searched) is the owner's insertion point after any mix of
+    learning, filtering (FRT) or staircase pruning (SG-TBPS), removals and peer removals."""
+    table = RoutingTable(OWNER, OWNER_MV, capacity=capacity, frt_enabled=frt_enabled, mv_bits=MV_BITS)
+    for operation, key, mv in operations:
+        if operation == "add":
+            table.add((key, mv))
+        elif operation == "remove":
+            table.remove(key)
+        else:
+            table.remove_peer(key[2])
+        assert table.owner_index == bisect_left(table.keys, OWNER)
+        index = table.owner_index
+        assert table.left0() == (table.keys[index - 1] if index else None)
+        assert table.right0() == (table.keys[index] if index < len(table.keys) else None)
