@@ -144,8 +144,12 @@ class Simulator:
         self.crashed: set[PeerId] = set()
         self.stats = NetworkStats()
         self.observers: list[Observer] = []
-        self._queue: list[tuple[float, int, int, PeerId, Any]] = []
-        self._seq = 0
+        # The event queue: a heap of the distinct times that have events, and per time its events
+        # in the order they were scheduled. That is the order of a heap of (time, sequence
+        # number, ...) tuples, with float comparisons instead of tuple comparisons in the heap
+        # (a fifth of a run's time at N = 10,000 went to the tuple heap).
+        self._times: list[float] = []
+        self._due: dict[float, list[tuple[int, PeerId, Any]]] = {}
         self._tick_at: dict[PeerId, float] = {}
         self._link_index: dict[PeerId, int] = {}
         self._partition_of: dict[PeerId, int] | None = None
@@ -220,15 +224,24 @@ class Simulator:
 
     def run_until(self, end_s: float, *, max_events: int | None = None) -> int:
         """Process every event with time <= ``end_s``; the clock ends at ``end_s``. Returns the count."""
-        queue = self._queue
+        times = self._times
+        due = self._due
         processed = 0
         try:
-            while queue and queue[0][0] <= end_s:
+            while times and times[0] <= end_s:
                 if max_events is not None and processed >= max_events:
                     raise SimulationError(
                         f"more than {max_events} events before t={end_s}", seed=self.seed, now_s=self.now
                     )
-                self._step(heapq.heappop(queue))
+                time_s = times[0]
+                events = due[time_s]
+                if len(events) == 1:  # the usual case: the only event at this time
+                    heapq.heappop(times)
+                    del due[time_s]
+                    code, peer, payload = events[0]
+                else:
+                    code, peer, payload = events.pop(0)
+                self._step(time_s, code, peer, payload)
                 processed += 1
         except SimulationError:
             raise
@@ -244,7 +257,7 @@ class Simulator:
 
     def pending(self) -> int:
         """Events waiting in the queue (messages in flight, timers, injections)."""
-        return len(self._queue)
+        return sum(len(events) for events in self._due.values())
 
     # ------------------------------------------------------------------ reports
 
@@ -287,11 +300,14 @@ class Simulator:
         return at
 
     def _push(self, at: float, code: int, peer: PeerId, payload: Any) -> None:
-        self._seq += 1
-        heapq.heappush(self._queue, (at, self._seq, code, peer, payload))
+        events = self._due.get(at)
+        if events is None:
+            self._due[at] = [(code, peer, payload)]
+            heapq.heappush(self._times, at)
+        else:
+            events.append((code, peer, payload))
 
-    def _step(self, item: tuple[float, int, int, PeerId, Any]) -> None:
-        time_s, _, code, peer, payload = item
+    def _step(self, time_s: float, code: int, peer: PeerId, payload: Any) -> None:
         self.now = time_s
         if code == _CONTROL:
             payload()
