@@ -5,7 +5,7 @@ The sweep at N = 10,000 spends its time in pure-Python protocol code (``overlay/
 compiler that ships with mypy (already a dev dependency; mypy and black are built with it),
 turns those type-annotated modules into C extensions without changing a line of them. We
 prefer it to rewriting hot paths by hand: the code that runs compiled is the code the tests
-check, and ``tests/unit/overlay/test_compiled_core.py`` checks that a compiled sweep gives the
+check, and ``tests/sim/overlay/test_compiled_core.py`` checks that a compiled sweep gives the
 same results as the interpreted one.
 
 ``build()`` copies the ``overlay`` package into ``<cache>/<digest>/`` (the digest covers every
@@ -14,7 +14,7 @@ modules of ``COMPILED_MODULES`` there, and returns the directory to put first on
 The repository's own ``overlay/`` is never touched: tests and brokers always import the
 interpreted sources. Left interpreted: ``overlay/messages.py`` and ``overlay/api.py`` (mypyc
 rejects a ``ClassVar`` in a dataclass; with ``kind`` as a property instead they compiled, and the
-run was 25 % slower: their native dataclasses cost more to build than the interpreted ones), the
+run was 25 % slower, for a reason not traced), the
 simulator's experiment driver, reports and checkers, and the Scribe baseline (not hot, or short
 runs).
 
@@ -58,30 +58,29 @@ def _mypy_version() -> str:
     return str(mypy.version.__version__)
 
 
-def source_digest(root: Path = ROOT) -> str:
+def source_digest() -> str:
     """Digest of the overlay package's sources and the compiler version."""
     digest = hashlib.blake2b(digest_size=8)
     digest.update(_mypy_version().encode())
     digest.update(sys.version.encode())
-    for path in sorted((root / "overlay").rglob("*.py")):
-        digest.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes())
+    for path in sorted((ROOT / "overlay").rglob("*.py")):
+        digest.update(str(path.relative_to(ROOT)).encode() + b"\0" + path.read_bytes())
     return digest.hexdigest()
 
 
-def build(cache: Path = DEFAULT_CACHE, *, root: Path = ROOT, log: bool = True) -> Path:
+def build(cache: Path = DEFAULT_CACHE) -> Path:
     """Compile the overlay core (or reuse an earlier build of the same sources); return the
     directory holding the compiled ``overlay`` package."""
-    target = cache / source_digest(root)
+    target = cache / source_digest()
     if (target / ".complete").exists():
         return target
     staging = cache / f".staging-{os.getpid()}"
     shutil.rmtree(staging, ignore_errors=True)
     shutil.copytree(
-        root / "overlay", staging / "overlay", ignore=shutil.ignore_patterns("__pycache__", "*.so", "*.pyc")
+        ROOT / "overlay", staging / "overlay", ignore=shutil.ignore_patterns("__pycache__", "*.so", "*.pyc")
     )
     started = time.monotonic()
-    if log:
-        print(f"compiled core: mypyc on {len(COMPILED_MODULES)} modules in {staging} ...", file=sys.stderr)
+    print(f"compiled core: mypyc on {len(COMPILED_MODULES)} modules in {staging} ...", file=sys.stderr)
     result = subprocess.run(
         [sys.executable, "-m", "mypyc", *COMPILED_MODULES],
         cwd=staging,
@@ -101,8 +100,7 @@ def build(cache: Path = DEFAULT_CACHE, *, root: Path = ROOT, log: bool = True) -
         shutil.rmtree(staging, ignore_errors=True)
     else:
         staging.rename(target)
-    if log:
-        print(f"compiled core: {target} ({time.monotonic() - started:.0f} s)", file=sys.stderr)
+    print(f"compiled core: {target} ({time.monotonic() - started:.0f} s)", file=sys.stderr)
     return target
 
 

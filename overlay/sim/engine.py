@@ -147,7 +147,7 @@ class Simulator:
         # The event queue: a heap of the distinct times that have events, and per time its events
         # in the order they were scheduled. That is the order of a heap of (time, sequence
         # number, ...) tuples, with float comparisons instead of tuple comparisons in the heap
-        # (a fifth of a run's time at N = 10,000 went to the tuple heap).
+        # (py-spy put 18 % of a compiled sweep worker's samples at N = 10,000 in the tuple heap).
         self._times: list[float] = []
         self._due: dict[float, list[tuple[int, PeerId, Any]]] = {}
         self._tick_at: dict[PeerId, float] = {}

@@ -11,8 +11,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 ROOT = Path(__file__).resolve().parents[3]
 SWEEP = [
     "--nodes",
@@ -28,8 +26,6 @@ SWEEP = [
     "--jobs",
     "2",
 ]
-
-pytest.importorskip("mypyc", reason="mypyc ships with mypy, a dev dependency")
 
 
 def _sweep(out: Path, *extra: str, env: dict[str, str]) -> str:
