@@ -27,6 +27,8 @@ from dataclasses import dataclass
 from enum import IntEnum
 from typing import Any, Protocol
 
+from overlay.slot_init import slot_init
+
 PeerId = Any  # int in the simulator, str in a real cluster; hashable and totally ordered
 
 
@@ -40,6 +42,7 @@ class Role(IntEnum):
 # ---------------------------------------------------------------- events (driver -> core)
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class Bootstrap:
     """Peers this node may contact to enter the overlay (empty for the very first node)."""
@@ -47,6 +50,7 @@ class Bootstrap:
     contacts: tuple[PeerId, ...]
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class JoinTopic:
     """Insert a virtual node (topic, role, self) into the Skip Graph (§3.5.2)."""
@@ -55,6 +59,7 @@ class JoinTopic:
     role: Role
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class LeaveTopic:
     """Remove the virtual node (topic, role, self); subscribers send UNSUB (§3.5.3)."""
@@ -63,6 +68,7 @@ class LeaveTopic:
     role: Role
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class Publish:
     """A local publisher's message for ``topic`` (§3.5.4). ``payload`` is opaque to the core."""
@@ -72,6 +78,7 @@ class Publish:
     publication_id: int
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class Receive:
     """A message from another peer arrived."""
@@ -80,11 +87,13 @@ class Receive:
     message: Any  # one of overlay.messages
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class Tick:
     """Timers are due (the driver calls this at or after ``next_deadline()``)."""
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class PeerUnreachable:
     """The transport gave up on a peer (connection refused/broken). Optional hint; the core
@@ -93,6 +102,7 @@ class PeerUnreachable:
     peer: PeerId
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class Shutdown:
     """Leave every topic gracefully before the process stops."""
@@ -103,6 +113,7 @@ Event = Bootstrap | JoinTopic | LeaveTopic | Publish | Receive | Tick | PeerUnre
 # ---------------------------------------------------------------- actions (core -> driver)
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class Send:
     """Transmit ``message`` to peer ``dest`` (best effort; may be lost or reordered)."""
@@ -111,6 +122,7 @@ class Send:
     message: Any
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class Deliver:
     """A PUB reached this peer's subscriber virtual node for ``topic``.
@@ -125,6 +137,7 @@ class Deliver:
     hops: int
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class SubscriberPresence:
     """The rendezvous point told this publisher whether ``topic`` has subscribers (§3.2).
@@ -136,6 +149,7 @@ class SubscriberPresence:
     present: bool
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class PublishDone:
     """End-to-end outcome of one ``Publish`` event of this peer (only with

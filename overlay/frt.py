@@ -198,18 +198,23 @@ def select_victim(table: RoutingTable) -> Key | None:
     if top < 0:
         return None
     keys = table.keys
-    packed = table.packed
+    levels = table.levels
     topic = table.owner_topic
     removable = counts[:]
     removable_nonsub = table.nonsub_counts[:]
     index = table.owner_index  # keys[index - 1], keys[index]: the sticky entries
-    for sticky in (index - 1, index):
-        if 0 <= sticky < len(keys):
-            key = keys[sticky]
-            level = packed[key] & 0xFF
-            removable[level] -= 1
-            if not (key[1] == SUBSCRIBER and key[0] == topic):
-                removable_nonsub[level] -= 1
+    if index > 0:
+        key = keys[index - 1]
+        level = levels[index - 1]
+        removable[level] -= 1
+        if not (key[1] == SUBSCRIBER and key[0] == topic):
+            removable_nonsub[level] -= 1
+    if index < len(keys):
+        key = keys[index]
+        level = levels[index]
+        removable[level] -= 1
+        if not (key[1] == SUBSCRIBER and key[0] == topic):
+            removable_nonsub[level] -= 1
     # B1/B2
     candidates = [lv for lv in range(top + 1) if removable[lv] > 0 and counts[lv] >= 2]
     if not candidates:
@@ -229,23 +234,32 @@ def select_victim(table: RoutingTable) -> Key | None:
     # maximal level m, removing elsewhere leaves MAX = {m}; removing from m does too unless m
     # then ties with the runner-up levels (|MAX| > 1), which is worse.
     if len(candidates) > 1:
-        most = max(counts)
-        n_max = counts.count(most)
+        most = -1  # the largest count, how many levels have it, and the lowest of them
+        n_max = 0
+        lowest = -1
+        for lv in range(top + 1):
+            count = counts[lv]
+            if count > most:
+                most, n_max, lowest = count, 1, lv
+            elif count == most:
+                n_max += 1
         if n_max >= 2:
-            lowest = counts.index(most)
             if lowest in candidates:
                 candidates = [lowest]
             else:
                 at_max = [lv for lv in candidates if counts[lv] == most]
                 if at_max:
                     candidates = at_max
-        else:
-            peak = counts.index(most)
-            if peak in candidates:
-                runner_up = max(counts[:peak] + counts[peak + 1 :])
-                if most - 1 == runner_up:
-                    candidates.remove(peak)
-    wanted = set(candidates)
+        elif lowest in candidates:  # the unique maximal level
+            runner_up = -1
+            for lv in range(top + 1):
+                if lv != lowest and counts[lv] > runner_up:
+                    runner_up = counts[lv]
+            if most - 1 == runner_up:
+                candidates.remove(lowest)
+    wanted = 0  # the candidate levels as a bit mask
+    for lv in candidates:
+        wanted |= 1 << lv
     # B9/B10': farthest predecessor, else farthest successor
     return table.scan_farthest(wanted, want_sub, index)
 

@@ -29,11 +29,13 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from overlay.keys import Key, NodeRef
+from overlay.slot_init import slot_init
 
 NO_ACK = 0  # ack_id of a delegation that wants no acknowledgement
 SEARCH_MAX_CONTACT_HOPS = 16  # a peer with no virtual node passes a SEARCH to its own contact
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class REXP:
     kind: ClassVar[str] = "REXP"
@@ -44,6 +46,7 @@ class REXP:
     level: int
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class EEXP:
     """Range mode (``random_walk`` False): delivered over [lo, hi) by range multicast with the
@@ -60,6 +63,7 @@ class EEXP:
     random_walk: bool
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class PUB:
     kind: ClassVar[str] = "PUB"
@@ -75,6 +79,7 @@ class PUB:
     ack_id: int
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class UNSUB:
     kind: ClassVar[str] = "UNSUB"
@@ -87,6 +92,7 @@ class UNSUB:
     ack_id: int
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class NEW:
     kind: ClassVar[str] = "NEW"
@@ -94,6 +100,7 @@ class NEW:
     sender: NodeRef
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class SEARCH:
     """Find the insertion position of ``target``; ``dest`` None = any virtual node of the peer."""
@@ -107,6 +114,7 @@ class SEARCH:
     contact_hops: int = 0  # peers without virtual nodes passed so far (bounded by SEARCH_MAX_CONTACT_HOPS)
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class FOUND:
     kind: ClassVar[str] = "FOUND"
@@ -117,12 +125,14 @@ class FOUND:
     peers: int = 0  # distinct peers in the answerer's routing tables, itself included (formation)
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class SEARCH_FAIL:
     kind: ClassVar[str] = "SEARCH_FAIL"
     request_id: int
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class LINK:
     """``sender`` believes it is the receiver's level-0 neighbour; ``reply``: an answer that
@@ -134,6 +144,7 @@ class LINK:
     reply: bool = False
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class LEAVE:
     """``sender`` leaves; ``replacement`` is its level-0 neighbour on the receiver's far side."""
@@ -144,6 +155,7 @@ class LEAVE:
     replacement: NodeRef | None
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class PRESENCE:
     kind: ClassVar[str] = "PRESENCE"
@@ -156,6 +168,7 @@ class PRESENCE:
     hi: Key
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class PRESENCE_QUERY:
     kind: ClassVar[str] = "PRESENCE_QUERY"
@@ -164,18 +177,21 @@ class PRESENCE_QUERY:
     topic: str
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class PING:
     kind: ClassVar[str] = "PING"
     nonce: int
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class PONG:
     kind: ClassVar[str] = "PONG"
     nonce: int
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class GONE:
     """The virtual node ``gone`` does not exist at the replying peer; ``bounced`` is the
@@ -186,12 +202,14 @@ class GONE:
     bounced: Any
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class ACK:
     kind: ClassVar[str] = "ACK"
     ack_id: int
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class DONE:
     """The receiver of the PUB delegation ``ack_id`` has handled it (its ``Deliver``, if any, was

@@ -1,7 +1,8 @@
 """A virtual node's routing table: FRT (seed 003 §3.3-§3.4) or the plain Skip Graph baseline.
 
 Entries are the keys of other virtual nodes with their membership vectors, kept in a sorted
-list (``bisect``; at most L+1 keys) and a dict ``key -> (mv << 8 | level)``; ``owner_index``,
+list (``bisect``; at most L+1 keys) with their levels in a parallel list (scans read levels
+without hashing keys) and a dict ``key -> (mv << 8 | level)``; ``owner_index``,
 kept up to date by every insertion and removal, is the owner's insertion point in that list (the
 number of predecessors), so the level-0 neighbours need no search. The level-0 neighbours are
 the nearest entries on either side; they are the sticky entries (§3.4) and are
@@ -42,6 +43,7 @@ class RoutingTable:
         "frt_enabled",
         "keys",
         "level_counts",
+        "levels",
         "mv_bits",
         "nonsub_counts",
         "owner",
@@ -61,6 +63,7 @@ class RoutingTable:
         self.frt_enabled = frt_enabled
         self.mv_bits = mv_bits
         self.keys: list[Key] = []
+        self.levels: list[int] = []  # levels[i] is the level of keys[i] (scans read it without hashing keys)
         self.owner_index = 0  # the owner's insertion point in ``keys``: entries before it are predecessors
         self.packed: dict[Key, int] = {}
         self.level_counts: list[int] = []
@@ -113,15 +116,15 @@ class RoutingTable:
     def level_neighbor(self, direction: int, level: int) -> Key | None:
         """Nearest entry on the ``direction`` side (+1 right, -1 left) of level >= ``level``."""
         keys = self.keys
-        packed = self.packed
+        levels = self.levels
         index = self.owner_index
         if direction > 0:
             for i in range(index, len(keys)):
-                if packed[keys[i]] & _LEVEL_MASK >= level:
+                if levels[i] >= level:
                     return keys[i]
         else:
             for i in range(index - 1, -1, -1):
-                if packed[keys[i]] & _LEVEL_MASK >= level:
+                if levels[i] >= level:
                     return keys[i]
         return None
 
@@ -133,21 +136,23 @@ class RoutingTable:
     def sub_entries(self) -> int:
         return self.sub_count
 
-    def scan_farthest(self, levels: set[int], want_sub: bool, index: int) -> Key | None:
-        """Farthest non-sticky predecessor, else successor, of a level in ``levels`` whose
-        SUB membership is ``want_sub`` (the B9/B10' step of ``frt.select_victim``);
-        ``index`` is the owner's insertion point in ``keys``."""
+    def scan_farthest(self, level_mask: int, want_sub: bool, index: int) -> Key | None:
+        """Farthest non-sticky predecessor, else successor, of a level in ``level_mask`` (bit l
+        set: level l) whose SUB membership is ``want_sub`` (the B9/B10' step of
+        ``frt.select_victim``); ``index`` is the owner's insertion point in ``keys``."""
         keys = self.keys
-        packed = self.packed
+        levels = self.levels
         topic = self.owner_topic
         for i in range(0, index - 1):  # keys[index - 1] is the sticky left neighbour
-            key = keys[i]
-            if packed[key] & _LEVEL_MASK in levels and (key[1] == SUBSCRIBER and key[0] == topic) == want_sub:
-                return key
+            if (level_mask >> levels[i]) & 1:
+                key = keys[i]
+                if (key[1] == SUBSCRIBER and key[0] == topic) == want_sub:
+                    return key
         for i in range(len(keys) - 1, index, -1):  # keys[index] is the sticky right neighbour
-            key = keys[i]
-            if packed[key] & _LEVEL_MASK in levels and (key[1] == SUBSCRIBER and key[0] == topic) == want_sub:
-                return key
+            if (level_mask >> levels[i]) & 1:
+                key = keys[i]
+                if (key[1] == SUBSCRIBER and key[0] == topic) == want_sub:
+                    return key
         return None
 
     # ------------------------------------------------------------ mutation
@@ -159,6 +164,7 @@ class RoutingTable:
         keys = self.keys
         at = bisect_left(keys, key)
         keys.insert(at, key)
+        self.levels.insert(at, level)
         if at < self.owner_index or (at == self.owner_index and key < self.owner):
             self.owner_index += 1
         self.packed[key] = (mv << 8) | level
@@ -180,6 +186,7 @@ class RoutingTable:
         keys = self.keys
         at = bisect_left(keys, key)
         del keys[at]
+        del self.levels[at]
         if at < self.owner_index:
             self.owner_index -= 1
         level = packed & _LEVEL_MASK
@@ -220,19 +227,19 @@ class RoutingTable:
 
     def _prune_to_skip_graph(self) -> None:
         keys = self.keys
-        packed = self.packed
+        levels = self.levels
         index = self.owner_index
         drop: list[Key] = []
         best = -1
         for i in range(index, len(keys)):
-            level = packed[keys[i]] & _LEVEL_MASK
+            level = levels[i]
             if level > best:
                 best = level
             else:
                 drop.append(keys[i])
         best = -1
         for i in range(index - 1, -1, -1):
-            level = packed[keys[i]] & _LEVEL_MASK
+            level = levels[i]
             if level > best:
                 best = level
             else:

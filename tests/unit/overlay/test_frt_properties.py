@@ -63,6 +63,7 @@ def test_learning_with_filtering_keeps_sticky_entries_and_size(
         assert len(table) <= capacity
         assert table.keys == sorted(table.keys)
         assert table.owner_index == bisect_left(table.keys, OWNER)  # kept, not searched
+        assert table.levels == [table.level_of(key) for key in table.keys]
         # the nearest key ever learned on each side is always kept: level-0 neighbours are sticky
         lefts = [k for k in known if k < OWNER]
         rights = [k for k in known if k > OWNER]
@@ -131,8 +132,9 @@ def test_victim_yields_the_maximal_candidate_table(entries: dict[tuple[str, int,
 def test_owner_index_follows_every_change_of_the_table(
     operations: list[tuple[str, tuple[str, int, int], int]], frt_enabled: bool, capacity: int
 ) -> None:
-    """``owner_index`` (kept, never searched) is the owner's insertion point after any mix of
-    learning, filtering (FRT) or staircase pruning (SG-TBPS), removals and peer removals."""
+    """``owner_index`` (kept, never searched) is the owner's insertion point, and ``levels`` the
+    levels of ``keys`` in order, after any mix of learning, filtering (FRT) or staircase pruning
+    (SG-TBPS), removals and peer removals."""
     table = RoutingTable(OWNER, OWNER_MV, capacity=capacity, frt_enabled=frt_enabled, mv_bits=MV_BITS)
     for operation, key, mv in operations:
         if operation == "add":
@@ -142,6 +144,7 @@ def test_owner_index_follows_every_change_of_the_table(
         else:
             table.remove_peer(key[2])
         assert table.owner_index == bisect_left(table.keys, OWNER)
+        assert table.levels == [table.level_of(key) for key in table.keys]
         index = table.owner_index
         assert table.left0() == (table.keys[index - 1] if index else None)
         assert table.right0() == (table.keys[index] if index < len(table.keys) else None)
