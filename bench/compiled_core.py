@@ -9,14 +9,16 @@ check, and ``tests/sim/overlay/test_compiled_core.py`` checks that a compiled sw
 same results as the interpreted one.
 
 ``build()`` copies the ``overlay`` package into ``<cache>/<digest>/`` (the digest covers every
-source file of the package and the mypy version, so an edit means a new build), compiles the
+source file of the package, the mypy version and the list of compiled modules, so an edit means a
+new build), compiles the
 modules of ``COMPILED_MODULES`` there, and returns the directory to put first on ``sys.path``.
 The repository's own ``overlay/`` is never touched: tests and brokers always import the
-interpreted sources. Left interpreted: ``overlay/messages.py`` and ``overlay/api.py`` (mypyc
-rejects a ``ClassVar`` in a dataclass; with ``kind`` as a property instead they compiled, and the
-run was 25 % slower, for a reason not traced), the
-simulator's experiment driver, reports and checkers, and the Scribe baseline (not hot, or short
-runs).
+interpreted sources. The messages and the API's events and actions are compiled too: their
+``__init__`` is written out (``overlay/messages.py`` says why), so a compiled caller builds one in
+C. With the ``__init__`` that ``dataclasses`` generates, a compiled dataclass is built by
+interpreted code, more slowly than an interpreted one: an earlier build that compiled them so
+ran 25 % slower. Left interpreted: the simulator's experiment driver, reports and checkers, and
+the Scribe baseline (not hot, or short runs).
 
 Usage: ``python bench/compiled_core.py [--cache DIR]`` builds and prints the directory;
 ``python bench/paper_sweep.py --compiled ...`` builds (or reuses) it and runs on it.
@@ -40,6 +42,8 @@ DEFAULT_CACHE = Path(os.environ.get("SKIPMQ_COMPILED_CORE_CACHE") or ROOT / "bui
 ENV_VAR = "SKIPMQ_COMPILED_CORE"  # the built directory, set for a process that runs on it
 
 COMPILED_MODULES = (
+    "overlay/api.py",
+    "overlay/messages.py",
     "overlay/keys.py",
     "overlay/config.py",
     "overlay/skipgraph.py",
@@ -59,10 +63,11 @@ def _mypy_version() -> str:
 
 
 def source_digest() -> str:
-    """Digest of the overlay package's sources and the compiler version."""
+    """Digest of the overlay package's sources, the compiler version and the compiled modules."""
     digest = hashlib.blake2b(digest_size=8)
     digest.update(_mypy_version().encode())
     digest.update(sys.version.encode())
+    digest.update("\0".join(COMPILED_MODULES).encode())  # which modules a build compiles
     for path in sorted((ROOT / "overlay").rglob("*.py")):
         digest.update(str(path.relative_to(ROOT)).encode() + b"\0" + path.read_bytes())
     return digest.hexdigest()

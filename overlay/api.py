@@ -27,8 +27,6 @@ from dataclasses import dataclass
 from enum import IntEnum
 from typing import Any, Protocol
 
-from overlay.slot_init import slot_init
-
 PeerId = Any  # int in the simulator, str in a real cluster; hashable and totally ordered
 
 
@@ -42,7 +40,6 @@ class Role(IntEnum):
 # ---------------------------------------------------------------- events (driver -> core)
 
 
-@slot_init
 @dataclass(frozen=True, slots=True)
 class Bootstrap:
     """Peers this node may contact to enter the overlay (empty for the very first node)."""
@@ -50,7 +47,6 @@ class Bootstrap:
     contacts: tuple[PeerId, ...]
 
 
-@slot_init
 @dataclass(frozen=True, slots=True)
 class JoinTopic:
     """Insert a virtual node (topic, role, self) into the Skip Graph (§3.5.2)."""
@@ -59,7 +55,6 @@ class JoinTopic:
     role: Role
 
 
-@slot_init
 @dataclass(frozen=True, slots=True)
 class LeaveTopic:
     """Remove the virtual node (topic, role, self); subscribers send UNSUB (§3.5.3)."""
@@ -68,7 +63,6 @@ class LeaveTopic:
     role: Role
 
 
-@slot_init
 @dataclass(frozen=True, slots=True)
 class Publish:
     """A local publisher's message for ``topic`` (§3.5.4). ``payload`` is opaque to the core."""
@@ -78,7 +72,6 @@ class Publish:
     publication_id: int
 
 
-@slot_init
 @dataclass(frozen=True, slots=True)
 class Receive:
     """A message from another peer arrived."""
@@ -86,14 +79,19 @@ class Receive:
     sender: PeerId
     message: Any  # one of overlay.messages
 
+    def __init__(self, sender: PeerId, message: Any) -> None:  # see Send
+        object.__setattr__(self, "sender", sender)
+        object.__setattr__(self, "message", message)
 
-@slot_init
+
 @dataclass(frozen=True, slots=True)
 class Tick:
     """Timers are due (the driver calls this at or after ``next_deadline()``)."""
 
+    def __init__(self) -> None:  # see Send
+        pass
 
-@slot_init
+
 @dataclass(frozen=True, slots=True)
 class PeerUnreachable:
     """The transport gave up on a peer (connection refused/broken). Optional hint; the core
@@ -102,7 +100,6 @@ class PeerUnreachable:
     peer: PeerId
 
 
-@slot_init
 @dataclass(frozen=True, slots=True)
 class Shutdown:
     """Leave every topic gracefully before the process stops."""
@@ -113,7 +110,6 @@ Event = Bootstrap | JoinTopic | LeaveTopic | Publish | Receive | Tick | PeerUnre
 # ---------------------------------------------------------------- actions (core -> driver)
 
 
-@slot_init
 @dataclass(frozen=True, slots=True)
 class Send:
     """Transmit ``message`` to peer ``dest`` (best effort; may be lost or reordered)."""
@@ -121,8 +117,13 @@ class Send:
     dest: PeerId
     message: Any
 
+    def __init__(self, dest: PeerId, message: Any) -> None:
+        # written out, as the generated one does it, so that a mypyc build of this module (the
+        # simulator's sweeps, bench/compiled_core.py) builds one in C: one is built per message
+        object.__setattr__(self, "dest", dest)
+        object.__setattr__(self, "message", message)
 
-@slot_init
+
 @dataclass(frozen=True, slots=True)
 class Deliver:
     """A PUB reached this peer's subscriber virtual node for ``topic``.
@@ -137,7 +138,6 @@ class Deliver:
     hops: int
 
 
-@slot_init
 @dataclass(frozen=True, slots=True)
 class SubscriberPresence:
     """The rendezvous point told this publisher whether ``topic`` has subscribers (§3.2).
@@ -149,7 +149,6 @@ class SubscriberPresence:
     present: bool
 
 
-@slot_init
 @dataclass(frozen=True, slots=True)
 class PublishDone:
     """End-to-end outcome of one ``Publish`` event of this peer (only with

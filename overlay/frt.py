@@ -181,7 +181,13 @@ def select_victim_bruteforce(
 
 
 def select_victim(table: RoutingTable) -> Key | None:
-    """The entry whose removal yields the ≤FRT-maximal table (non-sticky entries only).
+    """The entry whose removal yields the ≤FRT-maximal table (non-sticky entries only)."""
+    index = victim_index(table)
+    return table.keys[index] if index >= 0 else None
+
+
+def victim_index(table: RoutingTable) -> int:
+    """The position in ``table.keys`` of ``select_victim``'s entry, or -1 (nothing removable).
 
     Derivation, one priority step per proposition pair:
     B1/B2: removing an entry of a level with >= 2 entries changes neither l_max nor EMP; if no
@@ -196,7 +202,7 @@ def select_victim(table: RoutingTable) -> Key | None:
     counts = table.level_counts
     top = len(counts) - 1
     if top < 0:
-        return None
+        return -1
     keys = table.keys
     levels = table.levels
     topic = table.owner_topic
@@ -221,7 +227,7 @@ def select_victim(table: RoutingTable) -> Key | None:
         candidates = [lv for lv in range(top) if removable[lv] > 0]
         if not candidates:
             if removable[top] <= 0:
-                return None
+                return -1
             candidates = [top]
     # B3/B4
     nonsub_candidates = [lv for lv in candidates if removable_nonsub[lv] > 0]

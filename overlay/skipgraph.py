@@ -17,7 +17,7 @@
 
 from __future__ import annotations
 
-from bisect import bisect_left, bisect_right
+from bisect import bisect_left
 from collections.abc import Iterable
 
 from overlay.keys import PUBLISHER, Key, NodeRef, common_prefix_length
@@ -62,7 +62,8 @@ def peer_search_step(tables: Iterable[RoutingTable], target: Key) -> tuple[Routi
             nearest = owner
         if nearest is not None and (below is None or nearest > below):
             below, below_table = nearest, table
-        index = bisect_right(keys, target)  # keys[index] > target
+        if index < len(keys) and keys[index] == target:
+            index += 1  # bisect_right: keys[index] > target
         nearest = keys[index] if index < len(keys) else None
         if owner > target and (nearest is None or owner < nearest):
             nearest = owner

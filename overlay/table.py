@@ -136,10 +136,11 @@ class RoutingTable:
     def sub_entries(self) -> int:
         return self.sub_count
 
-    def scan_farthest(self, level_mask: int, want_sub: bool, index: int) -> Key | None:
-        """Farthest non-sticky predecessor, else successor, of a level in ``level_mask`` (bit l
-        set: level l) whose SUB membership is ``want_sub`` (the B9/B10' step of
-        ``frt.select_victim``); ``index`` is the owner's insertion point in ``keys``."""
+    def scan_farthest(self, level_mask: int, want_sub: bool, index: int) -> int:
+        """The position in ``keys`` of the farthest non-sticky predecessor, else successor, of a
+        level in ``level_mask`` (bit l set: level l) whose SUB membership is ``want_sub`` (the
+        B9/B10' step of ``frt.select_victim``), or -1; ``index`` is the owner's insertion point
+        in ``keys``."""
         keys = self.keys
         levels = self.levels
         topic = self.owner_topic
@@ -147,13 +148,13 @@ class RoutingTable:
             if (level_mask >> levels[i]) & 1:
                 key = keys[i]
                 if (key[1] == SUBSCRIBER and key[0] == topic) == want_sub:
-                    return key
+                    return i
         for i in range(len(keys) - 1, index, -1):  # keys[index] is the sticky right neighbour
             if (level_mask >> levels[i]) & 1:
                 key = keys[i]
                 if (key[1] == SUBSCRIBER and key[0] == topic) == want_sub:
-                    return key
-        return None
+                    return i
+        return -1
 
     # ------------------------------------------------------------ mutation
 
@@ -183,8 +184,17 @@ class RoutingTable:
         packed = self.packed.pop(key, None)
         if packed is None:
             return False
+        self._unlink(bisect_left(self.keys, key), key, packed)
+        return True
+
+    def remove_at(self, index: int) -> Key:
+        """Remove the entry ``keys[index]`` (no search); returns its key."""
+        key = self.keys[index]
+        self._unlink(index, key, self.packed.pop(key))
+        return key
+
+    def _unlink(self, at: int, key: Key, packed: int) -> None:
         keys = self.keys
-        at = bisect_left(keys, key)
         del keys[at]
         del self.levels[at]
         if at < self.owner_index:
@@ -199,7 +209,6 @@ class RoutingTable:
         while counts and counts[-1] == 0:
             counts.pop()
             self.nonsub_counts.pop()
-        return True
 
     def add(self, ref: NodeRef) -> bool:
         """Entry learning (+ filtering). True iff ``key`` is newly present afterwards."""
@@ -214,11 +223,12 @@ class RoutingTable:
         self._insert(key, mv)
         if self.frt_enabled:
             if len(self.keys) > self.capacity:
-                victim = frt.select_victim(self)
-                if victim is not None:
+                index = frt.victim_index(self)
+                if index >= 0:
+                    victim = self.keys[index]
                     if self.trace is not None and self.is_sub(victim):
                         self.trace.evicted[victim] = frt.eviction_reason(self, victim)
-                    self.remove(victim)
+                    self.remove_at(index)
                     return victim != key
         else:
             self._prune_to_skip_graph()

@@ -51,6 +51,7 @@ def test_the_compiled_core_runs_the_same_sweep(tmp_path: Path) -> None:
     assert "core interpreted (CPython)" in interpreted
     assert "core compiled with mypyc" in compiled
     assert "overlay.node" in compiled and "overlay.sim.engine" in compiled
+    assert "overlay.messages" in compiled and "overlay.api" in compiled
     # a C extension really was built and imported, not the sources beside it
     assert list((tmp_path / "cache").glob("*/overlay/node.*.so"))
     runs_interpreted = (tmp_path / "interpreted" / "paper_sweep_runs.csv").read_text()
