@@ -199,73 +199,89 @@ def victim_index(table: RoutingTable) -> int:
     B9/B10': removing a predecessor keeps KEY(SUCC) intact, so the farthest predecessor among
       the remaining candidates goes first; with none, the farthest successor.
     """
+    # Level sets are bit masks (bit l: level l), built in one pass over the per-level counts.
     counts = table.level_counts
+    nonsub = table.nonsub_counts
     top = len(counts) - 1
     if top < 0:
         return -1
     keys = table.keys
     levels = table.levels
     topic = table.owner_topic
-    removable = counts[:]
-    removable_nonsub = table.nonsub_counts[:]
     index = table.owner_index  # keys[index - 1], keys[index]: the sticky entries
+    left_level = right_level = -1  # the sticky entries' levels (-1: none on that side)
+    left_nonsub = right_nonsub = False
     if index > 0:
         key = keys[index - 1]
-        level = levels[index - 1]
-        removable[level] -= 1
-        if not (key[1] == SUBSCRIBER and key[0] == topic):
-            removable_nonsub[level] -= 1
+        left_level = levels[index - 1]
+        left_nonsub = not (key[1] == SUBSCRIBER and key[0] == topic)
     if index < len(keys):
         key = keys[index]
-        level = levels[index]
-        removable[level] -= 1
-        if not (key[1] == SUBSCRIBER and key[0] == topic):
-            removable_nonsub[level] -= 1
+        right_level = levels[index]
+        right_nonsub = not (key[1] == SUBSCRIBER and key[0] == topic)
+    crowded = 0  # removable entries, on a level of >= 2 entries
+    removable_below_top = 0  # removable entries, below the top level
+    removable_nonsub = 0  # removable non-SUB entries
+    top_removable = False
+    most = second = -1  # the largest count, the largest count on another level
+    n_max = 0  # levels holding ``most`` entries
+    lowest = -1  # the lowest of them
+    at_max = 0
+    for lv in range(top + 1):
+        count = counts[lv]
+        removable = count
+        removable_ns = nonsub[lv]
+        if lv == left_level:
+            removable -= 1
+            if left_nonsub:
+                removable_ns -= 1
+        if lv == right_level:
+            removable -= 1
+            if right_nonsub:
+                removable_ns -= 1
+        bit = 1 << lv
+        if removable > 0:
+            if count >= 2:
+                crowded |= bit
+            if lv < top:
+                removable_below_top |= bit
+            else:
+                top_removable = True
+        if removable_ns > 0:
+            removable_nonsub |= bit
+        if count > most:
+            second, most, n_max, lowest, at_max = most, count, 1, lv, bit
+        elif count == most:
+            n_max += 1
+            at_max |= bit
+        elif count > second:
+            second = count
     # B1/B2
-    candidates = [lv for lv in range(top + 1) if removable[lv] > 0 and counts[lv] >= 2]
-    if not candidates:
-        candidates = [lv for lv in range(top) if removable[lv] > 0]
-        if not candidates:
-            if removable[top] <= 0:
+    wanted = crowded
+    if not wanted:
+        wanted = removable_below_top
+        if not wanted:
+            if not top_removable:
                 return -1
-            candidates = [top]
+            wanted = 1 << top
     # B3/B4
-    nonsub_candidates = [lv for lv in candidates if removable_nonsub[lv] > 0]
-    want_sub = not nonsub_candidates
-    if nonsub_candidates:
-        candidates = nonsub_candidates
+    want_sub = not (wanted & removable_nonsub)
+    if not want_sub:
+        wanted &= removable_nonsub
     # B5..B8: (|MAX|, min MAX) after removing one entry of level lv depends on lv only.
     # With k >= 2 maximal levels, removing from a maximal level leaves k - 1 of them, and the
     # lowest maximal level is the one whose removal keeps min(MAX) highest. With a unique
     # maximal level m, removing elsewhere leaves MAX = {m}; removing from m does too unless m
     # then ties with the runner-up levels (|MAX| > 1), which is worse.
-    if len(candidates) > 1:
-        most = -1  # the largest count, how many levels have it, and the lowest of them
-        n_max = 0
-        lowest = -1
-        for lv in range(top + 1):
-            count = counts[lv]
-            if count > most:
-                most, n_max, lowest = count, 1, lv
-            elif count == most:
-                n_max += 1
+    if wanted & (wanted - 1):  # more than one candidate level
+        lowest_bit = 1 << lowest
         if n_max >= 2:
-            if lowest in candidates:
-                candidates = [lowest]
-            else:
-                at_max = [lv for lv in candidates if counts[lv] == most]
-                if at_max:
-                    candidates = at_max
-        elif lowest in candidates:  # the unique maximal level
-            runner_up = -1
-            for lv in range(top + 1):
-                if lv != lowest and counts[lv] > runner_up:
-                    runner_up = counts[lv]
-            if most - 1 == runner_up:
-                candidates.remove(lowest)
-    wanted = 0  # the candidate levels as a bit mask
-    for lv in candidates:
-        wanted |= 1 << lv
+            if wanted & lowest_bit:
+                wanted = lowest_bit
+            elif wanted & at_max:
+                wanted &= at_max
+        elif wanted & lowest_bit and most - 1 == second:
+            wanted &= ~lowest_bit
     # B9/B10': farthest predecessor, else farthest successor
     return table.scan_farthest(wanted, want_sub, index)
 

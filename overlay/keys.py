@@ -52,6 +52,18 @@ def random_membership_vector(rng: random.Random, mv_bits: int) -> int:
     return rng.getrandbits(mv_bits)
 
 
+def random_index(rng: random.Random, n: int) -> int:
+    """``rng.randrange(n)`` for n >= 1, drawn as CPython's ``Random`` draws it: ``getrandbits`` of
+    n's bit length until the draw is below n. The same values (``tests/unit/overlay/test_keys.py``
+    compares them), without randrange's interpreted argument handling, which a compiled sweep
+    paid on every hop of a random-walk EEXP."""
+    bits = n.bit_length()
+    draw = rng.getrandbits(bits)
+    while draw >= n:
+        draw = rng.getrandbits(bits)
+    return draw
+
+
 def common_prefix_length(mv_a: int, mv_b: int, mv_bits: int) -> int:
     """Number of leading digits (digit 0 = bit 0) the two membership vectors share."""
     diff = mv_a ^ mv_b

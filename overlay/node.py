@@ -70,6 +70,7 @@ from overlay.keys import (
     Key,
     NodeRef,
     make_key,
+    random_index,
     random_membership_vector,
     run_bounds,
 )
@@ -792,7 +793,7 @@ class OverlayNode:
             candidates = [key for key in table.keys if key[2] != self.peer_id]
         if not candidates:
             return
-        start = candidates[self.rng.randrange(len(candidates))]
+        start = candidates[random_index(self.rng, len(candidates))]
         now = self.now
         if len(self.verifying) > 64:  # answers that never came (lost, or a crashed hop)
             self.verifying = {rid: item for rid, item in self.verifying.items() if item[1] > now}
@@ -1033,7 +1034,7 @@ class OverlayNode:
         if not keys:
             return
         for _ in range(4):
-            nxt = keys[self.rng.randrange(len(keys))]
+            nxt = keys[random_index(self.rng, len(keys))]
             if nxt != origin[0] and nxt != avoid:
                 break
         else:
