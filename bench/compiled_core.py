@@ -53,6 +53,7 @@ COMPILED_MODULES = (
     "overlay/table.py",
     "overlay/node.py",
     "overlay/sim/engine.py",
+    "overlay/sim/scribe.py",
 )
 
 

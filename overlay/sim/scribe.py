@@ -41,6 +41,7 @@ from __future__ import annotations
 import hashlib
 import random
 from dataclasses import dataclass, replace
+from typing import Any
 
 from overlay.api import (
     Action,
@@ -213,7 +214,7 @@ class ScribePublish:
     """Routed from the publisher toward the topic's root; ``hops`` = links traversed so far."""
 
     topic: str
-    payload: object
+    payload: Any  # opaque to the overlay
     publication_id: int
     publisher: PeerId
     hops: int
@@ -226,7 +227,7 @@ class ScribeMulticast:
     edge but the one it came by: ``via``); ``hops`` counts from the publisher."""
 
     topic: str
-    payload: object
+    payload: Any  # opaque to the overlay
     publication_id: int
     publisher: PeerId
     hops: int
