@@ -402,7 +402,10 @@ class ClusterCollector(Collector):
             family = CounterMetricFamily(name, doc, labels=["kind"])
             counts = {kind: 0 for kind in OVERLAY_KINDS}
             for message_type, count in list(per_kind.items()):
-                label = getattr(message_type, "kind", message_type.__name__)
+                # an overlay message's ``kind`` is a property (overlay/messages.py), equal to its
+                # class name; a class without one is counted by its name
+                kind = getattr(message_type, "kind", None)
+                label = kind if isinstance(kind, str) else message_type.__name__
                 counts[label] = counts.get(label, 0) + count
             for label, count in sorted(counts.items()):
                 family.add_metric([label], count)
