@@ -735,7 +735,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--compiled",
         action="store_true",
         help="run on the overlay core compiled with mypyc (bench/compiled_core.py: built once per "
-        "source version into build/compiled-core/, about a minute; the same results, a run about 1.6x "
+        "source version into build/compiled-core/, about a minute; the same results, a run about 2.8x "
         "faster); the summary names the core that ran",
     )
     parser.add_argument(
