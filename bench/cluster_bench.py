@@ -64,6 +64,7 @@ from tools import mqtt_raw as raw  # noqa: E402
 from tools.launcher import LocalCluster, start_cluster  # noqa: E402
 from tools.loadclient import LoadClient  # noqa: E402
 from tools.ports import free_ports  # noqa: E402
+from tools.proc_stats import context_switches  # noqa: E402
 
 DOCS = REPO_ROOT / "docs"
 FIGURES = DOCS / "figures"
@@ -375,6 +376,14 @@ class Setup:
     def cpu_s(self) -> float:
         return sum(process_cpu_s(pid) for pid in self.pids)
 
+    def switches(self) -> int:
+        """Context switches of every thread of every broker so far (tools.proc_stats)."""
+        total = 0
+        for pid in self.pids:
+            with contextlib.suppress(OSError):
+                total += context_switches(pid)
+        return total
+
     def close(self) -> None:
         for client in [self.publisher, *self.subscribers]:
             if client is not None:
@@ -536,6 +545,7 @@ async def measure_latency(setup: Setup, rate_per_s: float, duration_s: float) ->
     prefix = raw.publish_prefix(TOPIC, 0, PAYLOAD_BYTES)
     hops_before = await asyncio.to_thread(setup.scrape_hops)
     cpu_before = setup.cpu_s()
+    switches_before = setup.switches()
     start_ns = time.perf_counter_ns()
     for seq in range(count):
         delay_ns = start_ns + seq * interval_ns - time.perf_counter_ns()
@@ -546,6 +556,9 @@ async def measure_latency(setup: Setup, rate_per_s: float, duration_s: float) ->
     # the brokers' CPU per message published at this paced rate (every message alone in its
     # event-loop iteration: what a cross-broker hop costs unbatched, issue #11)
     cpu_us_per_publish = (setup.cpu_s() - cpu_before) * 1e6 / count
+    # ... and how many times a broker thread slept and was woken per message (each a hand-off
+    # between threads or processes: docs/benchmarks-cluster.md, "Why the latency goal ...")
+    switches_per_publish = (setup.switches() - switches_before) / count
     hops_after = await asyncio.to_thread(setup.scrape_hops)
     everyone: list[int] = []
     remote: list[int] = []
@@ -568,6 +581,7 @@ async def measure_latency(setup: Setup, rate_per_s: float, duration_s: float) ->
     return {
         "published": count,
         "broker_cpu_us_per_publish": cpu_us_per_publish,
+        "broker_switches_per_publish": switches_per_publish,
         "expected": expected,
         "received": received,
         "lost": expected - received,
@@ -726,7 +740,8 @@ async def run_main_phase(plan: Plan, results: dict[str, Any]) -> None:
                                 else ""
                             )
                             + f" lost {result['lost']} hops {result['hops'] or '-'}"
-                            + f" (brokers {result['broker_cpu_us_per_publish']:.0f} us CPU/message)"
+                            + f" (brokers {result['broker_cpu_us_per_publish']:.0f} us CPU,"
+                            f" {result['broker_switches_per_publish']:.1f} context switches per message)"
                         )
                     else:
                         qos = 0 if kind == "qos0" else 1
@@ -928,6 +943,8 @@ def summarize_main(records: list[dict[str, Any]]) -> dict[int, dict[str, Any]]:
             "qos1_range": (min(q1_rate), max(q1_rate)) if q1_rate else None,
             "qos0_cpu_us": _median(r["broker_cpu_us_per_msg"] for r in q0),
             "qos1_cpu_us": _median(r["broker_cpu_us_per_msg"] for r in q1),
+            "paced_cpu_us": _median(r.get("broker_cpu_us_per_publish") for r in lat),
+            "paced_switches": _median(r.get("broker_switches_per_publish") for r in lat),
             "puback_p50_ms": _median(r.get("puback_p50_ms") for r in q1),
             "puback_p99_ms": _median(r.get("puback_p99_ms") for r in q1),
             "lost": sum(int(r["lost"]) for r in mine),
@@ -1191,9 +1208,10 @@ def render_markdown(results: dict[str, Any], figure_names: dict[str, str]) -> st
             "| brokers | p50 all (ms) | p99 all (ms) | p50 publisher's broker (ms) | p50 other brokers (ms)"
             " | p99 other brokers (ms)"
             " | QoS 0 delivered/s | QoS 1 delivered/s | QoS 1 PUBACK p50 / p99 (ms)"
-            " | broker CPU us/msg QoS 0 / QoS 1 | hops (latency runs) | lost |"
+            " | broker CPU us/msg QoS 0 / QoS 1 | paced: broker CPU us / context switches per message"
+            " | hops (latency runs) | lost |"
         )
-        lines.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|")
+        lines.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|")
         for row in summary.values():
             lines.append(
                 f"| {row['label']} | {_fmt(row['p50_all_ms'])} | {_fmt(row['p99_all_ms'])}"
@@ -1202,13 +1220,16 @@ def render_markdown(results: dict[str, Any], figure_names: dict[str, str]) -> st
                 f" | {_rate(row['qos0_per_s'])} | {_rate(row['qos1_per_s'])}"
                 f" | {_fmt(row['puback_p50_ms'], 2)} / {_fmt(row['puback_p99_ms'], 2)}"
                 f" | {_fmt(row['qos0_cpu_us'], 1)} / {_fmt(row['qos1_cpu_us'], 1)}"
+                f" | {_fmt(row['paced_cpu_us'], 0)} / {_fmt(row['paced_switches'], 1)}"
                 f" | {hop_text(row['hops_latency']) if row['label'] != 'standalone' else 'n/a'}"
                 f" | {row['lost']} |"
             )
         lines.append("")
         lines.append(
             "Broker CPU us/msg = utime+stime of all brokers of the configuration over the measured window"
-            " / messages delivered to subscribers. On 2 cores a 5-broker cluster's brokers and the load"
+            " / messages delivered to subscribers. Paced: the latency runs' broker CPU and context"
+            " switches (every thread of every broker: a thread put to sleep, to be woken again) per"
+            " message published. On 2 cores a 5-broker cluster's brokers and the load"
             " client compete for the same CPUs, so aggregate throughput measures the cluster's total"
             " CPU cost per delivery more than any scaling."
         )
@@ -1324,10 +1345,15 @@ def write_figures(results: dict[str, Any], out_dir: Path) -> dict[str, str]:
     out_dir.mkdir(parents=True, exist_ok=True)
     written: dict[str, str] = {}
     summary = summarize_main(results.get("main", []))
+    measured_latency = any(row["p50_all_ms"] is not None for row in summary.values())
+    measured_throughput = any(
+        row[f"{key}_per_s"] is not None for row in summary.values() for key in ("qos0", "qos1")
+    )
     if summary:
         keys = list(summary)
         labels = [summary[k]["label"] for k in keys]
         positions = list(range(len(keys)))
+    if summary and measured_latency:
         fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
         for axis, pct in zip(axes, ("p50", "p99"), strict=True):
             width = 0.38
@@ -1359,7 +1385,7 @@ def write_figures(results: dict[str, Any], out_dir: Path) -> dict[str, str]:
         fig.savefig(out_dir / "cluster_latency.png", dpi=110)
         plt.close(fig)
         written["latency"] = "cluster_latency.png"
-
+    if summary and measured_throughput:
         fig, axis = plt.subplots(figsize=(7, 4.2))
         width = 0.38
         for offset, key, name in ((-width / 2, "qos0", "QoS 0"), (width / 2, "qos1", "QoS 1 (window)")):

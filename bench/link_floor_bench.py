@@ -13,8 +13,11 @@ clock for both processes on Linux). Three links, interleaved within each round:
 * ``GrpcTransport``: SkipMQ's broker link (``broker.adapters.transport``, plaintext), with overlay
   ``PING`` items as the messages.
 
-Reported per link: one-way latency p50/p99 and CPU per message of each process (utime+stime from
-``/proc``, over the paced window, so the wake-ups between messages are in it). A cross-broker
+Reported per link: one-way latency p50/p99, CPU per message of each process (utime+stime from
+``/proc``, over the paced window, so the wake-ups between messages are in it) and its context
+switches per message (summed over its threads, ``tools.proc_stats``): how many times a thread
+went to sleep and was woken to move one message. Before the rounds, what one wake-up costs on this
+machine: a byte sent back and forth between two processes over pipes. A cross-broker
 delivery pays one such hop on top of two client hops (publisher -> its broker, a broker -> its
 subscriber), so the single-broker path's p50 plus one hop is the floor of the cross-broker p50.
 
@@ -40,17 +43,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from broker.adapters.transport import GrpcTransport
 from overlay.messages import PING
 from tools.ports import free_ports
+from tools.proc_stats import context_switches, cpu_s, wakeup_round_trip_us
 
 HOST = "127.0.0.1"
 MESSAGE_BYTES = 100
 HEAD = struct.Struct("!q")  # perf_counter_ns at send
 LINKS = ("tcp", "grpc.aio", "GrpcTransport")
 logging.getLogger("skipmq.transport").setLevel(logging.ERROR)
-
-
-def _cpu_s(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 # ---------------------------------------------------------------- receivers (one process each)
@@ -165,10 +164,13 @@ def measure(link: str, rate: float, count: int) -> dict[str, Any]:
         receiver.kill()
         raise RuntimeError(f"{link} receiver did not start")
     assert receiver.pid is not None
-    own_before, peer_before = _cpu_s(os.getpid()), _cpu_s(receiver.pid)
+    own_before, peer_before = cpu_s(os.getpid()), cpu_s(receiver.pid)
+    own_switches, peer_switches = context_switches(os.getpid()), context_switches(receiver.pid)
     asyncio.run(_send(link, port, rate, count))
     latencies = sorted(result.get(timeout=60))
-    own_after, peer_after = _cpu_s(os.getpid()), _cpu_s(receiver.pid)
+    own_after, peer_after = cpu_s(os.getpid()), cpu_s(receiver.pid)
+    own_switches = context_switches(os.getpid()) - own_switches
+    peer_switches = context_switches(receiver.pid) - peer_switches
     receiver.join(10)
     return {
         "link": link,
@@ -177,6 +179,8 @@ def measure(link: str, rate: float, count: int) -> dict[str, Any]:
         "p99_us": latencies[int(len(latencies) * 0.99)] / 1e3,
         "sender_cpu_us": (own_after - own_before) * 1e6 / count,
         "receiver_cpu_us": (peer_after - peer_before) * 1e6 / count,
+        "sender_switches": own_switches / count,
+        "receiver_switches": peer_switches / count,
     }
 
 
@@ -188,6 +192,8 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=1000.0, help="messages per second (default 1000)")
     parser.add_argument("--messages", type=int, default=3000, help="messages per measurement (default 3000)")
     args = parser.parse_args()
+    wakeup_us = wakeup_round_trip_us()
+    print(f"a byte back and forth between two processes (two wake-ups): {wakeup_us:.0f} us", flush=True)
     rows: dict[str, list[dict[str, Any]]] = {link: [] for link in LINKS}
     for round_ in range(args.rounds):
         order = LINKS[round_ % len(LINKS) :] + LINKS[: round_ % len(LINKS)]
@@ -197,18 +203,25 @@ def main() -> None:
             print(
                 f"round {round_ + 1}/{args.rounds} {link:13}: one-way p50 {row['p50_us']:.0f}"
                 f" p99 {row['p99_us']:.0f} us;"
-                f" CPU/message sender {row['sender_cpu_us']:.0f} us, receiver {row['receiver_cpu_us']:.0f} us"
+                f" CPU/message sender {row['sender_cpu_us']:.0f} us,"
+                f" receiver {row['receiver_cpu_us']:.0f} us;"
+                f" context switches/message sender {row['sender_switches']:.1f},"
+                f" receiver {row['receiver_switches']:.1f}"
                 f" [load {os.getloadavg()[0]:.1f}]",
                 flush=True,
             )
-    print(f"\n{args.rate:.0f} msg/s, {args.messages} messages, medians of {args.rounds} rounds:\n")
-    print("| link | one-way p50 (us) | p99 (us) | sender CPU/message (us) | receiver CPU/message (us) |")
-    print("|---|---:|---:|---:|---:|")
+    print(f"\n{args.rate:.0f} msg/s, {args.messages} messages, medians of {args.rounds} rounds;")
+    print(f"a round trip between two processes (two wake-ups): {wakeup_us:.0f} us\n")
+    print(
+        "| link | one-way p50 (us) | p99 (us) | sender CPU/message (us) | receiver CPU/message (us) |"
+        " sender context switches/message | receiver context switches/message |"
+    )
+    print("|---|---:|---:|---:|---:|---:|---:|")
     for link in LINKS:
         med = {key: statistics.median(r[key] for r in rows[link]) for key in rows[link][0] if key != "link"}
         print(
             f"| {link} | {med['p50_us']:.0f} | {med['p99_us']:.0f} | {med['sender_cpu_us']:.0f} |"
-            f" {med['receiver_cpu_us']:.0f} |"
+            f" {med['receiver_cpu_us']:.0f} | {med['sender_switches']:.1f} | {med['receiver_switches']:.1f} |"
         )
 
 
