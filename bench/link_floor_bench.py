@@ -56,10 +56,15 @@ logging.getLogger("skipmq.transport").setLevel(logging.ERROR)
 def _receiver_main(link: str, port: int, count: int, ready: Any, result: Any) -> None:
     latencies: list[int] = []
     done = asyncio.Event()
+    # read while every thread of the link is alive: a thread that ends takes its count with it
+    switches = [context_switches(os.getpid())]
 
     def took(sent_ns: int) -> None:
         latencies.append(time.perf_counter_ns() - sent_ns)
+        if len(latencies) == 1:
+            switches[0] = context_switches(os.getpid())
         if len(latencies) >= count:
+            switches.append(context_switches(os.getpid()))
             done.set()
 
     async def tcp() -> None:
@@ -105,21 +110,26 @@ def _receiver_main(link: str, port: int, count: int, ready: Any, result: Any) ->
 
     run = {"tcp": tcp, "grpc.aio": bare_grpc, "GrpcTransport": transport}[link]
     asyncio.run(run())
-    result.put(latencies)
+    result.put((latencies, switches[-1] - switches[0]))
 
 
 # ---------------------------------------------------------------- sender (this process)
-async def _send(link: str, port: int, rate: float, count: int) -> None:
+async def _send(link: str, port: int, rate: float, count: int) -> int:
+    """Send ``count`` paced messages; returns this process's context switches while sending."""
     interval_ns = int(1e9 / rate)
     pad = b"p" * (MESSAGE_BYTES - HEAD.size)
+    switches = 0
 
     async def paced(write: Any) -> None:
+        nonlocal switches
+        switches = -context_switches(os.getpid())
         start = time.perf_counter_ns()
         for n in range(count):
             delay_ns = start + n * interval_ns - time.perf_counter_ns()
             if delay_ns > 0:
                 await asyncio.sleep(delay_ns / 1e9)
             await write(HEAD.pack(time.perf_counter_ns()) + pad)
+        switches += context_switches(os.getpid())  # before the link closes (its threads may end)
 
     if link == "tcp":
         _reader, writer = await asyncio.open_connection(HOST, port)
@@ -152,6 +162,7 @@ async def _send(link: str, port: int, rate: float, count: int) -> None:
         await paced(item_write)
         await asyncio.sleep(0.2)
         await sender.stop(0.5)
+    return switches
 
 
 def measure(link: str, rate: float, count: int) -> dict[str, Any]:
@@ -165,12 +176,10 @@ def measure(link: str, rate: float, count: int) -> dict[str, Any]:
         raise RuntimeError(f"{link} receiver did not start")
     assert receiver.pid is not None
     own_before, peer_before = cpu_s(os.getpid()), cpu_s(receiver.pid)
-    own_switches, peer_switches = context_switches(os.getpid()), context_switches(receiver.pid)
-    asyncio.run(_send(link, port, rate, count))
-    latencies = sorted(result.get(timeout=60))
+    own_switches = asyncio.run(_send(link, port, rate, count))
+    received, peer_switches = result.get(timeout=60)
+    latencies = sorted(received)
     own_after, peer_after = cpu_s(os.getpid()), cpu_s(receiver.pid)
-    own_switches = context_switches(os.getpid()) - own_switches
-    peer_switches = context_switches(receiver.pid) - peer_switches
     receiver.join(10)
     return {
         "link": link,
