@@ -41,6 +41,7 @@ from broker.cluster.messages import ForwardedMessage, StreamPosition
 from broker.core.session import Message
 from simulation.causal import causal_conversation
 from tools.launcher import start_cluster
+from tools.proc_stats import cpu_s
 
 # The subscribers' paho loops fall behind two publishers: a queue large enough that nothing is
 # dropped (limits.max_queued_messages, default 1000 with drop_oldest), so every round delivers all.
@@ -130,11 +131,6 @@ def latency(seeds: int) -> dict[bool, list[float]]:
     return out
 
 
-def _cpu_s(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 class _Counter:
     def __init__(self) -> None:
         self.count = 0
@@ -177,7 +173,7 @@ def one_round(causal: bool, messages: int, tag: str) -> dict[str, float]:
         time.sleep(2.0)
         publishers = [_client(ports[i], f"pub-{tag}-{i}") for i in (0, 1)]
         expected = 2 * messages * len(subscribers)
-        cpu_before = sum(_cpu_s(pid) for pid in pids)
+        cpu_before = sum(cpu_s(pid) for pid in pids)
         started = time.monotonic()
 
         def publish(client: paho.Client, topic: str) -> None:
@@ -198,7 +194,7 @@ def one_round(causal: bool, messages: int, tag: str) -> dict[str, float]:
             thread.join()
         while counter.count < expected and time.monotonic() - counter.last_at < 10.0:
             time.sleep(0.05)  # until all arrived, or nothing arrived for 10 s
-        cpu = sum(_cpu_s(pid) for pid in pids) - cpu_before
+        cpu = sum(cpu_s(pid) for pid in pids) - cpu_before
         elapsed = counter.last_at - started
         for client in [*publishers, *subscribers]:
             client.loop_stop()

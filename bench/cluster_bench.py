@@ -64,7 +64,7 @@ from tools import mqtt_raw as raw  # noqa: E402
 from tools.launcher import LocalCluster, start_cluster  # noqa: E402
 from tools.loadclient import LoadClient  # noqa: E402
 from tools.ports import free_ports  # noqa: E402
-from tools.proc_stats import context_switches  # noqa: E402
+from tools.proc_stats import context_switches, cpu_s  # noqa: E402
 
 DOCS = REPO_ROOT / "docs"
 FIGURES = DOCS / "figures"
@@ -283,13 +283,11 @@ class StandaloneBroker:
 
 
 def process_cpu_s(pid: int) -> float:
-    """utime + stime of a process in seconds (/proc/<pid>/stat fields 14, 15)."""
+    """utime + stime of a process in seconds (tools.proc_stats); 0.0 once it is gone."""
     try:
-        text = Path(f"/proc/{pid}/stat").read_text()
+        return cpu_s(pid)
     except OSError:
         return 0.0
-    fields = text[text.rindex(")") + 2 :].split()
-    return (int(fields[11]) + int(fields[12])) / CLK_TCK
 
 
 def parse_hops(metrics_text: str) -> dict[str, float]:

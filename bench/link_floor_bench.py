@@ -56,15 +56,15 @@ logging.getLogger("skipmq.transport").setLevel(logging.ERROR)
 def _receiver_main(link: str, port: int, count: int, ready: Any, result: Any) -> None:
     latencies: list[int] = []
     done = asyncio.Event()
-    # read while every thread of the link is alive: a thread that ends takes its count with it
-    switches = [context_switches(os.getpid())]
+    # from the first message to the last, while every thread of the link is alive (a thread that
+    # ends takes its count with it): the switches of count - 1 messages
+    switches: list[int] = []
 
     def took(sent_ns: int) -> None:
         latencies.append(time.perf_counter_ns() - sent_ns)
-        if len(latencies) == 1:
-            switches[0] = context_switches(os.getpid())
-        if len(latencies) >= count:
+        if len(latencies) == 1 or len(latencies) >= count:
             switches.append(context_switches(os.getpid()))
+        if len(latencies) >= count:
             done.set()
 
     async def tcp() -> None:
@@ -110,7 +110,7 @@ def _receiver_main(link: str, port: int, count: int, ready: Any, result: Any) ->
 
     run = {"tcp": tcp, "grpc.aio": bare_grpc, "GrpcTransport": transport}[link]
     asyncio.run(run())
-    result.put((latencies, switches[-1] - switches[0]))
+    result.put((latencies, (switches[-1] - switches[0]) / max(1, count - 1)))
 
 
 # ---------------------------------------------------------------- sender (this process)
@@ -177,7 +177,7 @@ def measure(link: str, rate: float, count: int) -> dict[str, Any]:
     assert receiver.pid is not None
     own_before, peer_before = cpu_s(os.getpid()), cpu_s(receiver.pid)
     own_switches = asyncio.run(_send(link, port, rate, count))
-    received, peer_switches = result.get(timeout=60)
+    received, peer_switches_per_message = result.get(timeout=60)
     latencies = sorted(received)
     own_after, peer_after = cpu_s(os.getpid()), cpu_s(receiver.pid)
     receiver.join(10)
@@ -189,7 +189,7 @@ def measure(link: str, rate: float, count: int) -> dict[str, Any]:
         "sender_cpu_us": (own_after - own_before) * 1e6 / count,
         "receiver_cpu_us": (peer_after - peer_before) * 1e6 / count,
         "sender_switches": own_switches / count,
-        "receiver_switches": peer_switches / count,
+        "receiver_switches": peer_switches_per_message,
     }
 
 

@@ -42,15 +42,10 @@ sys.path.insert(0, str(ROOT))
 from broker.mqtt import codec  # noqa: E402
 from broker.mqtt.packets import Connack, Connect, Puback, Publish, Suback, Subscribe, Subscription  # noqa: E402
 from tools.ports import free_port  # noqa: E402
+from tools.proc_stats import cpu_s  # noqa: E402
 
 HOST = "127.0.0.1"
 PAYLOAD = b"x" * 64
-TICKS = os.sysconf("SC_CLK_TCK")
-
-
-def cpu_s(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICKS
 
 
 def start_broker(workdir: Path) -> tuple[subprocess.Popen[bytes], int, int]:

@@ -32,6 +32,7 @@ from broker.adapters.transport import GrpcTransport
 from broker.adapters.transport.tls import ClusterTls, TlsFiles, issue_broker_cert, make_ca
 from overlay.messages import PING, PONG
 from tools.ports import free_ports
+from tools.proc_stats import cpu_s
 
 HOST = "127.0.0.1"
 logging.getLogger("skipmq.transport").setLevel(logging.ERROR)
@@ -44,11 +45,6 @@ def _tls(ca_dir: str | None, peer_id: str) -> ClusterTls | None:
         return None
     cert, key = issue_broker_cert(ca_dir, peer_id)
     return ClusterTls(TlsFiles(str(Path(ca_dir) / "ca.pem"), str(cert), str(key)))
-
-
-def _cpu_s(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _echo_main(port: int, ca_dir: str | None, ready: Any) -> None:
@@ -97,7 +93,7 @@ async def _measure(
             await asyncio.wait_for(replies.get(), 10.0)
             rtts.append((time.perf_counter_ns() - started) / 1000.0)
         rtts.sort()
-        cpu_before = _cpu_s(os.getpid()) + _cpu_s(echo_pid)
+        cpu_before = cpu_s(os.getpid()) + cpu_s(echo_pid)
         started_s = time.perf_counter()
         sent = 0
         while sent < args.items:
@@ -114,12 +110,12 @@ async def _measure(
             if total >= sent + 1:
                 break
         elapsed_s = time.perf_counter() - started_s
-        cpu_s = _cpu_s(os.getpid()) + _cpu_s(echo_pid) - cpu_before
+        used_cpu_s = cpu_s(os.getpid()) + cpu_s(echo_pid) - cpu_before
         return {
             "rtt_p50_us": statistics.median(rtts),
             "rtt_p99_us": rtts[int(0.99 * (len(rtts) - 1))],
             "items_per_s": (sent + 1) / elapsed_s,
-            "cpu_us_per_item": cpu_s * 1e6 / (sent + 1),
+            "cpu_us_per_item": used_cpu_s * 1e6 / (sent + 1),
         }
     finally:
         await transport.stop(0.5)
