@@ -246,16 +246,12 @@ class OverlayNode:
         self._graceful = False  # handling a LEAVE (its replacement is authoritative)
         self._out: list[Action] = []
         self._local: deque[Any] = deque()
+        # the other kinds (NEW, EEXP, REXP, SEARCH, LINK) are called directly: _handle_message
         self._dispatch: dict[type, Callable[[PeerId, Any], None]] = {
-            m.REXP: self._on_rexp,
-            m.EEXP: self._on_eexp,
             m.PUB: self._on_pub,
             m.UNSUB: self._on_unsub,
-            m.NEW: self._on_new,
-            m.SEARCH: self._on_search,
             m.FOUND: self._on_found,
             m.SEARCH_FAIL: self._on_search_fail,
-            m.LINK: self._on_link,
             m.LEAVE: self._on_leave,
             m.PRESENCE: self._on_presence,
             m.PRESENCE_QUERY: self._on_presence_query,
