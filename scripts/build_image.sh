@@ -79,9 +79,13 @@ if [ -z "$BASE" ]; then command -v debootstrap >/dev/null 2>&1 || missing="$miss
 if [ -n "$missing" ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     say "host: installing Debian packages:$missing (apt-get)"
-    apt-get update -qq >/dev/null
+    APT_LOG=$(mktemp /var/tmp/skipmq-apt.XXXXXX.log)
     # shellcheck disable=SC2086
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $missing >/dev/null
+    if ! { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $missing; } >"$APT_LOG" 2>&1; then
+      tail -20 "$APT_LOG" >&2
+      die "apt-get install$missing failed (log: $APT_LOG)"
+    fi
+    rm -f "$APT_LOG"
   else
     die "missing:$missing; install them (Debian: apt-get install$missing) or run as root"
   fi
@@ -132,7 +136,7 @@ EOF
     printf 'path-exclude /usr/share/doc/*\npath-include /usr/share/doc/*/copyright\npath-exclude /usr/share/man/*\npath-exclude /usr/share/info/*\npath-exclude /usr/share/locale/*\n' \
       >"$WORK/rootfs/etc/dpkg/dpkg.cfg.d/skipmq-slim"
     say "base: root filesystem $(du -sh "$WORK/rootfs" | cut -f1); podman import as $BASE"
-    tar -C "$WORK/rootfs" --numeric-owner -c . | "${PODMAN[@]}" import \
+    tar -C "$WORK/rootfs" --numeric-owner -c . | "${PODMAN[@]}" import --quiet \
       --change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
       --change 'ENV LANG=C.UTF-8' --change 'CMD ["python3"]' \
       --message "debootstrap minbase bookworm + python3.11 (SkipMQ scripts/build_image.sh)" \
@@ -180,7 +184,7 @@ for id in $(comm -13 <(echo "$before") <(echo "$after")) $previous; do
     removed=$((removed + 1))
   fi
 done
-say "image: removed $removed unnamed images (this build's intermediate ones, the previous $TAG)"
+say "image: removed $removed unnamed images (this build's intermediate ones; the previous $TAG if unused)"
 say "image: built $TAG ($("${PODMAN[@]}" image inspect -f '{{.Id}}' "$TAG" | cut -c1-12))"
 
 [ "$REPORT" = 1 ] || exit 0
