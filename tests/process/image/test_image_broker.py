@@ -2,7 +2,8 @@
 
 One container lifecycle, run for real with podman (chart_pods.py says how the rendered pod is
 realised): the broker runs as uid 10001 on a read-only root filesystem, writing only to the
-chart's volumes; answers the chart's probes, its own HEALTHCHECK and a paho MQTT client; a QoS 1
+chart's volumes; answers the chart's probes, its own HEALTHCHECK and a paho MQTT client; runs the
+backup command of docs/operations.md (``python -c``, SQLite's online backup); a QoS 1
 message queued for an offline persistent session before the pod is deleted (preStop hook, SIGTERM)
 is there after the restart, and the stop took less than terminationGracePeriodSeconds and ended
 with exit code 0 (SIGTERM handled, not SIGKILL); finally the container is killed (SIGKILL) in the
@@ -11,8 +12,12 @@ middle of a QoS 1 stream and restarted on its volume: every PUBACKed message rea
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import re
+import shlex
+import sqlite3
 import threading
 import time
 
@@ -21,6 +26,7 @@ import pytest
 from tests.process.image.chart_pods import ChartPod, podman
 from tests.process.image.conftest import PodFactory
 from tests.support.cluster import ClusterClient, unique_id, wait_until
+from tests.support.paths import REPO_ROOT
 
 pytestmark = pytest.mark.image
 
@@ -60,6 +66,23 @@ def check_probes_and_healthcheck(pod: ChartPod) -> None:
     assert health == "healthy", health
 
 
+def check_backup_command_of_the_docs(pod: ChartPod) -> None:
+    """docs/operations.md § Back up's ``kubectl exec ... python -c`` program, run in the container."""
+    section = (REPO_ROOT / "docs" / "operations.md").read_text().split("### Back up", 1)[1]
+    match = re.search(r'-- python -c ("[^"\n]+")', section.split("\n### ", 1)[0])
+    assert match, "docs/operations.md § Back up has no `python -c` backup command"
+    (code,) = shlex.split(match.group(1))
+    done = pod.exec("python", "-c", code)
+    assert done.returncode == 0, done.stderr
+    backup = pod.volume_dir("data") / "backup.db"
+    with contextlib.closing(sqlite3.connect(backup)) as copy:
+        assert copy.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+        assert copy.execute("SELECT count(*) FROM sqlite_master WHERE type = 'table'").fetchone()[0] > 0
+    assert pod.exec("rm", "/var/lib/skipmq/backup.db").returncode == 0
+    left = sorted(path.name for path in pod.volume_dir("data").iterdir())
+    assert not [name for name in left if name.startswith("backup")], left
+
+
 def test_one_pod_serves_stops_on_sigterm_and_survives_sigkill(chart_pods: PodFactory) -> None:
     (pod,) = chart_pods({"replicaCount": 1}, 1)
     assert not pod.spec.get("initContainers")  # one replica: no cluster, no certificate
@@ -68,6 +91,7 @@ def test_one_pod_serves_stops_on_sigterm_and_survives_sigkill(chart_pods: PodFac
     pod.wait_ready(READY_TIMEOUT_S)
     check_runs_as_the_chart_says(pod)
     check_probes_and_healthcheck(pod)
+    check_backup_command_of_the_docs(pod)
 
     mqtt = pod.port("mqtt")
     topic = f"{unique_id('image')}/t"
