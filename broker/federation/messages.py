@@ -27,6 +27,7 @@ class LinkRequest:
     place: str
     requester: str
     one_way: bool = False  # the requester registers no filter upstream: it only publishes
+    site: str = ""  # the requester's site (a cluster's brokers share one; "" = none)
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +39,7 @@ class LinkAccepted:
     mode: str
     description: str
     topology: tuple[str, ...]
+    site: str = ""  # the acceptor's site ("" = none)
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,8 +66,13 @@ class Leave:
 # ---------------------------------------------------------------- event paths (§3.7.2, §3.7.4)
 @dataclass(frozen=True, slots=True)
 class Register:
+    """``own_site``: every source of the key lies in the sender's own site (the one its link
+    named); it says no more than the link already does, and keeps a clustered site's filters
+    from drawing its own events out and back (router.py)."""
+
     key: str
     ttl: int
+    own_site: bool = False
 
 
 @dataclass(frozen=True, slots=True)
