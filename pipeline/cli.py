@@ -8,9 +8,10 @@ import logging
 import signal
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
-from pipeline.sources.mqtt_snapshots import parse_brokers
+from pipeline.records import parse_brokers
 
 DESCRIPTION = """\
 SkipMQ's data pipeline: a Spark Structured Streaming job over a live SkipMQ cluster.
@@ -98,13 +99,24 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--metrics-host",
-        default="0.0.0.0",
-        help="address the --metrics-port server binds (default 0.0.0.0: every interface)",
+        default="127.0.0.1",
+        help="address the --metrics-port server binds (default 127.0.0.1: this machine only; "
+        "0.0.0.0 lets a Prometheus elsewhere scrape it)",
     )
     p.add_argument(
         "--duration-s", type=float, default=0, help="stop after this many seconds (default 0: until Ctrl-C)"
     )
     return p
+
+
+NO_SNAPSHOTS_WARN_S = 30.0  # three of the brokers' default 10 s snapshot intervals
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
 
 
 def _log(event: str, **fields: Any) -> None:
@@ -114,8 +126,14 @@ def _log(event: str, **fields: Any) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
+    from pipeline.session import MissingRuntime, build_session, check_pyspark
+
+    try:
+        check_pyspark()  # before anything imports it: say what to install, not a traceback
+    except MissingRuntime as exc:
+        print(str(exc), file=sys.stderr)
+        return 3
     from pipeline.job import JobConfig, start_job
-    from pipeline.session import MissingRuntime, build_session
 
     try:
         mqtt = parse_brokers(args.mqtt) if args.mqtt else []
@@ -165,8 +183,25 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, lambda *_: stopping.update(now=True))
     deadline = time.monotonic() + args.duration_s if args.duration_s > 0 else None
     last_report = 0.0
+    # no snapshot spooled NO_SNAPSHOTS_WARN_S after the start: say so once (an unclustered
+    # broker, like the quick start's, publishes none; class tables then stay empty)
+    spool = Path(args.out) / "_checkpoints" / "spool" / "snapshots.jsonl"
+    spooled_at_start, started, warned = _size(spool), time.monotonic(), not mqtt
     try:
         while not stopping["now"] and (deadline is None or time.monotonic() < deadline):
+            if not warned and time.monotonic() - started >= NO_SNAPSHOTS_WARN_S:
+                warned = True
+                if _size(spool) == spooled_at_start:
+                    _log(
+                        "pipeline_no_snapshots",
+                        level="warning",
+                        mqtt=args.mqtt,
+                        seconds=NO_SNAPSHOTS_WARN_S,
+                        detail="no class snapshot arrived: unclustered brokers publish none (they need "
+                        "cluster.enabled and cluster.class_snapshot_interval_s > 0); class_windows, "
+                        "hot_classes, broker_load, imbalance, l_crossings and outliers stay empty, "
+                        "broker_metrics (--http) is written",
+                    )
             error = job.failed()
             if error is not None:
                 _log("pipeline_failed", error=error)

@@ -27,6 +27,8 @@ micro-batch (each further Spark job costs about a second on a busy 2-core machin
 
 from __future__ import annotations
 
+import json
+
 import pandas as pd
 
 from pipeline.records import COUNTERS, HOP_BOUNDS, HOP_COLUMNS
@@ -182,9 +184,28 @@ def _mean_in_window(group: pd.DataFrame, family: str) -> float | None:
     return added / observed
 
 
+BROKER_INFO = "skipmq_pipeline_broker_info"  # pipeline.sources.http_metrics: label broker = cluster address
+
+
+def broker_names(metrics: pd.DataFrame) -> dict[str, str]:
+    """Scraped instance (HTTP host:port) -> the broker's cluster address, the name the snapshot
+    tables use (from the scraper's ``skipmq_pipeline_broker_info``); unclustered brokers have none."""
+    names: dict[str, str] = {}
+    for _, row in metrics[metrics["name"] == BROKER_INFO].iterrows():
+        try:
+            broker = json.loads(row["labels"]).get("broker")
+        except (TypeError, ValueError):
+            continue
+        if broker:
+            names[str(row["instance"])] = str(broker)
+    return names
+
+
 def latency_outliers(metrics: pd.DataFrame) -> pd.DataFrame:
-    """Per window: brokers whose mean latency is above OUTLIER_FACTOR x the brokers' median."""
-    columns = [*WINDOW_KEYS, "broker", "metric", "value", "median"]
+    """Per window: brokers whose mean latency is above OUTLIER_FACTOR x the brokers' median.
+    ``broker`` is the cluster address (as in ``outliers``) when known, else the instance."""
+    columns = [*WINDOW_KEYS, "broker", "instance", "metric", "value", "median"]
+    names = broker_names(metrics)
     rows = []
     for keys, window in metrics.groupby(WINDOW_KEYS):
         for metric, family in LATENCY_FAMILIES.items():
@@ -201,7 +222,8 @@ def latency_outliers(metrics: pd.DataFrame) -> pd.DataFrame:
                     rows.append(
                         {
                             **dict(zip(WINDOW_KEYS, keys, strict=True)),
-                            "broker": broker,
+                            "broker": names.get(broker, broker),
+                            "instance": broker,
                             "metric": metric,
                             "value": value,
                             "median": median,

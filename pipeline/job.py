@@ -49,7 +49,7 @@ class JobConfig:
     peer_http_port: str | None = None
     scrape_interval_s: float = 10.0
     metrics_port: int = 0  # the driver's /metrics (pipeline.metrics); 0 = off
-    metrics_host: str = "0.0.0.0"
+    metrics_host: str = "127.0.0.1"
 
 
 @dataclass

@@ -70,6 +70,12 @@ def build_session(
     builder = SparkSession.builder.appName(app_name)
     if master:
         builder = builder.master(master)
+    if master and master.startswith("local"):
+        # the driver (and, in local mode, the executors in it) listens on loopback only, not on
+        # the machine's external address; a Spark cluster needs a reachable driver: under
+        # spark-submit, Spark's own spark.driver.host / bindAddress apply (docs/pipeline.md)
+        builder = builder.config("spark.driver.host", "127.0.0.1")
+        builder = builder.config("spark.driver.bindAddress", "127.0.0.1")
     spark = (
         builder.config("spark.ui.enabled", "false")
         .config("spark.sql.shuffle.partitions", str(shuffle_partitions))
