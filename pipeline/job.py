@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from pipeline import compute, findings
 from pipeline.metrics import PipelineMetrics
 from pipeline.sinks import FindingsPublisher, rows_as_json, write_parquet
+from pipeline.spool import Spool
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -76,17 +77,49 @@ class Job:
         return None
 
 
+class CoverageStarts:
+    """Per broker, the times from which its snapshots cover time: the first snapshot the job
+    ever spooled from it covers from ``ts - interval_s``, and a broker's first snapshot after it
+    started (``interval_s`` 0) from its ``ts``. A window with such a start inside is only partly
+    observed for that broker (findings.observed_s). Read incrementally from the spool."""
+
+    def __init__(self, spool_path: Path) -> None:
+        self._path = spool_path
+        self._spool: Spool | None = None
+        self._line = 0
+        self.starts: dict[str, list[float]] = {}
+
+    def update(self) -> dict[str, list[float]]:
+        if self._spool is None:
+            if not self._path.exists():
+                return self.starts
+            self._spool = Spool(self._path)
+        end = self._spool.count()
+        for record in self._spool.read(self._line, end):
+            broker, ts, interval = str(record["broker"]), float(record["ts"]), float(record["interval_s"])
+            known = self.starts.get(broker)
+            start = ts if interval <= 0 else ts - interval
+            if known is None:
+                self.starts[broker] = [start]
+            elif interval <= 0 and start not in known:
+                known.append(start)
+        self._line = end
+        return self.starts
+
+
 def _snapshot_batch(
     config: JobConfig,
     publisher: FindingsPublisher | None,
     job_batches: dict[str, int],
     metrics: PipelineMetrics,
 ) -> Callable[..., None]:
+    coverage = CoverageStarts(Path(config.out) / "_checkpoints" / "spool" / "snapshots.jsonl")
+
     def handle(cells: DataFrame, batch_id: int) -> None:
         frame: pd.DataFrame = cells.toPandas()  # whole windows: a few rows per broker and class
         if frame.empty:
             return
-        tables = findings.snapshot_tables(frame, config.top_k)
+        tables = findings.snapshot_tables(frame, config.top_k, coverage.update())
         for name, table in tables.items():
             write_parquet(table, config.out, name)
         metrics.batch_written("snapshots", tables, time.time())

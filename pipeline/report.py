@@ -230,7 +230,10 @@ def build_report(out: Path, report_dir: Path, top: int = 5) -> Path:
     crossings = load(out, "l_crossings")
     outliers = load(out, "outliers")
     slow = load(out, "latency_outliers")  # from /metrics: absent when the job read no --http
-    _plot_rates(classes, report_dir / "publish_rates.png", top)
+    full = classes[~classes["partial"]] if "partial" in classes else classes  # no dip for a partial window
+    _plot_rates(full, report_dir / "publish_rates.png", top)
+    if "partial" in imbalance:
+        imbalance = imbalance[~imbalance["partial"]]
     _plot_load(load_table, imbalance, report_dir / "broker_load.png")
     _plot_hops(classes, report_dir / "hops_wasted.png", top)
     _plot_crossings(classes, crossings, report_dir / "l_crossings.png")

@@ -316,3 +316,29 @@ def test_the_report_leaves_out_classes_nobody_publishes(tmp_path: Path) -> None:
     text = build_report(tmp_path, tmp_path / "report", top=5).read_text()
     hottest = text.split("## Hottest classes")[1].split("##")[0]
     assert "=hot" in hottest and "=warm" in hottest and "=wide" not in hottest
+
+
+def test_a_partly_observed_window_is_no_dip_and_names_no_outlier() -> None:
+    """The job heard of brokers b1 and b2 8 s into a 10 s window (their first snapshots cover
+    from there): their 20 publishes are 10/s over what was observed, like b0's 100 over the whole
+    window - not a dip, and b0 is no outlier (before: loads 10, 2, 2 named b0 one)."""
+    start = pd.Timestamp("2026-01-01T00:00:00Z")
+    rows = []
+    for broker, publishes in (("b0", 100), ("b1", 20), ("b2", 20)):
+        row = {name: 0 for name in ("forwards", "received", "deliveries", "wasted", "hop_sum")}
+        row.update({f"hops_{index}": 0 for index in range(9)})
+        row.update(
+            window_start=start, window_end=start + pd.Timedelta(seconds=10), broker=broker, **{"class": "=c"},
+            publishes=publishes, subscriber_brokers=1, table_size=2, queued_messages=0,
+            crossed_up_at=pd.NaT, crossed_down_at=pd.NaT, snapshots=5,
+        )  # fmt: skip
+        rows.append(row)
+    cells = pd.DataFrame(rows)
+    assert list(findings.snapshot_tables(cells, top_k=1)["outliers"]["broker"]) == ["b0"]  # unknown starts
+    late = start.timestamp() + 8
+    tables = findings.snapshot_tables(cells, top_k=1, starts={"b1": [late], "b2": [late], "b0": [0.0]})
+    assert tables["outliers"].empty
+    load = tables["broker_load"].set_index("broker")
+    assert list(load["partial"]) == [False, True, True]
+    assert list(load["load"]) == pytest.approx([10.0, 10.0, 10.0])
+    assert bool(tables["class_windows"]["partial"].iloc[0]) and bool(tables["imbalance"]["partial"].iloc[0])
