@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
+import os
 import signal
 import sys
 import time
@@ -119,13 +121,32 @@ def _size(path: Path) -> int:
         return 0
 
 
+_PROGRESS: Any = None  # where the JSON progress lines go (_progress_stream)
+
+
+def _progress_stream() -> Any:
+    """stderr; under spark-submit, the JVM's stderr: Spark's PythonRunner merges the driver's
+    Python stderr into its own stdout, and its pipe closes when the JVM exits (SIGTERM to
+    spark-submit), so the lines go to the file the JVM's fd 2 is (Linux /proc), held open."""
+    if os.environ.get("PYSPARK_GATEWAY_PORT"):  # set by spark-submit's PythonRunner, not by us
+        try:
+            return open(f"/proc/{os.getppid()}/fd/2", "a", buffering=1)  # held; "a": never truncate it
+        except OSError:
+            pass
+    return sys.stderr
+
+
 def _log(event: str, **fields: Any) -> None:
-    print(json.dumps({"ts": round(time.time(), 3), "event": event, **fields}), file=sys.stderr, flush=True)
+    line = json.dumps({"ts": round(time.time(), 3), "event": event, **fields})
+    with contextlib.suppress(OSError, ValueError):  # a closed stream must not turn a stop into a trace
+        print(line, file=_PROGRESS or sys.stderr, flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:
+    global _PROGRESS
     args = parser().parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
+    _PROGRESS = _progress_stream()
     from pipeline.session import MissingRuntime, build_session, check_pyspark
 
     try:
@@ -181,6 +202,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     stopping = {"now": False}
     signal.signal(signal.SIGTERM, lambda *_: stopping.update(now=True))
+    reason = "duration" if args.duration_s > 0 else "stopped"
     deadline = time.monotonic() + args.duration_s if args.duration_s > 0 else None
     last_report = 0.0
     # no snapshot spooled NO_SNAPSHOTS_WARN_S after the start: say so once (an unclustered
@@ -202,7 +224,11 @@ def main(argv: list[str] | None = None) -> int:
                         "hot_classes, broker_load, imbalance, l_crossings and outliers stay empty, "
                         "broker_metrics (--http) is written",
                     )
-            error = job.failed()
+            try:
+                error = job.failed()
+            except Exception as exc:  # Py4J: the JVM is gone (spark-submit got SIGTERM)
+                reason = f"the Spark JVM went away ({type(exc).__name__})"
+                break
             if error is not None:
                 _log("pipeline_failed", error=error)
                 return 1
@@ -211,8 +237,14 @@ def main(argv: list[str] | None = None) -> int:
                 _log("pipeline_progress", batches=dict(job.batches))
             time.sleep(0.5)
     except KeyboardInterrupt:
-        pass
+        reason = "interrupted"
     finally:
-        job.stop()
-        _log("pipeline_stopped", batches=dict(job.batches))
+        if stopping["now"]:
+            reason = "SIGTERM"
+        # a stop racing the JVM's own exit (a signal to the process group, spark-submit's
+        # SIGTERM) makes Py4J log its connection errors with a trace: the stop is normal
+        logging.getLogger("py4j").setLevel(logging.CRITICAL)
+        problem = job.stop()
+        extra = {"note": problem} if problem else {}
+        _log("pipeline_stopped", batches=dict(job.batches), reason=reason, **extra)
     return 0

@@ -61,13 +61,20 @@ class Job:
     metrics: PipelineMetrics = field(default_factory=PipelineMetrics)
     metrics_server: Any = None  # prometheus_client's HTTP server while --metrics-port is set
 
-    def stop(self) -> None:
+    def stop(self) -> str | None:
+        """Stop the queries, the findings publisher and the metrics server; what went wrong
+        stopping a query (the JVM already gone), else None: the rest is stopped regardless."""
+        problem = None
         for query in self.queries:
-            query.stop()
+            try:
+                query.stop()
+            except Exception as exc:  # Py4J: the JVM exited first (its checkpoints are consistent)
+                problem = f"{type(exc).__name__}: the Spark JVM had stopped"
         if self.publisher is not None:
             self.publisher.close()
         _stop_server(self.metrics_server)
         self.metrics_server = None
+        return problem
 
     def failed(self) -> str | None:
         for query in self.queries:

@@ -54,6 +54,18 @@ def check_pyspark() -> None:
         ) from exc
 
 
+def _local_driver(master: str | None) -> bool:
+    """Whether the job runs Spark in local mode with no driver address set: ``master`` local, or
+    (None: under spark-submit) the master and settings spark-submit gave."""
+    if master:
+        return master.startswith("local")
+    from pyspark import SparkConf, SparkContext
+
+    SparkContext._ensure_initialized()  # spark-submit's JVM: its settings are system properties
+    conf = SparkConf()
+    return conf.get("spark.master", "").startswith("local") and not conf.contains("spark.driver.host")
+
+
 def build_session(
     master: str | None, app_name: str = "skipmq-pipeline", shuffle_partitions: int = 1
 ) -> SparkSession:
@@ -70,7 +82,7 @@ def build_session(
     builder = SparkSession.builder.appName(app_name)
     if master:
         builder = builder.master(master)
-    if master and master.startswith("local"):
+    if _local_driver(master):
         # the driver (and, in local mode, the executors in it) listens on loopback only, not on
         # the machine's external address; a Spark cluster needs a reachable driver: under
         # spark-submit, Spark's own spark.driver.host / bindAddress apply (docs/pipeline.md)
