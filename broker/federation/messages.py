@@ -2,9 +2,10 @@
 adapter (seed 000 §3.7). Plain frozen dataclasses: ``broker.adapters.federation`` maps them to
 the ``skipmq.v1.Federation`` protobuf messages.
 
-Anonymity (§3.7.2): a ``Register`` carries a key and a TTL only - never who subscribed, nor
-where; a router cannot tell a filter registered by its neighbour's own client from one that
-neighbour relays.
+Anonymity (§3.7.2): a ``Register`` carries a key, a TTL and ``own_site`` - never who
+subscribed, nor where; ``own_site`` says only that every source lies in the sender's own site,
+which the link already names (``LinkRequest.site`` / ``LinkAccepted.site``), so that a clustered
+site's filters do not draw its own events out and back.
 """
 
 from __future__ import annotations
