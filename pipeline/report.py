@@ -206,7 +206,7 @@ def build_report(out: Path, report_dir: Path, top: int = 5) -> Path:
     brokers_section = [
         "## Brokers (from /metrics)",
         "",
-        f"{rates['instance'].nunique() if not rates.empty else 0} brokers scraped; messages received"
+        f"Brokers scraped: {rates['instance'].nunique() if not rates.empty else 0}. Messages received"
         " and sent per second per window (windows the scrapes only partly covered left out).",
         "",
         "![message rates](message_rates.png)",
