@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
+import os
 import signal
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
-from pipeline.sources.mqtt_snapshots import parse_brokers
+from pipeline.records import parse_brokers
 
 DESCRIPTION = """\
 SkipMQ's data pipeline: a Spark Structured Streaming job over a live SkipMQ cluster.
@@ -98,8 +101,9 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--metrics-host",
-        default="0.0.0.0",
-        help="address the --metrics-port server binds (default 0.0.0.0: every interface)",
+        default="127.0.0.1",
+        help="address the --metrics-port server binds (default 127.0.0.1: this machine only; "
+        "0.0.0.0 lets a Prometheus elsewhere scrape it)",
     )
     p.add_argument(
         "--duration-s", type=float, default=0, help="stop after this many seconds (default 0: until Ctrl-C)"
@@ -107,15 +111,50 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+NO_SNAPSHOTS_WARN_S = 30.0  # three of the brokers' default 10 s snapshot intervals
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
+
+
+_PROGRESS: Any = None  # where the JSON progress lines go (_progress_stream)
+
+
+def _progress_stream() -> Any:
+    """stderr; under spark-submit, the JVM's stderr: Spark's PythonRunner merges the driver's
+    Python stderr into its own stdout, and its pipe closes when the JVM exits (SIGTERM to
+    spark-submit), so the lines go to the file the JVM's fd 2 is (Linux /proc), held open."""
+    if os.environ.get("PYSPARK_GATEWAY_PORT"):  # set by spark-submit's PythonRunner, not by us
+        try:
+            return open(f"/proc/{os.getppid()}/fd/2", "a", buffering=1)  # held; "a": never truncate it
+        except OSError:
+            pass
+    return sys.stderr
+
+
 def _log(event: str, **fields: Any) -> None:
-    print(json.dumps({"ts": round(time.time(), 3), "event": event, **fields}), file=sys.stderr, flush=True)
+    line = json.dumps({"ts": round(time.time(), 3), "event": event, **fields})
+    with contextlib.suppress(OSError, ValueError):  # a closed stream must not turn a stop into a trace
+        print(line, file=_PROGRESS or sys.stderr, flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:
+    global _PROGRESS
     args = parser().parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
+    _PROGRESS = _progress_stream()
+    from pipeline.session import MissingRuntime, build_session, check_pyspark
+
+    try:
+        check_pyspark()  # before anything imports it: say what to install, not a traceback
+    except MissingRuntime as exc:
+        print(str(exc), file=sys.stderr)
+        return 3
     from pipeline.job import JobConfig, start_job
-    from pipeline.session import MissingRuntime, build_session
 
     try:
         mqtt = parse_brokers(args.mqtt) if args.mqtt else []
@@ -163,11 +202,33 @@ def main(argv: list[str] | None = None) -> int:
     )
     stopping = {"now": False}
     signal.signal(signal.SIGTERM, lambda *_: stopping.update(now=True))
+    reason = "duration" if args.duration_s > 0 else "stopped"
     deadline = time.monotonic() + args.duration_s if args.duration_s > 0 else None
     last_report = 0.0
+    # no snapshot spooled NO_SNAPSHOTS_WARN_S after the start: say so once (an unclustered
+    # broker, like the quick start's, publishes none; class tables then stay empty)
+    spool = Path(args.out) / "_checkpoints" / "spool" / "snapshots.jsonl"
+    spooled_at_start, started, warned = _size(spool), time.monotonic(), not mqtt
     try:
         while not stopping["now"] and (deadline is None or time.monotonic() < deadline):
-            error = job.failed()
+            if not warned and time.monotonic() - started >= NO_SNAPSHOTS_WARN_S:
+                warned = True
+                if _size(spool) == spooled_at_start:
+                    _log(
+                        "pipeline_no_snapshots",
+                        level="warning",
+                        mqtt=args.mqtt,
+                        seconds=NO_SNAPSHOTS_WARN_S,
+                        detail="no class snapshot arrived: unclustered brokers publish none (they need "
+                        "cluster.enabled and cluster.class_snapshot_interval_s > 0); class_windows, "
+                        "hot_classes, broker_load, imbalance, l_crossings and outliers stay empty, "
+                        "broker_metrics (--http) is written",
+                    )
+            try:
+                error = job.failed()
+            except Exception as exc:  # Py4J: the JVM is gone (spark-submit got SIGTERM)
+                reason = f"the Spark JVM went away ({type(exc).__name__})"
+                break
             if error is not None:
                 _log("pipeline_failed", error=error)
                 return 1
@@ -176,8 +237,14 @@ def main(argv: list[str] | None = None) -> int:
                 _log("pipeline_progress", batches=dict(job.batches))
             time.sleep(0.5)
     except KeyboardInterrupt:
-        pass
+        reason = "interrupted"
     finally:
-        job.stop()
-        _log("pipeline_stopped", batches=dict(job.batches))
+        if stopping["now"]:
+            reason = "SIGTERM"
+        # a stop racing the JVM's own exit (a signal to the process group, spark-submit's
+        # SIGTERM) makes Py4J log its connection errors with a trace: the stop is normal
+        logging.getLogger("py4j").setLevel(logging.CRITICAL)
+        problem = job.stop()
+        extra = {"note": problem} if problem else {}
+        _log("pipeline_stopped", batches=dict(job.batches), reason=reason, **extra)
     return 0

@@ -27,6 +27,8 @@ micro-batch (each further Spark job costs about a second on a busy 2-core machin
 
 from __future__ import annotations
 
+import json
+
 import pandas as pd
 
 from pipeline.records import COUNTERS, HOP_BOUNDS, HOP_COLUMNS
@@ -115,7 +117,24 @@ def l_crossings(classes: pd.DataFrame) -> pd.DataFrame:
     return pd.concat(parts, ignore_index=True)
 
 
-def broker_load(cells: pd.DataFrame) -> pd.DataFrame:
+def observed_s(load: pd.DataFrame, starts: dict[str, list[float]] | None) -> pd.Series:
+    """Seconds of each (window, broker) the snapshots cover: the whole window, unless the
+    broker's snapshots start within it (the job first heard of the broker, or the broker started:
+    ``starts``, Unix seconds per broker) - then from that start to the window's end."""
+    covered = load["window_s"].astype("float64").copy()
+    if not starts:
+        return covered
+    for index, row in load.iterrows():
+        begin, end = row["window_start"].timestamp(), row["window_end"].timestamp()
+        inside = [at for at in starts.get(str(row["broker"]), ()) if begin < at < end]
+        if inside:
+            covered.at[index] = max(end - max(inside), 0.001)
+    return covered
+
+
+def broker_load(cells: pd.DataFrame, starts: dict[str, list[float]] | None = None) -> pd.DataFrame:
+    """Per (window, broker); ``partial``: the snapshots cover only part of the window (see
+    ``observed_s``), whose load is then the rate over the covered part - not a dip."""
     load = cells.groupby([*WINDOW_KEYS, "broker"], as_index=False).agg(
         publishes=("publishes", "sum"),
         deliveries=("deliveries", "sum"),
@@ -123,12 +142,16 @@ def broker_load(cells: pd.DataFrame) -> pd.DataFrame:
         wasted=("wasted", "sum"),
         queued_messages=("queued_messages", "max"),
     )
-    load["load"] = (load["publishes"] + load["deliveries"]) / load["window_s"]
+    load["observed_s"] = observed_s(load, starts)
+    load["partial"] = load["observed_s"] < load["window_s"] - 0.001
+    load["load"] = (load["publishes"] + load["deliveries"]) / load["observed_s"]
     return load.sort_values(["window_start", "broker"], ignore_index=True)
 
 
 def imbalance(load: pd.DataFrame) -> pd.DataFrame:
     rows = []
+    if "partial" not in load:
+        load = load.assign(partial=False)
     for keys, group in load.groupby(WINDOW_KEYS):
         mean = float(group["load"].mean())
         busiest = group.sort_values(["load", "broker"], ascending=[False, True]).iloc[0]
@@ -140,16 +163,21 @@ def imbalance(load: pd.DataFrame) -> pd.DataFrame:
                 "mean_load": mean,
                 "imbalance": float(busiest["load"]) / mean if mean > 0 else None,
                 "busiest_broker": busiest["broker"],
+                "partial": bool(group["partial"].any()),
             }
         )
-    columns = [*WINDOW_KEYS, "brokers", "max_load", "mean_load", "imbalance", "busiest_broker"]
+    columns = [*WINDOW_KEYS, "brokers", "max_load", "mean_load", "imbalance", "busiest_broker", "partial"]
     frame = pd.DataFrame(rows, columns=columns)
     frame["imbalance"] = frame["imbalance"].astype("float64")  # NaN: an idle window
     return frame
 
 
 def outliers(load: pd.DataFrame) -> pd.DataFrame:
+    """Brokers above OUTLIER_FACTOR x the window's median, among the brokers whose window the
+    snapshots fully cover (a partly observed window names no outlier)."""
     rows = []
+    if "partial" in load:
+        load = load[~load["partial"]]
     for keys, group in load.groupby(WINDOW_KEYS):
         for metric, floor in (("load", OUTLIER_MIN_LOAD), ("queued_messages", OUTLIER_MIN_QUEUE)):
             median = float(group[metric].median())
@@ -182,9 +210,28 @@ def _mean_in_window(group: pd.DataFrame, family: str) -> float | None:
     return added / observed
 
 
+BROKER_INFO = "skipmq_pipeline_broker_info"  # pipeline.sources.http_metrics: label broker = cluster address
+
+
+def broker_names(metrics: pd.DataFrame) -> dict[str, str]:
+    """Scraped instance (HTTP host:port) -> the broker's cluster address, the name the snapshot
+    tables use (from the scraper's ``skipmq_pipeline_broker_info``); unclustered brokers have none."""
+    names: dict[str, str] = {}
+    for _, row in metrics[metrics["name"] == BROKER_INFO].iterrows():
+        try:
+            broker = json.loads(row["labels"]).get("broker")
+        except (TypeError, ValueError):
+            continue
+        if broker:
+            names[str(row["instance"])] = str(broker)
+    return names
+
+
 def latency_outliers(metrics: pd.DataFrame) -> pd.DataFrame:
-    """Per window: brokers whose mean latency is above OUTLIER_FACTOR x the brokers' median."""
-    columns = [*WINDOW_KEYS, "broker", "metric", "value", "median"]
+    """Per window: brokers whose mean latency is above OUTLIER_FACTOR x the brokers' median.
+    ``broker`` is the cluster address (as in ``outliers``) when known, else the instance."""
+    columns = [*WINDOW_KEYS, "broker", "instance", "metric", "value", "median"]
+    names = broker_names(metrics)
     rows = []
     for keys, window in metrics.groupby(WINDOW_KEYS):
         for metric, family in LATENCY_FAMILIES.items():
@@ -201,7 +248,8 @@ def latency_outliers(metrics: pd.DataFrame) -> pd.DataFrame:
                     rows.append(
                         {
                             **dict(zip(WINDOW_KEYS, keys, strict=True)),
-                            "broker": broker,
+                            "broker": names.get(broker, broker),
+                            "instance": broker,
                             "metric": metric,
                             "value": value,
                             "median": median,
@@ -210,11 +258,19 @@ def latency_outliers(metrics: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=columns)
 
 
-def snapshot_tables(cells: pd.DataFrame, top_k: int) -> dict[str, pd.DataFrame]:
-    """Every output table of whole windows of (window, broker, class) cells."""
+def snapshot_tables(
+    cells: pd.DataFrame, top_k: int, starts: dict[str, list[float]] | None = None
+) -> dict[str, pd.DataFrame]:
+    """Every output table of whole windows of (window, broker, class) cells; ``starts``: per
+    broker, when its snapshots start covering time (``observed_s``)."""
     cells = with_window_columns(cells)
     classes = class_windows(cells)
-    load = broker_load(cells)
+    load = broker_load(cells, starts)
+    partial = load[load["partial"]][["window_start", "broker"]]
+    partly = cells.merge(partial, on=["window_start", "broker"])[["window_start", "class"]].drop_duplicates()
+    classes["partial"] = classes.set_index(["window_start", "class"]).index.isin(
+        partly.set_index(["window_start", "class"]).index
+    )
     return {
         "class_windows": classes,
         "hot_classes": hot_classes(classes, top_k),

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from pipeline import compute, findings
 from pipeline.metrics import PipelineMetrics
 from pipeline.sinks import FindingsPublisher, rows_as_json, write_parquet
+from pipeline.spool import Spool
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -49,7 +50,7 @@ class JobConfig:
     peer_http_port: str | None = None
     scrape_interval_s: float = 10.0
     metrics_port: int = 0  # the driver's /metrics (pipeline.metrics); 0 = off
-    metrics_host: str = "0.0.0.0"
+    metrics_host: str = "127.0.0.1"
 
 
 @dataclass
@@ -60,13 +61,20 @@ class Job:
     metrics: PipelineMetrics = field(default_factory=PipelineMetrics)
     metrics_server: Any = None  # prometheus_client's HTTP server while --metrics-port is set
 
-    def stop(self) -> None:
+    def stop(self) -> str | None:
+        """Stop the queries, the findings publisher and the metrics server; what went wrong
+        stopping a query (the JVM already gone), else None: the rest is stopped regardless."""
+        problem = None
         for query in self.queries:
-            query.stop()
+            try:
+                query.stop()
+            except Exception as exc:  # Py4J: the JVM exited first (its checkpoints are consistent)
+                problem = f"{type(exc).__name__}: the Spark JVM had stopped"
         if self.publisher is not None:
             self.publisher.close()
         _stop_server(self.metrics_server)
         self.metrics_server = None
+        return problem
 
     def failed(self) -> str | None:
         for query in self.queries:
@@ -76,17 +84,49 @@ class Job:
         return None
 
 
+class CoverageStarts:
+    """Per broker, the times from which its snapshots cover time: the first snapshot the job
+    ever spooled from it covers from ``ts - interval_s``, and a broker's first snapshot after it
+    started (``interval_s`` 0) from its ``ts``. A window with such a start inside is only partly
+    observed for that broker (findings.observed_s). Read incrementally from the spool."""
+
+    def __init__(self, spool_path: Path) -> None:
+        self._path = spool_path
+        self._spool: Spool | None = None
+        self._line = 0
+        self.starts: dict[str, list[float]] = {}
+
+    def update(self) -> dict[str, list[float]]:
+        if self._spool is None:
+            if not self._path.exists():
+                return self.starts
+            self._spool = Spool(self._path)
+        end = self._spool.count()
+        for record in self._spool.read(self._line, end):
+            broker, ts, interval = str(record["broker"]), float(record["ts"]), float(record["interval_s"])
+            known = self.starts.get(broker)
+            start = ts if interval <= 0 else ts - interval
+            if known is None:
+                self.starts[broker] = [start]
+            elif interval <= 0 and start not in known:
+                known.append(start)
+        self._line = end
+        return self.starts
+
+
 def _snapshot_batch(
     config: JobConfig,
     publisher: FindingsPublisher | None,
     job_batches: dict[str, int],
     metrics: PipelineMetrics,
 ) -> Callable[..., None]:
+    coverage = CoverageStarts(Path(config.out) / "_checkpoints" / "spool" / "snapshots.jsonl")
+
     def handle(cells: DataFrame, batch_id: int) -> None:
         frame: pd.DataFrame = cells.toPandas()  # whole windows: a few rows per broker and class
         if frame.empty:
             return
-        tables = findings.snapshot_tables(frame, config.top_k)
+        tables = findings.snapshot_tables(frame, config.top_k, coverage.update())
         for name, table in tables.items():
             write_parquet(table, config.out, name)
         metrics.batch_written("snapshots", tables, time.time())

@@ -53,6 +53,20 @@ METRIC_FIELDS: list[tuple[str, str]] = [
 METRIC_SCHEMA = ", ".join(f"`{name}` {kind}" for name, kind in METRIC_FIELDS)
 
 
+def parse_brokers(text: str) -> list[tuple[str, int]]:
+    brokers = []
+    for entry in (item.strip() for item in text.split(",")):
+        if not entry:
+            continue
+        host, _, port = entry.rpartition(":")
+        if not host or not port.isdigit():
+            raise ValueError(f"brokers: {entry!r} is not host:port")
+        brokers.append((host.strip("[]"), int(port)))
+    if not brokers:
+        raise ValueError("brokers: give at least one host:port")
+    return brokers
+
+
 class BadSnapshot(ValueError):
     pass
 

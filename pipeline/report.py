@@ -1,9 +1,15 @@
 """``python -m pipeline.report``: PNG charts and a Markdown summary of the pipeline's Parquet tables.
 
 Reads the tables ``skipmq-pipeline`` wrote under ``--out`` (pandas over pyarrow: no Spark needed)
-and writes ``<report dir>/report.md`` with four charts beside it: publish rate of the hottest
-classes, per-broker load with the imbalance, hop p50/p99 and wasted-forward ratio per class, and
-the subscriber-broker count of the classes that crossed L against L.
+and writes ``<report dir>/report.md`` with charts beside it: publish rate of the hottest classes,
+per-broker load with the imbalance, hop p50/p99 and wasted-forward ratio per class, the
+subscriber-broker count of the classes that crossed L against L (all from the class snapshots of
+clustered brokers), and every broker's message rates from its ``/metrics`` (``broker_metrics``,
+any broker: the only section for an unclustered one, which publishes no class snapshots).
+
+Classes nobody published in the report's windows (a wildcard subscription's class, ``*0:``) are
+left out of the publish-rate chart and table; windows a broker's scrapes only partly covered (the
+job started or came back within them) are left out of the message-rate chart.
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ def _plot_rates(classes: pd.DataFrame, path: Path, top: int) -> None:
     import matplotlib.pyplot as plt
 
     totals = classes.groupby("class")["publishes"].sum().sort_values(ascending=False)
+    totals = totals[totals > 0]  # a class nobody publishes (a wildcard filter's) is no line at 0/s
     fig, ax = plt.subplots(figsize=(9, 4.5))
     for cls in totals.index[:top]:
         rows = classes[classes["class"] == cls]
@@ -125,6 +132,50 @@ def _plot_crossings(classes: pd.DataFrame, crossings: pd.DataFrame, path: Path) 
     plt.close(fig)
 
 
+MESSAGE_SERIES = {"received": "skipmq_messages_received_total", "sent": "skipmq_messages_sent_total"}
+PARTIAL_SAMPLES = 0.8  # a window with fewer samples than this share of the instance's median
+
+
+def message_rates(metrics: pd.DataFrame) -> pd.DataFrame:
+    """Per (window, instance): messages received and sent per second (summed over QoS), from
+    ``broker_metrics``; windows the scrapes only partly covered (fewer samples than
+    PARTIAL_SAMPLES x the instance's median: the job started or came back within them) dropped."""
+    columns = ["window_start", "instance", "received", "sent"]
+    if metrics.empty:
+        return pd.DataFrame(columns=columns)
+    rows = metrics[metrics["name"].isin(MESSAGE_SERIES.values())]
+    if rows.empty:
+        return pd.DataFrame(columns=columns)
+    median = rows.groupby("instance")["samples"].transform("median")
+    rows = rows[rows["samples"] >= PARTIAL_SAMPLES * median]
+    table = rows.pivot_table(index=["window_start", "instance"], columns="name", values="rate", aggfunc="sum")
+    table = table.rename(columns={series: name for name, series in MESSAGE_SERIES.items()}).reset_index()
+    for name in ("received", "sent"):
+        if name not in table:
+            table[name] = 0.0
+    return table[columns].sort_values(["window_start", "instance"], ignore_index=True)
+
+
+def _plot_messages(rates: pd.DataFrame, path: Path) -> None:
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(9, 4.5))
+    for instance, rows in rates.groupby("instance"):
+        ax.plot(rows["window_start"], rows["received"], marker="o", markersize=3, label=f"{instance} in")
+        label = f"{instance} out"
+        ax.plot(rows["window_start"], rows["sent"], marker="x", markersize=3, linestyle="--", label=label)
+    ax.set_title("Messages per second, per broker (from /metrics)")
+    ax.set_xlabel("window start (UTC)")
+    ax.set_ylabel("messages / s")
+    if not rates.empty:
+        ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    fig.autofmt_xdate()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def _table(frame: pd.DataFrame, columns: list[str], limit: int = 10) -> str:
     if frame.empty:
         return "(none)\n"
@@ -143,16 +194,46 @@ def build_report(out: Path, report_dir: Path, top: int = 5) -> Path:
     matplotlib.use("Agg")
     report_dir.mkdir(parents=True, exist_ok=True)
     classes = load(out, "class_windows")
-    if classes.empty:
+    metrics = load(out, "broker_metrics")
+    if classes.empty and metrics.empty:
         raise SystemExit(
-            f"pipeline.report: no class_windows table under {out} (has the job written a window yet?)"
+            f"pipeline.report: no window written under {out} yet: a window is written once the "
+            "watermark passes its end (skipmq-pipeline --window, default 1 minute, + --watermark, "
+            "default 30 s); run the job longer"
         )
+    rates = message_rates(metrics)
+    _plot_messages(rates, report_dir / "message_rates.png")
+    brokers_section = [
+        "## Brokers (from /metrics)",
+        "",
+        f"Brokers scraped: {rates['instance'].nunique() if not rates.empty else 0}. Messages received"
+        " and sent per second per window (windows the scrapes only partly covered left out).",
+        "",
+        "![message rates](message_rates.png)",
+        "",
+    ]
+    if classes.empty:
+        text = [
+            "# SkipMQ pipeline report",
+            "",
+            "No per-class snapshots: the brokers read are not clustered, or publish none"
+            " (`cluster.class_snapshot_interval_s`); class, load, hop and L tables need a cluster"
+            " (docs/pipeline.md). Broker-wide figures from /metrics follow.",
+            "",
+            *brokers_section,
+        ]
+        path = report_dir / "report.md"
+        path.write_text("\n".join(text))
+        return path
     load_table = load(out, "broker_load")
     imbalance = load(out, "imbalance")
     crossings = load(out, "l_crossings")
     outliers = load(out, "outliers")
     slow = load(out, "latency_outliers")  # from /metrics: absent when the job read no --http
-    _plot_rates(classes, report_dir / "publish_rates.png", top)
+    full = classes[~classes["partial"]] if "partial" in classes else classes  # no dip for a partial window
+    _plot_rates(full, report_dir / "publish_rates.png", top)
+    if "partial" in imbalance:
+        imbalance = imbalance[~imbalance["partial"]]
     _plot_load(load_table, imbalance, report_dir / "broker_load.png")
     _plot_hops(classes, report_dir / "hops_wasted.png", top)
     _plot_crossings(classes, crossings, report_dir / "l_crossings.png")
@@ -166,6 +247,7 @@ def build_report(out: Path, report_dir: Path, top: int = 5) -> Path:
         .sort_values("publishes", ascending=False)
         .reset_index()
     )
+    totals = totals[totals["publishes"] > 0]  # classes nobody published (wildcard subscriptions)
     first, last = classes["window_start"].min(), classes["window_end"].max()
     brokers = load_table["broker"].nunique() if not load_table.empty else 0
     text = [
@@ -209,6 +291,7 @@ def build_report(out: Path, report_dir: Path, top: int = 5) -> Path:
         _table(crossings, ["class", "direction", "crossed_at", "subscriber_brokers", "table_size"]),
         "![crossings of L](l_crossings.png)",
         "",
+        *brokers_section,
     ]
     path = report_dir / "report.md"
     path.write_text("\n".join(text))

@@ -54,6 +54,31 @@ def check_pyspark() -> None:
         ) from exc
 
 
+SOCKET_TIMEOUT_KEY = "spark.python.authenticate.socketTimeout"
+
+
+def _submitted_conf_has(master: str | None, key: str) -> bool:
+    """Whether spark-submit (``master`` None) already set ``key``."""
+    if master:
+        return False
+    from pyspark import SparkConf, SparkContext
+
+    SparkContext._ensure_initialized()
+    return bool(SparkConf().contains(key))
+
+
+def _local_driver(master: str | None) -> bool:
+    """Whether the job runs Spark in local mode with no driver address set: ``master`` local, or
+    (None: under spark-submit) the master and settings spark-submit gave."""
+    if master:
+        return master.startswith("local")
+    from pyspark import SparkConf, SparkContext
+
+    SparkContext._ensure_initialized()  # spark-submit's JVM: its settings are system properties
+    conf = SparkConf()
+    return conf.get("spark.master", "").startswith("local") and not conf.contains("spark.driver.host")
+
+
 def build_session(
     master: str | None, app_name: str = "skipmq-pipeline", shuffle_partitions: int = 1
 ) -> SparkSession:
@@ -70,6 +95,18 @@ def build_session(
     builder = SparkSession.builder.appName(app_name)
     if master:
         builder = builder.master(master)
+    if not _submitted_conf_has(master, SOCKET_TIMEOUT_KEY):
+        # a Python worker (the sources' readers) must connect back to the JVM within this; Spark's
+        # 15 s default killed the streaming query on a busy 2-core machine (load 11-22 seen:
+        # "Python worker failed to connect back"): a job that dies under load is worse than a
+        # slow start (spark-submit --conf sets another)
+        builder = builder.config(SOCKET_TIMEOUT_KEY, "120s")
+    if _local_driver(master):
+        # the driver (and, in local mode, the executors in it) listens on loopback only, not on
+        # the machine's external address; a Spark cluster needs a reachable driver: under
+        # spark-submit, Spark's own spark.driver.host / bindAddress apply (docs/pipeline.md)
+        builder = builder.config("spark.driver.host", "127.0.0.1")
+        builder = builder.config("spark.driver.bindAddress", "127.0.0.1")
     spark = (
         builder.config("spark.ui.enabled", "false")
         .config("spark.sql.shuffle.partitions", str(shuffle_partitions))

@@ -14,11 +14,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
+from aiohttp.web_protocol import RequestHandler
 
 from broker.metrics import certificate_files, make_registry, render
 
@@ -33,6 +36,78 @@ if TYPE_CHECKING:
 HTTP_SHUTDOWN_TIMEOUT_S = 2.0
 DEFAULT_HEADER_TIMEOUT_S = 10.0
 PROBE_PATHS = ("/metrics", "/healthz", "/readyz", "/cluster", "/federation")
+BAD_REQUEST_LOG_INTERVAL_S = 10.0  # at most one log line per this long for malformed requests
+
+log = logging.getLogger("skipmq.http")
+
+
+class _BadRequestLog:
+    """Malformed requests (a NUL in a header, a broken request line) are refused by aiohttp's
+    parser before any handler runs; they are logged as one warning line, then at most one line
+    per ``BAD_REQUEST_LOG_INTERVAL_S`` with the count since (no traceback, no flood)."""
+
+    def __init__(self) -> None:
+        self.last_s = float("-inf")
+        self.suppressed = 0
+
+    def note(self, peer: str | None, exc: BaseException) -> None:
+        now = time.monotonic()
+        if now - self.last_s < BAD_REQUEST_LOG_INTERVAL_S:
+            self.suppressed += 1
+            return
+        reason = f"{type(exc).__name__}: {getattr(exc, 'message', '')}"[:200]
+        log.warning(
+            "http_bad_request peer=%s reason=%r (refused with 400; %d more since the previous line)",
+            peer,
+            reason,
+            self.suppressed,
+        )
+        self.last_s = now
+        self.suppressed = 0
+
+
+_BAD_REQUESTS = _BadRequestLog()
+
+
+class _ProblemRequestHandler(RequestHandler):
+    """aiohttp's connection handler, with malformed requests answered by an RFC 9457 problem
+    document (and logged by ``_BadRequestLog``) instead of a text/plain 400 and an error-level
+    traceback per request."""
+
+    __slots__ = ()
+
+    def handle_error(
+        self,
+        request: Any,
+        status: int = 500,
+        exc: BaseException | None = None,
+        message: str | None = None,
+    ) -> web.StreamResponse:
+        if status != 400 or not isinstance(exc, HttpProcessingError):
+            return super().handle_error(request, status, exc, message)
+        _BAD_REQUESTS.note(request.remote, exc)
+        problem = {
+            "type": "about:blank",
+            "title": "Bad Request",
+            "status": 400,
+            "detail": "the request line or a header is not valid HTTP (a NUL or control byte in a "
+            "header, a malformed request line)",
+        }
+        response = web.Response(status=400, text=json.dumps(problem), content_type="application/problem+json")
+        response.force_close()
+        return response
+
+
+class _ProblemServer(web.Server):
+    def __call__(self) -> RequestHandler:
+        return _ProblemRequestHandler(self, loop=self._loop, **self._kwargs)
+
+
+class _Runner(web.AppRunner):
+    async def _make_server(self) -> web.Server:
+        server = await super()._make_server()
+        server.__class__ = _ProblemServer  # only __call__ differs: its handlers answer problem documents
+        return server
 
 
 class HttpServer:
@@ -106,7 +181,7 @@ class HttpEndpoint:
         self.routes(app)
         if extend is not None:
             extend(app)
-        runner = web.AppRunner(app, access_log=None, shutdown_timeout=HTTP_SHUTDOWN_TIMEOUT_S)
+        runner = _Runner(app, access_log=None, shutdown_timeout=HTTP_SHUTDOWN_TIMEOUT_S)
         await runner.setup()
         site = web.TCPSite(runner, host, port, ssl_context=ssl_context, backlog=1024)
         try:

@@ -145,6 +145,8 @@ class PullHttpApi:
         for text in (body_user, body_password):
             if text is not None and not _encodable(text):
                 return bad_request("username and password must be valid UTF-8 text")
+        if body_user is not None and "\x00" in body_user:
+            return bad_request("username: no NUL (an MQTT user name is UTF-8 text without NUL)")
         header = request.headers.get("Authorization")
         if header is None:
             return body_user, body_password
@@ -157,6 +159,8 @@ class PullHttpApi:
             return Problem(401, "Unauthorized", "the Authorization header is not valid Basic credentials")
         if not sep:
             return Problem(401, "Unauthorized", "Basic credentials need user:password")
+        if "\x00" in user:
+            return Problem(401, "Unauthorized", "the Basic user name holds a NUL")
         return user, password
 
     @staticmethod
@@ -243,6 +247,7 @@ class PullHttpApi:
             401: "Unauthorized",
             403: "Forbidden",
             409: "Conflict",
+            410: "Gone",
             429: "Too Many Requests",
             503: "Service Unavailable",
         }
@@ -354,6 +359,7 @@ class PullHttpApi:
         req, username, password = prepared
         try:
             link = await self._attach(request, req, username, password)
+            link.ended_by_close = True  # a long-poll waiting on it answers 410, not "retry"
             link.disconnect(expiry_s=0)
             self.gateway.commit()
         except PullError as exc:
@@ -380,6 +386,25 @@ class PullHttpApi:
         return _json(
             {"client_id": req.client_id, "session_present": link.session_present, "subscriptions": subs}
         )
+
+
+def gateway_off(app: web.Application) -> None:
+    """The /v1 routes of a broker whose gateway is off (``pull.enabled`` false): a 404 problem
+    document that says so, for every method."""
+
+    async def off(request: web.Request) -> web.Response:
+        return problem_response(
+            Problem(
+                404,
+                "Not Found",
+                f"{request.method} {request.path}: the HTTP pull gateway is off on this broker "
+                "(pull.enabled = false; docs/pull.md)",
+                "pull.enabled",
+            )
+        )
+
+    for path in ("/v1/openapi.json", "/v1/pull", "/v1/publish", "/v1/sessions/{tail:.*}"):
+        app.router.add_route("*", path, off)
 
 
 def _encodable(text: str) -> bool:

@@ -110,6 +110,7 @@ class PullLink:
         self.closed = False
         self.session_present = False
         self.disconnect_reason: int | None = None  # the core's DISCONNECT reason code, if any
+        self.ended_by_close = False  # POST /v1/sessions/close ended the session
         loop = asyncio.get_running_loop()
         self._loop = loop
         self._connack: asyncio.Future[Connack] = loop.create_future()
@@ -296,6 +297,12 @@ class PullLink:
     def closed_error(self) -> PullError:
         """Why requests on this closed link fail."""
         reason = self.disconnect_reason
+        if self.ended_by_close:
+            return PullError(
+                410,
+                "the session was ended by POST /v1/sessions/close while this request waited: its "
+                "queue and subscriptions are gone; open a new one with /v1/sessions/open",
+            )
         if reason == 0x8E:
             return PullError(409, "the session was taken over by another connection")
         if reason == 0x8B:

@@ -246,6 +246,10 @@ class BrokerServer:
 
                 self.pull_api = PullHttpApi(broker, config)
                 extend = self.pull_api.routes
+            else:  # /v1/* answers a problem document saying the gateway is off
+                from broker.adapters.http_pull import gateway_off
+
+                extend = gateway_off
             http_server = await _listen(
                 "HTTP",
                 http.host,

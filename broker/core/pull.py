@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import json
 from collections import OrderedDict, deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -65,6 +66,16 @@ class Problem:
 
 def bad_request(detail: str, limit: str | None = None) -> Problem:
     return Problem(400, "Bad Request", detail, limit)
+
+
+def _shown(value: Any) -> str:
+    """A request's value as the client wrote it (JSON: ``true``, ``"x"``, ``null``), not as
+    Python prints it; long values cut."""
+    try:
+        text = json.dumps(value, ensure_ascii=False)
+    except (TypeError, ValueError):
+        text = str(value)
+    return text if len(text) <= 64 else text[:61] + "..."
 
 
 # ====================================================================== requests
@@ -144,14 +155,14 @@ def _int(body: dict[str, Any], name: str, default: int | None, low: int, high: i
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        return bad_request(f"{name}: an integer in {low}..{high} is required, got {value!r}")
+        return bad_request(f"{name}: an integer in {low}..{high} is required, got {_shown(value)}")
     return value
 
 
 def parse_pull(body: Any, *, max_wait_s: int) -> PullRequest | Problem:
     """A ``POST /v1/pull`` body: ``client_id``, ``acks`` (0..1,024 received numbers), ``epoch``,
     ``wait_s`` (long-poll; more than ``max_wait_s`` waits ``max_wait_s``), ``max_messages``
-    (1..16), ``session_expiry_s``."""
+    (at least 1; more than 16 answers 16, seed 001 §4.6), ``session_expiry_s``."""
     obj = _object(body, PULL_FIELDS)
     if isinstance(obj, Problem):
         return obj
@@ -168,17 +179,18 @@ def parse_pull(body: Any, *, max_wait_s: int) -> PullRequest | Problem:
         )
     for seq in acks:
         if isinstance(seq, bool) or not isinstance(seq, int) or not 1 <= seq <= MAX_SEQ:
-            return bad_request(f"acks: each sequence number is an integer in 1..{MAX_SEQ}, got {seq!r}")
+            return bad_request(f"acks: each sequence number is an integer in 1..{MAX_SEQ}, got {_shown(seq)}")
     epoch = obj.get("epoch")
     if epoch is not None and not isinstance(epoch, str):
         return bad_request("epoch: a string (from an earlier response) is required")
     wait = obj.get("wait_s", 0)
     if isinstance(wait, bool) or not isinstance(wait, (int, float)) or wait < 0:
-        return bad_request(f"wait_s: a number of seconds >= 0 is required, got {wait!r}")
+        return bad_request(f"wait_s: a number of seconds >= 0 is required, got {_shown(wait)}")
     wait = min(wait, max_wait_s)  # bounded by the broker (pull.max_wait_s)
-    max_messages = _int(obj, "max_messages", MAX_MESSAGES, 1, MAX_MESSAGES)
+    max_messages = _int(obj, "max_messages", MAX_MESSAGES, 1, MAX_SEQ)
     if isinstance(max_messages, Problem):
         return max_messages
+    max_messages = min(max_messages, MAX_MESSAGES) if max_messages is not None else None  # capped
     expiry = _int(obj, "session_expiry_s", None, 1, 0xFFFFFFFF)
     if isinstance(expiry, Problem):
         return expiry
@@ -209,7 +221,7 @@ def parse_open(body: Any) -> OpenRequest | Problem:
             return bad_request('subscriptions: each is {"filter": "<topic filter>", "qos": 0|1|2}')
         qos = sub.get("qos", 1)
         if isinstance(qos, bool) or qos not in (0, 1, 2):
-            return bad_request(f"subscriptions: qos must be 0, 1 or 2, got {qos!r}")
+            return bad_request(f"subscriptions: qos must be 0, 1 or 2, got {_shown(qos)}")
         parsed.append((sub["filter"], qos))
     clean = obj.get("clean_start", False)
     if not isinstance(clean, bool):
@@ -261,7 +273,7 @@ def parse_publish(body: Any) -> PublishRequest | Problem:
         return payload
     qos = obj.get("qos", 0)
     if isinstance(qos, bool) or qos not in (0, 1, 2):
-        return bad_request(f"qos: 0, 1 or 2, got {qos!r}")
+        return bad_request(f"qos: 0, 1 or 2, got {_shown(qos)}")
     retain = obj.get("retain", False)
     if not isinstance(retain, bool):
         return bad_request("retain: true or false")

@@ -14,7 +14,10 @@ router keeps a lost link's registrations as *ghosts* for ``grace_s`` (router.py)
 torn down upstream while the orphaned sites re-link, and an event matching a ghost is held and
 re-routed once they registered again. Events published while the router has no link at all
 (between a crash and the re-link) are held likewise. An entry is complete ``grace_s`` after it
-lost its links.
+lost its links: ``completed`` when nothing was lost on the way (or a re-route reached a
+neighbour again), ``given_up`` when a link it waited for broke (or it matched a lost link's
+ghost, or it was restored after a crash) and no re-route was acknowledged: the sites behind
+that link may not have it.
 
 While the router has no parent and is re-linking (its configured upstream or a re-link target
 is still to be reached), the grace of its orphaned entries does not run: they wait for the
@@ -47,6 +50,12 @@ class Entry:
     acked: set[str] = field(default_factory=set)
     ack_to: set[str] = field(default_factory=set)  # links to acknowledge once complete
     orphaned_since: float | None = None  # lost (some of) its links; re-routed by tick
+    lost: bool = False  # a link it waited for broke, it matched a ghost, or it was restored
+    rerouted_to: set[str] = field(default_factory=set)
+
+    def missed(self) -> bool:
+        """Some sites that wanted it may not have it: lost on the way and no re-route acknowledged."""
+        return self.lost and not (self.rerouted_to & self.acked)
 
 
 @dataclass(slots=True)
@@ -92,20 +101,25 @@ class Custody:
         self.store.put(entry.event, entry.came_from)
         self.stats.held += 1
         if len(self.entries) > self._limit:
-            old_id, _old = self.entries.popitem(last=False)
+            old_id = next(iter(self.entries))  # the oldest: given up
             self.stats.evicted += 1
-            self.finish(old_id)
+            self.finish(old_id, given_up=True)
             return old_id
         return None
 
-    def finish(self, event_id: str) -> Entry | None:
+    def finish(self, event_id: str, *, given_up: bool = False) -> Entry | None:
+        """The entry leaves custody: ``completed``, or ``given_up`` (dropped while some site may
+        still miss it: the grace ended after a loss, or the limit evicted it)."""
         entry = self.entries.pop(event_id, None)
         self._done[event_id] = None
         if len(self._done) > self._remember:
             self._done.popitem(last=False)
         if entry is not None:
             self.store.forget(event_id)
-            self.stats.completed += 1
+            if given_up:
+                self.stats.given_up += 1
+            else:
+                self.stats.completed += 1
             self._recent[event_id] = entry
             if len(self._recent) > self._recent_limit:
                 self._recent.popitem(last=False)
@@ -144,6 +158,7 @@ class Custody:
             entry.ack_to.discard(link)
             if link in entry.waiting:
                 entry.waiting.discard(link)
+                entry.lost = True
                 if entry.orphaned_since is None:
                     entry.orphaned_since = now
 
@@ -153,7 +168,7 @@ class Custody:
         restored = 0
         for event, came_from in self.store.load():
             if event.event_id and event.event_id not in self.entries:
-                self.entries[event.event_id] = Entry(event, came_from, orphaned_since=now)
+                self.entries[event.event_id] = Entry(event, came_from, orphaned_since=now, lost=True)
                 restored += 1
         self.stats.restored += restored
         return restored
@@ -170,7 +185,7 @@ class Custody:
         ]
 
     def reroute(
-        self, now: float, grace_s: float, links: list[str], wants: Callable[[str, str], bool]
+        self, now: float, grace_s: float, links: list[str], wants: Callable[[str, Event], bool]
     ) -> tuple[list[tuple[str, Event]], list[tuple[str, Entry]]]:
         """For every orphaned entry: the (link, event) sends to the links that want it now and
         were not in its route yet, and the entries complete (no wait left, grace over)."""
@@ -180,8 +195,9 @@ class Custody:
             for link in links:
                 if link in entry.acked or link in entry.waiting or link == entry.came_from:
                     continue
-                if wants(link, entry.event.topic):
+                if wants(link, entry.event):
                     entry.waiting.add(link)
+                    entry.rerouted_to.add(link)
                     self.stats.rerouted += 1
                     sends.append((link, entry.event))
             since = entry.orphaned_since

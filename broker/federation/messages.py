@@ -2,9 +2,10 @@
 adapter (seed 000 §3.7). Plain frozen dataclasses: ``broker.adapters.federation`` maps them to
 the ``skipmq.v1.Federation`` protobuf messages.
 
-Anonymity (§3.7.2): a ``Register`` carries a key and a TTL only - never who subscribed, nor
-where; a router cannot tell a filter registered by its neighbour's own client from one that
-neighbour relays.
+Anonymity (§3.7.2): a ``Register`` carries a key, a TTL and ``own_site`` - never who
+subscribed, nor where; ``own_site`` says only that every source lies in the sender's own site,
+which the link already names (``LinkRequest.site`` / ``LinkAccepted.site``), so that a clustered
+site's filters do not draw its own events out and back.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ class LinkRequest:
     place: str
     requester: str
     one_way: bool = False  # the requester registers no filter upstream: it only publishes
+    site: str = ""  # the requester's site (a cluster's brokers share one; "" = none)
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +40,7 @@ class LinkAccepted:
     mode: str
     description: str
     topology: tuple[str, ...]
+    site: str = ""  # the acceptor's site ("" = none)
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,8 +67,13 @@ class Leave:
 # ---------------------------------------------------------------- event paths (§3.7.2, §3.7.4)
 @dataclass(frozen=True, slots=True)
 class Register:
+    """``own_site``: every source of the key lies in the sender's own site (the one its link
+    named); it says no more than the link already does, and keeps a clustered site's filters
+    from drawing its own events out and back (router.py)."""
+
     key: str
     ttl: int
+    own_site: bool = False
 
 
 @dataclass(frozen=True, slots=True)

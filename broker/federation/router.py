@@ -11,7 +11,13 @@
   TTL (Fig. 16). Registrations carry no origin (anonymity).
 * Events flow back along the paths: an event is sent on a link only when that link's neighbour
   registered a key matching it, never on the link it came from (and the tree has no cycle, so
-  it never returns to its site); it is delivered locally when a local key matches.
+  it never returns to its broker); it is delivered locally when a local key matches.
+* Clustered sites (SkipMQ's addition): brokers of one cluster share ``settings.site`` and each
+  links on its own. Links name their sites (``LinkRequest.site``, ``LinkAccepted.site``); a
+  registration whose sources all lie in the sender's site says so (``Register.own_site``), and
+  such a source is not registered toward another broker of that site (event_paths.py), nor is
+  an event of a site sent to that site on a key only that site registered: a site's own events
+  never go out and back.
 * Leave (§3.7.3 (2)-(3)): the leaving router tells its 1-hop neighbours; its children get its
   parent (or, without one, one of its children) as replacement and re-link; nobody else moves.
 * Crash (§3.7.3 (4)): each router learns its upstream entities in advance with an n-hop
@@ -78,8 +84,10 @@ class FederationRouter:
         self.children: set[str] = set()
         self.topology: tuple[str, ...] = (name,)  # root .. this router
         self.stats = RouterStats()
-        self._paths = EventPaths()
+        self._paths = EventPaths(settings.site)
         self._received: dict[str, dict[str, int]] = {}  # link -> key -> ttl the neighbour registered
+        self._received_tags: dict[str, dict[str, str]] = {}  # link -> key -> its site ("" = unknown)
+        self._link_sites: dict[str, str] = {}  # link -> the neighbour's site ("" = none)
         self._local: Counter[tuple[str, int]] = Counter()  # (key, ttl) -> local subscriptions
         self._local_keys: Counter[str] = Counter()
         self._one_way_links: set[str] = set()  # we register nothing toward these
@@ -93,7 +101,8 @@ class FederationRouter:
         self._custody = Custody(store=store)
         self.retained = PlaceRetained(name)  # used with settings.retained_place (retained.py)
         self._event_seq = 0
-        self._ghosts: dict[str, tuple[dict[str, int], float]] = {}  # lost link -> (its keys, until)
+        # lost link -> (its keys with their TTLs, their site tags, until)
+        self._ghosts: dict[str, tuple[dict[str, int], dict[str, str], float]] = {}
         self.left = False
 
     # ================================================================== reading
@@ -139,7 +148,7 @@ class FederationRouter:
         hops = self.settings.ttl if ttl is None else ttl
         self._local[(key, hops)] += 1
         self._local_keys[key] += 1
-        return self._changes(self._paths.add_source(key, hops - 1, except_link=None))
+        return self._changes(self._paths.add_source(key, hops - 1, except_link=None, tag=self.settings.site))
 
     def unsubscribe(
         self, topic_filter: str, *, mode: RoutingMode | None = None, ttl: int | None = None
@@ -155,7 +164,9 @@ class FederationRouter:
         self._local_keys[key] -= 1
         if self._local_keys[key] == 0:
             del self._local_keys[key]
-        return self._changes(self._paths.remove_source(key, hops - 1, except_link=None))
+        return self._changes(
+            self._paths.remove_source(key, hops - 1, except_link=None, tag=self.settings.site)
+        )
 
     # ================================================================== events
     def publish(self, event: Event, now: float = 0.0, wall_ms: int = 0) -> list[Action]:
@@ -197,7 +208,7 @@ class FederationRouter:
         for link in self.links():
             if link == came_from:
                 continue  # never back where it came from
-            if any(view.matches(key) for key in self._received.get(link, {})):
+            if self._link_wants(link, view, event.site):
                 targets.add(link)
                 actions.append(self._send(link, event))
         if came_from is not None:
@@ -211,7 +222,7 @@ class FederationRouter:
         if event_id:  # after the local delivery: an acknowledgement may go out at once
             ghostly = any(
                 any(view.matches(key) for key in held)
-                for peer, (held, _until) in self._ghosts.items()
+                for peer, (held, _tags, _until) in self._ghosts.items()
                 if peer != came_from
             )
             actions += self._take_custody(event_id, event, came_from, targets, now, hold=ghostly)
@@ -226,7 +237,9 @@ class FederationRouter:
         if not targets and not hold and not unlinked:
             self._custody.finish(event_id)  # nobody to wait for (remembered against copies)
             return [self._send(came_from, EventAck(event_id))] if came_from is not None else []
-        entry = Entry(event, came_from, waiting=targets, orphaned_since=now if hold or not targets else None)
+        entry = Entry(
+            event, came_from, waiting=targets, orphaned_since=now if hold or not targets else None, lost=hold
+        )
         if came_from is not None:
             entry.ack_to.add(came_from)
         evicted = self._custody.hold(event_id, entry)
@@ -240,7 +253,7 @@ class FederationRouter:
         return [] if entry is None else self._complete(ack.event_id, entry)
 
     def _complete(self, event_id: str, entry: Entry) -> list[Action]:
-        self._custody.finish(event_id)
+        self._custody.finish(event_id, given_up=entry.missed())
         return [
             self._send(link, EventAck(event_id)) for link in sorted(entry.ack_to) if link in self._received
         ]
@@ -252,13 +265,24 @@ class FederationRouter:
             self._custody.hold_orphans(now)  # the grace runs once linked again
         sends, complete = self._custody.reroute(now, self.settings.custody_grace_s, self.links(), self._wants)
         actions: list[Action] = [self._send(link, event) for link, event in sends]
+        given_up = sum(1 for _event_id, entry in complete if entry.missed())
         for event_id, entry in complete:
             actions += self._complete(event_id, entry)
+        if given_up:
+            actions.append(Note("federation_custody_given_up", (("events", str(given_up)),)))
         return actions
 
-    def _wants(self, link: str, topic: str) -> bool:
-        view = TopicView(topic, self.settings.class_levels)
-        return any(view.matches(key) for key in self._received.get(link, {}))
+    def _wants(self, link: str, event: Event) -> bool:
+        return self._link_wants(link, TopicView(event.topic, self.settings.class_levels), event.site)
+
+    def _link_wants(self, link: str, view: TopicView, site: str) -> bool:
+        """Whether the neighbour on ``link`` registered a key matching the event - other than a
+        key only the event's own site registered, when that neighbour is of that site."""
+        same_site = bool(site) and self._link_sites.get(link) == site
+        tags = self._received_tags.get(link, {})
+        return any(
+            view.matches(key) and not (same_site and tags.get(key)) for key in self._received.get(link, {})
+        )
 
     def restore(self, now: float) -> int:
         """After a crash: take back the events the custody store kept (re-routed by ``tick``)."""
@@ -291,7 +315,9 @@ class FederationRouter:
             raise LinkError(f"{self.name} cannot request a link to {peer}: it is itself or already linked")
         self._pending = peer
         self._pending_since = now
-        return [self._send(peer, LinkRequest(self.place, self.name, self._pending_one_way))]
+        return [
+            self._send(peer, LinkRequest(self.place, self.name, self._pending_one_way, self.settings.site))
+        ]
 
     def _on_accepted(self, peer: str, message: LinkAccepted, now: float) -> list[Action]:
         if peer != self._pending:
@@ -307,8 +333,10 @@ class FederationRouter:
         if self._pending_one_way:
             self._one_way_links.add(peer)
         self._received[peer] = {}
+        self._received_tags[peer] = {}
+        self._link_sites[peer] = message.site
         actions = [Note("federation_link_up", (("peer", peer), ("role", "parent"), ("mode", message.mode)))]
-        actions += self._changes(self._paths.seed_link(peer, self._sources()))
+        actions += self._changes(self._paths.seed_link(peer, self._sources(), message.site))
         actions += self._retained_copy(peer)
         actions += self._set_topology((*message.topology, self.name))
         actions += self._probe(now)
@@ -353,12 +381,14 @@ class FederationRouter:
             ]
         self.children.add(peer)
         self._received[peer] = {}
+        self._received_tags[peer] = {}
+        self._link_sites[peer] = message.site
         accepted = LinkAccepted(
-            self.place, self.settings.mode.value, self.settings.description, self.topology
+            self.place, self.settings.mode.value, self.settings.description, self.topology, self.settings.site
         )
         actions: list[Action] = [self._send(peer, accepted)]
         actions.append(Note("federation_link_up", (("peer", peer), ("role", "child"))))
-        actions += self._changes(self._paths.seed_link(peer, self._sources()))
+        actions += self._changes(self._paths.seed_link(peer, self._sources(), message.site))
         actions += self._retained_copy(peer)
         return actions
 
@@ -414,19 +444,24 @@ class FederationRouter:
         if message.ttl - 1 < 1 and peer in self._received and message.key not in self._received[peer]:
             self.stats.registrations_stopped_by_ttl += 1  # Fig. 16: this router is the last it reaches
         held = self._received[peer]
+        tags = self._received_tags.setdefault(peer, {})
         old = held.get(message.key)
+        old_tag = tags.get(message.key, "")
+        tag = self._link_sites.get(peer, "") if message.own_site else ""
         held[message.key] = message.ttl
+        tags[message.key] = tag
         changes: list[PathChange] = []
         if old is not None:
-            changes += self._paths.remove_source(message.key, old - 1, except_link=peer)
-        changes += self._paths.add_source(message.key, message.ttl - 1, except_link=peer)
+            changes += self._paths.remove_source(message.key, old - 1, except_link=peer, tag=old_tag)
+        changes += self._paths.add_source(message.key, message.ttl - 1, except_link=peer, tag=tag)
         return self._changes(_net(changes))
 
     def _on_unregister(self, peer: str, message: Unregister) -> list[Action]:
         old = self._received[peer].pop(message.key, None)
+        tag = self._received_tags.get(peer, {}).pop(message.key, "")
         if old is None:
             return []
-        return self._changes(self._paths.remove_source(message.key, old - 1, except_link=peer))
+        return self._changes(self._paths.remove_source(message.key, old - 1, except_link=peer, tag=tag))
 
     # ================================================================== leave and crash (§3.7.3)
     def leave(self) -> list[Action]:
@@ -450,6 +485,8 @@ class FederationRouter:
         for link in list(self._received):
             self._paths.drop_link(link)
         self._received.clear()
+        self._received_tags.clear()
+        self._link_sites.clear()
         actions.append(Note("federation_left", (("replacement", replacement or ""),)))
         return actions
 
@@ -508,21 +545,23 @@ class FederationRouter:
         self._one_way_links.discard(peer)
         self._paths.drop_link(peer)
         held = self._received.pop(peer, {})
+        tags = self._received_tags.pop(peer, {})
+        self._link_sites.pop(peer, None)
         actions = self._expire_ghost(peer)  # a previous ghost of the same peer
         if held:
-            self._ghosts[peer] = (held, now + self.settings.custody_grace_s)
+            self._ghosts[peer] = (held, tags, now + self.settings.custody_grace_s)
         return actions
 
     def _expire_ghost(self, peer: str) -> list[Action]:
-        held, _until = self._ghosts.pop(peer, ({}, 0.0))
+        held, tags, _until = self._ghosts.pop(peer, ({}, {}, 0.0))
         changes: list[PathChange] = []
         for key, ttl in held.items():
-            changes += self._paths.remove_source(key, ttl - 1, except_link=peer)
+            changes += self._paths.remove_source(key, ttl - 1, except_link=peer, tag=tags.get(key, ""))
         return self._changes(changes)
 
     def _expire_ghosts(self, now: float) -> list[Action]:
         actions: list[Action] = []
-        for peer in [peer for peer, (_held, until) in self._ghosts.items() if until <= now]:
+        for peer in [peer for peer, (_held, _tags, until) in self._ghosts.items() if until <= now]:
             actions += self._expire_ghost(peer)
         return actions
 
@@ -593,14 +632,16 @@ class FederationRouter:
             return []
         return [self._send(peer, write) for write in self.retained.everything()]
 
-    def _sources(self) -> list[tuple[str, int, str | None]]:
-        sources: list[tuple[str, int, str | None]] = []
+    def _sources(self) -> list[tuple[str, int, str | None, str]]:
+        """Every source: (key, TTL left, the link it came from or None, its site tag)."""
+        sources: list[tuple[str, int, str | None, str]] = []
         for (key, hops), count in self._local.items():
-            sources.extend([(key, hops - 1, None)] * count)
+            sources.extend([(key, hops - 1, None, self.settings.site)] * count)
         for link, held in self._received.items():
-            sources.extend((key, ttl - 1, link) for key, ttl in held.items())
-        for link, (held, _until) in self._ghosts.items():
-            sources.extend((key, ttl - 1, link) for key, ttl in held.items())
+            tags = self._received_tags.get(link, {})
+            sources.extend((key, ttl - 1, link, tags.get(key, "")) for key, ttl in held.items())
+        for link, (held, tags, _until) in self._ghosts.items():
+            sources.extend((key, ttl - 1, link, tags.get(key, "")) for key, ttl in held.items())
         return sources
 
     def _changes(self, changes: list[PathChange]) -> list[Action]:
@@ -611,7 +652,7 @@ class FederationRouter:
             if change.ttl is None:
                 actions.append(self._send(change.link, Unregister(change.key)))
             else:
-                actions.append(self._send(change.link, Register(change.key, change.ttl)))
+                actions.append(self._send(change.link, Register(change.key, change.ttl, change.own_site)))
         return actions
 
     def _send(self, peer: str, message: LinkMessage) -> Send:

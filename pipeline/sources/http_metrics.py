@@ -31,6 +31,7 @@ from pipeline.records import METRIC_FIELDS, METRIC_SCHEMA, as_row, metric_record
 from pipeline.spool import Spool
 
 KEPT_PREFIXES = ("skipmq_", "process_")  # not the histograms' _bucket series (the _sum and _count are kept)
+BROKER_INFO = "skipmq_pipeline_broker_info"  # value 1, label broker: the instance's cluster address
 
 
 def _get(url: str, timeout_s: float) -> bytes:
@@ -82,6 +83,13 @@ class Scraper:
                     found.append(url)
         return found
 
+    def _cluster_address(self, url: str) -> str:
+        """The broker's cluster address (``peer_id`` in its /cluster; "" when unclustered)."""
+        try:
+            return str(json.loads(_get(url + "/cluster", self.timeout_s)).get("peer_id") or "")
+        except (OSError, ValueError):
+            return ""
+
     def scrape(self, now_s: float) -> list[dict[str, Any]]:
         records: list[dict[str, Any]] = []
         for url in self.targets():
@@ -98,6 +106,13 @@ class Scraper:
                     for record in metric_records(text, instance, node_id, now_s)
                     if record["name"].startswith(KEPT_PREFIXES) and not record["name"].endswith("_bucket")
                 )
+                peer = self._cluster_address(url)
+                if peer:  # the name the snapshots give this broker, to name it one way everywhere
+                    labels = json.dumps({"broker": peer}, separators=(",", ":"))
+                    records.append(
+                        {"instance": instance, "node_id": node_id, "ts": now_s, "name": BROKER_INFO,
+                         "labels": labels, "value": 1.0}
+                    )  # fmt: skip
                 up = 1.0
             except (OSError, ValueError):
                 up = 0.0

@@ -21,7 +21,14 @@ from typing import Any
 from pyspark.sql.datasource import DataSource, SimpleDataSourceStreamReader
 from pyspark.sql.types import StructType
 
-from pipeline.records import SNAPSHOT_FIELDS, SNAPSHOT_SCHEMA, BadSnapshot, as_row, snapshot_records
+from pipeline.records import (
+    SNAPSHOT_FIELDS,
+    SNAPSHOT_SCHEMA,
+    BadSnapshot,
+    as_row,
+    parse_brokers,
+    snapshot_records,
+)
 from pipeline.spool import Spool
 
 log = logging.getLogger("skipmq.pipeline")
@@ -29,20 +36,6 @@ DEFAULT_TOPIC = "$SYS/skipmq/+/classes"
 RECENT_KEYS = 10_000
 SETTLE_S = 2.0
 START_WAIT_S = 15.0
-
-
-def parse_brokers(text: str) -> list[tuple[str, int]]:
-    brokers = []
-    for entry in (item.strip() for item in text.split(",")):
-        if not entry:
-            continue
-        host, _, port = entry.rpartition(":")
-        if not host or not port.isdigit():
-            raise ValueError(f"brokers: {entry!r} is not host:port")
-        brokers.append((host.strip("[]"), int(port)))
-    if not brokers:
-        raise ValueError("brokers: give at least one host:port")
-    return brokers
 
 
 class SnapshotListener:

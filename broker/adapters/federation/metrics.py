@@ -13,7 +13,7 @@ from prometheus_client.registry import Collector
 if TYPE_CHECKING:
     from broker.adapters.federation.node import FederationNode
 
-CUSTODY_OUTCOMES = ("held", "completed", "rerouted", "duplicates", "evicted", "restored")
+CUSTODY_OUTCOMES = ("held", "completed", "given_up", "rerouted", "duplicates", "evicted", "restored")
 
 
 class FederationCollector(Collector):
@@ -97,9 +97,11 @@ class FederationCollector(Collector):
         )
         outcomes = CounterMetricFamily(
             "skipmq_federation_custody",
-            "Custody entries by outcome: held (entered), completed, rerouted (sent again after a "
-            "re-link), duplicates (copies acknowledged, not delivered again), evicted (over the "
-            "limit: given up), restored (taken back from the store after a restart)",
+            "Custody entries by outcome: held (entered), completed, given_up (dropped while a site "
+            "may miss it: a link broke and no re-route was acknowledged within the grace, or "
+            "evicted), rerouted (sent again after a re-link), duplicates (copies acknowledged, not "
+            "delivered again), evicted (over the limit: given up), restored (taken back from the "
+            "store after a restart)",
             labels=["outcome"],
         )
         for outcome in CUSTODY_OUTCOMES:

@@ -36,6 +36,7 @@ def encode(message: LinkMessage) -> pb.FedMessage:
                 requester=message.requester,
                 one_way=message.one_way,
                 schema_version=SCHEMA_VERSION,
+                site=message.site,
             )
         )
     elif isinstance(message, LinkAccepted):
@@ -45,6 +46,7 @@ def encode(message: LinkMessage) -> pb.FedMessage:
                 mode=message.mode,
                 description=message.description,
                 topology=list(message.topology),
+                site=message.site,
             )
         )
     elif isinstance(message, LinkRefused):
@@ -57,7 +59,7 @@ def encode(message: LinkMessage) -> pb.FedMessage:
             leave.replacement = message.replacement
         out.leave.CopyFrom(leave)
     elif isinstance(message, Register):
-        out.register.CopyFrom(pb.FedRegister(key=message.key, ttl=message.ttl))
+        out.register.CopyFrom(pb.FedRegister(key=message.key, ttl=message.ttl, own_site=message.own_site))
     elif isinstance(message, Unregister):
         out.unregister.CopyFrom(pb.FedUnregister(key=message.key))
     elif isinstance(message, Event):
@@ -112,10 +114,12 @@ def decode(item: pb.FedMessage) -> LinkMessage:
             request = item.link_request
             if request.schema_version != SCHEMA_VERSION:
                 raise FederationWireError(f"schema version {request.schema_version}, this broker speaks 1")
-            return LinkRequest(request.place, request.requester, request.one_way)
+            return LinkRequest(request.place, request.requester, request.one_way, request.site)
         if kind == "link_accepted":
             accepted = item.link_accepted
-            return LinkAccepted(accepted.place, accepted.mode, accepted.description, tuple(accepted.topology))
+            return LinkAccepted(
+                accepted.place, accepted.mode, accepted.description, tuple(accepted.topology), accepted.site
+            )
         if kind == "link_refused":
             return LinkRefused(item.link_refused.place, item.link_refused.reason)
         if kind == "topology_update":
@@ -126,7 +130,7 @@ def decode(item: pb.FedMessage) -> LinkMessage:
         if kind == "register":
             if not item.register.key or item.register.ttl < 1:
                 raise FederationWireError(f"bad registration {item.register.key!r} ttl {item.register.ttl}")
-            return Register(item.register.key, item.register.ttl)
+            return Register(item.register.key, item.register.ttl, item.register.own_site)
         if kind == "unregister":
             return Unregister(item.unregister.key)
         if kind == "event":

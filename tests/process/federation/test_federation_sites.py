@@ -180,6 +180,17 @@ def test_two_edge_sites_of_two_clustered_brokers_each_get_every_event_once(sites
         for client in subscribers.values():  # drop the probes' copies
             while not client.nothing_within(0.3):
                 pass
+        # the site's own filters do not come back to it: the regional broker registers a2's
+        # filter toward b1/b2, never toward a1 (same site), so an event published in site a with
+        # nobody outside subscribing never leaves it (no out-and-back, no custody for it)
+        wait_until(lambda: key("plant/#") in regional.state()["received_from"][edge["a2"].address], WAIT_S)
+        b1 = edge["b1"].address
+        wait_until(lambda: key("plant/#") in regional.state()["registered_toward"][b1], WAIT_S)
+        for name in ("a1", "a2"):
+            assert key("plant/#") not in regional.state()["registered_toward"][edge[name].address], name
+            assert edge[name].state()["received_from"][regional.address] == {}, name
+        before = {name: edge[name].state() for name in ("a1", "a2")}
+        regional_in = regional.state()["events_in"]
         for publisher in ("b1", "b2", "cloud", "a1", "a2"):
             payload = f"from {publisher}".encode()
             publishers[publisher].publish("plant/x", payload)
@@ -187,6 +198,27 @@ def test_two_edge_sites_of_two_clustered_brokers_each_get_every_event_once(sites
                 assert client.received() == ("plant/x", payload), (publisher, name)
             for name, client in subscribers.items():
                 assert client.nothing_within(0.3), f"{name} got the event from {publisher} twice"
+        assert regional.state()["events_in"] == regional_in + 3  # from b1, b2 and the cloud only
+        for name in ("a1", "a2"):
+            after = edge[name].state()
+            forwarded = before[name]["events_forwarded"]
+            assert after["events_forwarded"] == forwarded, f"{name} sent its site's event out"
+            assert after["custody"]["held"] == before[name]["custody"]["held"], name
+
+        # a subscriber outside the site: a1's events go out to it, and still not back into the site
+        outside = Client(sites.sites["b1"], "sub-b1")
+        outside.subscribe("plant/#")
+        wait_until(lambda: key("plant/#") in edge["a1"].state()["received_from"][regional.address], WAIT_S)
+        a2_in = edge["a2"].state()["events_in"]
+        forwarded = edge["a1"].state()["events_forwarded"]
+        publishers["a1"].publish("plant/out", b"from a1 to b1")
+        assert outside.received() == ("plant/out", b"from a1 to b1")
+        for name, client in subscribers.items():
+            assert client.received() == ("plant/out", b"from a1 to b1"), name
+            assert client.nothing_within(0.3), f"{name} got a1's event twice"
+        assert edge["a1"].state()["events_forwarded"] == forwarded + 1
+        assert edge["a2"].state()["events_in"] == a2_in, "a1's event came back into its site"
+        outside.close()
 
         # kill -9 the regional broker: all four edge brokers re-link to the cloud
         assert regional.process is not None

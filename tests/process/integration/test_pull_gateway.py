@@ -515,3 +515,93 @@ def test_a_body_trickled_byte_by_byte_gets_408(broker_factory: Factory) -> None:
     elapsed = time.monotonic() - started
     assert answer.startswith(b"HTTP/1.1 408"), (answer[:200], elapsed)
     assert b"http.header_timeout_s" in answer and 1.5 <= elapsed <= 6
+
+
+def _raw_http(port: int, request: bytes) -> tuple[int, str, bytes]:
+    """One raw HTTP/1.1 request (bytes as given, a NUL in a header included); status, content
+    type and body of the answer."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        sock.sendall(request)
+        data = b""
+        while True:
+            chunk = sock.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    headers = dict(line.split(": ", 1) for line in lines[1:] if ": " in line)
+    return int(lines[0].split()[1]), headers.get("Content-Type", ""), body
+
+
+def test_trials_capped_max_messages_closed_long_poll_nul_header_and_plain_details(
+    broker_factory: Factory, paho_factory: PahoFactory
+) -> None:
+    """What trying the gateway as a user turned up: max_messages above 16 is capped (seed 001
+    §4.6: at most 16 per response), not refused; a long-poll whose session /v1/sessions/close
+    ended gets 410 (documented), and the next pull says session_present false; a NUL in a
+    request header gets a problem+json 400 without an error-level traceback per request; error
+    details show JSON values, not Python reprs; /v1/openapi.json with the gateway off is a 404
+    problem document that says so."""
+    broker = broker_factory(BrokerOptions(skipmq_extra=PULL))
+    url = _url(broker)
+    _post(url + "/v1/sessions/open", {"client_id": "dev-t", "subscriptions": [{"filter": "t/#", "qos": 1}]})
+    publisher = paho_factory(broker, version=5)
+    for n in range(20):
+        publisher.publish("t/x", f"{n}".encode(), qos=1)
+    status, _type, answer = _post(url + "/v1/pull", {"client_id": "dev-t", "max_messages": 100, "wait_s": 5})
+    assert status == 200 and len(answer["messages"]) == 16 and answer["remaining"] is True
+
+    status, content_type, problem = _post(url + "/v1/pull", {"client_id": "dev-t", "wait_s": True})
+    assert status == 400 and content_type.startswith("application/problem+json")
+    assert "got true" in problem["detail"] and "True" not in problem["detail"], problem
+
+    _post(url + "/v1/sessions/open", {"client_id": "dev-c", "subscriptions": [{"filter": "c/#", "qos": 1}]})
+    waiting: dict[str, Any] = {}
+    poll = threading.Thread(
+        target=lambda: waiting.update(r=_post(url + "/v1/pull", {"client_id": "dev-c", "wait_s": 8}))
+    )
+    poll.start()
+    time.sleep(1.0)
+    status, _type, closed = _post(url + "/v1/sessions/close", {"client_id": "dev-c"})
+    assert status == 200 and closed["closed"] is True
+    poll.join(10)
+    status, content_type, problem = waiting["r"]
+    assert status == 410 and content_type.startswith("application/problem+json"), waiting
+    assert "/v1/sessions/close" in problem["detail"] and "retry" not in problem["detail"]
+    status, _type, answer = _post(url + "/v1/pull", {"client_id": "dev-c"})
+    assert status == 200 and answer["session_present"] is False
+
+    request = b"POST /v1/pull HTTP/1.1\r\nHost: x\r\nX-Note: a\x00b\r\nContent-Length: 2\r\n\r\n{}"
+    for _ in range(20):
+        status, content_type, body = _raw_http(broker.http_port, request)
+        assert status == 400 and content_type.startswith("application/problem+json"), body
+        assert json.loads(body)["status"] == 400
+    log = broker.stderr_text()
+    assert "Traceback" not in log and "Error handling request" not in log
+    assert log.count("http_bad_request") <= 2, log[-3000:]  # one line, then quiet for a while
+
+    # limits.max_queued_messages (default 1000) holds for a pull session as for any MQTT session:
+    # beyond it messages PUBACKed to their publisher are dropped, counted and logged by name
+    _post(url + "/v1/sessions/open", {"client_id": "dev-q", "subscriptions": [{"filter": "q/#", "qos": 1}]})
+    for _ in range(1100):
+        publisher.publish("q/x", b"m", qos=1)  # each PUBACKed
+    with urllib.request.urlopen(url + "/metrics", timeout=10) as response:
+        metrics = response.read().decode()
+    dropped = [
+        float(line.rsplit(" ", 1)[1])
+        for line in metrics.splitlines()
+        if line.startswith('skipmq_messages_dropped_total{reason="queue_full_oldest"}')
+    ]
+    assert dropped and dropped[0] >= 1, dropped
+    wait_for = time.monotonic() + 10
+    while "messages_dropped" not in broker.stderr_text() and time.monotonic() < wait_for:
+        time.sleep(0.2)
+    assert any("messages_dropped" in line and "dev-q" in line for line in broker.stderr_text().splitlines())
+
+    off = broker_factory(BrokerOptions())
+    with pytest.raises(urllib.error.HTTPError) as caught:
+        urllib.request.urlopen(f"{_url(off)}/v1/openapi.json", timeout=10)
+    assert caught.value.code == 404
+    assert caught.value.headers["Content-Type"].startswith("application/problem+json")
+    assert "pull.enabled" in json.loads(caught.value.read())["detail"]

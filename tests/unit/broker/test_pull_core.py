@@ -82,6 +82,8 @@ def test_request_limits_name_the_limit() -> None:
     assert "1024" in too_many.detail
     long_wait = parse_pull({"client_id": "d", "wait_s": 1e16}, max_wait_s=30)
     assert isinstance(long_wait, PullRequest) and long_wait.wait_s == 30  # bounded by pull.max_wait_s
+    many = parse_pull({"client_id": "d", "max_messages": 17}, max_wait_s=30)
+    assert isinstance(many, PullRequest) and many.max_messages == 16  # capped (seed 001 §4.6), not refused
     for bad in (
         [],
         {"acks": []},
@@ -90,13 +92,15 @@ def test_request_limits_name_the_limit() -> None:
         {"client_id": "d", "acks": [0]},
         {"client_id": "d", "acks": [True]},
         {"client_id": "d", "acks": [1.5]},
-        {"client_id": "d", "max_messages": 17},
+        {"client_id": "d", "max_messages": 0},
         {"client_id": "d", "wait_s": -1},
         {"client_id": "d", "epoch": 3},
         {"client_id": "\ud800"},  # a lone surrogate: not UTF-8
     ):
         problem = parse_pull(bad, max_wait_s=30)
         assert isinstance(problem, Problem) and problem.status == 400, bad
+    shown = parse_pull({"client_id": "d", "wait_s": True}, max_wait_s=30)
+    assert isinstance(shown, Problem) and shown.detail.endswith("got true")  # JSON, not Python's True
     dup = parse_pull({"client_id": "d", "acks": [3, 3, 1]}, max_wait_s=30)
     assert isinstance(dup, PullRequest) and dup.acks == (3, 1)
 

@@ -13,6 +13,7 @@ from broker.federation.messages import (
     LinkAccepted,
     LinkRefused,
     LinkRequest,
+    Note,
     ProbeReply,
     Register,
     Send,
@@ -81,8 +82,50 @@ def test_events_flow_back_along_the_paths_and_never_back() -> None:
     assert net.sent["Event"] == 3
 
 
+def test_a_clustered_site_never_sends_its_own_events_out_and_back() -> None:
+    """Site S is a cluster of a1 and a2, both children of r (cloud c above). A filter only inside
+    S is registered toward no broker of S, so S's events never leave it; a subscriber outside
+    draws S's events out, and they do not come back in; an outside subscriber behind a broker of S
+    (x under a2) still gets them through a2, which does not deliver them a second time."""
+    net = FederationNet(PLACE)
+    site = dataclasses.replace(PLACE, site="S")
+    net.add("c")
+    net.add("r")
+    net.add("a1", site)
+    net.add("a2", site)
+    net.add("x")
+    net.build_tree({"r": "c", "a1": "r", "a2": "r", "x": "a2"})
+    key = net.routers["a2"].key_of("plant/#")
+    net.do("a2", net.routers["a2"].subscribe("plant/#"))
+    assert key in net.routers["r"].received_from("a2")
+    assert net.routers["r"].registered_toward("a1") == {}  # the same site: the cluster serves it
+    assert key in net.routers["c"].received_from("r")
+    before = net.sent["Event"]
+    net.do("a1", net.routers["a1"].publish(Event("plant/t", b"in S", 1)))
+    assert net.sent["Event"] == before  # never leaves the site
+    assert not any(net.delivered.values())
+
+    net.do("c", net.routers["c"].subscribe("plant/#"))  # an outside subscriber
+    assert key in net.routers["a1"].received_from("r")
+    net.do("a1", net.routers["a1"].publish(Event("plant/t", b"out", 1)))
+    assert [e.payload for e in net.delivered["c"]] == [b"out"]
+    assert net.routers["a2"].stats.events_in == 0  # not back into the site
+    assert net.sent["Event"] == before + 2  # a1 -> r -> c
+
+    net.do("x", net.routers["x"].subscribe("plant/#"))  # behind a2, outside S
+    assert net.routers["a2"].registered_toward("r")[key] >= 1
+    net.do("a1", net.routers["a1"].publish(Event("plant/t", b"to x", 1)))
+    assert [e.payload for e in net.delivered["x"]] == [b"to x"]
+    assert net.delivered["a2"] == []  # a2 carries it to x; its cluster already delivered it
+    net.do("c", net.routers["c"].unsubscribe("plant/#"))
+    net.do("x", net.routers["x"].unsubscribe("plant/#"))
+    assert net.routers["r"].registered_toward("a1") == {}
+
+
 def test_anonymity_registrations_carry_no_origin() -> None:
-    assert [f.name for f in dataclasses.fields(Register)] == ["key", "ttl"]
+    # own_site says only whether every source lies in the sender's own site, which its link
+    # already names (clustered sites: test_a_clustered_site_never_sends_its_own_events_out_and_back)
+    assert [f.name for f in dataclasses.fields(Register)] == ["key", "ttl", "own_site"]
     a = net_of({"3": "2", "1": "2", "4": "2"})
     a.do("3", a.routers["3"].subscribe("temp/#"))
     b = net_of({"3": "2", "1": "2", "4": "2"})
@@ -334,3 +377,25 @@ def test_a_crash_half_way_through_a_discovery_round_keeps_the_ancestors_of_the_r
     net.crash("regional", drop_outgoing=True)  # the grandparent's answer dies with it
     assert child.parent == "cloud" and net.routers["a"].parent == "cloud"
     assert "federation_new_root" not in [note.event for _name, note in net.notes]
+
+
+# ---------------------------------------------------------------- custody outcomes
+def test_events_dropped_at_the_end_of_the_grace_are_given_up_not_completed() -> None:
+    """A subscriber site crashes for good: the QoS 1 events that matched its ghost wait for the
+    grace period, then are dropped - counted ``given_up``, not ``completed``; an event delivered
+    before the crash is ``completed``."""
+    net = net_of({"sub": "pub"})
+    net.do("sub", net.routers["sub"].subscribe("t/#"))
+    net.do("pub", net.routers["pub"].publish(Event("t/1", b"delivered", 1)))
+    assert [e.payload for e in net.delivered["sub"]] == [b"delivered"]
+    stats = net.routers["pub"].custody_stats()
+    assert (stats["completed"], stats["given_up"]) == (1, 0)
+    net.crash("sub")
+    for n in range(3):
+        net.do("pub", net.routers["pub"].publish(Event(f"t/{n}", b"lost", 1)))
+    assert net.routers["pub"].custody_stats()["in_custody"] == 3  # held for the ghost's grace
+    net.tick(PLACE.custody_grace_s + 1)
+    stats = net.routers["pub"].custody_stats()
+    assert stats["in_custody"] == 0
+    assert (stats["completed"], stats["given_up"]) == (1, 3), stats
+    assert ("pub", Note("federation_custody_given_up", (("events", "3"),))) in net.notes

@@ -165,6 +165,15 @@ def test_a_broker_with_slow_publish_confirmations_is_a_latency_outlier() -> None
     assert row["value"] == pytest.approx(0.060) and row["median"] == pytest.approx(0.005)
 
 
+def test_latency_outliers_name_brokers_by_cluster_address_as_the_snapshot_tables_do() -> None:
+    cells = _latency_cells({"a:1": 0.004, "b:1": 0.005, "c:1": 0.060})
+    info = cells[cells["name"] == "skipmq_store_commit_seconds_count"].copy()
+    info["name"] = findings.BROKER_INFO
+    info["labels"] = [json.dumps({"broker": f"10.0.0.{n}:7883"}) for n in range(len(info))]
+    slow = findings.latency_outliers(findings.broker_metrics(pd.concat([cells, info], ignore_index=True)))
+    assert slow[["broker", "instance"]].values.tolist() == [["10.0.0.2:7883", "c:1"]]
+
+
 def test_no_latency_outlier_among_even_or_fast_brokers_or_after_a_restart() -> None:
     even = findings.broker_metrics(_latency_cells({"a:1": 0.020, "b:1": 0.025, "c:1": 0.030}))
     assert findings.latency_outliers(even).empty
@@ -209,3 +218,127 @@ def test_a_broker_that_comes_up_after_the_batch_still_gets_the_latest_finding(st
         assert retained.retain and json.loads(retained.payload)["batch"] == 2
     finally:
         publisher.close()
+
+
+# pyspark cannot be imported in the child: a meta-path finder refuses it, as in an environment
+# without the [spark] extra
+_NO_PYSPARK = """
+import sys
+class _Blocker:
+    def find_spec(self, name, path=None, target=None):
+        if name == "pyspark" or name.startswith("pyspark."):
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return None
+sys.meta_path.insert(0, _Blocker())
+sys.argv = ["skipmq-pipeline", *sys.argv[1:]]
+from pipeline.cli import main
+raise SystemExit(main())
+"""
+
+
+def test_without_the_spark_extra_help_works_and_a_run_names_what_to_install() -> None:
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-c", _NO_PYSPARK, *args], cwd=ROOT, capture_output=True, text=True, timeout=60
+        )
+
+    shown = run("--help")
+    assert shown.returncode == 0, shown.stderr
+    assert "--metrics-host" in shown.stdout and "Traceback" not in shown.stderr
+    refused = run("--duration-s", "1")
+    assert refused.returncode == 3, refused.stderr
+    assert "pip install -e '.[spark]'" in refused.stderr and "Traceback" not in refused.stderr
+
+
+def test_the_driver_metrics_listen_on_loopback_by_default() -> None:
+    from pipeline.cli import parser
+    from pipeline.job import JobConfig
+
+    assert parser().parse_args([]).metrics_host == "127.0.0.1"
+    assert JobConfig(out="x").metrics_host == "127.0.0.1"
+
+
+def _metric_cells(windows: int, samples: list[int]) -> pd.DataFrame:
+    """broker_metrics cells of one unclustered broker: ``windows`` 10 s windows, received and sent
+    counters growing 50/s, with ``samples`` scrapes in each window."""
+    rows = []
+    for index in range(windows):
+        start = pd.Timestamp("2026-11-25T10:00:00Z") + pd.Timedelta(seconds=10 * index)
+        for name in ("skipmq_messages_received_total", "skipmq_messages_sent_total"):
+            span = 10.0 * samples[index] / 10
+            first = 1000.0 + 500 * index
+            rows.append(
+                {
+                    "window_start": start,
+                    "window_end": start + pd.Timedelta(seconds=10),
+                    "instance": "127.0.0.1:9090",
+                    "node_id": "quick",
+                    "name": name,
+                    "labels": '{"qos":"0"}',
+                    "first": first,
+                    "last": first + 50 * span,
+                    "min": first,
+                    "max": first + 50 * span,
+                    "mean": first,
+                    "samples": samples[index],
+                }
+            )
+    return findings.broker_metrics(pd.DataFrame(rows))
+
+
+def test_the_report_of_an_unclustered_broker_has_no_class_windows_and_is_no_error(tmp_path: Path) -> None:
+    """The README's quick-start broker publishes no class snapshots: the report is written from
+    /metrics alone (before: exit 1, "has the job written a window yet?"); the first, partly
+    scraped window is not charted as a dip."""
+    from pipeline.report import build_report, message_rates
+    from pipeline.sinks import write_parquet
+
+    table = _metric_cells(4, [3, 10, 10, 10])
+    write_parquet(table, str(tmp_path), "broker_metrics")
+    report = build_report(tmp_path, tmp_path / "report")
+    text = report.read_text()
+    assert "No per-class snapshots" in text and "message_rates.png" in text
+    png = (tmp_path / "report" / "message_rates.png").read_bytes()
+    assert png.startswith(b"\x89PNG")
+    rates = message_rates(table)
+    assert len(rates) == 3  # the first window (3 of 10 scrapes) left out
+    with pytest.raises(SystemExit, match="no window written"):
+        build_report(tmp_path / "empty", tmp_path / "empty-report")
+
+
+def test_the_report_leaves_out_classes_nobody_publishes(tmp_path: Path) -> None:
+    from pipeline.report import build_report
+    from pipeline.sinks import write_parquet
+
+    tables = findings.snapshot_tables(_cells(), top_k=3)  # "=wide": subscribed, never published
+    for name, frame in tables.items():
+        write_parquet(frame, str(tmp_path), name)
+    text = build_report(tmp_path, tmp_path / "report", top=5).read_text()
+    hottest = text.split("## Hottest classes")[1].split("##")[0]
+    assert "=hot" in hottest and "=warm" in hottest and "=wide" not in hottest
+
+
+def test_a_partly_observed_window_is_no_dip_and_names_no_outlier() -> None:
+    """The job heard of brokers b1 and b2 8 s into a 10 s window (their first snapshots cover
+    from there): their 20 publishes are 10/s over what was observed, like b0's 100 over the whole
+    window - not a dip, and b0 is no outlier (before: loads 10, 2, 2 named b0 one)."""
+    start = pd.Timestamp("2026-01-01T00:00:00Z")
+    rows = []
+    for broker, publishes in (("b0", 100), ("b1", 20), ("b2", 20)):
+        row = {name: 0 for name in ("forwards", "received", "deliveries", "wasted", "hop_sum")}
+        row.update({f"hops_{index}": 0 for index in range(9)})
+        row.update(
+            window_start=start, window_end=start + pd.Timedelta(seconds=10), broker=broker, **{"class": "=c"},
+            publishes=publishes, subscriber_brokers=1, table_size=2, queued_messages=0,
+            crossed_up_at=pd.NaT, crossed_down_at=pd.NaT, snapshots=5,
+        )  # fmt: skip
+        rows.append(row)
+    cells = pd.DataFrame(rows)
+    assert list(findings.snapshot_tables(cells, top_k=1)["outliers"]["broker"]) == ["b0"]  # unknown starts
+    late = start.timestamp() + 8
+    tables = findings.snapshot_tables(cells, top_k=1, starts={"b1": [late], "b2": [late], "b0": [0.0]})
+    assert tables["outliers"].empty
+    load = tables["broker_load"].set_index("broker")
+    assert list(load["partial"]) == [False, True, True]
+    assert list(load["load"]) == pytest.approx([10.0, 10.0, 10.0])
+    assert bool(tables["class_windows"]["partial"].iloc[0]) and bool(tables["imbalance"]["partial"].iloc[0])

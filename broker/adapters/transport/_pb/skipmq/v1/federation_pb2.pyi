@@ -9,28 +9,32 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class FedLinkRequest(_message.Message):
-    __slots__ = ("place", "requester", "one_way", "schema_version")
+    __slots__ = ("place", "requester", "one_way", "schema_version", "site")
     PLACE_FIELD_NUMBER: _ClassVar[int]
     REQUESTER_FIELD_NUMBER: _ClassVar[int]
     ONE_WAY_FIELD_NUMBER: _ClassVar[int]
     SCHEMA_VERSION_FIELD_NUMBER: _ClassVar[int]
+    SITE_FIELD_NUMBER: _ClassVar[int]
     place: str
     requester: str
     one_way: bool
     schema_version: int
-    def __init__(self, place: _Optional[str] = ..., requester: _Optional[str] = ..., one_way: _Optional[bool] = ..., schema_version: _Optional[int] = ...) -> None: ...
+    site: str
+    def __init__(self, place: _Optional[str] = ..., requester: _Optional[str] = ..., one_way: _Optional[bool] = ..., schema_version: _Optional[int] = ..., site: _Optional[str] = ...) -> None: ...
 
 class FedLinkAccepted(_message.Message):
-    __slots__ = ("place", "mode", "description", "topology")
+    __slots__ = ("place", "mode", "description", "topology", "site")
     PLACE_FIELD_NUMBER: _ClassVar[int]
     MODE_FIELD_NUMBER: _ClassVar[int]
     DESCRIPTION_FIELD_NUMBER: _ClassVar[int]
     TOPOLOGY_FIELD_NUMBER: _ClassVar[int]
+    SITE_FIELD_NUMBER: _ClassVar[int]
     place: str
     mode: str
     description: str
     topology: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, place: _Optional[str] = ..., mode: _Optional[str] = ..., description: _Optional[str] = ..., topology: _Optional[_Iterable[str]] = ...) -> None: ...
+    site: str
+    def __init__(self, place: _Optional[str] = ..., mode: _Optional[str] = ..., description: _Optional[str] = ..., topology: _Optional[_Iterable[str]] = ..., site: _Optional[str] = ...) -> None: ...
 
 class FedLinkRefused(_message.Message):
     __slots__ = ("place", "reason")
@@ -53,12 +57,14 @@ class FedLeave(_message.Message):
     def __init__(self, replacement: _Optional[str] = ...) -> None: ...
 
 class FedRegister(_message.Message):
-    __slots__ = ("key", "ttl")
+    __slots__ = ("key", "ttl", "own_site")
     KEY_FIELD_NUMBER: _ClassVar[int]
     TTL_FIELD_NUMBER: _ClassVar[int]
+    OWN_SITE_FIELD_NUMBER: _ClassVar[int]
     key: str
     ttl: int
-    def __init__(self, key: _Optional[str] = ..., ttl: _Optional[int] = ...) -> None: ...
+    own_site: bool
+    def __init__(self, key: _Optional[str] = ..., ttl: _Optional[int] = ..., own_site: _Optional[bool] = ...) -> None: ...
 
 class FedUnregister(_message.Message):
     __slots__ = ("key",)

@@ -1,0 +1,64 @@
+"""The job under spark-submit (docs/pipeline.md "On a Spark cluster"), as an operator runs it:
+the JSON progress lines on spark-submit's stderr (Spark's PythonRunner merges the Python
+driver's stderr into its stdout), SIGTERM to spark-submit ends the driver with
+``pipeline_stopped`` and no Py4J trace, and in local mode the driver binds loopback.
+
+spark-submit starts a JVM of its own (the shared session of tests/pipeline/conftest.py cannot
+serve it): this test's cost is that start, not a window (it stops before one).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.support.paths import REPO_ROOT
+from tools.ports import free_ports
+
+pytestmark = pytest.mark.timeout(300)
+
+
+def test_spark_submit_progress_on_stderr_and_a_clean_sigterm(tmp_path: Path) -> None:
+    mqtt, http = free_ports(2)
+    venv = REPO_ROOT / ".venv" / "bin"
+    command = [str(venv / "skipmq"), "--port", str(mqtt), "--http-port", str(http)]
+    command += ["--data-dir", str(tmp_path)]
+    broker = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    out, err = tmp_path / "submit.out", tmp_path / "submit.err"
+    env = {**os.environ, "PYSPARK_PYTHON": str(venv / "python")}
+    with out.open("wb") as stdout, err.open("wb") as stderr:
+        submit = subprocess.Popen(
+            [str(venv / "spark-submit"), "--master", "local[2]", str(REPO_ROOT / "pipeline" / "__main__.py"),
+             "--master", "", "--mqtt", "", "--http", f"http://127.0.0.1:{http}", "--duration-s", "200",
+             "--out", str(tmp_path / "out")],
+            stdout=stdout, stderr=stderr, env=env, cwd=tmp_path,
+        )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 180
+        while '"event": "pipeline_started"' not in err.read_text(errors="replace"):
+            assert submit.poll() is None, err.read_text(errors="replace")[-4000:]
+            assert time.monotonic() < deadline, "the job did not start"
+            time.sleep(0.5)
+        time.sleep(2)
+        submit.send_signal(signal.SIGTERM)  # spark-submit's JVM (spark-class execs java)
+        submit.wait(60)
+        deadline = time.monotonic() + 30
+        while '"event": "pipeline_stopped"' not in err.read_text(errors="replace"):
+            assert time.monotonic() < deadline, err.read_text(errors="replace")[-4000:]
+            time.sleep(0.5)
+        stdout_text, stderr_text = out.read_text(errors="replace"), err.read_text(errors="replace")
+        assert '"event"' not in stdout_text, stdout_text[-2000:]  # progress lines are on stderr only
+        assert '"reason": "' in stderr_text.split('"event": "pipeline_stopped"')[1]
+        assert "Traceback" not in stderr_text + stdout_text and "Py4J" not in stderr_text + stdout_text
+        assert "BlockManagerId(driver, 127.0.0.1," in stderr_text  # local mode: the driver on loopback
+    finally:
+        if submit.poll() is None:
+            submit.kill()
+            submit.wait()
+        broker.send_signal(signal.SIGTERM)
+        broker.wait(20)
