@@ -174,7 +174,7 @@ class AdminConfig:
     )
     peer_cafile: str = _key(
         "",
-        'PEM CA bundle to verify other brokers\' HTTPS admin endpoints; "" = the system\'s trust store',
+        "PEM CA bundle to verify other brokers' HTTPS admin endpoints; \"\" = the system's trust store",
     )
     console: bool = _key(True, "serve the web console at /console/ (with admin.enabled)")
 
@@ -937,7 +937,9 @@ def _validate_together(flat: Mapping[str, Any], sources: Mapping[str, str]) -> N
 
     if flat["admin.enabled"]:
         if not flat["http.enabled"]:
-            raise error("admin.enabled", "the admin API is served on the HTTP listener: set http.enabled = true")
+            raise error(
+                "admin.enabled", "the admin API is served on the HTTP listener: set http.enabled = true"
+            )
         if not flat["admin.users_file"]:
             raise error(
                 "admin.users_file",

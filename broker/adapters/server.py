@@ -267,6 +267,7 @@ class BrokerServer:
             def extend(app: Any) -> None:
                 for add_routes in extenders:
                     add_routes(app)
+
             http_server = await _listen(
                 "HTTP",
                 http.host,

@@ -664,7 +664,9 @@ class ClientConnection:
                 "MQTT-3.3.4-9",
             )
         acl = broker.acl
-        if (acl is not None and not acl.can_publish(self.client_id, self.username, topic)) or is_reserved_topic(
+        if (
+            acl is not None and not acl.can_publish(self.client_id, self.username, topic)
+        ) or is_reserved_topic(
             topic
         ):  # the brokers' own $skipmq/ topics: no client writes there (broker.core.reserved)
             stats.count_drop("acl_denied")

@@ -201,7 +201,9 @@ def basic_credentials(header: str | None) -> tuple[str, str] | str:
 # broker-to-broker requests signed with the cluster key
 
 
-def _signed_text(method: str, target: str, ts_ms: int, nonce: str, principal: Principal, body: bytes) -> bytes:
+def _signed_text(
+    method: str, target: str, ts_ms: int, nonce: str, principal: Principal, body: bytes
+) -> bytes:
     digest = hashlib.sha256(body).hexdigest()
     return "\n".join(
         ("skipmq-admin-v1", method.upper(), target, str(ts_ms), nonce, principal.user, principal.role, digest)
@@ -315,7 +317,7 @@ class BrokerVerifier:
             try:
                 cert.verify_directly_issued_by(ca)
                 break
-            except Exception:  # noqa: BLE001 - any failure means "not issued by this CA"
+            except Exception:
                 continue
         else:
             raise ValueError("the broker certificate is not issued by the cluster CA")
@@ -360,14 +362,17 @@ class BrokerVerifier:
             raise ValueError(f"the certificate names {cert_peer!r}, the signature claims {peer!r}")
         principal = Principal(user, role, via=peer)
         try:
-            _verify_signature(public_key, signature, _signed_text(method, target, ts_ms, nonce, principal, body))
-        except Exception:  # noqa: BLE001 - InvalidSignature and malformed signatures alike
+            _verify_signature(
+                public_key, signature, _signed_text(method, target, ts_ms, nonce, principal, body)
+            )
+        except Exception:
             raise ValueError("the broker signature does not verify") from None
         if nonce in self._nonces:
             raise ValueError("the broker signature was used before (replay)")
         self._nonces[nonce] = now_s
         while self._nonces and (
-            len(self._nonces) > _NONCE_CACHE_SIZE or next(iter(self._nonces.values())) < now_s - 2 * SIGNATURE_WINDOW_S
+            len(self._nonces) > _NONCE_CACHE_SIZE
+            or next(iter(self._nonces.values())) < now_s - 2 * SIGNATURE_WINDOW_S
         ):
             self._nonces.popitem(last=False)
         return principal

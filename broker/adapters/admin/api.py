@@ -67,7 +67,9 @@ TITLES = {
 }
 CONSOLE_TYPES = {".html": "text/html", ".js": "text/javascript", ".css": "text/css", ".svg": "image/svg+xml"}
 SECURITY_HEADERS = {
-    "Content-Security-Policy": "default-src 'self'; img-src 'self' data:; style-src 'self'; frame-ancestors 'none'",
+    "Content-Security-Policy": (
+        "default-src 'self'; img-src 'self' data:; style-src 'self'; frame-ancestors 'none'"
+    ),
     "X-Content-Type-Options": "nosniff",
     "X-Frame-Options": "DENY",
     "Referrer-Policy": "no-referrer",
@@ -92,7 +94,10 @@ def problem(status: int, detail: str, headers: dict[str, str] | None = None, **e
 
 def json_response(body: Any, status: int = 200) -> web.Response:
     return web.Response(
-        status=status, text=json.dumps(body), content_type="application/json", headers={"Cache-Control": "no-store"}
+        status=status,
+        text=json.dumps(body),
+        content_type="application/json",
+        headers={"Cache-Control": "no-store"},
     )
 
 
@@ -107,7 +112,7 @@ class Route:
     role: str = "readonly"  # the least role that may call it
 
 
-def encode_cursor(after: dict[str, list[str]]) -> str:
+def encode_cursor(after: dict[str, list[str] | None]) -> str:
     raw = json.dumps({"v": 1, "after": after}, separators=(",", ":")).encode()
     return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
@@ -235,7 +240,9 @@ class AdminApi:
         signature = request.headers.get(SIGNATURE_HEADER)
         if signature is not None:
             if self.verifier is None:
-                return self._unauthorized(request, "signed broker requests need cluster TLS (cluster.tls_ca_file)")
+                return self._unauthorized(
+                    request, "signed broker requests need cluster TLS (cluster.tls_ca_file)"
+                )
             try:
                 target = request.path_qs
                 now_s = self.broker.scheduler.wall_time()
@@ -273,7 +280,9 @@ class AdminApi:
                 return principal
             if route.role == "admin" and not principal.is_admin:
                 self.refused(request, 403, f"role {principal.role} may not do this", principal.user)
-                return problem(403, f"admin user {principal.user!r} has role {principal.role}; this needs role admin")
+                return problem(
+                    403, f"admin user {principal.user!r} has role {principal.role}; this needs role admin"
+                )
             if request.method not in ("GET", "HEAD") and not request.headers.get(CSRF_HEADER):
                 self.refused(request, 403, f"missing {CSRF_HEADER} header", principal.user)
                 return problem(403, f"a {request.method} request needs the {CSRF_HEADER} header (any value)")
@@ -383,20 +392,24 @@ class AdminApi:
         )
 
     async def paged(
-        self, request: web.Request, principal: Principal, local_page: Callable[[Key | None, int], Page], *, only: str | None = None
+        self,
+        request: web.Request,
+        principal: Principal,
+        local_page: Callable[[Key | None, int], Page],
+        *,
+        only: str | None = None,
     ) -> web.Response:
         """A cluster-wide page of ``local_page``'s items (see the module docstring)."""
         limit = self.int_param(request, "limit", DEFAULT_LIMIT, 1, MAX_LIMIT)
         if self.is_local(request):
             return json_response(local_page(decode_after(request.query.get("after")), limit).as_json())
         cursor = decode_cursor(request.query.get("cursor"))
-        base = {k: v for k, v in request.query.items() if k not in ("cursor", "scope", "after", "limit", "broker")}
+        base = {
+            k: v for k, v in request.query.items() if k not in ("cursor", "scope", "after", "limit", "broker")
+        }
         base["limit"] = str(limit)
         own = self.node_id
-        if only is not None and only in (own, self.view.peer_id):
-            only_local = True
-        else:
-            only_local = False
+        only_local = only is not None and only in (own, self.view.peer_id)
 
         def query_for(node: str) -> dict[str, str] | None:
             if cursor is not None and node in cursor and cursor[node] is None:
@@ -412,7 +425,9 @@ class AdminApi:
         run_local = None if own_done or (only is not None and not only_local) else local
         if only_local:
             gathered = Gathered()
-            gathered.parts[own] = await local() if run_local is not None else {"items": [], "keys": [], "more": False}
+            gathered.parts[own] = (
+                await local() if run_local is not None else {"items": [], "keys": [], "more": False}
+            )
         else:
             gathered = await self.gather(request, principal, run_local, query=query_for, only=only)
         merged: list[tuple[Key, str, dict[str, Any]]] = []
@@ -425,7 +440,7 @@ class AdminApi:
                 merged.append((tuple(key), node, item))
         merged.sort(key=lambda entry: (entry[0], entry[1]))
         taken = merged[:limit]
-        after: dict[str, list[str] | None] = {}
+        after: dict[str, list[str] | None] = {}  # None: that broker is done
         if cursor is not None:
             after.update({node: (list(key) if key is not None else None) for node, key in cursor.items()})
         last: dict[str, Key] = {}

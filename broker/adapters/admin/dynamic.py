@@ -73,7 +73,9 @@ class DynamicAuth:
             record = parse_record(topic, payload)
         except RecordError as exc:
             self.rejected += 1
-            self.broker.log_event(logging.WARNING, "dynamic_auth_record_rejected", topic=topic, reason=str(exc))
+            self.broker.log_event(
+                logging.WARNING, "dynamic_auth_record_rejected", topic=topic, reason=str(exc)
+            )
             return
         authenticator = self.broker.authenticator
         acl_changed = False

@@ -110,7 +110,12 @@ class Directory:
             try:
                 body = json.loads(message.payload)
                 found.append(
-                    Endpoint(str(body["node_id"]), str(body.get("peer_id") or ""), str(body["url"]), str(body.get("version", "")))
+                    Endpoint(
+                        str(body["node_id"]),
+                        str(body.get("peer_id") or ""),
+                        str(body["url"]),
+                        str(body.get("version", "")),
+                    )
                 )
             except (ValueError, KeyError, TypeError):
                 continue
@@ -170,10 +175,22 @@ class Fanout:
             if endpoint.peer_id in connected:
                 targets.append(endpoint)
             else:
-                missing.append({"broker": endpoint.node_id, "peer_id": endpoint.peer_id, "reason": "not linked to this broker"})
+                missing.append(
+                    {
+                        "broker": endpoint.node_id,
+                        "peer_id": endpoint.peer_id,
+                        "reason": "not linked to this broker",
+                    }
+                )
         for peer in sorted(connected - announced_peers):
             if only is None or only == peer:
-                missing.append({"broker": peer, "peer_id": peer, "reason": "no admin endpoint announced (admin.enabled off?)"})
+                missing.append(
+                    {
+                        "broker": peer,
+                        "peer_id": peer,
+                        "reason": "no admin endpoint announced (admin.enabled off?)",
+                    }
+                )
         return targets, missing
 
     async def gather(
@@ -213,10 +230,13 @@ class Fanout:
                 status, answer = await task
             except TimeoutError:
                 gathered.missing.append(
-                    {"broker": node_id, "reason": f"no answer within admin.fanout_timeout_ms = {int(self.timeout_s * 1000)}"}
+                    {
+                        "broker": node_id,
+                        "reason": f"no answer within admin.fanout_timeout_ms = {int(self.timeout_s * 1000)}",
+                    }
                 )
                 continue
-            except Exception as exc:  # noqa: BLE001 - connection refused, reset, bad JSON, TLS
+            except Exception as exc:
                 gathered.missing.append({"broker": node_id, "reason": f"{type(exc).__name__}: {exc}"[:300]})
                 continue
             gathered.statuses[node_id] = status

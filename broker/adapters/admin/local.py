@@ -167,7 +167,9 @@ class LocalView:
                 "peer_id": peer,
                 "connected": peer in connected,
                 "suspected": bool(figures.peer_suspected.get(peer, 0)),
-                "silence_s": round(figures.peer_silence_s[peer], 3) if peer in figures.peer_silence_s else None,
+                "silence_s": round(figures.peer_silence_s[peer], 3)
+                if peer in figures.peer_silence_s
+                else None,
                 "http_port": http_ports.get(peer),
             }
             for peer in sorted(peers)
@@ -178,8 +180,20 @@ class LocalView:
         ports = self.server.ports
         result = []
         rows: list[tuple[str, bool, str, int, str]] = [
-            ("tcp", config.listeners.tcp.enabled, config.listeners.tcp.host, config.listeners.tcp.port, "mqtt"),
-            ("tls", config.listeners.tls.enabled, config.listeners.tls.host, config.listeners.tls.port, "mqtts"),
+            (
+                "tcp",
+                config.listeners.tcp.enabled,
+                config.listeners.tcp.host,
+                config.listeners.tcp.port,
+                "mqtt",
+            ),
+            (
+                "tls",
+                config.listeners.tls.enabled,
+                config.listeners.tls.host,
+                config.listeners.tls.port,
+                "mqtts",
+            ),
             (
                 "websocket",
                 config.listeners.websocket.enabled,
@@ -187,7 +201,13 @@ class LocalView:
                 config.listeners.websocket.port,
                 "ws",
             ),
-            ("http", config.http.enabled, config.http.host, config.http.port, "https" if config.http.certfile else "http"),
+            (
+                "http",
+                config.http.enabled,
+                config.http.host,
+                config.http.port,
+                "https" if config.http.certfile else "http",
+            ),
             ("cluster", config.cluster.enabled, config.cluster.host, config.cluster.port, "grpc"),
             ("federation", config.federation.enabled, config.federation.host, config.federation.port, "grpc"),
         ]
@@ -265,9 +285,16 @@ class LocalView:
         if session is None:
             return None
         item = self._session_item(session)
-        item["subscription_list"] = [self._subscription_item(session, opts) for opts in session.subscriptions.values()]
+        item["subscription_list"] = [
+            self._subscription_item(session, opts) for opts in session.subscriptions.values()
+        ]
         item["queue_preview"] = [
-            {"topic": entry.message.topic, "qos": entry.qos, "size": len(entry.message.payload), "state": entry.state}
+            {
+                "topic": entry.message.topic,
+                "qos": entry.qos,
+                "size": len(entry.message.payload),
+                "state": entry.state,
+            }
             for entry in list(session.pending_entries())[:QUEUE_PREVIEW]
         ]
         item["will_topic"] = session.will.topic if session.will is not None else None
@@ -422,7 +449,9 @@ class LocalView:
                 entry["hops"] = {
                     "bounds": hop_bucket_bounds(),
                     "counts": buckets,
-                    "mean": round(counters["hop_sum"] / counters["received"], 3) if counters["received"] else None,
+                    "mean": round(counters["hop_sum"] / counters["received"], 3)
+                    if counters["received"]
+                    else None,
                 }
             result.append(entry)
         return {"table_size": engine.cluster.table_size, "classes": result}
@@ -433,7 +462,13 @@ class LocalView:
         levels (seed 003 §3.1-§3.4); at most ``limit`` virtual nodes (``truncated`` says so)."""
         runtime = self.server.runtime
         if runtime is None or runtime.engine.node is None:
-            return {"broker": self.node_id, "peer_id": None, "mv_bits": None, "vnodes": [], "truncated": False}
+            return {
+                "broker": self.node_id,
+                "peer_id": None,
+                "mv_bits": None,
+                "vnodes": [],
+                "truncated": False,
+            }
         node = runtime.engine.node
         mv_bits = node.config.mv_bits
         vnodes = []
@@ -488,10 +523,13 @@ class LocalView:
         elif discard_session and session is None:
             ended = True
         broker.after_batch()
-        broker.log_event(
-            20, "admin_kick", client_id=client_id, connected=was_connected, session_ended=ended
-        )
-        return {"broker": self.node_id, "client_id": client_id, "was_connected": was_connected, "session_ended": ended}
+        broker.log_event(20, "admin_kick", client_id=client_id, connected=was_connected, session_ended=ended)
+        return {
+            "broker": self.node_id,
+            "client_id": client_id,
+            "was_connected": was_connected,
+            "session_ended": ended,
+        }
 
     def publish(self, topic: str, payload: bytes, qos: int, retain: bool, properties: dict[str, Any]) -> bool:
         """Publish as the broker (no client id): routed here, forwarded by the cluster, retained

@@ -52,7 +52,9 @@ SCHEMAS: dict[str, Any] = {
         "description": "a broker whose part is not in the answer, and why",
     },
     "Whoami": _obj({"user": STR, "role": {"type": "string", "enum": ["readonly", "admin"]}, "broker": STR}),
-    "Link": _obj({"peer_id": STR, "connected": BOOL, "suspected": BOOL, "silence_s": NULL_NUM, "http_port": NULL_INT}),
+    "Link": _obj(
+        {"peer_id": STR, "connected": BOOL, "suspected": BOOL, "silence_s": NULL_NUM, "http_port": NULL_INT}
+    ),
     "Broker": _obj(
         {
             "node_id": STR,
@@ -76,7 +78,15 @@ SCHEMAS: dict[str, Any] = {
     ),
     "Brokers": _obj({"brokers": _array(_ref("Broker")), "missing": MISSING, "complete": BOOL, "asked": STR}),
     "Listener": _obj(
-        {"broker": STR, "name": STR, "enabled": BOOL, "host": STR, "port": INT, "scheme": STR, "connections": NULL_INT}
+        {
+            "broker": STR,
+            "name": STR,
+            "enabled": BOOL,
+            "host": STR,
+            "port": INT,
+            "scheme": STR,
+            "connections": NULL_INT,
+        }
     ),
     "Listeners": _obj({"listeners": _array(_ref("Listener")), "missing": MISSING, "complete": BOOL}),
     "Session": _obj(
@@ -119,7 +129,9 @@ SCHEMAS: dict[str, Any] = {
         "properties": {"size": INT, "truncated": BOOL, "text": STR, "base64": STR},
         "description": "the first 256 bytes: as text when UTF-8, else base64",
     },
-    "Retained": _obj({"topic": STR, "qos": INT, "origin": NULL_STR, "expiry_at": NULL_NUM, "payload": _ref("Payload")}),
+    "Retained": _obj(
+        {"topic": STR, "qos": INT, "origin": NULL_STR, "expiry_at": NULL_NUM, "payload": _ref("Payload")}
+    ),
     "ClientDetail": {
         "allOf": [
             _ref("Session"),
@@ -133,10 +145,17 @@ SCHEMAS: dict[str, Any] = {
         ]
     },
     "ClientAnswer": _obj(
-        {"client": _ref("ClientDetail"), "elsewhere": _array(_ref("ClientDetail")), "missing": MISSING, "complete": BOOL}
+        {
+            "client": _ref("ClientDetail"),
+            "elsewhere": _array(_ref("ClientDetail")),
+            "missing": MISSING,
+            "complete": BOOL,
+        }
     ),
     "KickResult": _obj({"broker": STR, "client_id": STR, "was_connected": BOOL, "session_ended": BOOL}),
-    "KickAnswer": _obj({"client_id": STR, "results": _array(_ref("KickResult")), "missing": MISSING, "complete": BOOL}),
+    "KickAnswer": _obj(
+        {"client_id": STR, "results": _array(_ref("KickResult")), "missing": MISSING, "complete": BOOL}
+    ),
     "Route": _obj({"broker": STR, "route": NULL_STR, "direct": _array(STR), "via_others": _array(STR)}),
     "Hops": {
         "type": "object",
@@ -169,7 +188,14 @@ SCHEMAS: dict[str, Any] = {
     ),
     "TableEntry": _obj({"topic": STR, "role": STR, "peer": STR, "level": INT}),
     "VirtualNode": _obj(
-        {"topic": STR, "role": STR, "peer": STR, "mv": STR, "rendezvous": BOOL, "entries": _array(_ref("TableEntry"))}
+        {
+            "topic": STR,
+            "role": STR,
+            "peer": STR,
+            "mv": STR,
+            "rendezvous": BOOL,
+            "entries": _array(_ref("TableEntry")),
+        }
     ),
     "BrokerOverlay": {
         "type": "object",
@@ -195,15 +221,30 @@ SCHEMAS: dict[str, Any] = {
     "Published": _obj(
         {"topic": STR, "qos": INT, "retain": BOOL, "size": INT, "broker": STR, "matched_locally": BOOL}
     ),
-    "User": _obj({"name": STR, "source": {"type": "string", "enum": ["file", "dynamic"]}, "updated_at_ms": NULL_INT, "updated_by": NULL_STR}),
+    "User": _obj(
+        {
+            "name": STR,
+            "source": {"type": "string", "enum": ["file", "dynamic"]},
+            "updated_at_ms": NULL_INT,
+            "updated_by": NULL_STR,
+        }
+    ),
     "Users": _obj(
-        {"users": _array(_ref("User")), "removed": _array(STR), "password_file": NULL_STR, "allow_anonymous": BOOL}
+        {
+            "users": _array(_ref("User")),
+            "removed": _array(STR),
+            "password_file": NULL_STR,
+            "allow_anonymous": BOOL,
+        }
     ),
     "UserSet": _obj({"name": STR, "source": STR, "created": BOOL}),
     "UserRemoved": _obj({"name": STR, "removed": BOOL}),
     "Imported": _obj({"imported": INT, "names": _array(STR)}),
     "Rule": _obj(
-        {"access": {"type": "string", "enum": ["read", "write", "readwrite", "deny"]}, "filter": {"type": "string", "minLength": 1}}
+        {
+            "access": {"type": "string", "enum": ["read", "write", "readwrite", "deny"]},
+            "filter": {"type": "string", "minLength": 1},
+        }
     ),
     "Rules": {
         "type": "object",
@@ -256,7 +297,19 @@ SCHEMAS: dict[str, Any] = {
     "Traces": _obj({"traces": _array(_ref("TraceSummary")), "broker": STR}),
     "Trace": {
         "type": "object",
-        "required": ["id", "kind", "target", "state", "packets", "bytes", "acl", "topics", "clients", "events", "brokers"],
+        "required": [
+            "id",
+            "kind",
+            "target",
+            "state",
+            "packets",
+            "bytes",
+            "acl",
+            "topics",
+            "clients",
+            "events",
+            "brokers",
+        ],
         "properties": {
             "id": STR,
             "kind": STR,
@@ -300,7 +353,11 @@ for _name in ("Session", "Subscription", "Retained"):
     SCHEMAS[f"{_name}Page"] = _page(_name)
 
 _PROBLEM = {"application/problem+json": {"schema": _ref("Problem")}}
-_LIMIT = {"name": "limit", "in": "query", "schema": {"type": "integer", "minimum": 1, "maximum": 1000, "default": 100}}
+_LIMIT = {
+    "name": "limit",
+    "in": "query",
+    "schema": {"type": "integer", "minimum": 1, "maximum": 1000, "default": 100},
+}
 _CURSOR = {"name": "cursor", "in": "query", "schema": STR, "description": "next_cursor of the previous page"}
 _BROKER = {"name": "broker", "in": "query", "schema": STR, "description": "only this broker's part (node id)"}
 _CSRF = {
@@ -308,7 +365,7 @@ _CSRF = {
     "in": "header",
     "required": True,
     "schema": {"type": "string", "minLength": 1, "pattern": "^[A-Za-z0-9._-]+$"},
-    "description": "any value: required on every request that changes something (no cross-site form can send it)",
+    "description": "any value; required on unsafe methods (no cross-site form sends it)",
 }
 
 
@@ -317,7 +374,12 @@ def _query(name: str, description: str, schema: dict[str, Any] | None = None) ->
 
 
 def _path(name: str, schema: dict[str, Any] | None = None) -> dict[str, Any]:
-    return {"name": name, "in": "path", "required": True, "schema": schema or {"type": "string", "minLength": 1}}
+    return {
+        "name": name,
+        "in": "path",
+        "required": True,
+        "schema": schema or {"type": "string", "minLength": 1},
+    }
 
 
 def _op(
@@ -336,7 +398,11 @@ def _op(
     extra_ok: tuple[int, ...] = (),
 ) -> dict[str, Any]:
     responses: dict[str, Any] = {}
-    content = {"text/plain": {"schema": STR}} if text_answer else {"application/json": {"schema": _ref(ok or "Problem")}}
+    content = (
+        {"text/plain": {"schema": STR}}
+        if text_answer
+        else {"application/json": {"schema": _ref(ok or "Problem")}}
+    )
     responses[str(status)] = {"description": "OK", "content": content}
     for code in extra_ok:
         responses[str(code)] = {"description": "OK", "content": content}
@@ -400,8 +466,14 @@ def _paths() -> dict[str, Any]:
         "SetUserAcl": {"operationId": "setUserAcl", "parameters": {"username": "$request.path.username"}},
     }
     client_links = {
-        "GetClient": {"operationId": "getClient", "parameters": {"client_id": "$response.body#/items/0/client_id"}},
-        "Disconnect": {"operationId": "disconnectClient", "parameters": {"client_id": "$response.body#/items/0/client_id"}},
+        "GetClient": {
+            "operationId": "getClient",
+            "parameters": {"client_id": "$response.body#/items/0/client_id"},
+        },
+        "Disconnect": {
+            "operationId": "disconnectClient",
+            "parameters": {"client_id": "$response.body#/items/0/client_id"},
+        },
     }
     return {
         "/admin/v1/whoami": {"get": _op("who the credentials are", "Whoami")},
@@ -411,17 +483,31 @@ def _paths() -> dict[str, Any]:
             "get": _op(
                 "connected clients, cluster-wide, by client id",
                 "SessionPage",
-                params=[_LIMIT, _CURSOR, _BROKER, _query("prefix", "client ids starting with this"), _query("username", "only this user's")],
+                params=[
+                    _LIMIT,
+                    _CURSOR,
+                    _BROKER,
+                    _query("prefix", "client ids starting with this"),
+                    _query("username", "only this user's"),
+                ],
                 links=client_links,
             )
         },
         "/admin/v1/clients/{client_id}": {
-            "get": {**_op("one client wherever it is: subscriptions, queue", "ClientAnswer", params=[_path("client_id")], errors=(404,)), "operationId": "getClient"}
+            "get": {
+                **_op(
+                    "one client wherever it is: subscriptions, queue",
+                    "ClientAnswer",
+                    params=[_path("client_id")],
+                    errors=(404,),
+                ),
+                "operationId": "getClient",
+            }
         },
         "/admin/v1/clients/{client_id}/disconnect": {
             "post": {
                 **_op(
-                    "disconnect a client wherever it is (MQTT 5: reason 0x98); with discard_session its session ends too",
+                    "disconnect a client wherever it is (v5: 0x98); discard_session ends its session",
                     "KickAnswer",
                     params=[_path("client_id")],
                     body=_KICK_BODY,
@@ -436,21 +522,30 @@ def _paths() -> dict[str, Any]:
             "get": _op(
                 "sessions (connected or stored), cluster-wide",
                 "SessionPage",
-                params=[_LIMIT, _CURSOR, _BROKER, _query("prefix", "client ids starting with this"), _query("username", "only this user's"), _query("connected", "true or false", BOOL)],
+                params=[
+                    _LIMIT,
+                    _CURSOR,
+                    _BROKER,
+                    _query("prefix", "client ids starting with this"),
+                    _query("username", "only this user's"),
+                    _query("connected", "true or false", BOOL),
+                ],
                 links=client_links,
             )
         },
         "/admin/v1/subscriptions": {
             "get": _op(
-                "subscriptions by client, by filter (those that can get a message the filter matches), or by topic",
+                "subscriptions by client, by filter (those a message the filter matches can reach), by topic",
                 "SubscriptionPage",
                 params=[
-                    _LIMIT, _CURSOR, _BROKER,
+                    _LIMIT,
+                    _CURSOR,
+                    _BROKER,
                     _query("client_id", "this client's"),
                     _query("filter", "subscriptions overlapping this filter"),
                     _query("exact", "with filter: only this very filter", BOOL),
                     _query("topic", "subscriptions a message on this topic reaches"),
-                ],  # fmt: skip
+                ],
             )
         },
         "/admin/v1/retained": {
@@ -468,21 +563,47 @@ def _paths() -> dict[str, Any]:
                 unsafe=True,
             ),
         },
-        "/admin/v1/classes": {"get": _op("topic classes: subscriber brokers, route from each publishing broker (one or multi hop), hops, rates", "Classes")},
+        "/admin/v1/classes": {
+            "get": _op(
+                "topic classes: subscriber brokers, each publisher broker route (one/multi hop), hops",
+                "Classes",
+            )
+        },
         "/admin/v1/overlay": {
             "get": _op(
                 "the Skip Graph: every broker's virtual nodes, membership vectors and routing tables",
                 "Overlay",
-                params=[_query("limit", "virtual nodes per broker", {"type": "integer", "minimum": 1, "maximum": 5000})],
+                params=[
+                    _query(
+                        "limit",
+                        "virtual nodes per broker",
+                        {"type": "integer", "minimum": 1, "maximum": 5000},
+                    )
+                ],
             )
         },
         "/admin/v1/publish": {
-            "post": _op("publish a message as the broker", "Published", body=_PUBLISH_BODY, errors=(413,), admin=True, unsafe=True)
+            "post": _op(
+                "publish a message as the broker",
+                "Published",
+                body=_PUBLISH_BODY,
+                errors=(413,),
+                admin=True,
+                unsafe=True,
+            )
         },
         "/admin/v1/users": {"get": _op("MQTT users (password file and dynamic)", "Users")},
-        "/admin/v1/users/export": {"get": _op("the users as a password file (hashes)", None, text_answer=True, admin=True)},
+        "/admin/v1/users/export": {
+            "get": _op("the users as a password file (hashes)", None, text_answer=True, admin=True)
+        },
         "/admin/v1/users/import": {
-            "post": _op("import a password file's users (they become dynamic)", "Imported", text_body=True, admin=True, unsafe=True)
+            "post": _op(
+                "import a password file's users (they become dynamic)",
+                "Imported",
+                text_body=True,
+                admin=True,
+                unsafe=True,
+            )
         },
         "/admin/v1/users/{username}": {
             "put": {
@@ -500,21 +621,48 @@ def _paths() -> dict[str, Any]:
                 "operationId": "setUser",
             },
             "delete": {
-                **_op("remove a user on every broker", "UserRemoved", params=[_USERNAME], errors=(404,), admin=True, unsafe=True),
+                **_op(
+                    "remove a user on every broker",
+                    "UserRemoved",
+                    params=[_USERNAME],
+                    errors=(404,),
+                    admin=True,
+                    unsafe=True,
+                ),
                 "operationId": "deleteUser",
             },
         },
         "/admin/v1/acl": {"get": _op("the ACL: the file's sections and the dynamic ones", "Acl")},
         "/admin/v1/acl/export": {"get": _op("the effective ACL as an ACL file", None, text_answer=True)},
         "/admin/v1/acl/import": {
-            "post": _op("replace the dynamic ACL by an ACL file's sections", "AclImported", text_body=True, admin=True, unsafe=True)
+            "post": _op(
+                "replace the dynamic ACL by an ACL file's sections",
+                "AclImported",
+                text_body=True,
+                admin=True,
+                unsafe=True,
+            )
         },
         "/admin/v1/acl/users/{username}": {
             "put": {
-                **_op("set a user's ACL rules on every broker", "AclSet", params=[_USERNAME], body=_ref("Rules"), admin=True, unsafe=True),
+                **_op(
+                    "set a user's ACL rules on every broker",
+                    "AclSet",
+                    params=[_USERNAME],
+                    body=_ref("Rules"),
+                    admin=True,
+                    unsafe=True,
+                ),
                 "operationId": "setUserAcl",
             },
-            "delete": _op("drop a user's dynamic ACL rules", "AclRemoved", params=[_USERNAME], errors=(404,), admin=True, unsafe=True),
+            "delete": _op(
+                "drop a user's dynamic ACL rules",
+                "AclRemoved",
+                params=[_USERNAME],
+                errors=(404,),
+                admin=True,
+                unsafe=True,
+            ),
         },
         "/admin/v1/acl/{kind}": {
             "put": _op(
@@ -544,11 +692,21 @@ def _paths() -> dict[str, Any]:
                 errors=(409,),
                 admin=True,
                 unsafe=True,
-                links={"GetTrace": {"operationId": "getTrace", "parameters": {"trace_id": "$response.body#/id"}}},
+                links={
+                    "GetTrace": {"operationId": "getTrace", "parameters": {"trace_id": "$response.body#/id"}}
+                },
             ),
         },
         "/admin/v1/traces/{trace_id}": {
-            "get": {**_op("a trace's summary, merged from every broker", "Trace", params=[_path("trace_id")], errors=(404,)), "operationId": "getTrace"}
+            "get": {
+                **_op(
+                    "a trace's summary, merged from every broker",
+                    "Trace",
+                    params=[_path("trace_id")],
+                    errors=(404,),
+                ),
+                "operationId": "getTrace",
+            }
         },
     }
 

@@ -34,7 +34,12 @@ async def brokers(api: AdminApi, request: web.Request, principal: Principal) -> 
     gathered = await api.gather(request, principal, local)
     answered = [gathered.parts[node] for node in sorted(gathered.parts)]
     return json_response(
-        {"brokers": answered, "missing": gathered.missing, "complete": not gathered.missing, "asked": api.node_id}
+        {
+            "brokers": answered,
+            "missing": gathered.missing,
+            "complete": not gathered.missing,
+            "asked": api.node_id,
+        }
     )
 
 
@@ -60,7 +65,9 @@ async def clients(api: AdminApi, request: web.Request, principal: Principal) -> 
     return await api.paged(
         request,
         principal,
-        lambda after, limit: api.view.sessions(after, limit, connected=True, prefix=prefix, username=username),
+        lambda after, limit: api.view.sessions(
+            after, limit, connected=True, prefix=prefix, username=username
+        ),
         only=request.query.get("broker"),
     )
 
@@ -71,7 +78,9 @@ async def sessions(api: AdminApi, request: web.Request, principal: Principal) ->
     return await api.paged(
         request,
         principal,
-        lambda after, limit: api.view.sessions(after, limit, connected=connected, prefix=prefix, username=username),
+        lambda after, limit: api.view.sessions(
+            after, limit, connected=connected, prefix=prefix, username=username
+        ),
         only=request.query.get("broker"),
     )
 
@@ -88,15 +97,20 @@ async def client(api: AdminApi, request: web.Request, principal: Principal) -> w
             return not_here(f"no session of client id {client_id!r} on {api.node_id}")
         return json_response(found)
     gathered = await api.gather(request, principal, local)
-    found = [part for part in gathered.parts.values() if part]
-    if not found:
+    holders = [part for part in gathered.parts.values() if part]
+    if not holders:
         detail = f"no broker has a session of client id {client_id!r}"
         if gathered.missing:
             detail += f" (not asked or not answering: {', '.join(m['broker'] for m in gathered.missing)})"
         raise ApiError(404, detail, missing=gathered.missing)
-    found.sort(key=lambda item: (not item["connected"], item["broker"]))
+    holders.sort(key=lambda item: (not item["connected"], item["broker"]))
     return json_response(
-        {"client": found[0], "elsewhere": found[1:], "missing": gathered.missing, "complete": not gathered.missing}
+        {
+            "client": holders[0],
+            "elsewhere": holders[1:],
+            "missing": gathered.missing,
+            "complete": not gathered.missing,
+        }
     )
 
 
@@ -157,7 +171,11 @@ async def classes(api: AdminApi, request: web.Request, principal: Principal) -> 
     if api.is_local(request):
         return json_response(await local())
     gathered = await api.gather(request, principal, local)
-    peers = {node: part.get("classes", [{}])[0].get("peer_id") for node, part in gathered.parts.items() if part.get("classes")}
+    peers = {
+        node: part.get("classes", [{}])[0].get("peer_id")
+        for node, part in gathered.parts.items()
+        if part.get("classes")
+    }
     node_of = {peer: node for node, peer in peers.items() if peer}
     for endpoint in api.directory.entries():
         node_of.setdefault(endpoint.peer_id, endpoint.node_id)
@@ -201,7 +219,9 @@ async def classes(api: AdminApi, request: web.Request, principal: Principal) -> 
             if hops:
                 if row["hops"] is None:
                     row["hops"] = {"bounds": hops["bounds"], "counts": [0] * len(hops["counts"])}
-                row["hops"]["counts"] = [a + b for a, b in zip(row["hops"]["counts"], hops["counts"], strict=False)]
+                row["hops"]["counts"] = [
+                    a + b for a, b in zip(row["hops"]["counts"], hops["counts"], strict=False)
+                ]
     for row in merged.values():
         received = row["counters"].get("received", 0)
         row["hops_mean"] = round(row["counters"].get("hop_sum", 0) / received, 3) if received else None
@@ -293,7 +313,10 @@ def _rules_json(rules: Any) -> list[dict[str, str]]:
 async def acl(api: AdminApi, request: web.Request, principal: Principal) -> web.Response:
     base = api.dynamic.base_acl.sections() if api.dynamic.base_acl is not None else {}
     sections = []
-    keys = sorted(set(base) | set(api.dynamic.sections), key=lambda key: ({"anonymous": 0, "patterns": 1}.get(key[0], 2), key[1]))
+    keys = sorted(
+        set(base) | set(api.dynamic.sections),
+        key=lambda key: ({"anonymous": 0, "patterns": 1}.get(key[0], 2), key[1]),
+    )
     for key in keys:
         record = api.dynamic.sections.get(key)
         dynamic = record is not None
@@ -316,6 +339,9 @@ async def acl(api: AdminApi, request: web.Request, principal: Principal) -> web.
 
 async def acl_export(api: AdminApi, request: web.Request, principal: Principal) -> web.Response:
     effective = api.dynamic.effective_acl()
-    text = effective.to_text() if effective is not None else "# no ACL: every client may publish and subscribe anywhere\n"
+    text = (
+        effective.to_text()
+        if effective is not None
+        else "# no ACL: every client may publish and subscribe anywhere\n"
+    )
     return web.Response(text=text, content_type="text/plain")
-

@@ -82,7 +82,9 @@ class PacketFramer:
             if ptype == 3:
                 if len(buffer) < index + 2 and len(buffer) < size:
                     return packets
-                topic_len = int.from_bytes(buffer[index : index + 2], "big") if len(buffer) >= index + 2 else 0
+                topic_len = (
+                    int.from_bytes(buffer[index : index + 2], "big") if len(buffer) >= index + 2 else 0
+                )
                 if len(buffer) < min(size, index + 2 + topic_len):
                     return packets
                 topic = bytes(buffer[index + 2 : index + 2 + topic_len]).decode("utf-8", "replace")
@@ -98,7 +100,9 @@ class PacketFramer:
 class Trace:
     """One broker's part of a trace."""
 
-    def __init__(self, trace_id: str, kind: str, target: str, duration_s: float, broker: str, by: str) -> None:
+    def __init__(
+        self, trace_id: str, kind: str, target: str, duration_s: float, broker: str, by: str
+    ) -> None:
         self.id = trace_id
         self.kind = kind  # "client" or "filter"
         self.target = target
@@ -215,12 +219,14 @@ class _TracingAcl:
         self._inner = inner
         self._traces = traces
 
-    def _record(self, what: str, client_id: str, topic: str, allowed: bool, *, is_filter: bool = False) -> None:
+    def _record(
+        self, what: str, client_id: str, topic: str, allowed: bool, *, is_filter: bool = False
+    ) -> None:
         for trace in self._traces.running():
             if trace.kind == "client":
                 if trace.target == client_id:
                     trace.decision(what, client_id, topic, allowed)
-            elif (filters_overlap(trace.target, topic) if is_filter else topic_matches(trace.target, topic)):
+            elif filters_overlap(trace.target, topic) if is_filter else topic_matches(trace.target, topic):
                 trace.decision(what, client_id, topic, allowed)
 
     def can_publish(self, client_id: str, username: str | None, topic: str) -> bool:
@@ -263,7 +269,7 @@ class Traces:
     def start(self, trace: Trace, duration_s: float) -> None:
         self.by_id[trace.id] = trace
         while len(self.by_id) > MAX_TRACES:
-            old_id, old = self.by_id.popitem(last=False)
+            _old_id, old = self.by_id.popitem(last=False)
             if old.task is not None:
                 old.task.cancel()
         trace.task = asyncio.get_running_loop().create_task(self._run(trace, duration_s))
@@ -285,7 +291,9 @@ class Traces:
                     undo()
             trace.undo.clear()
             trace.ends_at = min(trace.ends_at, time.time())
-            if not any(t.task is not None and not t.task.done() and t is not trace for t in self.by_id.values()):
+            if not any(
+                t.task is not None and not t.task.done() and t is not trace for t in self.by_id.values()
+            ):
                 self._remove_wrapper()
 
     def _remove_wrapper(self) -> None:
@@ -307,7 +315,7 @@ class Traces:
         if isinstance(transport, _TracedTransport):
             return
         traced = _TracedTransport(transport, trace)
-        conn.transport = traced  # type: ignore[assignment]
+        conn.transport = traced
         trace.event(kind="attached", client_id=trace.target, peer=conn.peer)
 
         def undo_transport() -> None:
@@ -367,7 +375,8 @@ def _merge(parts: list[dict[str, Any]]) -> dict[str, Any]:
             "topics": topics,
             "clients": clients,
             "events": events[:MAX_EVENTS],
-            "events_dropped": sum(part["events_dropped"] for part in parts) + max(0, len(events) - MAX_EVENTS),
+            "events_dropped": sum(part["events_dropped"] for part in parts)
+            + max(0, len(events) - MAX_EVENTS),
         }
     )
     return merged
@@ -377,12 +386,16 @@ async def trace_start(api: AdminApi, request: web.Request, principal: Principal)
     """POST /admin/v1/traces {"client_id": ...} or {"filter": ...}, "duration_s": 1..300."""
     body = api.json_body(request)
     if set(body) - {"client_id", "filter", "duration_s", "id"}:
-        raise ApiError(400, "the body is {\"client_id\" or \"filter\": ..., \"duration_s\": 1..300}")
+        raise ApiError(400, 'the body is {"client_id" or "filter": ..., "duration_s": 1..300}')
     client_id, topic_filter = body.get("client_id"), body.get("filter")
     if (client_id is None) == (topic_filter is None):
         raise ApiError(400, "give client_id or filter (one of them)")
     duration = body.get("duration_s", 10)
-    if isinstance(duration, bool) or not isinstance(duration, int | float) or not 1 <= duration <= MAX_DURATION_S:
+    if (
+        isinstance(duration, bool)
+        or not isinstance(duration, int | float)
+        or not 1 <= duration <= MAX_DURATION_S
+    ):
         raise ApiError(400, f"duration_s: a number of seconds in 1..{MAX_DURATION_S}")
     if client_id is not None:
         if not isinstance(client_id, str) or not client_id or "\x00" in client_id:
@@ -397,7 +410,9 @@ async def trace_start(api: AdminApi, request: web.Request, principal: Principal)
             raise ApiError(400, f"filter: {exc}") from None
         kind, target = "filter", topic_filter
     trace_id = body.get("id") if api.is_local(request) else None
-    if trace_id is not None and (not isinstance(trace_id, str) or not trace_id.isalnum() or len(trace_id) > 64):
+    if trace_id is not None and (
+        not isinstance(trace_id, str) or not trace_id.isalnum() or len(trace_id) > 64
+    ):
         raise ApiError(400, "id: letters and digits")
     trace_id = trace_id or secrets.token_hex(8)
     if trace_id in api.traces.by_id:
@@ -408,9 +423,19 @@ async def trace_start(api: AdminApi, request: web.Request, principal: Principal)
         return json_response({"id": trace_id, "broker": api.node_id}, 201)
     import json
 
-    request["admin_body"] = json.dumps({kind if kind == "filter" else "client_id": target, "duration_s": duration, "id": trace_id}).encode()
+    request["admin_body"] = json.dumps(
+        {kind if kind == "filter" else "client_id": target, "duration_s": duration, "id": trace_id}
+    ).encode()
     gathered = await api.gather(request, principal, None)
-    api.broker.log_event(20, "admin_trace_started", id=trace_id, kind=kind, target=target, duration_s=duration, user=principal.user)
+    api.broker.log_event(
+        20,
+        "admin_trace_started",
+        id=trace_id,
+        kind=kind,
+        target=target,
+        duration_s=duration,
+        user=principal.user,
+    )
     return json_response(
         {
             "id": trace_id,

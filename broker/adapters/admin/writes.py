@@ -41,7 +41,7 @@ async def kick(api: AdminApi, request: web.Request, principal: Principal) -> web
     body = api.json_body(request)
     discard = body.get("discard_session", False)
     if not isinstance(discard, bool) or set(body) - {"discard_session"}:
-        raise ApiError(400, "the body is {\"discard_session\": true|false}")
+        raise ApiError(400, 'the body is {"discard_session": true|false}')
 
     async def local() -> dict[str, Any] | None:
         return api.view.kick(client_id, discard)
@@ -58,7 +58,14 @@ async def kick(api: AdminApi, request: web.Request, principal: Principal) -> web
         if gathered.missing:
             detail += f" (not answering: {', '.join(m['broker'] for m in gathered.missing)})"
         raise ApiError(404, detail, missing=gathered.missing)
-    return json_response({"client_id": client_id, "results": done, "missing": gathered.missing, "complete": not gathered.missing})
+    return json_response(
+        {
+            "client_id": client_id,
+            "results": done,
+            "missing": gathered.missing,
+            "complete": not gathered.missing,
+        }
+    )
 
 
 def _payload(body: dict[str, Any]) -> bytes:
@@ -102,7 +109,15 @@ def _topic(value: object, name: str = "topic") -> str:
 async def publish(api: AdminApi, request: web.Request, principal: Principal) -> web.Response:
     """POST /admin/v1/publish: publish as the broker (forwarded by the cluster like any message)."""
     body = api.json_body(request)
-    unknown = set(body) - {"topic", "payload", "payload_base64", "qos", "retain", "user_properties", "content_type"}
+    unknown = set(body) - {
+        "topic",
+        "payload",
+        "payload_base64",
+        "qos",
+        "retain",
+        "user_properties",
+        "content_type",
+    }
     if unknown:
         raise ApiError(400, f"unknown fields: {', '.join(sorted(unknown))}")
     topic = _topic(body.get("topic"))
@@ -117,7 +132,8 @@ async def publish(api: AdminApi, request: web.Request, principal: Principal) -> 
     user_properties = body.get("user_properties")
     if user_properties is not None:
         if not isinstance(user_properties, list) or not all(
-            isinstance(pair, list) and len(pair) == 2 and all(isinstance(x, str) for x in pair) for pair in user_properties
+            isinstance(pair, list) and len(pair) == 2 and all(isinstance(x, str) for x in pair)
+            for pair in user_properties
         ):
             raise ApiError(400, "user_properties: a list of [name, value] string pairs")
         properties["user_property"] = [(name, value) for name, value in user_properties]
@@ -127,9 +143,18 @@ async def publish(api: AdminApi, request: web.Request, principal: Principal) -> 
             raise ApiError(400, "content_type: must be a string")
         properties["content_type"] = content_type
     matched = api.view.publish(topic, payload, qos, retain, properties)
-    api.broker.log_event(20, "admin_publish", topic=topic, qos=qos, retain=retain, size=len(payload), user=principal.user)
+    api.broker.log_event(
+        20, "admin_publish", topic=topic, qos=qos, retain=retain, size=len(payload), user=principal.user
+    )
     return json_response(
-        {"topic": topic, "qos": qos, "retain": retain, "size": len(payload), "broker": api.node_id, "matched_locally": matched}
+        {
+            "topic": topic,
+            "qos": qos,
+            "retain": retain,
+            "size": len(payload),
+            "broker": api.node_id,
+            "matched_locally": matched,
+        }
     )
 
 
@@ -159,7 +184,7 @@ async def user_put(api: AdminApi, request: web.Request, principal: Principal) ->
     body = api.json_body(request)
     password, encoded = body.get("password"), body.get("hash")
     if set(body) - {"password", "hash"} or (password is None) == (encoded is None):
-        raise ApiError(400, "the body is {\"password\": \"...\"} or {\"hash\": \"$scrypt$...\"}")
+        raise ApiError(400, 'the body is {"password": "..."} or {"hash": "$scrypt$..."}')
     if password is not None:
         if not isinstance(password, str) or not password:
             raise ApiError(400, "password: a non-empty string")
@@ -219,13 +244,17 @@ async def acl_put(api: AdminApi, request: web.Request, principal: Principal) -> 
     section = _section(request)
     body = api.json_body(request)
     if set(body) != {"rules"}:
-        raise ApiError(400, "the body is {\"rules\": [{\"access\": \"read|write|readwrite|deny\", \"filter\": \"...\"}]}")
+        raise ApiError(
+            400, 'the body is {"rules": [{"access": "read|write|readwrite|deny", "filter": "..."}]}'
+        )
     try:
         rules = parse_rules(body["rules"], pattern=section[0] == "patterns")
     except RecordError as exc:
         raise ApiError(400, f"rules: {exc}") from None
     api.dynamic.write_section(section, rules, principal.user)
-    api.broker.log_event(20, "admin_acl_set", section=":".join(section), rules=len(rules), user=principal.user)
+    api.broker.log_event(
+        20, "admin_acl_set", section=":".join(section), rules=len(rules), user=principal.user
+    )
     return json_response({"kind": section[0], "user": section[1] or None, "rules": len(rules)})
 
 
