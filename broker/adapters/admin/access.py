@@ -201,6 +201,14 @@ def basic_credentials(header: str | None) -> tuple[str, str] | str:
 # broker-to-broker requests signed with the cluster key
 
 
+def canonical_target(path: str, query: Any) -> str:
+    """The path and the (decoded) query parameters in one canonical form, as signed: the same
+    on both ends whatever percent-encoding the HTTP libraries chose."""
+    from urllib.parse import urlencode
+
+    return path + "?" + urlencode(sorted((str(k), str(v)) for k, v in query.items()))
+
+
 def _signed_text(
     method: str, target: str, ts_ms: int, nonce: str, principal: Principal, body: bytes
 ) -> bytes:

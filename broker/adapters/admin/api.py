@@ -34,6 +34,7 @@ from broker.adapters.admin.access import (
     BrokerVerifier,
     Principal,
     basic_credentials,
+    canonical_target,
 )
 from broker.adapters.admin.fanout import CSRF_HEADER, Directory, Endpoint, Fanout, Gathered, default_admin_url
 from broker.adapters.admin.local import Key, LocalView, Page
@@ -244,7 +245,7 @@ class AdminApi:
                     request, "signed broker requests need cluster TLS (cluster.tls_ca_file)"
                 )
             try:
-                target = request.path_qs
+                target = canonical_target(request.path, request.query)
                 now_s = self.broker.scheduler.wall_time()
                 return self.verifier.verify(
                     request.method, target, signature, request.headers.get(CERT_HEADER, ""), body, now_s

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, urlencode
 
 from broker import __version__
+from broker.adapters.admin.access import canonical_target
 from broker.core.reserved import RESERVED_PREFIX
 from broker.core.session import Message
 
@@ -262,7 +263,7 @@ class Fanout:
         target = path + "?" + urlencode(sorted(query.items()))
         headers = {CSRF_HEADER: "skipmq-broker", "Content-Type": "application/json"}
         if self.signer is not None:
-            headers.update(self.signer.headers(method, target, principal, body))
+            headers.update(self.signer.headers(method, canonical_target(path, query), principal, body))
         elif authorization is not None:
             headers["Authorization"] = authorization
         import aiohttp
