@@ -447,10 +447,10 @@ def run(args: argparse.Namespace) -> int:
         answer = client.call("DELETE", f"/admin/v1/users/{urllib.parse.quote(args.name, safe='')}")
         out = f"removed user {args.name} (every broker)"
     elif cmd == "users-export":
-        answer = out = client.call("GET", "/admin/v1/users/export")
+        answer = out = client.call("GET", "/admin/v1/export/users")
     elif cmd == "users-import":
         with open(args.file, encoding="utf-8") as handle:
-            answer = client.call("POST", "/admin/v1/users/import", text=handle.read())
+            answer = client.call("POST", "/admin/v1/import/users", text=handle.read())
         out = f"imported {answer['imported']} users"
     elif cmd == "acl":
         answer = client.call("GET", "/admin/v1/acl")
@@ -487,10 +487,10 @@ def run(args: argparse.Namespace) -> int:
             answer = client.call("DELETE", path)
             out = "removed the dynamic rules (every broker)"
     elif cmd == "acl-export":
-        answer = out = client.call("GET", "/admin/v1/acl/export")
+        answer = out = client.call("GET", "/admin/v1/export/acl")
     elif cmd == "acl-import":
         with open(args.file, encoding="utf-8") as handle:
-            answer = client.call("POST", "/admin/v1/acl/import", text=handle.read())
+            answer = client.call("POST", "/admin/v1/import/acl", text=handle.read())
         out = f"imported {answer['sections']} sections"
     else:  # pragma: no cover - argparse refuses unknown commands
         raise CtlError(f"unknown command {cmd}", 2)

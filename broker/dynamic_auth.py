@@ -126,7 +126,7 @@ def parse_rules(items: object, *, pattern: bool) -> list[AclRule]:
     for index, item in enumerate(items):
         if not isinstance(item, dict) or set(item) - {"access", "filter"}:
             raise RecordError(f"rule {index}: expected {{'access': ..., 'filter': ...}}")
-        access = item.get("access", "readwrite")
+        access = item.get("access")
         topic_filter = item.get("filter")
         if access not in ACCESS_NAMES.values():
             raise RecordError(f"rule {index}: access must be one of {sorted(set(ACCESS_NAMES.values()))}")

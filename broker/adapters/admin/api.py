@@ -17,8 +17,10 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import functools
 import json
 import logging
+import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -52,7 +54,7 @@ PROBLEM_JSON = "application/problem+json"
 CONSOLE_DIR = Path(__file__).with_name("console")
 DEFAULT_LIMIT = 100
 MAX_LIMIT = 1000
-FAILURES_PER_S = 5  # refused requests per second and source address before 429
+FAILURES_PER_S = 5  # wrong passwords or signatures per second and source address before 429
 TITLES = {
     400: "Bad Request",
     401: "Unauthorized",
@@ -111,6 +113,19 @@ class Route:
     path: str
     handler: Handler
     role: str = "readonly"  # the least role that may call it
+
+
+INTERNAL_QUERY = frozenset({"scope", "after"})  # one broker's part, asked by another (not documented)
+
+
+@functools.cache
+def route_query_names(route: Route) -> frozenset[str]:
+    """The query parameters the OpenAPI document lists for ``route``."""
+    from broker.adapters.admin.openapi import document
+
+    path = re.sub(r"\{(\w+):[^}]*\}", r"{\1}", route.path)
+    operation = document()["paths"].get(path, {}).get(route.method.lower(), {})
+    return frozenset(p["name"] for p in operation.get("parameters", []) if p["in"] == "query")
 
 
 def encode_cursor(after: dict[str, list[str] | None]) -> str:
@@ -253,8 +268,8 @@ class AdminApi:
             except (ValueError, OSError) as exc:
                 return self._unauthorized(request, f"broker signature refused: {exc}")
         credentials = basic_credentials(request.headers.get("Authorization"))
-        if isinstance(credentials, str):
-            return self._unauthorized(request, credentials)
+        if isinstance(credentials, str):  # cheap to refuse: not counted against the address
+            return self._unauthorized(request, credentials, counted=False)
         user, password = credentials
         self.users.refresh()
         principal = await asyncio.to_thread(self.users.check, user, password)
@@ -262,8 +277,13 @@ class AdminApi:
             return self._unauthorized(request, "wrong admin user name or password", user)
         return principal
 
-    def _unauthorized(self, request: web.Request, reason: str, user: str | None = None) -> web.Response:
-        self.failures.allow(request.remote or "", asyncio.get_running_loop().time())
+    def _unauthorized(
+        self, request: web.Request, reason: str, user: str | None = None, *, counted: bool = True
+    ) -> web.Response:
+        """401; a wrong password or signature counts against the source address (FAILURES_PER_S
+        a second, then 429 before any more hashing)."""
+        if counted:
+            self.failures.allow(request.remote or "", asyncio.get_running_loop().time())
         self.refused(request, 401, reason, user)
         headers = {"WWW-Authenticate": 'Basic realm="skipmq-admin", charset="UTF-8"'}
         if request.headers.get("X-SkipMQ-Console"):  # the console's fetches: no browser dialog
@@ -284,6 +304,9 @@ class AdminApi:
                 return problem(
                     403, f"admin user {principal.user!r} has role {principal.role}; this needs role admin"
                 )
+            unknown = set(request.query) - route_query_names(route) - INTERNAL_QUERY
+            if unknown:
+                return problem(400, f"unknown query parameters: {', '.join(sorted(unknown))}")
             if request.method not in ("GET", "HEAD") and not request.headers.get(CSRF_HEADER):
                 self.refused(request, 403, f"missing {CSRF_HEADER} header", principal.user)
                 return problem(403, f"a {request.method} request needs the {CSRF_HEADER} header (any value)")
@@ -320,18 +343,25 @@ class AdminApi:
     @staticmethod
     def json_body(request: web.Request) -> dict[str, Any]:
         data = request.get("admin_body", b"")
-        if request.content_type not in ("application/json", "application/octet-stream", "") and data:
+        if not data:
+            raise ApiError(400, "a JSON object body is required")
+        if request.content_type not in ("application/json", "application/octet-stream", ""):
             raise ApiError(415, f"the body must be application/json, not {request.content_type}")
         try:
-            body = json.loads(data or b"{}")
+            body = json.loads(data)
         except (ValueError, UnicodeDecodeError) as exc:
             raise ApiError(400, f"the body is not JSON: {exc}") from None
         if not isinstance(body, dict):
             raise ApiError(400, "the body must be a JSON object")
+        for name, value in body.items():
+            if value is None:
+                raise ApiError(400, f"{name}: null is not allowed (leave the field out)")
         return body
 
     @staticmethod
     def text_body(request: web.Request) -> str:
+        if not request.get("admin_body"):
+            raise ApiError(400, "a text body is required (the file's content)")
         try:
             return bytes(request.get("admin_body", b"")).decode("utf-8")
         except UnicodeDecodeError:
@@ -431,6 +461,8 @@ class AdminApi:
             )
         else:
             gathered = await self.gather(request, principal, run_local, query=query_for, only=only)
+            if only is not None and not gathered.parts and not gathered.missing:
+                raise ApiError(404, f"broker: no broker {only!r} in the cluster")
         merged: list[tuple[Key, str, dict[str, Any]]] = []
         more: dict[str, bool] = {}
         for node, part in gathered.parts.items():

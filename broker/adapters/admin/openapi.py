@@ -364,7 +364,7 @@ _CSRF = {
     "name": "X-Requested-By",
     "in": "header",
     "required": True,
-    "schema": {"type": "string", "minLength": 1, "pattern": "^[A-Za-z0-9._-]+$"},
+    "schema": {"type": "string", "minLength": 1},
     "description": "any value; required on unsafe methods (no cross-site form sends it)",
 }
 
@@ -410,7 +410,7 @@ def _op(
         responses[str(status)]["links"] = links
         for code in extra_ok:
             responses[str(code)]["links"] = links
-    codes = {400, 401, 429, *errors}
+    codes = {400, 401, 404, 429, *errors}
     if admin or unsafe:
         codes.add(403)
     if unsafe:
@@ -491,6 +491,7 @@ def _paths() -> dict[str, Any]:
                     _query("username", "only this user's"),
                 ],
                 links=client_links,
+                errors=(404,),
             )
         },
         "/admin/v1/clients/{client_id}": {
@@ -531,6 +532,7 @@ def _paths() -> dict[str, Any]:
                     _query("connected", "true or false", BOOL),
                 ],
                 links=client_links,
+                errors=(404,),
             )
         },
         "/admin/v1/subscriptions": {
@@ -546,6 +548,7 @@ def _paths() -> dict[str, Any]:
                     _query("exact", "with filter: only this very filter", BOOL),
                     _query("topic", "subscriptions a message on this topic reaches"),
                 ],
+                errors=(404,),
             )
         },
         "/admin/v1/retained": {
@@ -553,6 +556,7 @@ def _paths() -> dict[str, Any]:
                 "retained messages (replicated: the asked broker's copy, or the copy of broker)",
                 "RetainedPage",
                 params=[_LIMIT, _CURSOR, _BROKER, _query("filter", "topic filter, default #")],
+                errors=(404,),
             ),
             "delete": _op(
                 "delete a retained message everywhere",
@@ -593,10 +597,10 @@ def _paths() -> dict[str, Any]:
             )
         },
         "/admin/v1/users": {"get": _op("MQTT users (password file and dynamic)", "Users")},
-        "/admin/v1/users/export": {
+        "/admin/v1/export/users": {
             "get": _op("the users as a password file (hashes)", None, text_answer=True, admin=True)
         },
-        "/admin/v1/users/import": {
+        "/admin/v1/import/users": {
             "post": _op(
                 "import a password file's users (they become dynamic)",
                 "Imported",
@@ -633,8 +637,8 @@ def _paths() -> dict[str, Any]:
             },
         },
         "/admin/v1/acl": {"get": _op("the ACL: the file's sections and the dynamic ones", "Acl")},
-        "/admin/v1/acl/export": {"get": _op("the effective ACL as an ACL file", None, text_answer=True)},
-        "/admin/v1/acl/import": {
+        "/admin/v1/export/acl": {"get": _op("the effective ACL as an ACL file", None, text_answer=True)},
+        "/admin/v1/import/acl": {
             "post": _op(
                 "replace the dynamic ACL by an ACL file's sections",
                 "AclImported",

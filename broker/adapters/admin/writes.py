@@ -220,7 +220,7 @@ async def user_delete(api: AdminApi, request: web.Request, principal: Principal)
 
 
 async def users_import(api: AdminApi, request: web.Request, principal: Principal) -> web.Response:
-    """POST /admin/v1/users/import: a password file's text; every user in it becomes dynamic."""
+    """POST /admin/v1/import/users: a password file's text; every user in it becomes dynamic."""
     try:
         pairs = parse_password_file_text(api.text_body(request))
     except RecordError as exc:
@@ -267,7 +267,7 @@ async def acl_delete(api: AdminApi, request: web.Request, principal: Principal) 
 
 
 async def acl_import(api: AdminApi, request: web.Request, principal: Principal) -> web.Response:
-    """POST /admin/v1/acl/import: an ACL file's text replaces every dynamic section."""
+    """POST /admin/v1/import/acl: an ACL file's text replaces every dynamic section."""
     text = api.text_body(request)
     try:
         parsed = Acl.parse(text.splitlines(), path="ACL file")

@@ -33,10 +33,14 @@ class AdminCluster:
         broker = self.cluster.brokers[index]
         return f"http://{broker.host}:{broker.http_port}{path}"
 
-    def call(self, index: int, method: str, path: str, *, auth: tuple[str, str] | None = ADMIN, **kwargs: Any) -> requests.Response:
+    def call(
+        self, index: int, method: str, path: str, *, auth: tuple[str, str] | None = ADMIN, **kwargs: Any
+    ) -> requests.Response:
         headers = dict(CSRF)
         headers.update(kwargs.pop("headers", {}))
-        return requests.request(method, self.url(index, path), auth=auth, headers=headers, timeout=20, **kwargs)
+        return requests.request(
+            method, self.url(index, path), auth=auth, headers=headers, timeout=20, **kwargs
+        )
 
     def get(self, index: int, path: str, **kwargs: Any) -> Any:
         response = self.call(index, "GET", path, **kwargs)
@@ -54,7 +58,9 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[Any]) -> 
     report = outcome.get_result()  # type: ignore[attr-defined]
     if report.failed:
         for number, cluster in enumerate(LIVE_CLUSTERS):
-            report.sections.append((f"cluster {number} broker log tails", cluster.logs_tail(40, exclude=("dial to ",))))
+            report.sections.append(
+                (f"cluster {number} broker log tails", cluster.logs_tail(40, exclude=("dial to ",)))
+            )
 
 
 @pytest.fixture(scope="session")
@@ -81,8 +87,10 @@ def admin_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AdminClu
 
         for index in range(3):
             wait_until(
-                lambda index=index: admin.get(index, "/admin/v1/brokers")["complete"]
-                and len(admin.get(index, "/admin/v1/brokers")["brokers"]) == 3,
+                lambda index=index: (
+                    admin.get(index, "/admin/v1/brokers")["complete"]
+                    and len(admin.get(index, "/admin/v1/brokers")["brokers"]) == 3
+                ),
                 20,
                 what=f"broker {index} sees every admin endpoint",
             )

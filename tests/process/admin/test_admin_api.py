@@ -74,15 +74,22 @@ def test_every_endpoint_answers_cluster_wide(admin_cluster: AdminCluster) -> Non
 
         # who subscribes plant7/#: both subscriptions, on two other brokers
         subs = admin.get(0, "/admin/v1/subscriptions", params={"filter": f"plant7-{tag}/#"})["items"]
-        assert sorted((s["client_id"], s["broker"]) for s in subs) == [(f"a-{tag}-on1", nodes[1]), (f"b-{tag}-on2", nodes[2])]
-        exact = admin.get(0, "/admin/v1/subscriptions", params={"filter": f"plant7-{tag}/#", "exact": "true"})["items"]
+        assert sorted((s["client_id"], s["broker"]) for s in subs) == [
+            (f"a-{tag}-on1", nodes[1]),
+            (f"b-{tag}-on2", nodes[2]),
+        ]
+        exact = admin.get(
+            0, "/admin/v1/subscriptions", params={"filter": f"plant7-{tag}/#", "exact": "true"}
+        )["items"]
         assert [s["client_id"] for s in exact] == [f"b-{tag}-on2"]
         by_topic = admin.get(2, "/admin/v1/subscriptions", params={"topic": f"plant7-{tag}/x/hum"})["items"]
         assert [s["client_id"] for s in by_topic] == [f"b-{tag}-on2"]
 
         # retained: published on broker 2, replicated, visible on broker 0's copy
         retained = wait_until(
-            lambda: admin.get(0, "/admin/v1/retained", params={"filter": f"plant7-{tag}/#"})["items"], 10, what="retained"
+            lambda: admin.get(0, "/admin/v1/retained", params={"filter": f"plant7-{tag}/#"})["items"],
+            10,
+            what="retained",
         )
         assert retained[0]["payload"]["text"] == "21.5" and retained[0]["origin"] == nodes[2]
 
@@ -137,14 +144,21 @@ def test_disconnect_closes_the_connection_wherever_it_is(admin_cluster: AdminClu
     answer = admin.call(0, "POST", f"/admin/v1/clients/{victim.client_id}/disconnect", json={})
     assert answer.status_code == 200, answer.text
     assert answer.json()["results"] == [
-        {"broker": admin.cluster.brokers[2].node_id, "client_id": victim.client_id, "was_connected": True, "session_ended": False}
+        {
+            "broker": admin.cluster.brokers[2].node_id,
+            "client_id": victim.client_id,
+            "was_connected": True,
+            "session_ended": False,
+        }
     ]
     reason = victim.wait_disconnected(10)
     assert getattr(reason, "value", reason) == 0x98  # Administrative action
     victim.close()
     # its session stays (persistent) until asked to go
     assert admin.get(1, f"/admin/v1/clients/{victim.client_id}")["client"]["connected"] is False
-    ended = admin.call(1, "POST", f"/admin/v1/clients/{victim.client_id}/disconnect", json={"discard_session": True})
+    ended = admin.call(
+        1, "POST", f"/admin/v1/clients/{victim.client_id}/disconnect", json={"discard_session": True}
+    )
     assert ended.json()["results"][0]["session_ended"] is True
     assert admin.call(0, "GET", f"/admin/v1/clients/{victim.client_id}").status_code == 404
 
@@ -156,14 +170,18 @@ def test_a_user_added_on_one_broker_logs_in_on_another(admin_cluster: AdminClust
     assert _mqtt_login(port2, name, password) == 0  # no users yet anywhere: names are not checked
     added_at = time.monotonic()
     assert admin.call(0, "PUT", f"/admin/v1/users/{name}", json={"password": password}).status_code == 201
-    wait_until(lambda: _mqtt_login(port2, name, "wrong") == 0x86, USER_CONVERGENCE_S, what="broker 2 knows the user")
+    wait_until(
+        lambda: _mqtt_login(port2, name, "wrong") == 0x86, USER_CONVERGENCE_S, what="broker 2 knows the user"
+    )
     took_s = time.monotonic() - added_at
     assert _mqtt_login(port2, name, password) == 0
     assert took_s < USER_CONVERGENCE_S
     listed = admin.get(1, "/admin/v1/users")["users"]
-    assert {"name": name, "source": "dynamic", "updated_by": ADMIN[0]}.items() <= next(u for u in listed if u["name"] == name).items()
+    assert {"name": name, "source": "dynamic", "updated_by": ADMIN[0]}.items() <= next(
+        u for u in listed if u["name"] == name
+    ).items()
     # the hash is the password file's salted scrypt, never the password
-    exported = admin.call(2, "GET", "/admin/v1/users/export").text
+    exported = admin.call(2, "GET", "/admin/v1/export/users").text
     line = next(line for line in exported.splitlines() if line.startswith(name + ":"))
     assert line.split(":", 1)[1].startswith("$scrypt$") and password not in exported
     # removed on broker 1: refused on broker 0
@@ -175,20 +193,28 @@ def test_a_user_added_on_one_broker_logs_in_on_another(admin_cluster: AdminClust
 def test_acl_rules_set_on_one_broker_apply_on_another(admin_cluster: AdminCluster) -> None:
     admin = admin_cluster
     try:
-        rules = {"rules": [{"access": "readwrite", "filter": "#"}, {"access": "deny", "filter": "forbidden/#"}]}
+        rules = {
+            "rules": [{"access": "readwrite", "filter": "#"}, {"access": "deny", "filter": "forbidden/#"}]
+        }
         assert admin.call(0, "PUT", "/admin/v1/acl/anonymous", json=rules).status_code == 200
         client = _client(admin, 1)
         try:
-            wait_until(lambda: client.subscribe("forbidden/x", 1) == [0x87], USER_CONVERGENCE_S, what="ACL on broker 1")
+            wait_until(
+                lambda: client.subscribe("forbidden/x", 1) == [0x87],
+                USER_CONVERGENCE_S,
+                what="ACL on broker 1",
+            )
             assert client.subscribe("allowed/x", 1) == [1]
         finally:
             client.close()
-        assert "topic deny forbidden/#" in admin.call(2, "GET", "/admin/v1/acl/export").text
+        assert "topic deny forbidden/#" in admin.call(2, "GET", "/admin/v1/export/acl").text
     finally:
         admin.call(0, "DELETE", "/admin/v1/acl/anonymous")
     client = _client(admin, 1)
     try:
-        wait_until(lambda: client.subscribe("forbidden/y", 1) == [1], USER_CONVERGENCE_S, what="ACL gone on broker 1")
+        wait_until(
+            lambda: client.subscribe("forbidden/y", 1) == [1], USER_CONVERGENCE_S, what="ACL gone on broker 1"
+        )
     finally:
         client.close()
 
@@ -203,8 +229,10 @@ def test_roles_and_credentials_are_enforced_and_refusals_logged(admin_cluster: A
     assert admin.call(1, "GET", "/admin/v1/clients", auth=VIEWER).status_code == 200
     refused = admin.call(1, "POST", "/admin/v1/clients/anyone/disconnect", auth=VIEWER, json={})
     assert refused.status_code == 403 and "role readonly" in refused.json()["detail"]
-    assert admin.call(1, "GET", "/admin/v1/users/export", auth=VIEWER).status_code == 403
-    no_header = admin.call(0, "POST", "/admin/v1/publish", json={"topic": "x"}, headers={"X-Requested-By": ""})
+    assert admin.call(1, "GET", "/admin/v1/export/users", auth=VIEWER).status_code == 403
+    no_header = admin.call(
+        0, "POST", "/admin/v1/publish", json={"topic": "x"}, headers={"X-Requested-By": ""}
+    )
     assert no_header.status_code == 403
     records = admin.cluster.brokers[1].log_records()
     reasons = [r for r in records if r.get("event") == "admin_refused"]
@@ -227,7 +255,9 @@ def test_reserved_topics_are_closed_to_mqtt_clients(admin_cluster: AdminCluster)
     finally:
         attacker.close()
     assert "mallory" not in [u["name"] for u in admin.get(1, "/admin/v1/users")["users"]]
-    refused = admin.call(0, "POST", "/admin/v1/publish", json={"topic": "$skipmq/admin/brokers/x", "payload": "x"})
+    refused = admin.call(
+        0, "POST", "/admin/v1/publish", json={"topic": "$skipmq/admin/brokers/x", "payload": "x"}
+    )
     assert refused.status_code == 403
 
 
@@ -249,7 +279,9 @@ def test_ctl_tables_json_and_errors(admin_cluster: AdminCluster) -> None:
     assert as_json.returncode == 0 and "classes" in json.loads(as_json.stdout)
     refused = _ctl(admin, "disconnect", "someone", user=VIEWER)
     assert refused.returncode == 1
-    assert refused.stderr.startswith("skipmq ctl: error: 403 Forbidden: admin user 'viewer' has role readonly")
+    assert refused.stderr.startswith(
+        "skipmq ctl: error: 403 Forbidden: admin user 'viewer' has role readonly"
+    )
     gone = _ctl(admin, "client", "no-such-client")
     assert gone.returncode == 1 and "404 Not Found: no broker has a session" in gone.stderr
     unreachable = subprocess.run([sys.executable, "-m", "broker", "ctl", "--url", "http://127.0.0.1:9", "--user", "x",
@@ -269,7 +301,9 @@ def test_a_trace_summarises_a_clients_packets_on_its_broker(admin_cluster: Admin
     watched = _client(admin, 2, client_id=f"traced-{uuid.uuid4().hex[:6]}")
     watched.subscribe("traced/#", 1)
     try:
-        started = admin.call(0, "POST", "/admin/v1/traces", json={"client_id": watched.client_id, "duration_s": 2})
+        started = admin.call(
+            0, "POST", "/admin/v1/traces", json={"client_id": watched.client_id, "duration_s": 2}
+        )
         assert started.status_code == 201, started.text
         trace_id = started.json()["id"]
         time.sleep(0.6)  # the broker wraps the connection within 0.2 s of the start
@@ -277,7 +311,9 @@ def test_a_trace_summarises_a_clients_packets_on_its_broker(admin_cluster: Admin
             watched.publish("traced/x", f"m{n}".encode(), 1)
         watched.wait_messages(3)
         trace = wait_until(
-            lambda: (t := admin.get(1, f"/admin/v1/traces/{trace_id}")) and t["state"] == "done" and t, 10, what="trace done"
+            lambda: (t := admin.get(1, f"/admin/v1/traces/{trace_id}")) and t["state"] == "done" and t,
+            10,
+            what="trace done",
         )
         assert trace["connected_on"] == [admin.cluster.brokers[2].node_id]
         assert trace["packets"]["in"]["PUBLISH"] == 3 and trace["packets"]["out"]["PUBLISH"] == 3
