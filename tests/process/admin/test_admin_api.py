@@ -33,8 +33,11 @@ def _client(admin: AdminCluster, index: int, **kwargs: Any) -> ClusterClient:
 def _mqtt_login(port: int, username: str, password: str) -> int:
     """CONNECT with user name and password (MQTT 5); the CONNACK reason code."""
     result: dict[str, int] = {}
-    client = paho.Client(callback_api_version=CallbackAPIVersion.VERSION2, client_id=f"login-{uuid.uuid4().hex[:8]}",
-                         protocol=paho.MQTTv5)  # fmt: skip
+    client = paho.Client(
+        callback_api_version=CallbackAPIVersion.VERSION2,
+        client_id=f"login-{uuid.uuid4().hex[:8]}",
+        protocol=paho.MQTTv5,
+    )
     client.username_pw_set(username, password)
     client.on_connect = lambda c, u, flags, reason, props: result.setdefault("code", reason.value)
     client.connect("127.0.0.1", port)
@@ -186,8 +189,11 @@ def test_a_user_added_on_one_broker_logs_in_on_another(admin_cluster: AdminClust
     assert line.split(":", 1)[1].startswith("$scrypt$") and password not in exported
     # removed on broker 1: refused on broker 0
     assert admin.call(1, "DELETE", f"/admin/v1/users/{name}").status_code == 200
-    wait_until(lambda: _mqtt_login(admin.cluster.brokers[0].mqtt_port, name, password) == 0x86, USER_CONVERGENCE_S,
-               what="broker 0 refuses the removed user")  # fmt: skip
+    wait_until(
+        lambda: _mqtt_login(admin.cluster.brokers[0].mqtt_port, name, password) == 0x86,
+        USER_CONVERGENCE_S,
+        what="broker 0 refuses the removed user",
+    )
 
 
 def test_acl_rules_set_on_one_broker_apply_on_another(admin_cluster: AdminCluster) -> None:
@@ -265,8 +271,12 @@ def _ctl(admin: AdminCluster, *args: str, user: tuple[str, str] = ADMIN) -> subp
     env = {**os.environ, "SKIPMQ_ADMIN_USER": user[0], "SKIPMQ_ADMIN_PASSWORD": user[1]}
     return subprocess.run(
         [sys.executable, "-m", "broker", "ctl", "--url", admin.url(0), *args],
-        capture_output=True, text=True, env=env, timeout=60, cwd=REPO_ROOT,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        cwd=REPO_ROOT,
+    )
 
 
 def test_ctl_tables_json_and_errors(admin_cluster: AdminCluster) -> None:
@@ -284,15 +294,33 @@ def test_ctl_tables_json_and_errors(admin_cluster: AdminCluster) -> None:
     )
     gone = _ctl(admin, "client", "no-such-client")
     assert gone.returncode == 1 and "404 Not Found: no broker has a session" in gone.stderr
-    unreachable = subprocess.run([sys.executable, "-m", "broker", "ctl", "--url", "http://127.0.0.1:9", "--user", "x",
-                                  "brokers"], capture_output=True, text=True, env={**os.environ, "SKIPMQ_ADMIN_PASSWORD": "x"},
-                                 timeout=60, cwd=REPO_ROOT)  # fmt: skip
+    unreachable = subprocess.run(
+        [sys.executable, "-m", "broker", "ctl", "--url", "http://127.0.0.1:9", "--user", "x", "brokers"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "SKIPMQ_ADMIN_PASSWORD": "x"},
+        timeout=60,
+        cwd=REPO_ROOT,
+    )
     assert unreachable.returncode == 3
     published = _ctl(admin, "publish", "ctl/topic", "hello", "--qos", "1")
     assert published.returncode == 0 and "published 5 bytes to ctl/topic" in published.stdout
     helptext = _ctl(admin, "--help").stdout
-    for command in ("brokers", "clients", "sessions", "subscriptions", "retained", "classes", "overlay", "disconnect",
-                    "publish", "trace", "users", "acl", "admin-user"):  # fmt: skip
+    for command in (
+        "brokers",
+        "clients",
+        "sessions",
+        "subscriptions",
+        "retained",
+        "classes",
+        "overlay",
+        "disconnect",
+        "publish",
+        "trace",
+        "users",
+        "acl",
+        "admin-user",
+    ):
         assert f"\n  {command}" in helptext, command
 
 

@@ -3,8 +3,9 @@ cluster: no 5xx, every response (status, content type, body) as documented, stat
 the document's links (set a user -> its ACL -> remove it; start a trace -> read it; list clients
 -> one client -> disconnect it). Bounded for CI: ``MAX_EXAMPLES`` requests per operation.
 
-Not checked: schemathesis' ignored_auth (see EXCLUDED) and positive data acceptance (a body the schema allows may still be
-refused for MQTT reasons it cannot express: an invalid topic filter in a rule, a reserved topic).
+Not checked: schemathesis' ignored_auth (see EXCLUDED) and positive data acceptance (a body the
+schema allows may still be refused for MQTT reasons it cannot express: an invalid topic filter in
+a rule, a reserved topic).
 """
 
 from __future__ import annotations
