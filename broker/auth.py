@@ -8,6 +8,10 @@ Password hashes are "$scrypt$n=16384,r=8,p=1$<salt b64>$<hash b64>" (hashlib.scr
 For migration, mosquitto_passwd's "$7$" (PBKDF2-SHA512) and "$6$" (salted SHA-512) hashes are
 verified too, so an existing mosquitto password file can be used as is.
 
+Size: three parts that share the hashing and the rule types - password hashes, the users (the
+file's and the admin API's dynamic ones) and the ACL with its sections (file format, composition
+with the dynamic sections, export) - over the 600-line guideline since the dynamic users and ACL.
+
 ``verify_password`` costs ~50 ms of CPU by design (scrypt releases the GIL: an asyncio broker
 should call ``Authenticator.authenticate`` via ``asyncio.to_thread``). A successful verification
 is remembered (keyed HMAC of the password with a per-process random key, bounded), so a client

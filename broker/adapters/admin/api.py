@@ -22,7 +22,6 @@ import json
 import logging
 import re
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -40,6 +39,7 @@ from broker.adapters.admin.access import (
 )
 from broker.adapters.admin.fanout import CSRF_HEADER, Directory, Endpoint, Fanout, Gathered, default_admin_url
 from broker.adapters.admin.local import Key, LocalView, Page
+from broker.adapters.admin.responses import ApiError, Route, json_response, problem
 from broker.core.pull import RateLimiter
 from broker.logs import log_event
 
@@ -50,24 +50,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("skipmq.admin")
 
-PROBLEM_JSON = "application/problem+json"
 CONSOLE_DIR = Path(__file__).with_name("console")
 DEFAULT_LIMIT = 100
 MAX_LIMIT = 1000
 FAILURES_PER_S = 5  # wrong passwords or signatures per second and source address before 429
-TITLES = {
-    400: "Bad Request",
-    401: "Unauthorized",
-    403: "Forbidden",
-    404: "Not Found",
-    405: "Method Not Allowed",
-    409: "Conflict",
-    413: "Content Too Large",
-    415: "Unsupported Media Type",
-    429: "Too Many Requests",
-    503: "Service Unavailable",
-    504: "Gateway Timeout",
-}
 CONSOLE_TYPES = {".html": "text/html", ".js": "text/javascript", ".css": "text/css", ".svg": "image/svg+xml"}
 SECURITY_HEADERS = {
     "Content-Security-Policy": (
@@ -77,42 +63,6 @@ SECURITY_HEADERS = {
     "X-Frame-Options": "DENY",
     "Referrer-Policy": "no-referrer",
 }
-
-
-class ApiError(Exception):
-    """A request the API refuses: becomes a problem document."""
-
-    def __init__(self, status: int, detail: str, **extra: Any) -> None:
-        super().__init__(detail)
-        self.status = status
-        self.detail = detail
-        self.extra = extra
-
-
-def problem(status: int, detail: str, headers: dict[str, str] | None = None, **extra: Any) -> web.Response:
-    body = {"type": "about:blank", "title": TITLES.get(status, "Error"), "status": status, "detail": detail}
-    body.update(extra)
-    return web.Response(status=status, text=json.dumps(body), content_type=PROBLEM_JSON, headers=headers)
-
-
-def json_response(body: Any, status: int = 200) -> web.Response:
-    return web.Response(
-        status=status,
-        text=json.dumps(body),
-        content_type="application/json",
-        headers={"Cache-Control": "no-store"},
-    )
-
-
-Handler = Callable[["AdminApi", web.Request, Principal], Awaitable[web.StreamResponse]]
-
-
-@dataclass(frozen=True, slots=True)
-class Route:
-    method: str
-    path: str
-    handler: Handler
-    role: str = "readonly"  # the least role that may call it
 
 
 INTERNAL_QUERY = frozenset({"scope", "after"})  # one broker's part, asked by another (not documented)

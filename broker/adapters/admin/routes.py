@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from broker.adapters.admin import reads, traces, writes
-from broker.adapters.admin.api import Route
+from broker.adapters.admin.responses import Route
 
 V1 = "/admin/v1"
 

@@ -26,8 +26,8 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from broker.adapters.admin.api import ApiError, json_response
 from broker.adapters.admin.local import filters_overlap
+from broker.adapters.admin.responses import ApiError, json_response
 from broker.mqtt.topics import TopicError, parse_shared, topic_matches, validate_topic_filter
 
 if TYPE_CHECKING:

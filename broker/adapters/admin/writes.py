@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from broker.adapters.admin.api import ApiError, json_response
 from broker.adapters.admin.reads import not_here
+from broker.adapters.admin.responses import ApiError, json_response
 from broker.auth import Acl, AuthFileError, hash_password
 from broker.core.reserved import is_reserved_topic
 from broker.dynamic_auth import (
