@@ -664,11 +664,8 @@ class ClientConnection:
                 "MQTT-3.3.4-9",
             )
         acl = broker.acl
-        if (
-            acl is not None and not acl.can_publish(self.client_id, self.username, topic)
-        ) or is_reserved_topic(
-            topic
-        ):  # the brokers' own $skipmq/ topics: no client writes there (broker.core.reserved)
+        denied = acl is not None and not acl.can_publish(self.client_id, self.username, topic)
+        if denied or is_reserved_topic(topic):  # $skipmq/: the brokers' own (broker.core.reserved)
             stats.count_drop("acl_denied")
             if qos == 0:
                 return
