@@ -346,3 +346,30 @@ def test_a_trace_summarises_a_clients_packets_on_its_broker(admin_cluster: Admin
         assert trace["packets"]["out"]["PUBACK"] == 3 and trace["topics"]["traced/x"]["publish"] == 3
     finally:
         watched.close()
+
+
+def test_a_broker_that_does_not_answer_is_named(admin_cluster: AdminCluster) -> None:
+    """SIGSTOP one broker: the others still answer, naming it as missing, within about
+    admin.fanout_timeout_ms (3 s, the default); after SIGCONT the answers are whole again."""
+    admin = admin_cluster
+    frozen = admin.cluster.brokers[2].node_id
+    admin.cluster.freeze_broker(2)
+    try:
+        started = time.monotonic()
+        answer = admin.get(0, "/admin/v1/brokers")
+        took_s = time.monotonic() - started
+        assert [b["node_id"] for b in answer["brokers"]] == [b.node_id for b in admin.cluster.brokers[:2]]
+        assert answer["complete"] is False and [m["broker"] for m in answer["missing"]] == [frozen]
+        assert took_s < 3.0 + 2.0  # the deadline, plus the answer's own time on a loaded machine
+        clients = admin.get(1, "/admin/v1/clients")
+        assert frozen in [m["broker"] for m in clients["missing"]] and clients["complete"] is False
+    finally:
+        admin.cluster.thaw_broker(2)
+    wait_until(
+        lambda: (
+            admin.get(0, "/admin/v1/brokers")["complete"]
+            and len(admin.get(0, "/admin/v1/brokers")["brokers"]) == 3
+        ),
+        30,
+        what="every broker answers again",
+    )
