@@ -1,7 +1,8 @@
 """The ``skipmq`` command (also ``python -m broker``): run the broker, or manage password files.
 
 ``skipmq [run] [options]`` runs a broker; every option is a configuration override (dotted keys
-as documented in docs/configuration.md). ``skipmq passwd ...`` is ``broker.passwd.main``.
+as documented in docs/configuration.md). ``skipmq passwd ...`` is ``broker.passwd.main``,
+``skipmq ctl ...`` is ``broker.ctl.main`` (the admin API from the shell).
 A bad configuration exits with status 2 and the ConfigError message on stderr; a broker that
 cannot start (a port in use, an unusable data directory, a bad certificate) exits with status 1
 and one ``skipmq: cannot start: ...`` line on stderr, without a traceback. ``--version`` prints
@@ -24,6 +25,7 @@ Commands:
   skipmq pull ...           receive messages over the HTTP pull gateway (see: skipmq pull --help)
   skipmq cluster ...        start N brokers on loopback as one cluster (see: skipmq cluster --help)
   skipmq certs ...          make the cluster CA and broker certificates (see: skipmq certs --help)
+  skipmq ctl ...            administer the cluster through the admin API (see: skipmq ctl --help)
 
 Configuration precedence: built-in defaults < --config TOML file < SKIPMQ_* environment
 variables < command-line flags. Each flag below is a shorthand for one configuration key
@@ -208,6 +210,10 @@ def main(argv: list[str] | None = None) -> int:
         from broker.certs import main as certs_main
 
         return certs_main(arguments[1:])
+    if arguments and arguments[0] == "ctl":
+        from broker.ctl import main as ctl_main
+
+        return ctl_main(arguments[1:])
     if arguments and arguments[0] == "cluster":
         from tools.launcher import main as cluster_main
 

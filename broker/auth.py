@@ -8,6 +8,10 @@ Password hashes are "$scrypt$n=16384,r=8,p=1$<salt b64>$<hash b64>" (hashlib.scr
 For migration, mosquitto_passwd's "$7$" (PBKDF2-SHA512) and "$6$" (salted SHA-512) hashes are
 verified too, so an existing mosquitto password file can be used as is.
 
+Size: three parts that share the hashing and the rule types - password hashes, the users (the
+file's and the admin API's dynamic ones) and the ACL with its sections (file format, composition
+with the dynamic sections, export) - over the 600-line guideline since the dynamic users and ACL.
+
 ``verify_password`` costs ~50 ms of CPU by design (scrypt releases the GIL: an asyncio broker
 should call ``Authenticator.authenticate`` via ``asyncio.to_thread``). A successful verification
 is remembered (keyed HMAC of the password with a per-process random key, bounded), so a client
@@ -274,6 +278,18 @@ class PasswordFile:
         with self._verified_lock:
             self._verified.pop(username, None)
 
+    def set_encoded(self, username: str, encoded: str) -> None:
+        """Add ``username`` or change its password, given as a hash (``check_encoded``)."""
+        check_encoded(encoded)
+        if username not in self._hashes:
+            self._layout.append((True, username))
+        self._hashes[username] = encoded
+        with self._verified_lock:
+            self._verified.pop(username, None)
+
+    def encoded(self, username: str) -> str | None:
+        return self._hashes.get(username)
+
     def delete(self, username: str) -> bool:
         """Remove ``username``; returns whether it existed."""
         if self._hashes.pop(username, None) is None:
@@ -309,32 +325,81 @@ class PasswordFile:
 
 
 class Authenticator:
-    """Decides CONNECT: anonymous access, or user name + password checked against a password file.
+    """Decides CONNECT: anonymous access, or user name + password checked against the users.
+
+    The users are the password file's, overridden by the dynamic users of the admin API
+    (``set_dynamic_user``; ``broker.dynamic_auth``): a dynamic user replaces the file's entry of
+    that name, a removed one hides it.
 
     - no user name: SUCCESS if ``allow_anonymous`` else NOT_AUTHORIZED;
-    - user name with a password file: SUCCESS only for a known user with the right password,
-      otherwise BAD_USER_NAME_OR_PASSWORD (even when anonymous access is allowed);
-    - user name without a password file: SUCCESS if ``allow_anonymous`` (nothing to check it
-      against), else NOT_AUTHORIZED.
+    - user name while there are users (a password file, or any dynamic user): SUCCESS only for a
+      known user with the right password, otherwise BAD_USER_NAME_OR_PASSWORD (even when
+      anonymous access is allowed);
+    - user name without any users: SUCCESS if ``allow_anonymous`` (nothing to check it against),
+      else NOT_AUTHORIZED.
     """
 
     def __init__(self, *, allow_anonymous: bool, password_file: str | None) -> None:
         self.allow_anonymous = allow_anonymous
         self.password_file = password_file
         self._passwords: PasswordFile | None = PasswordFile.load(password_file) if password_file else None
+        self._dynamic = PasswordFile()  # users of the admin API (their hashes), checked first
+        self._removed: set[str] = set()  # removed through the admin API: file users hidden
+
+    def set_dynamic_user(self, username: str, encoded: str | None) -> None:
+        """The admin API's record of ``username``: its password hash, or None (removed: a
+        password-file user of that name is refused too)."""
+        if encoded is None:
+            self._dynamic.delete(username)
+            self._removed.add(username)
+        else:
+            self._dynamic.set_encoded(username, encoded)
+            self._removed.discard(username)
+
+    def forget_dynamic_user(self, username: str) -> None:
+        """The admin API's record of ``username`` is gone: the password file decides again."""
+        self._dynamic.delete(username)
+        self._removed.discard(username)
+
+    def _has_users(self) -> bool:
+        return self._passwords is not None or len(self._dynamic) > 0 or bool(self._removed)
+
+    def users(self) -> dict[str, str]:
+        """Every user that can log in, with where it comes from (``file`` or ``dynamic``)."""
+        result = {name: "file" for name in (self._passwords.usernames() if self._passwords else [])}
+        for name in self._removed:
+            result.pop(name, None)
+        result.update({name: "dynamic" for name in self._dynamic.usernames()})
+        return result
+
+    def encoded_of(self, username: str) -> str | None:
+        """The hash ``username`` logs in with (export), None when it cannot log in."""
+        if username in self._dynamic:
+            return self._dynamic.encoded(username)
+        if username in self._removed or self._passwords is None:
+            return None
+        return self._passwords.encoded(username)
 
     def needs_password_check(self, username: str | None) -> bool:
         """True when ``authenticate`` will run the slow (scrypt) hash: callers on an event loop
         should then run it in a worker thread (hashlib.scrypt releases the GIL)."""
-        return username is not None and self._passwords is not None
+        return username is not None and self._has_users()
 
     def authenticate(self, username: str | None, password: bytes | None) -> int:
         if username is None:
             return ReasonCode.SUCCESS if self.allow_anonymous else ReasonCode.NOT_AUTHORIZED
-        passwords = self._passwords
-        if passwords is None:
+        if not self._has_users():
             return ReasonCode.SUCCESS if self.allow_anonymous else ReasonCode.NOT_AUTHORIZED
-        if passwords.check(username, password):
+        if username in self._dynamic:
+            table: PasswordFile | None = self._dynamic
+        elif username in self._removed:
+            table = None
+        else:
+            table = self._passwords
+        if table is None:
+            verify_password(password or b"", _dummy_hash())  # same cost: do not reveal unknown users
+            return ReasonCode.BAD_USER_NAME_OR_PASSWORD
+        if table.check(username, password):
             return ReasonCode.SUCCESS
         return ReasonCode.BAD_USER_NAME_OR_PASSWORD
 
@@ -351,6 +416,7 @@ _READ = 1
 _WRITE = 2
 _DENY = 4
 _ACCESS = {"read": _READ, "write": _WRITE, "readwrite": _READ | _WRITE, "deny": _DENY}
+ACCESS_NAMES = {value: name for name, value in _ACCESS.items()}  # access bits -> the file's word
 _UNSAFE_SUBSTITUTION = ("+", "#", "/")
 _CLIENT_CACHE_SIZE = 10_000
 _DECISION_CACHE_SIZE = 1024
@@ -520,6 +586,50 @@ class Acl:
             rules.append(_Rule(pattern.access, text))
         return _ClientRules(rules)
 
+    # ------------------------------------------------------------ sections (admin API)
+    def sections(self) -> dict[tuple[str, str], list[_Rule]]:
+        """The rules by section: ("anonymous", ""), ("user", name), ("patterns", "")."""
+        result: dict[tuple[str, str], list[_Rule]] = {}
+        if self._anonymous_rules:
+            result[("anonymous", "")] = list(self._anonymous_rules)
+        for name, rules in self._user_rules.items():
+            result[("user", name)] = list(rules)
+        if self._pattern_rules:
+            result[("patterns", "")] = list(self._pattern_rules)
+        return result
+
+    @classmethod
+    def from_sections(cls, sections: dict[tuple[str, str], list[_Rule]]) -> Acl:
+        return cls(
+            anonymous_rules=list(sections.get(("anonymous", ""), ())),
+            user_rules={name: list(rules) for (kind, name), rules in sections.items() if kind == "user"},
+            pattern_rules=list(sections.get(("patterns", ""), ())),
+        )
+
+    @classmethod
+    def compose(cls, base: Acl | None, overrides: dict[tuple[str, str], list[_Rule]]) -> Acl | None:
+        """``base`` (the ACL file's, None without one) with ``overrides`` (the admin API's
+        sections) replacing its sections of the same key. None when neither has any rule: without
+        an ACL file and dynamic rules every client may do everything, as before."""
+        if base is None and not overrides:
+            return None
+        sections = base.sections() if base is not None else {}
+        sections.update(overrides)
+        return cls.from_sections(sections)
+
+    def to_text(self) -> str:
+        """The rules in the ACL file's format (export); ``Acl.parse`` reads it back."""
+        lines: list[str] = []
+        for rule in self._anonymous_rules:
+            lines.append(f"topic {ACCESS_NAMES[rule.access]} {rule.topic_filter}")
+        for rule in self._pattern_rules:
+            lines.append(f"pattern {ACCESS_NAMES[rule.access]} {rule.topic_filter}")
+        for name, rules in self._user_rules.items():
+            lines.append("")
+            lines.append(f"user {name}")
+            lines.extend(f"topic {ACCESS_NAMES[rule.access]} {rule.topic_filter}" for rule in rules)
+        return "\n".join(lines).lstrip("\n") + "\n"
+
     def forget(self, client_id: str, username: str | None) -> None:
         """Drop the compiled rules of a client (e.g. when its session ends)."""
         self._clients.pop((client_id, username), None)
@@ -566,6 +676,18 @@ def _parse_rule(keyword: str, rest: str, path: str, line_no: int) -> _Rule:
     except TopicError as exc:
         raise AuthFileError(path, line_no, f"invalid topic filter: {exc}")
     return _Rule(access, topic_filter)
+
+
+AclRule = _Rule
+
+
+def parse_acl_rule(keyword: str, rest: str) -> _Rule:
+    """One rule as an ACL file line after its keyword (``topic`` or ``pattern``) states it, e.g.
+    ``parse_acl_rule("topic", "read a/#")``; ValueError naming what is wrong."""
+    try:
+        return _parse_rule(keyword, rest, "rule", 0)
+    except AuthFileError as exc:
+        raise ValueError(exc.problem) from None
 
 
 def build_access(auth: AuthConfig) -> tuple[Authenticator, Acl | None]:

@@ -149,6 +149,37 @@ class HttpConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class AdminConfig:
+    enabled: bool = _key(
+        False,
+        "serve the admin API /admin/v1/* and the web console /console/ on the HTTP listener "
+        "(docs/operations.md); needs admin.users_file",
+    )
+    users_file: str = _key(
+        "",
+        "admin users, one name:role:hash per line (role admin or readonly), made with "
+        "`skipmq ctl admin-user`; separate from the MQTT users",
+    )
+    advertise_url: str = _key(
+        "",
+        'the URL other brokers reach this broker\'s admin API at; "" = http(s)://<http.host, or '
+        "cluster.advertise_host when http.host is a wildcard>:<http port>",
+    )
+    fanout_timeout_ms: int = _key(
+        3000,
+        "how long a cluster-wide admin answer waits for each other broker's part (a broker that "
+        "does not answer in time is named in the answer)",
+        min_value=100,
+        max_value=60000,
+    )
+    peer_cafile: str = _key(
+        "",
+        "PEM CA bundle to verify other brokers' HTTPS admin endpoints; \"\" = the system's trust store",
+    )
+    console: bool = _key(True, "serve the web console at /console/ (with admin.enabled)")
+
+
+@dataclass(frozen=True, slots=True)
 class PullConfig:
     enabled: bool = _key(False, "serve the HTTP pull gateway /v1/* on the HTTP listener (docs/pull.md)")
     max_body_bytes: int = _key(
@@ -570,6 +601,7 @@ class BrokerConfig:
     listeners: ListenersConfig = field(default_factory=ListenersConfig)
     http: HttpConfig = field(default_factory=HttpConfig)
     pull: PullConfig = field(default_factory=PullConfig)
+    admin: AdminConfig = field(default_factory=AdminConfig)
     auth: AuthConfig = field(default_factory=AuthConfig)
     limits: LimitsConfig = field(default_factory=LimitsConfig)
     sys: SysConfig = field(default_factory=SysConfig)
@@ -903,6 +935,23 @@ def _validate_together(flat: Mapping[str, Any], sources: Mapping[str, str]) -> N
             "pull.enabled", "the pull gateway is served on the HTTP listener: set http.enabled = true"
         )
 
+    if flat["admin.enabled"]:
+        if not flat["http.enabled"]:
+            raise error(
+                "admin.enabled", "the admin API is served on the HTTP listener: set http.enabled = true"
+            )
+        if not flat["admin.users_file"]:
+            raise error(
+                "admin.users_file",
+                "the admin API needs admin credentials (make the file with `skipmq ctl admin-user add`); "
+                f"it is never served without them, on {flat['http.host']} or any other address",
+            )
+    for name in ("admin.users_file", "admin.peer_cafile"):
+        if flat[name] and not os.path.isfile(flat[name]):
+            raise error(name, f"file {flat[name]!r} does not exist")
+    url = flat["admin.advertise_url"]
+    if url and not re.fullmatch(r"https?://[^/\s]+", url):
+        raise error("admin.advertise_url", f"must be http(s)://host:port without a path, got {url!r}")
     for name in ("auth.password_file", "auth.acl_file"):
         if flat[name] and not os.path.isfile(flat[name]):
             raise error(name, f"file {flat[name]!r} does not exist")

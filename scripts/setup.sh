@@ -18,6 +18,8 @@ missing=""
 command -v mosquitto_pub >/dev/null 2>&1 || missing="$missing mosquitto-clients"
 command -v mosquitto_passwd >/dev/null 2>&1 || missing="$missing mosquitto"
 command -v promtool >/dev/null 2>&1 || missing="$missing prometheus"
+# the web console's browser test (tests/process/admin/test_console_browser.py) drives Debian's chromium
+command -v chromium >/dev/null 2>&1 || missing="$missing chromium"
 # Spark 4 (the pipeline, pipeline/) runs on Java 17+; pipeline/session.py finds it or says what is missing
 command -v java >/dev/null 2>&1 || [ -x "${JAVA_HOME:-/nonexistent}/bin/java" ] || missing="$missing openjdk-17-jre-headless"
 if [ -n "$missing" ]; then

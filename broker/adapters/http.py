@@ -201,12 +201,12 @@ class HttpEndpoint:
     @web.middleware
     async def _errors(self, request: web.Request, handler: Any) -> web.StreamResponse:
         """aiohttp's own 404 / 405 (and other HTTP errors): text for the probe paths as before,
-        an RFC 9457 problem document under /v1/ (with the Allow header of a 405)."""
+        an RFC 9457 problem document under /v1/ and /admin/ (with the Allow header of a 405)."""
         try:
             response: web.StreamResponse = await handler(request)
             return response
         except web.HTTPException as exc:
-            if request.path.startswith("/v1/"):
+            if request.path.startswith(("/v1/", "/admin/")):
                 problem = {
                     "type": "about:blank",
                     "title": exc.reason,

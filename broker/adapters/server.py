@@ -22,6 +22,7 @@ import ssl
 import threading
 from typing import TYPE_CHECKING, Any
 
+from broker.adapters.admin.dynamic import DynamicAuth
 from broker.adapters.http import HttpEndpoint
 from broker.adapters.listeners import MqttProtocol, serve_websocket
 from broker.adapters.scheduler import AsyncioScheduler
@@ -29,6 +30,7 @@ from broker.auth import Acl, build_access
 from broker.core.broker import Broker
 
 if TYPE_CHECKING:
+    from broker.adapters.admin.api import AdminApi
     from broker.adapters.cluster_runtime import ClusterRuntime
     from broker.adapters.federation.node import FederationNode
     from broker.adapters.http_pull import PullHttpApi
@@ -139,6 +141,8 @@ class BrokerServer:
         self._stop_started = False
         self.listening = False  # every listener bound (readiness)
         self.pull_api: PullHttpApi | None = None
+        self.dynamic_auth: DynamicAuth | None = None  # users and ACL set through the admin API
+        self.admin_api: AdminApi | None = None
 
     async def start(self) -> dict[str, int]:
         config = self.config
@@ -169,6 +173,10 @@ class BrokerServer:
             self.federation.broker = broker
             self.federation.store = store  # durable custody (None: persistence off, custody in memory)
         broker.start()
+        # the admin API's users and ACL: read from the retained store, then kept up to date
+        # with the cluster's updates (before the cluster starts: its retained copy applies too)
+        dynamic_auth = self.dynamic_auth = DynamicAuth(broker, acl)
+        dynamic_auth.start()
         limits = config.limits
         if limits.memory_high_water_bytes:
             from broker.adapters.memory import MemoryWatch, rss_bytes
@@ -240,16 +248,30 @@ class BrokerServer:
             )
             http = config.http
             http_tls = make_http_tls_context(http) if http.certfile else None
-            extend = None
+            extenders: list[Any] = []
             if config.pull.enabled:
                 from broker.adapters.http_pull import PullHttpApi
 
                 self.pull_api = PullHttpApi(broker, config)
-                extend = self.pull_api.routes
+                extenders.append(self.pull_api.routes)
             else:  # /v1/* answers a problem document saying the gateway is off
                 from broker.adapters.http_pull import gateway_off
 
-                extend = gateway_off
+                extenders.append(gateway_off)
+            if config.admin.enabled:
+                from broker.adapters.admin.access import AdminUsersError
+                from broker.adapters.admin.api import AdminApi
+
+                try:
+                    self.admin_api = AdminApi(self, dynamic_auth)
+                except AdminUsersError as exc:
+                    raise StartupError(f"admin.users_file: {exc}") from exc
+                extenders.append(self.admin_api.routes)
+
+            def extend(app: Any) -> None:
+                for add_routes in extenders:
+                    add_routes(app)
+
             http_server = await _listen(
                 "HTTP",
                 http.host,
@@ -266,6 +288,8 @@ class BrokerServer:
             self.ports["http"] = http_server.port
             if runtime is not None:
                 runtime.announce_http_port(http_server.port)
+            if self.admin_api is not None:
+                self.admin_api.started(http_server.port)
         broker.log_event(logging.INFO, "listening", node_id=broker.node_id, **self.ports)
         return self.ports
 
@@ -289,7 +313,10 @@ class BrokerServer:
         except Exception as exc:
             broker.log_event(logging.ERROR, "auth_reload_failed", message=str(exc))
             return False
-        broker.set_acl(acl)
+        if self.dynamic_auth is not None:  # composed with the admin API's sections
+            self.dynamic_auth.set_base_acl(acl)
+        else:
+            broker.set_acl(acl)
         broker.log_event(logging.INFO, "auth_reloaded")
         return True
 
@@ -303,6 +330,9 @@ class BrokerServer:
             server.close()
         if self._ws_server is not None:
             self._ws_server.close(close_connections=False)
+        if self.admin_api is not None:  # out of the admin directory while the cluster still listens
+            with contextlib.suppress(Exception):
+                self.admin_api.withdraw()
         broker = self.broker
         if broker is not None:
             # clients first, so their wills still reach the other brokers; then the graceful
@@ -325,6 +355,9 @@ class BrokerServer:
         for server in self._servers:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(server.wait_closed(), timeout=1.0)
+        if self.admin_api is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self.admin_api.close(), timeout=1.0)
 
 
 async def serve_until_signal(config: BrokerConfig) -> int:

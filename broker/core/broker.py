@@ -30,6 +30,7 @@ from broker.core.durability import Durability, decode_will, message_from
 from broker.core.memory_guard import CROSSED_HIGH, STILL_HIGH, MemoryGuard
 from broker.core.outbound import Outbound
 from broker.core.ports import NullCluster
+from broker.core.reserved import is_reserved_filter, is_reserved_topic
 from broker.core.routing import Router
 from broker.core.session import Message, Session, SessionSnapshot, SubOptions
 from broker.core.sessions import SessionRegistry
@@ -144,6 +145,9 @@ class Broker:
             connect_timeout_s=self.connect_timeout_s,
         )
         self.sessions = sessions
+        # told of every retained $skipmq/ message another broker's update set here (the dynamic
+        # users and ACL, broker.adapters.admin.dynamic); None: nobody listens
+        self.reserved_observer: Callable[[Message], None] | None = None
 
     # ================================================================== lifecycle
     def start(self) -> None:
@@ -321,7 +325,9 @@ class Broker:
                 raise MQTTProtocolError(
                     "no local set on a shared subscription", ReasonCode.PROTOCOL_ERROR, "MQTT-3.8.3-4"
                 )
-            if acl is not None and not acl.can_subscribe(client_id, session.username, match_filter):
+            if (
+                acl is not None and not acl.can_subscribe(client_id, session.username, match_filter)
+            ) or is_reserved_filter(match_filter):  # the brokers' own $skipmq/ topics
                 codes.append(ReasonCode.NOT_AUTHORIZED if is_v5 else 0x80)
                 continue
             granted = min(sub.qos, self.limits.maximum_qos)
@@ -366,6 +372,8 @@ class Broker:
 
     def set_retained(self, message: Message) -> None:
         self.router.retain(message)
+        if self.reserved_observer is not None and is_reserved_topic(message.topic):
+            self.reserved_observer(message)
 
     def retained_messages(self) -> Iterable[Message]:
         retained = self.retained

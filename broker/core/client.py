@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 from broker.core.admission import Refusal, TokenBucket, address_of
 from broker.core.drops import MEMORY_HIGH_WATER
 from broker.core.ports import Completion
+from broker.core.reserved import is_reserved_topic
 from broker.core.session import STATE_PUBREL_SENT, Message, Session, SessionSnapshot, SubOptions
 from broker.mqtt import codec
 from broker.mqtt.packets import (
@@ -663,7 +664,8 @@ class ClientConnection:
                 "MQTT-3.3.4-9",
             )
         acl = broker.acl
-        if acl is not None and not acl.can_publish(self.client_id, self.username, topic):
+        denied = acl is not None and not acl.can_publish(self.client_id, self.username, topic)
+        if denied or is_reserved_topic(topic):  # $skipmq/: the brokers' own (broker.core.reserved)
             stats.count_drop("acl_denied")
             if qos == 0:
                 return

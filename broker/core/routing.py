@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from broker.core.drops import ACL_DENIED
 from broker.core.ports import MATCHED, UNMATCHED, PublishResult
+from broker.core.reserved import is_reserved_topic
 from broker.core.session import STATE_QUEUED, Message, OutEntry, Session, SubOptions
 from broker.mqtt.retained import RetainedIndex
 
@@ -90,7 +91,9 @@ class Router:
 
     def publish_will(self, session: Session, will: Will) -> None:
         acl = self.acl
-        if acl is not None and not acl.can_publish(session.client_id, session.username, will.topic):
+        if (
+            acl is not None and not acl.can_publish(session.client_id, session.username, will.topic)
+        ) or is_reserved_topic(will.topic):
             self.stats.count_drop("acl_denied")
             return
         props = {k: v for k, v in will.properties.items() if k != "will_delay_interval"}
