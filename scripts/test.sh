@@ -9,7 +9,11 @@ bash scripts/setup.sh
 .venv/bin/mypy
 .venv/bin/lint-imports --no-cache  # the import contracts of pyproject.toml [tool.importlinter]
 set +e
-.venv/bin/python -m pytest -q "$@"
+# Two worker processes (pytest-xdist): most process tests wait on brokers and clients, so the
+# suite takes about half the wall time on 2 cores; --dist loadfile keeps a module's tests (and
+# its module-scoped cluster, and the one Spark session of tests/pipeline/test_pipeline_job.py) on
+# one worker. SKIPMQ_TEST_WORKERS=0 runs everything in this process (docs/testing.md).
+.venv/bin/python -m pytest -q -n "${SKIPMQ_TEST_WORKERS:-2}" --dist loadfile "$@"
 rc=$?
 set -e
 # pytest exits 5 when it collected no test: that is a failure for this project, not a pass.
