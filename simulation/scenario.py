@@ -430,3 +430,26 @@ def known_restart_under_a_fast_stream(
     run.world.at(4.3, run.crash, b)
     run.world.at(5.8, run.restart, b)
     return run.finish(end_s=4.0 + messages * interval_s + 25.0)
+
+
+def slow_beside_fast(
+    seed: int = 1, *, messages: int = 3000, interval_s: float = 0.001, drain_per_s: float = 4000.0
+) -> tuple[Result, Run]:
+    """A slow subscriber (draining a quarter of the publish rate) beside a fast one on the same
+    broker and topic class, default limits, no fault: the fast one gets every message, the slow
+    one drops by its queue policy (the live stream is never held back for it). The run is returned
+    too, for its brokers' drop counters."""
+    title = "slow subscriber beside a fast one (default limits)"
+    run = Run(seed, Scenario(brokers=3, quiet_s=10.0, title=title))
+    a, b, _c = run.peer_ids
+    run.start_brokers()
+    run.add_client("pub", a, persistent=False)
+    rate = 1.0 / interval_s
+    for client_id, drain in (("fast", drain_per_s), ("slow", rate / 4)):
+        client = run.add_client(client_id, b, persistent=True)
+        client.drain_per_s = drain
+        client.on_connack = _subscribe_once("slow/#")
+        run.world.at(2.0, run.connect, client_id)
+    run.world.at(2.5, run.connect, "pub")
+    run.publish_stream("pub", messages, interval_s, 4.0, "slow/x")
+    return run.finish(end_s=4.0 + messages * interval_s + 10.0), run
