@@ -180,11 +180,8 @@ class StreamsMixin:
         self._outbox = {}
         if self.stopped:
             return  # QoS >= 1 ones are in the send log: published again after a restart
-        # a forwarded message leaves only once it is durable here, with its send-log row and the
-        # publisher's QoS 2 packet id (PUBREC sent, waiting for PUBREL): else a kill -9 between
-        # the two had another broker deliver a message this one rolled back, and the publisher's
-        # PUBLISH sent again was accepted as new - delivered twice (MQTT-4.3.3). The group commit
-        # of this loop iteration runs here instead of right after (one commit either way)
+        # durable here first (send-log row, the publisher's QoS 2 packet id): a kill -9 between
+        # the two delivered a message we rolled back, and the PUBLISH sent again twice
         self._commit()
         now = self._now()
         budget = min(BATCH_MAX_BYTES, self.cluster.max_frame_bytes // 2)
