@@ -171,7 +171,9 @@ class Soak:
         self.rng = random.Random(args.seed)
         self.cluster = LocalCluster(
             args.brokers,
-            settings={"limits.max_queued_messages": "1000000", "logging.level": "warning"},
+            # the default limits (limits.max_queued_messages 1,000): the catch-up after each
+            # restart is paced by the subscriber (docs/cluster.md "Flow control")
+            settings={"logging.level": "warning"},
             data_root=str(self.out / "cluster"),
             keep_data=False,
         )

@@ -105,8 +105,21 @@ class SimSocket:
 class SimClient:
     """An MQTT 3.1.1 client: connects, subscribes, publishes QoS 1, acknowledges what it gets."""
 
-    def __init__(self, world: World, history: History, client_id: str, *, clean_start: bool = True) -> None:
+    def __init__(
+        self,
+        world: World,
+        history: History,
+        client_id: str,
+        *,
+        clean_start: bool = True,
+        drain_per_s: float | None = None,
+    ) -> None:
         self.world = world
+        # a client that takes ``drain_per_s`` messages per second: each received PUBLISH is handed
+        # to the application (recorded) and acknowledged when the ones before it are done (None:
+        # at once); a real device drains at a finite rate, so the broker's session queue matters
+        self.drain_per_s = drain_per_s
+        self._busy_until = 0.0
         self.history = history
         self.client_id = client_id
         self.clean_start = clean_start
@@ -209,23 +222,35 @@ class SimClient:
                 if self.on_suback is not None:
                     self.on_suback(self, topic_filter)
         elif isinstance(packet, Publish):
-            publisher, epoch, seq = packet.payload.decode().split(":")
-            received = Received(
-                self.client_id,
-                packet.topic,
-                publisher,
-                int(epoch),
-                int(seq),
-                self.world.now,
-                self.epoch,
-                step=history.next_step(),
-            )
-            history.received.append(received)
-            history.trace("receive", self.client_id, publisher, int(seq))
-            if packet.qos and packet.packet_id is not None:
-                self._send(Puback(packet.packet_id))
-            if self.on_message is not None:
-                self.on_message(self, received)
+            socket, epoch = self.socket, self.epoch
+            if self.drain_per_s is None:
+                self._process(socket, epoch, packet)
+                return
+            # processed in arrival order, one every 1 / drain_per_s seconds
+            self._busy_until = max(self.world.now, self._busy_until) + 1.0 / self.drain_per_s
+            self.world.at(self._busy_until, self._process, socket, epoch, packet)
+
+    def _process(self, socket: SimSocket | None, epoch: int, packet: Publish) -> None:
+        """The application takes one received PUBLISH (recorded); it is acknowledged (QoS > 0) if
+        the connection it came on is still open (else the broker sends it again: a duplicate)."""
+        history = self.history
+        publisher, publisher_epoch, seq = packet.payload.decode().split(":")
+        received = Received(
+            self.client_id,
+            packet.topic,
+            publisher,
+            int(publisher_epoch),
+            int(seq),
+            self.world.now,
+            epoch,
+            step=history.next_step(),
+        )
+        history.received.append(received)
+        history.trace("receive", self.client_id, publisher, int(seq))
+        if packet.qos and packet.packet_id is not None and socket is not None and socket is self.socket:
+            self._send(Puback(packet.packet_id))
+        if self.on_message is not None:
+            self.on_message(self, received)
 
     def _send(self, packet: Packet) -> None:
         if self.socket is not None:

@@ -406,3 +406,50 @@ def known_kill_subscriber_broker(seed: int = 1) -> Result:
     run.world.at(4.5, run.crash, b)
     run.world.at(6.0, run.restart, b)
     return run.finish(end_s=25.0)
+
+
+def known_restart_under_a_fast_stream(
+    seed: int = 1, *, messages: int = 6000, interval_s: float = 0.0005, drain_per_s: float = 4000.0
+) -> Result:
+    """kill -9 of the subscriber's broker under a stream of 2,000 msg/s that goes on after its
+    restart, with the default limits and a subscriber that drains 4,000 msg/s: the backlog the
+    publisher's send log kept (1.5 s of stream) must reach the session no faster than it drains.
+    Before the flow control of catch-up the receiver released everything it had held behind the
+    gap at once into the session queue (limit 1,000, drop oldest) and PUBACKed messages were lost."""
+    title = "kill -9 of the subscriber's broker under a fast stream (default limits)"
+    run = Run(seed, Scenario(brokers=3, quiet_s=10.0, title=title))
+    a, b, _c = run.peer_ids
+    run.start_brokers()
+    run.add_client("pub", a, persistent=False)
+    subscriber = run.add_client("sub", b, persistent=True)
+    subscriber.drain_per_s = drain_per_s
+    subscriber.on_connack = _subscribe_once("fast/x")
+    run.world.at(2.0, run.connect, "sub")
+    run.world.at(2.5, run.connect, "pub")
+    run.publish_stream("pub", messages, interval_s, 4.0, "fast/x")
+    run.world.at(4.3, run.crash, b)
+    run.world.at(5.8, run.restart, b)
+    return run.finish(end_s=4.0 + messages * interval_s + 25.0)
+
+
+def slow_beside_fast(
+    seed: int = 1, *, messages: int = 3000, interval_s: float = 0.001, drain_per_s: float = 4000.0
+) -> tuple[Result, Run]:
+    """A slow subscriber (draining a quarter of the publish rate) beside a fast one on the same
+    broker and topic class, default limits, no fault: the fast one gets every message, the slow
+    one drops by its queue policy (the live stream is never held back for it). The run is returned
+    too, for its brokers' drop counters."""
+    title = "slow subscriber beside a fast one (default limits)"
+    run = Run(seed, Scenario(brokers=3, quiet_s=10.0, title=title))
+    a, b, _c = run.peer_ids
+    run.start_brokers()
+    run.add_client("pub", a, persistent=False)
+    rate = 1.0 / interval_s
+    for client_id, drain in (("fast", drain_per_s), ("slow", rate / 4)):
+        client = run.add_client(client_id, b, persistent=True)
+        client.drain_per_s = drain
+        client.on_connack = _subscribe_once("slow/#")
+        run.world.at(2.0, run.connect, client_id)
+    run.world.at(2.5, run.connect, "pub")
+    run.publish_stream("pub", messages, interval_s, 4.0, "slow/x")
+    return run.finish(end_s=4.0 + messages * interval_s + 10.0), run

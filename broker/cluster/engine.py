@@ -70,7 +70,7 @@ from broker.cluster.replies import ReplyHold
 from broker.cluster.retained_sync import CopyRequest, RetainedSync
 from broker.cluster.stats import RTT_SAMPLE_EVERY, ClusterStats
 from broker.cluster.store_port import ClusterStore, MemoryClusterStore
-from broker.cluster.stream_receiver import StreamReceiver
+from broker.cluster.stream_receiver import UNLIMITED, StreamReceiver
 from broker.cluster.stream_sender import StreamSender
 from broker.cluster.streams import CONTROL_CLASS, StreamsMixin
 from broker.cluster.subscribe_waits import SubscribeWaits
@@ -99,6 +99,8 @@ STREAM_IDLE_S = 900.0  # receive state of a silent (origin, class) stream is dro
 ACK_REFRESH_RETRANSMITS = 2  # receivers acknowledge recent streams again every 2 x retransmit_ms
 PROBE_RETRANSMITS = 2  # peers reported down are contacted again every 2 x retransmit_ms ...
 CATCH_UP_GIVE_UP_S = 120.0  # a moved session's catch-up that gets no answer is given up (counted)
+# a catch-up whose backlog has not shrunk this long goes on without pacing (stream_receiver)
+CATCH_UP_STALL_S = 10.0
 INTEREST_REFRESH_RETRANSMITS = 5  # the classes we subscribe are announced again every 5 x retransmit_ms
 DOWN_PEER_MEMORY_S = 600.0  # ... for this long
 MAX_ROUND_TRIPS_TIMED = 1024  # PINGs / sampled PUBs awaiting their answer (peer_rtt_seconds)
@@ -180,6 +182,7 @@ class ClusterEngine(StreamsMixin):
             ack_delay_s=cluster.ack_delay_ms / 1000.0,
             refresh_s=ACK_REFRESH_RETRANSMITS * retransmit_s,
             stats=self.stats,
+            stall_s=CATCH_UP_STALL_S,
         )
         self.sender: StreamSender | None = None
         groups = [item.strip() for item in cluster.causal_groups.split(",") if item.strip()]
@@ -263,6 +266,7 @@ class ClusterEngine(StreamsMixin):
             absent_since=self._absent_since,
         )
         self.sender.confirm_seconds = self.stats.publish_confirm_seconds
+        self.receiver.budget = self._room_for  # the flow condition of catch-up (stream_receiver)
         self.receiver.set_causal(peer_id, self.interest.subscribes, cluster.causal_wait_ms / 1000.0)
         seed = self.rng.getrandbits(64)
         self.node = OverlayNode(peer_id, rng=random.Random(seed), config=overlay_config_for(self.cluster))
@@ -511,6 +515,7 @@ class ClusterEngine(StreamsMixin):
         assert self.sender is not None
         if self._replies is not None:
             self._send_held_replies(self._replies.due(now))
+        self._deliver(self.receiver.poll(now))  # catch-ups that waited for room
         self._receiver_actions(self.receiver.tick(now))
         if self.receiver.blocked_count():
             self._deliver(self.receiver.give_up_waits(now))
@@ -597,6 +602,21 @@ class ClusterEngine(StreamsMixin):
         self.takeover.claimant_down(peer, self._now())
         self.announcer.forget(peer)
         self._after_event()
+
+    def _room_for(self, key: tuple[str, str]) -> int:
+        """How many more messages of stream ``key`` the local sessions of its class take now: the
+        least room below half its queue limit over those sessions (the other half stays free for
+        live messages of other streams meanwhile); seed 004's minBUF of the flow condition."""
+        broker = self.broker
+        if broker is None:
+            return UNLIMITED
+        room = UNLIMITED
+        for client_id in self.interest.clients_of(key[1]):
+            depth = broker.queue_depth(client_id)
+            if depth is not None:
+                queued, limit = depth
+                room = min(room, max(1, limit // 2) - queued)
+        return room
 
     def _absent_since(self) -> float | None:
         """Since when some peer is reported down (the send log keeps what was sent since for it)."""

@@ -34,7 +34,14 @@ class InterestChange:
 class Interest:
     """Counts local subscriptions per topic class and per share group."""
 
-    __slots__ = ("_class_counts", "_filter_classes", "_share_counts", "_subscriptions", "class_levels")
+    __slots__ = (
+        "_class_clients",
+        "_class_counts",
+        "_filter_classes",
+        "_share_counts",
+        "_subscriptions",
+        "class_levels",
+    )
 
     def __init__(self, class_levels: int) -> None:
         self.class_levels = class_levels
@@ -43,6 +50,7 @@ class Interest:
         self._class_counts: dict[str, int] = {}
         self._share_counts: dict[str, int] = {}
         self._filter_classes: dict[str, str] = {}
+        self._class_clients: dict[str, dict[str, int]] = {}  # class -> client -> its subscriptions
 
     def class_of(self, topic_filter: str) -> str:
         cls = self._filter_classes.get(topic_filter)
@@ -56,6 +64,8 @@ class Interest:
             return []  # a replaced subscription: same class
         cls = self.class_of(topic_filter)
         self._subscriptions[key] = cls
+        clients = self._class_clients.setdefault(cls, {})
+        clients[client_id] = clients.get(client_id, 0) + 1
         changes = _count_up(self._class_counts, cls)
         if share_group is not None:
             changes += _count_up(self._share_counts, share_topic(share_group, topic_filter))
@@ -65,6 +75,14 @@ class Interest:
         cls = self._subscriptions.pop((client_id, share_group, topic_filter), None)
         if cls is None:
             return []
+        clients = self._class_clients.get(cls, {})
+        left = clients.get(client_id, 0) - 1
+        if left > 0:
+            clients[client_id] = left
+        else:
+            clients.pop(client_id, None)
+            if not clients:
+                self._class_clients.pop(cls, None)
         changes = _count_down(self._class_counts, cls)
         if share_group is not None:
             changes += _count_down(self._share_counts, share_topic(share_group, topic_filter))
@@ -80,6 +98,10 @@ class Interest:
     def subscribed_by_others(self, cls: str, client_id: str) -> bool:
         """Whether a local client other than ``client_id`` subscribes a filter of class ``cls``."""
         return any(c == cls and key[0] != client_id for key, c in self._subscriptions.items())
+
+    def clients_of(self, cls: str) -> list[str]:
+        """The local clients with a subscription of class ``cls`` (shared ones included)."""
+        return list(self._class_clients.get(cls, ()))
 
     def subscribes(self, cls: str) -> bool:
         """Whether some local subscription belongs to class ``cls``."""

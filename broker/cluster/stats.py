@@ -53,6 +53,10 @@ class ClusterStats:
         self.republished = 0  # send-log entries published through the overlay again
         self.resent = 0  # send-log entries sent again directly to a receiver broker
         self.rets_sent = 0  # RET requests this broker sent for gaps
+        # flow control of catch-up (stream_receiver): messages not kept because they were more
+        # than HOLD_WINDOW ahead of REQ (asked for again), and catch-ups that waited for room
+        self.beyond_window = 0
+        self.paced_waits = 0
         self.receivers_given_up = 0  # receiver brokers silent for cluster.send_log_retention_s
         self.causal_held = 0  # causal-group messages that waited for a message they depend on
         self.causal_given_up = 0  # ... and were delivered after cluster.causal_wait_ms without it

@@ -33,6 +33,18 @@ Seed 004 (CO protocol) §3.2-§3.3 on each ``(origin, topic class)`` stream a br
   alone (an acknowledgement lost in a partition would otherwise leave the sender not knowing
   this receiver, and free what it still has to send here).
 
+* **Flow condition (§3.2) for catch-up.** A stream whose highest SEQ seen here (``head``: the
+  sender's log holds at least that much) is more than ``LIVE_SLACK`` ahead of REQ is *catching
+  up* (a restart, a heal, a resend): it accepts a message only within the ``budget`` the engine
+  grants (the room the class's local sessions have below half their queue limit, minus what this
+  receiver already asked for), holds at most ``HOLD_WINDOW`` messages ahead of REQ (the rest stay
+  in the sender's log) and asks for the next window itself (RET ``[REQ, REQ + budget)``, at most
+  ``RET_WINDOW``), again as soon as the last window is in. A live stream (REQ within
+  ``LIVE_SLACK`` of its head) is never gated: a session slower than the live stream drops by its
+  queue policy, as on one broker. A catch-up whose backlog has not shrunk for ``stall_s`` (a
+  session slower than the live stream gates it, or one that stays away) goes on unpaced until the
+  stream is live again (docs/cluster.md, "Flow control").
+
 Events in (``receive``, ``gone``, ``restore``, ``tick`` with ``now``), deliveries and actions out.
 No I/O, no clock of its own.
 """
@@ -52,6 +64,12 @@ log = logging.getLogger("skipmq.cluster")
 
 Delivery = tuple[ForwardedMessage, int]  # (message, overlay hops)
 _SETTLED_LIMIT = 10_000
+# flow control of catch-up (seed 004 §3.2 flow condition, docs/cluster.md "Flow control")
+LIVE_SLACK = 256  # a stream whose head is at most this far ahead of REQ is live (one batch)
+HOLD_WINDOW = 1024  # messages held ahead of REQ at most; further ones stay in the sender's log
+RET_WINDOW = 256  # messages asked for in one RET at most (what one resend carries)
+POLL_S = 0.02  # a catch-up waiting for room looks again this often
+UNLIMITED = 1 << 62
 StreamKey = tuple[str, str]  # (origin, topic class)
 
 
@@ -89,6 +107,14 @@ class _Stream:
     last_seen: float = 0.0
     blocked_at: float | None = None  # the head (seq == REQ) waits for its causal dependencies since
     dep_ret_at: float | None = None  # when to ask (again) for those dependencies
+    head: int = 0  # the highest SEQ seen of the stream (the sender's log holds at least that)
+    asked_to: int = 0  # the last RET asked up to here (exclusive; 0: none outstanding)
+    least_behind: int = 0  # while catching up: the smallest backlog seen ...
+    improved_at: float = 0.0  # ... and when it last shrank (a stall ends the pacing)
+    unpaced: bool = False  # the catch-up stalled: accepted without a budget until live again
+    # restored after a restart, or started at a moved session's position: behind by an unknown
+    # amount, so paced until it has caught up once (REQ past every SEQ seen, nothing held)
+    resumed: bool = False
 
 
 class StreamReceiver:
@@ -102,7 +128,13 @@ class StreamReceiver:
         ack_delay_s: float,
         refresh_s: float = 0.0,
         stats: ClusterStats | None = None,
+        budget: Callable[[StreamKey], int] | None = None,
+        stall_s: float = 10.0,
     ) -> None:
+        # flow control: how many more messages of a stream the local sessions take now (None:
+        # unlimited), and how long a catch-up may go without its backlog shrinking
+        self.budget = budget
+        self.stall_s = stall_s
         self.refresh_s = refresh_s
         self._next_refresh: float | None = None
         self.ret_delay_s = ret_delay_s
@@ -119,6 +151,7 @@ class StreamReceiver:
         self._wants_class: Callable[[str], bool] = lambda cls: True
         self.causal_wait_s = 0.0
         self._blocked: set[StreamKey] = set()  # streams whose head waits for its dependencies
+        self._waiting: dict[StreamKey, float] = {}  # streams whose head waits for room -> when to look
         self._settled: dict[StreamKey, int] = {}  # streams not received here: "gone below" answers
 
     def set_causal(self, self_peer: str, wants_class: Callable[[str], bool], wait_s: float) -> None:
@@ -138,6 +171,8 @@ class StreamReceiver:
             self._settled.pop(key, None)
         stream.last_seen = now
         seq = forwarded.seq
+        if seq > stream.head:
+            stream.head = seq
         if stream.next_seq == 0:
             low = forwarded.low
             stream.next_seq = low if 0 < low < seq else seq  # §3.2: REQ of a stream new here
@@ -148,8 +183,11 @@ class StreamReceiver:
             self._mark_unacked(key, now)  # the sender resent it: our acknowledgement was lost
             return []
         if seq > stream.next_seq:  # §3.3 failure condition (1): [REQ, seq) is missing
-            stream.held[seq] = (forwarded, hops)
-            self.stats.reordered += 1
+            if seq - stream.next_seq < HOLD_WINDOW:
+                stream.held[seq] = (forwarded, hops)
+                self.stats.reordered += 1
+            else:
+                self.stats.beyond_window += 1  # the sender's log keeps it: asked for in its turn
             if stream.ret_at is None:
                 stream.ret_at = now + self.ret_delay_s
                 self._gaps.add(key)
@@ -158,9 +196,14 @@ class StreamReceiver:
             stream.held[seq] = (forwarded, hops)  # §3.3 failure condition (2): not accepted yet
             self._block(key, stream, now)
             return []
+        allowance = self._allowance(key, stream, now)
+        if allowance <= 0:
+            stream.held[seq] = (forwarded, hops)  # waits for room (flow condition)
+            self._wait_for_room(key, stream, now)
+            return []
         ready = [(forwarded, hops)]
         stream.next_seq = seq + 1
-        self._drain(key, stream, ready, now)
+        self._drain(key, stream, ready, now, allowance - 1)
         self._moved(key, stream, now)
         if self._blocked:
             self._release(ready, now)
@@ -195,7 +238,7 @@ class StreamReceiver:
         """Positions persisted by a previous incarnation; acknowledged to their origins at once,
         so they resend what this broker missed while it was down."""
         for key, next_seq in positions:
-            self._streams[key] = _Stream(next_seq=next_seq, last_seen=now)
+            self._streams[key] = _Stream(next_seq=next_seq, last_seen=now, resumed=True)
             self._unacked.add(key)
         if positions:
             self._ack_at = now
@@ -207,6 +250,7 @@ class StreamReceiver:
             stream = self._streams.pop(key)
             self._gaps.discard(key)
             self._blocked.discard(key)
+            self._waiting.pop(key, None)
             self._unacked.discard(key)
             self.changed[key] = 0
             by_peer.setdefault(origin_peer(key[0]), []).append(
@@ -235,7 +279,7 @@ class StreamReceiver:
         broker stood); acknowledged at once, so the sender sends what came after."""
         if key in self._streams:
             return
-        self._streams[key] = _Stream(next_seq=next_seq, last_seen=now)
+        self._streams[key] = _Stream(next_seq=next_seq, last_seen=now, resumed=True)
         self._moved(key, self._streams[key], now)
 
     # ------------------------------------------------------------------ timer
@@ -245,18 +289,24 @@ class StreamReceiver:
             stream = self._streams[key]
             if stream.ret_at is None or stream.ret_at > now:
                 continue
-            if not stream.held:
+            if not stream.held and stream.head < stream.next_seq:
+                stream.ret_at = None  # nothing known missing any more
+                self._gaps.discard(key)
+                continue
+            first_held = stream.held.peekitem(0)[0] if stream.held else stream.head + 1
+            if first_held == stream.next_seq:  # no gap: the head waits for its dependencies or room
                 stream.ret_at = None
                 self._gaps.discard(key)
                 continue
-            first_held = stream.held.peekitem(0)[0]
-            if first_held == stream.next_seq:  # no gap: the head waits for its dependencies
-                stream.ret_at = None
-                self._gaps.discard(key)
+            # windowed RET (the flow condition): no more than the sessions here have room for
+            grant = min(self._allowance(key, stream, now), RET_WINDOW)
+            if grant <= 0:
+                stream.ret_at = now + POLL_S
+                self.stats.paced_waits += 1
                 continue
-            actions.append(
-                SendRet(origin_peer(key[0]), StreamRet(key[0], key[1], stream.next_seq, first_held))
-            )
+            to_seq = min(first_held, stream.next_seq + grant)
+            actions.append(SendRet(origin_peer(key[0]), StreamRet(key[0], key[1], stream.next_seq, to_seq)))
+            stream.asked_to = to_seq
             stream.ret_at = now + self.retransmit_s
         if self._blocked:
             actions += self._ask_dependencies(now)
@@ -296,6 +346,9 @@ class StreamReceiver:
             at = self._streams[key].dep_ret_at
             if at is not None and (deadline is None or at < deadline):
                 deadline = at
+        for at in self._waiting.values():
+            if deadline is None or at < deadline:
+                deadline = at
         return deadline
 
     def forget_idle(self, now: float, idle_s: float) -> list[StreamKey]:
@@ -324,29 +377,115 @@ class StreamReceiver:
         """Nothing is delivered or sent any more (the broker stops)."""
         self._gaps.clear()
         self._blocked.clear()
+        self._waiting.clear()
         self._ack_at = None
         self._next_refresh = None
 
     # ------------------------------------------------------------------ internals
-    def _drain(self, key: StreamKey, stream: _Stream, ready: list[Delivery], now: float) -> None:
+    def _drain(
+        self,
+        key: StreamKey,
+        stream: _Stream,
+        ready: list[Delivery],
+        now: float,
+        allowance: int | None = None,
+    ) -> None:
         held = stream.held
         while held and held.peekitem(0)[0] == stream.next_seq:
             forwarded = held.peekitem(0)[1][0]
             if forwarded.copies and not self._deps_met(forwarded):
                 self._block(key, stream, now)
                 return
+            if allowance is None or allowance < UNLIMITED:
+                allowance = self._allowance(key, stream, now, allowance)
+                if allowance <= 0:
+                    self._wait_for_room(key, stream, now)
+                    return
+                allowance -= 1
             _seq, delivery = held.popitem(0)
             ready.append(delivery)
             stream.next_seq += 1
-        if not held:
+        if not held and stream.head < stream.next_seq:
             stream.ret_at = None
+            stream.resumed = False  # caught up once: live from here on
             self._gaps.discard(key)
+        elif (
+            stream.asked_to
+            and stream.next_seq >= stream.asked_to
+            and (stream.resumed or stream.head - stream.next_seq >= LIVE_SLACK)
+        ):
+            # catching up, and the window asked for is in: the next one at once (the catch-up goes
+            # as fast as the room here allows, not one window per RET repeat)
+            stream.asked_to = 0
+            stream.ret_at = now
+            self._gaps.add(key)
         elif stream.ret_at is None or stream.ret_at > now + self.ret_delay_s:
             # stopped at a gap behind what was released: a new one (the position moved), asked for
             # after the reorder hold - not when the RET of the gap just filled would have been
             # repeated (``retransmit_s`` later: a burst stalled 1 s behind every second loss)
             stream.ret_at = now + self.ret_delay_s
             self._gaps.add(key)
+
+    # ------------------------------------------------------------------ flow condition
+    def _allowance(self, key: StreamKey, stream: _Stream, now: float, left: int | None = None) -> int:
+        """How many more messages of ``key`` may be accepted now: unlimited while the stream is
+        live (REQ within LIVE_SLACK of its head), without a budget, or after a stall; else the
+        engine's budget for it (``left``: what is left of one already taken) minus what other
+        streams of its class asked for and did not get yet."""
+        budget = self.budget
+        if budget is None or (not stream.resumed and stream.head - stream.next_seq < LIVE_SLACK):
+            if stream.unpaced or stream.least_behind:
+                stream.unpaced = False
+                stream.least_behind = 0
+            return UNLIMITED
+        behind = max(1, stream.head - stream.next_seq + 1)
+        if not stream.least_behind or behind < stream.least_behind:
+            stream.least_behind = behind
+            stream.improved_at = now
+        elif not stream.unpaced and now - stream.improved_at > self.stall_s:
+            stream.unpaced = True
+            log.warning(
+                "cluster_catch_up_unpaced origin=%s stream=%s behind=%d stalled_s=%.1f",
+                key[0],
+                key[1],
+                behind,
+                now - stream.improved_at,
+            )
+        if stream.unpaced:
+            return UNLIMITED
+        if left is not None:
+            return left
+        cls = key[1]
+        reserved = 0
+        for other in self._gaps:
+            if other[1] == cls and other != key:
+                other_stream = self._streams[other]
+                if other_stream.asked_to > other_stream.next_seq:
+                    reserved += other_stream.asked_to - other_stream.next_seq
+        return budget(key) - reserved
+
+    def _wait_for_room(self, key: StreamKey, stream: _Stream, now: float) -> None:
+        """The head of ``key`` waits for room here: looked at again every POLL_S (``poll``)."""
+        self.stats.paced_waits += 1
+        self._waiting[key] = now + POLL_S
+
+    def poll(self, now: float) -> list[Delivery]:
+        """Streams whose head waited for room: what the room now lets through."""
+        ready: list[Delivery] = []
+        for key, at in sorted(self._waiting.items()):
+            if at > now:
+                continue
+            del self._waiting[key]
+            stream = self._streams.get(key)
+            if stream is None:
+                continue
+            before = len(ready)
+            self._drain(key, stream, ready, now)
+            if len(ready) > before:
+                self._moved(key, stream, now)
+        if ready and self._blocked:
+            self._release(ready, now)
+        return ready
 
     # ------------------------------------------------------------------ causal groups
     def _unmet(self, forwarded: ForwardedMessage) -> list[StreamPosition]:

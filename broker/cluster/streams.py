@@ -115,6 +115,7 @@ class StreamsMixin:
     _awaiting_start: dict[tuple[str, str], list[tuple[int, str, float]]]
     _held_for: dict[tuple[tuple[str, str], str], list[ForwardedMessage]]
     _now: Callable[[], float]
+    _commit: Callable[[], None]
     _handle: Callable[[Any], None]
     _send_envelope: Callable[[str, str, int, Any], None]
     _announce_interest: Callable[[ClassInterest], None]
@@ -179,6 +180,9 @@ class StreamsMixin:
         self._outbox = {}
         if self.stopped:
             return  # QoS >= 1 ones are in the send log: published again after a restart
+        # durable here first (send-log row, the publisher's QoS 2 packet id): a kill -9 between
+        # the two delivered a message we rolled back, and the PUBLISH sent again twice
+        self._commit()
         now = self._now()
         budget = min(BATCH_MAX_BYTES, self.cluster.max_frame_bytes // 2)
         for (_origin, cls), queued in outbox.items():

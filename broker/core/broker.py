@@ -370,6 +370,14 @@ class Broker:
     ) -> bool:
         return self.router.deliver_remote(message, accept_filter, only_client, except_clients, memo)
 
+    def queue_depth(self, client_id: str) -> tuple[int, int] | None:
+        """(QoS>0 messages queued for ``client_id`` beyond its in-flight window, the queue limit);
+        None without a session. The cluster paces a catch-up by it (docs/cluster.md "Flow control")."""
+        session = self.sessions.get(client_id)
+        if session is None:
+            return None
+        return len(session.queue), self.limits.max_queued_messages
+
     def set_retained(self, message: Message) -> None:
         self.router.retain(message)
         if self.reserved_observer is not None and is_reserved_topic(message.topic):

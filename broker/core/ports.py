@@ -366,6 +366,10 @@ class BrokerApi(Protocol):
         True when some local subscription matched. ``memo`` (topic -> matches) is the caller's, for
         the messages of one batch with the same ``accept_filter`` and no client restriction."""
 
+    def queue_depth(self, client_id: str) -> tuple[int, int] | None:
+        """(messages queued for ``client_id`` beyond its in-flight window, the queue limit); None
+        without a session (the cluster's flow control of catch-up)."""
+
     def set_retained(self, message: Message) -> None:
         """Store (or, with an empty payload, delete) a retained message without routing it."""
 

@@ -62,11 +62,16 @@ class IdStream(threading.Thread):
         self._stop_event = threading.Event()
 
     def run(self) -> None:
-        started = time.monotonic()
+        # a token bucket: ``rate_per_s``, bursts of at most ``window`` (a pause - the publisher's
+        # broker down - is not made up for by publishing faster than the rate afterwards)
+        tokens, last = 0.0, time.monotonic()
         while not self._stop_event.is_set():
-            paced = (
-                self.rate_per_s is not None and self.sent >= (time.monotonic() - started) * self.rate_per_s
-            )
+            paced = False
+            if self.rate_per_s is not None:
+                now = time.monotonic()
+                tokens = min(float(self.window), tokens + (now - last) * self.rate_per_s)
+                last = now
+                paced = tokens < 1.0
             if (
                 self.sent >= self.limit
                 or paced
@@ -77,6 +82,7 @@ class IdStream(threading.Thread):
                 continue
             self.client.publish_nowait(self.topic, self.prefix + str(self.sent).encode(), self.qos)
             self.sent += 1
+            tokens -= 1.0
 
     def acked_ids(self) -> set[int]:
         return set(numbers(self.client.acked_snapshot(), self.prefix))

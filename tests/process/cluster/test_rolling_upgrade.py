@@ -27,7 +27,6 @@ RATE_PER_S = 100.0  # 30 s of stream: it spans the three restarts
 STREAM_S = 120.0
 DRAIN_S = 30.0
 READY_S = 60.0
-SETTINGS = {"limits.max_queued_messages": str(MESSAGES * 2)}
 
 
 def ready(cluster: LocalCluster, index: int) -> bool:
@@ -44,7 +43,7 @@ def ready(cluster: LocalCluster, index: int) -> bool:
 def test_rolling_restart_one_broker_at_a_time_loses_no_acknowledged_message(
     cluster_factory: ClusterFactory, client_factory: ClientFactory
 ) -> None:
-    cluster = cluster_factory(3, SETTINGS)
+    cluster = cluster_factory(3)  # default limits
     topic = f"{unique_id('roll')}/stream"
     sub = client_factory(cluster, 1, client_id=unique_id("roll-sub"), clean=False, session_expiry_s=600)
     assert sub.subscribe(topic, 1) == [1]
