@@ -1,4 +1,4 @@
-"""The figures of docs/overlay-reproduction.md, "Issue #18, 2026-11-27: the baselines".
+"""The figures of docs/overlay-reproduction.md, "The baselines" and "Why the reduction at ≥ 160 differs".
 
 Reads the committed outputs under docs/figures/baselines (and the earlier sweep's
 docs/figures/paper_sweep_runs.csv) and writes

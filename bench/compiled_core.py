@@ -1,6 +1,6 @@
 """The overlay core compiled with mypyc, for long simulator sweeps (``paper_sweep.py --compiled``).
 
-The sweep at N = 10,000 spends its time in pure-Python protocol code (``overlay/node.py``,
+The sweep at N = 10,000 spends its time in pure-Python protocol code (``overlay/node*.py``,
 ``table.py``, ``frt.py``) and the simulator's event loop (``overlay/sim/engine.py``). mypyc, the
 compiler that ships with mypy (already a dev dependency; mypy and black are built with it),
 turns those type-annotated modules into C extensions without changing a line of them. We
@@ -51,6 +51,11 @@ COMPILED_MODULES = (
     "overlay/formation.py",
     "overlay/frt.py",
     "overlay/table.py",
+    "overlay/node_state.py",
+    "overlay/node_base.py",
+    "overlay/node_publish.py",
+    "overlay/node_join.py",
+    "overlay/node_maintenance.py",
     "overlay/node.py",
     "overlay/sim/engine.py",
     "overlay/sim/scribe.py",

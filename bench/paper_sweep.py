@@ -716,7 +716,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         type=float,
         default=ExperimentConfig().membership_window_s,
         help="virtual seconds over which the background topic joins are spread (default 20; a "
-        "long window makes the joins sequential: docs/overlay-reproduction.md, issue #18)",
+        "long window makes the joins sequential: docs/notes/overlay-history.md, 2026-11-27)",
     )
     parser.add_argument(
         "--allow-misses",

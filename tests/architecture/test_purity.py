@@ -123,5 +123,18 @@ def test_checker_catches_violations() -> None:
 
 def test_overlay_sources_exist() -> None:
     names = {p.name for p in SOURCES}
-    expected = {"node.py", "frt.py", "table.py", "multicast.py", "skipgraph.py", "keys.py", "messages.py"}
+    expected = {
+        "node.py",
+        "node_state.py",
+        "node_base.py",
+        "node_publish.py",
+        "node_join.py",
+        "node_maintenance.py",
+        "frt.py",
+        "table.py",
+        "multicast.py",
+        "skipgraph.py",
+        "keys.py",
+        "messages.py",
+    }
     assert expected <= names
