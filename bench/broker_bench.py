@@ -52,6 +52,13 @@ from tools.loadclient import LoadClient  # noqa: E402
 from tools.ports import free_port  # noqa: E402
 
 DOCS = REPO_ROOT / "docs"
+# the tree whose ``broker`` package is started as SkipMQ (--broker-root: another revision's
+# checkout, driven by this script's load client; compare_revisions.py --quick uses it)
+BROKER_ROOT = REPO_ROOT
+# mosquitto with ``persistence true`` (its autosave keeps sessions and queued messages on disk every
+# autosave_interval, 1800 s by default; SkipMQ commits every QoS>0 message a persistent session
+# queues); --no-mosquitto-persistence runs it without
+MOSQUITTO_PERSISTENCE = True
 HOST = "127.0.0.1"
 PAYLOAD_BYTES = 64
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -484,16 +491,19 @@ class BrokerUnderTest:
             ]  # fmt: skip
         if self.kind == "mosquitto":
             conf = self.workdir / "mosquitto.conf"
+            persistence = (
+                f"persistence true\npersistence_location {self.workdir}/\n" if MOSQUITTO_PERSISTENCE else ""
+            )
             conf.write_text(
                 f"listener {self.port} {HOST}\nallow_anonymous true\nper_listener_settings false\n"
-                "log_dest none\nuser root\n"
+                f"log_dest none\nuser root\n{persistence}"
             )
             return [MOSQUITTO_BIN, "-c", str(conf)]
         return [sys.executable, str(Path(__file__).resolve()), "--run-amqtt-broker", str(self.port)]
 
     def start(self) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
-        env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
+        env = dict(os.environ, PYTHONPATH=str(BROKER_ROOT))
         err = open(self.workdir / "stderr.log", "wb")  # noqa: SIM115 - lives as long as the process
         self.proc = subprocess.Popen(
             self.command(), stdout=err, stderr=err, stdin=subprocess.DEVNULL, env=env
@@ -566,6 +576,7 @@ class Settings:
     scenarios: list[Scenario]
     skip_idle: bool = False
     repeat: int = 1
+    skip_latency: bool = False
 
 
 async def bench_one(kind: str, workdir: Path, settings: Settings) -> dict[str, Any]:
@@ -591,7 +602,7 @@ async def bench_one(kind: str, workdir: Path, settings: Settings) -> dict[str, A
         finally:
             broker.stop()
 
-    for rate in settings.latency_rates:
+    for rate in settings.latency_rates if not settings.skip_latency else []:
         res = await with_broker(
             f"latency @ {rate}/s",
             lambda b, rate=rate: run_latency(b.port, rate, settings.latency_duration_s, kind[:2]),
@@ -608,7 +619,7 @@ async def bench_one(kind: str, workdir: Path, settings: Settings) -> dict[str, A
     for sc in settings.scenarios:
         runs_by_key: dict[str, list[dict[str, Any]]] = {}
         for attempt in range(settings.repeat):
-            for noise in (0, settings.noise_subscriptions):
+            for noise in (0, settings.noise_subscriptions) if settings.noise_subscriptions else (0,):
                 key = f"qos{sc.qos} {sc.name}" + (f" +{noise // 1000}k subs" if noise else "")
 
                 async def scenario(
@@ -987,6 +998,20 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--repeat", type=int, default=1, help="measure each throughput pair N times, report medians (1)"
     )
     parser.add_argument("--no-idle", action="store_true", help="skip the idle-connection RSS measurement")
+    parser.add_argument("--no-latency", action="store_true", help="skip the paced latency runs")
+    parser.add_argument(
+        "--no-mosquitto-persistence", action="store_true", help="run mosquitto without 'persistence true'"
+    )
+    parser.add_argument(
+        "--scenarios",
+        default=None,
+        help="comma-separated subset of the throughput scenarios, e.g. 'qos0 1->1,qos1 1->1' (default all)",
+    )
+    parser.add_argument(
+        "--broker-root",
+        default=None,
+        help="start SkipMQ from the broker package of this directory (another revision's checkout)",
+    )
     parser.add_argument("--json", default=str(DOCS / "broker_bench.json"), help="results JSON path")
     parser.add_argument("--png", default=str(DOCS / "broker_bench.png"), help="bar chart PNG path")
     parser.add_argument(
@@ -1017,6 +1042,18 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    scenarios = SCENARIOS
+    if args.scenarios:
+        wanted = [w.strip() for w in args.scenarios.split(",") if w.strip()]
+        scenarios = [sc for sc in SCENARIOS if f"qos{sc.qos} {sc.name}" in wanted]
+        if len(scenarios) != len(wanted):
+            known = ", ".join(f"qos{sc.qos} {sc.name}" for sc in SCENARIOS)
+            print(f"unknown scenario in {wanted}; choose from {known}", file=sys.stderr)
+            return 2
+    global BROKER_ROOT, MOSQUITTO_PERSISTENCE
+    if args.broker_root:
+        BROKER_ROOT = Path(args.broker_root).resolve()
+    MOSQUITTO_PERSISTENCE = not args.no_mosquitto_persistence
     settings = Settings(
         brokers=brokers,
         duration_s=args.duration or (2.0 if args.quick else 5.0),
@@ -1024,8 +1061,9 @@ def main(argv: list[str] | None = None) -> int:
         latency_rates=[1000, 5000],
         noise_subscriptions=args.noise_subscriptions,
         idle_connections=args.idle_connections or (2000 if args.quick else 10_000),
-        scenarios=SCENARIOS,
+        scenarios=scenarios,
         skip_idle=args.no_idle,
+        skip_latency=args.no_latency,
         repeat=max(1, args.repeat),
     )
     if settings.idle_connections > hard - 200:
