@@ -23,6 +23,7 @@ AUTH); the per-connection protocol state itself is the pure broker.mqtt.protocol
 from __future__ import annotations
 
 import logging
+import struct
 from typing import TYPE_CHECKING, Any
 
 from broker.core.admission import Refusal, TokenBucket, address_of
@@ -70,8 +71,11 @@ log = logging.getLogger("skipmq.connection")
 PINGRESP_BYTES = b"\xd0\x00"
 
 
+_pack_ack4 = struct.Struct(">BBH").pack
+
+
 def _ack4(first_byte: int, packet_id: int) -> bytes:
-    return bytes((first_byte, 2, packet_id >> 8, packet_id & 0xFF))
+    return _pack_ack4(first_byte, 2, packet_id)
 
 
 class ClientConnection:
