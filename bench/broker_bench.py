@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import json
 import os
 import platform
@@ -824,6 +825,12 @@ def markdown(results: dict[str, Any]) -> str:
         idle = results["brokers"][b].get("idle") or {}
         cells.append(f"{_fmt(idle.get('kib_per_connection'), 2)} KiB ({idle.get('connections', 0)} conns)")
     lines.append("| RSS per idle connection | " + " | ".join(cells) + " |")
+    cells = []
+    for b in brokers:
+        idle = results["brokers"][b].get("idle") or {}
+        before = idle.get("rss_before_kib")
+        cells.append("n/a" if before is None else f"{before / 1024:.1f} MiB")
+    lines.append("| RSS of the idle broker (no connections) | " + " | ".join(cells) + " |")
     lines.append("")
     lines.append("| target (SkipMQ) | measured | met? |")
     lines.append("|---|---|---|")
@@ -924,6 +931,28 @@ def findings(results: dict[str, Any]) -> list[str]:
     return out
 
 
+def previous_table(text: str) -> list[str]:
+    """The machine line and the results table of the "## Broker core" section being replaced, so
+    that the docs keep the previous figures beside the new ones (docs/benchmarks.md, the rule)."""
+    start = text.find("## Broker core")
+    if start == -1:
+        return []
+    end = text.find("\n## ", start + 1)
+    lines = text[start : end if end != -1 else len(text)].splitlines()
+    if "### The previous run, for comparison" in lines:  # only the last run is kept
+        lines = lines[: lines.index("### The previous run, for comparison")]
+    machine = [line for line in lines if line.startswith("- Machine:")]
+    table = []
+    for line in lines:
+        if line.startswith("| scenario |") or (table and line.startswith("|")):
+            table.append(line)
+        elif table:
+            break
+    if not table:
+        return []
+    return [*(machine[:1]), "", *table]
+
+
 def update_docs(results: dict[str, Any], table: str, command: str, docs_path: Path) -> None:
     m = results["machine"]
     section = [
@@ -944,8 +973,11 @@ def update_docs(results: dict[str, Any], table: str, command: str, docs_path: Pa
         "publisher QoS1 window 20); "
         f"{results['settings']['noise_subscriptions']} unrelated subscriptions held by another client "
         f"in the '+Nk subs' rows; {results['settings']['idle_connections']} idle connections for RSS.",
-        "- Brokers: SkipMQ from this tree (uvloop, default config), Debian mosquitto 2.0.11 (no persistence, "
-        "logging off), amqtt 0.12.1 broker with its default_broker.yaml (port changed).",
+        "- Brokers: SkipMQ from this tree (uvloop, default config), Debian mosquitto 2.0.11 ("
+        + ("`persistence true`, " if MOSQUITTO_PERSISTENCE else "no persistence, ")
+        + "logging off), amqtt 0.12.1 broker with its default_broker.yaml (port changed). The load "
+        "clients connect with clean sessions: neither broker writes a QoS 1 message of these rows to "
+        "disk (SkipMQ commits what it queues for persistent sessions; bench/publish_cost.py measures that).",
         "- CPU us/msg = broker process utime+stime over the measured window / messages delivered;",
         "  CPU % = the broker's share of one core in that window (below 100 % = it was not CPU-bound:",
         "  other jobs held the cores, or the closed loop's round trip limited it). Throughput targets are",
@@ -964,6 +996,9 @@ def update_docs(results: dict[str, Any], table: str, command: str, docs_path: Pa
         "",
     ]
     text = docs_path.read_text() if docs_path.exists() else "# Benchmarks\n\n"
+    previous = previous_table(text)
+    if previous:
+        section += ["### The previous run, for comparison", "", *previous, ""]
     start = text.find("## Broker core")
     if start == -1:
         new = text.rstrip("\n") + "\n\n" + "\n".join(section)
@@ -1085,8 +1120,24 @@ def main(argv: list[str] | None = None) -> int:
     }
     workdir = Path(tempfile.mkdtemp(prefix="skipmq-bench-"))
     try:
-        for kind in brokers:
-            results["brokers"][kind] = asyncio.run(bench_one(kind, workdir, settings))
+        # interleaved: every measurement (the latency runs, each scenario, the idle connections)
+        # runs for every broker back to back, so a change in the machine's background load
+        # between measurements hits all brokers alike
+        phases: list[Settings] = [dataclasses.replace(settings, scenarios=[], skip_idle=True)]
+        phases += [
+            dataclasses.replace(settings, scenarios=[sc], skip_idle=True, skip_latency=True)
+            for sc in settings.scenarios
+        ]
+        phases.append(dataclasses.replace(settings, scenarios=[], skip_latency=True))
+        for phase in phases:
+            for kind in brokers:
+                part = asyncio.run(bench_one(kind, workdir / f"{kind}-{phases.index(phase)}", phase))
+                merged = results["brokers"].setdefault(kind, {"version": "", "throughput": {}, "latency": []})
+                merged["version"] = part["version"] or merged["version"]
+                merged["throughput"].update(part["throughput"])
+                merged["latency"].extend(part["latency"])
+                if part.get("idle") is not None or "idle" not in merged:
+                    merged["idle"] = part.get("idle")
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     return report(results, args)

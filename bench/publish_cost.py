@@ -7,10 +7,12 @@ This script starts a broker (SkipMQ from a source tree, or Debian's mosquitto) u
 measurement starts - and drives it in LOCK STEP from one asyncio process: a round writes a fixed
 batch of PUBLISH packets and waits until every delivery (and, for QoS 1, every PUBACK) arrived
 before the next round starts. The broker under callgrind is always the bottleneck, so each round
-reaches it as one read, whatever the machine is doing: the same revision gives the same count
-within about 1 % (the idle timers of the broker are the rest). Warm-up rounds run
-uninstrumented; then ``callgrind_control --instr=on``, the measured rounds, ``--dump``, and
-``--instr=off`` for the next scenario. The figure is the broker's instructions (callgrind's
+reaches it as one read, whatever the machine is doing; with a fixed ``PYTHONHASHSEED`` the same
+revision gives the same count within about 1 % (the idle timers of the broker are the rest;
+with random hash seeds dict layouts move it by up to 3-4 %). The first warm-up
+rounds run uninstrumented; ``callgrind_control --instr=on`` once, then per scenario ``--zero``,
+the measured rounds and ``--dump`` (turning instrumentation off and on between dumps made
+callgrind's totals of the later dumps wrong). The figure is the broker's instructions (callgrind's
 ``Ir``) over the measured rounds divided by the deliveries in them.
 
 Instructions are not time: a CPython interpreter and a C broker retire instructions at different
@@ -397,7 +399,8 @@ def measure(
             "valgrind", "--tool=callgrind", "--instr-atstart=no",
             f"--callgrind-out-file={workdir}/callgrind.out", *argv,
         ]  # fmt: skip
-    env = dict(os.environ, PYTHONPATH=str(broker_root))
+    # a fixed hash seed: dict and set layouts (and so the instructions) are the same every run
+    env = dict(os.environ, PYTHONPATH=str(broker_root), PYTHONHASHSEED="0")
     err = open(workdir / "broker.log", "wb")  # noqa: SIM115 - lives as long as the process
     started = time.monotonic()
     proc = subprocess.Popen(argv, stdout=err, stderr=err, stdin=subprocess.DEVNULL, env=env, cwd=workdir)
