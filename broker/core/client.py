@@ -246,14 +246,15 @@ class ClientConnection:
 
     def send_ack(self, data: bytes) -> None:
         """Send an acknowledgement, after the pending group commit if the store has uncommitted work."""
-        sent = self.broker.stats.packets_sent
+        broker = self.broker
+        sent = broker.stats.packets_sent
         name = _FIRST_BYTE_NAMES[data[0] >> 4]
-        sent[name] = sent.get(name, 0) + 1
+        sent[name] += 1
         if self.deferred is not None:
             self.deferred.append(data)
-        elif self.broker.durability.pending():
+        elif broker.durability.pending():
             self.deferred = [data]
-            self.broker.durability.defer_until_commit(self)
+            broker.durability.defer_until_commit(self)
         else:
             self.write(data)
 
