@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import json
 import os
 import platform
@@ -52,6 +53,13 @@ from tools.loadclient import LoadClient  # noqa: E402
 from tools.ports import free_port  # noqa: E402
 
 DOCS = REPO_ROOT / "docs"
+# the tree whose ``broker`` package is started as SkipMQ (--broker-root: another revision's
+# checkout, driven by this script's load client; compare_revisions.py --quick uses it)
+BROKER_ROOT = REPO_ROOT
+# mosquitto with ``persistence true`` (its autosave keeps sessions and queued messages on disk every
+# autosave_interval, 1800 s by default; SkipMQ commits every QoS>0 message a persistent session
+# queues); --no-mosquitto-persistence runs it without
+MOSQUITTO_PERSISTENCE = True
 HOST = "127.0.0.1"
 PAYLOAD_BYTES = 64
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -484,16 +492,19 @@ class BrokerUnderTest:
             ]  # fmt: skip
         if self.kind == "mosquitto":
             conf = self.workdir / "mosquitto.conf"
+            persistence = (
+                f"persistence true\npersistence_location {self.workdir}/\n" if MOSQUITTO_PERSISTENCE else ""
+            )
             conf.write_text(
                 f"listener {self.port} {HOST}\nallow_anonymous true\nper_listener_settings false\n"
-                "log_dest none\nuser root\n"
+                f"log_dest none\nuser root\n{persistence}"
             )
             return [MOSQUITTO_BIN, "-c", str(conf)]
         return [sys.executable, str(Path(__file__).resolve()), "--run-amqtt-broker", str(self.port)]
 
     def start(self) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
-        env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
+        env = dict(os.environ, PYTHONPATH=str(BROKER_ROOT))
         err = open(self.workdir / "stderr.log", "wb")  # noqa: SIM115 - lives as long as the process
         self.proc = subprocess.Popen(
             self.command(), stdout=err, stderr=err, stdin=subprocess.DEVNULL, env=env
@@ -566,6 +577,7 @@ class Settings:
     scenarios: list[Scenario]
     skip_idle: bool = False
     repeat: int = 1
+    skip_latency: bool = False
 
 
 async def bench_one(kind: str, workdir: Path, settings: Settings) -> dict[str, Any]:
@@ -591,7 +603,7 @@ async def bench_one(kind: str, workdir: Path, settings: Settings) -> dict[str, A
         finally:
             broker.stop()
 
-    for rate in settings.latency_rates:
+    for rate in settings.latency_rates if not settings.skip_latency else []:
         res = await with_broker(
             f"latency @ {rate}/s",
             lambda b, rate=rate: run_latency(b.port, rate, settings.latency_duration_s, kind[:2]),
@@ -608,7 +620,7 @@ async def bench_one(kind: str, workdir: Path, settings: Settings) -> dict[str, A
     for sc in settings.scenarios:
         runs_by_key: dict[str, list[dict[str, Any]]] = {}
         for attempt in range(settings.repeat):
-            for noise in (0, settings.noise_subscriptions):
+            for noise in (0, settings.noise_subscriptions) if settings.noise_subscriptions else (0,):
                 key = f"qos{sc.qos} {sc.name}" + (f" +{noise // 1000}k subs" if noise else "")
 
                 async def scenario(
@@ -813,6 +825,12 @@ def markdown(results: dict[str, Any]) -> str:
         idle = results["brokers"][b].get("idle") or {}
         cells.append(f"{_fmt(idle.get('kib_per_connection'), 2)} KiB ({idle.get('connections', 0)} conns)")
     lines.append("| RSS per idle connection | " + " | ".join(cells) + " |")
+    cells = []
+    for b in brokers:
+        idle = results["brokers"][b].get("idle") or {}
+        before = idle.get("rss_before_kib")
+        cells.append("n/a" if before is None else f"{before / 1024:.1f} MiB")
+    lines.append("| RSS of the idle broker (no connections) | " + " | ".join(cells) + " |")
     lines.append("")
     lines.append("| target (SkipMQ) | measured | met? |")
     lines.append("|---|---|---|")
@@ -913,6 +931,28 @@ def findings(results: dict[str, Any]) -> list[str]:
     return out
 
 
+def previous_table(text: str) -> list[str]:
+    """The machine line and the results table of the "## Broker core" section being replaced, so
+    that the docs keep the previous figures beside the new ones (docs/benchmarks.md, the rule)."""
+    start = text.find("## Broker core")
+    if start == -1:
+        return []
+    end = text.find("\n## ", start + 1)
+    lines = text[start : end if end != -1 else len(text)].splitlines()
+    if "### The previous run, for comparison" in lines:  # only the last run is kept
+        lines = lines[: lines.index("### The previous run, for comparison")]
+    machine = [line for line in lines if line.startswith("- Machine:")]
+    table = []
+    for line in lines:
+        if line.startswith("| scenario |") or (table and line.startswith("|")):
+            table.append(line)
+        elif table:
+            break
+    if not table:
+        return []
+    return [*(machine[:1]), "", *table]
+
+
 def update_docs(results: dict[str, Any], table: str, command: str, docs_path: Path) -> None:
     m = results["machine"]
     section = [
@@ -933,8 +973,11 @@ def update_docs(results: dict[str, Any], table: str, command: str, docs_path: Pa
         "publisher QoS1 window 20); "
         f"{results['settings']['noise_subscriptions']} unrelated subscriptions held by another client "
         f"in the '+Nk subs' rows; {results['settings']['idle_connections']} idle connections for RSS.",
-        "- Brokers: SkipMQ from this tree (uvloop, default config), Debian mosquitto 2.0.11 (no persistence, "
-        "logging off), amqtt 0.12.1 broker with its default_broker.yaml (port changed).",
+        "- Brokers: SkipMQ from this tree (uvloop, default config), Debian mosquitto 2.0.11 ("
+        + ("`persistence true`, " if MOSQUITTO_PERSISTENCE else "no persistence, ")
+        + "logging off), amqtt 0.12.1 broker with its default_broker.yaml (port changed). The load "
+        "clients connect with clean sessions: neither broker writes a QoS 1 message of these rows to "
+        "disk (SkipMQ commits what it queues for persistent sessions; bench/publish_cost.py measures that).",
         "- CPU us/msg = broker process utime+stime over the measured window / messages delivered;",
         "  CPU % = the broker's share of one core in that window (below 100 % = it was not CPU-bound:",
         "  other jobs held the cores, or the closed loop's round trip limited it). Throughput targets are",
@@ -953,6 +996,9 @@ def update_docs(results: dict[str, Any], table: str, command: str, docs_path: Pa
         "",
     ]
     text = docs_path.read_text() if docs_path.exists() else "# Benchmarks\n\n"
+    previous = previous_table(text)
+    if previous:
+        section += ["### The previous run, for comparison", "", *previous, ""]
     start = text.find("## Broker core")
     if start == -1:
         new = text.rstrip("\n") + "\n\n" + "\n".join(section)
@@ -987,6 +1033,20 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--repeat", type=int, default=1, help="measure each throughput pair N times, report medians (1)"
     )
     parser.add_argument("--no-idle", action="store_true", help="skip the idle-connection RSS measurement")
+    parser.add_argument("--no-latency", action="store_true", help="skip the paced latency runs")
+    parser.add_argument(
+        "--no-mosquitto-persistence", action="store_true", help="run mosquitto without 'persistence true'"
+    )
+    parser.add_argument(
+        "--scenarios",
+        default=None,
+        help="comma-separated subset of the throughput scenarios, e.g. 'qos0 1->1,qos1 1->1' (default all)",
+    )
+    parser.add_argument(
+        "--broker-root",
+        default=None,
+        help="start SkipMQ from the broker package of this directory (another revision's checkout)",
+    )
     parser.add_argument("--json", default=str(DOCS / "broker_bench.json"), help="results JSON path")
     parser.add_argument("--png", default=str(DOCS / "broker_bench.png"), help="bar chart PNG path")
     parser.add_argument(
@@ -1017,6 +1077,18 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    scenarios = SCENARIOS
+    if args.scenarios:
+        wanted = [w.strip() for w in args.scenarios.split(",") if w.strip()]
+        scenarios = [sc for sc in SCENARIOS if f"qos{sc.qos} {sc.name}" in wanted]
+        if len(scenarios) != len(wanted):
+            known = ", ".join(f"qos{sc.qos} {sc.name}" for sc in SCENARIOS)
+            print(f"unknown scenario in {wanted}; choose from {known}", file=sys.stderr)
+            return 2
+    global BROKER_ROOT, MOSQUITTO_PERSISTENCE
+    if args.broker_root:
+        BROKER_ROOT = Path(args.broker_root).resolve()
+    MOSQUITTO_PERSISTENCE = not args.no_mosquitto_persistence
     settings = Settings(
         brokers=brokers,
         duration_s=args.duration or (2.0 if args.quick else 5.0),
@@ -1024,8 +1096,9 @@ def main(argv: list[str] | None = None) -> int:
         latency_rates=[1000, 5000],
         noise_subscriptions=args.noise_subscriptions,
         idle_connections=args.idle_connections or (2000 if args.quick else 10_000),
-        scenarios=SCENARIOS,
+        scenarios=scenarios,
         skip_idle=args.no_idle,
+        skip_latency=args.no_latency,
         repeat=max(1, args.repeat),
     )
     if settings.idle_connections > hard - 200:
@@ -1047,8 +1120,24 @@ def main(argv: list[str] | None = None) -> int:
     }
     workdir = Path(tempfile.mkdtemp(prefix="skipmq-bench-"))
     try:
-        for kind in brokers:
-            results["brokers"][kind] = asyncio.run(bench_one(kind, workdir, settings))
+        # interleaved: every measurement (the latency runs, each scenario, the idle connections)
+        # runs for every broker back to back, so a change in the machine's background load
+        # between measurements hits all brokers alike
+        phases: list[Settings] = [dataclasses.replace(settings, scenarios=[], skip_idle=True)]
+        phases += [
+            dataclasses.replace(settings, scenarios=[sc], skip_idle=True, skip_latency=True)
+            for sc in settings.scenarios
+        ]
+        phases.append(dataclasses.replace(settings, scenarios=[], skip_latency=True))
+        for phase in phases:
+            for kind in brokers:
+                part = asyncio.run(bench_one(kind, workdir / f"{kind}-{phases.index(phase)}", phase))
+                merged = results["brokers"].setdefault(kind, {"version": "", "throughput": {}, "latency": []})
+                merged["version"] = part["version"] or merged["version"]
+                merged["throughput"].update(part["throughput"])
+                merged["latency"].extend(part["latency"])
+                if part.get("idle") is not None or "idle" not in merged:
+                    merged["idle"] = part.get("idle")
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     return report(results, args)

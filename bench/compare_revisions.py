@@ -16,6 +16,16 @@ and the report gives, per path, the median over rounds of each revision and the 
 ``{json}`` and ``{png}`` in the command are replaced with per-run paths in a temporary directory.
 The report (markdown) goes to stdout and, with ``--out``, to a file; the raw rounds to
 ``--raw-json``.
+
+``--quick`` is the side-by-side check for a change to the publish path (under 3 minutes on 2
+cores): THIS checkout's ``bench/broker_bench.py`` drives the broker of each revision
+(``--broker-root``: the same load client for both, so an old revision needs no benchmark of its
+own) through QoS 0 1->1, QoS 1 1->1 and QoS 0 1->100 for 2 s each and the paced latency runs, 3
+interleaved rounds; ``--callgrind`` adds ``bench/publish_cost.py`` per revision (instructions per
+delivery in lock step, repeatable on a shared machine; about a minute per revision):
+
+    .venv/bin/python bench/compare_revisions.py --quick --before main --after HEAD
+    .venv/bin/python bench/compare_revisions.py --quick --callgrind --before main
 """
 
 from __future__ import annotations
@@ -77,12 +87,27 @@ def remove_worktree(path: Path) -> None:
     )
 
 
-def run_once(worktree: Path, command: str, scratch: Path, tag: str, timeout_s: float) -> dict[str, float]:
+QUICK_SCENARIOS = "'qos0 1->1,qos1 1->1,qos0 1->100'"
+QUICK_BENCH = (
+    f"bench/broker_bench.py --brokers skipmq --broker-root {{root}} --scenarios {QUICK_SCENARIOS} "
+    "--noise-subscriptions 0 --no-idle --duration 2 --quick --json {json} --png {png}"
+)
+QUICK_KEYS = "msgs_per_s|cpu_us|p50_ms|p99_ms"
+CALLGRIND_BENCH = (
+    "bench/publish_cost.py --broker-root {root} --scenarios 'qos0 1->1,qos1 1->1,qos0 1->100' --json {json}"
+)
+
+
+def run_once(
+    worktree: Path, command: str, scratch: Path, tag: str, timeout_s: float, *, script_here: bool = False
+) -> dict[str, float]:
+    """Run the benchmark for one revision; ``script_here``: this checkout's script, with the
+    revision's tree passed in as ``{root}``."""
     json_path = scratch / f"{tag}.json"
     png_path = scratch / f"{tag}.png"
-    argv = shlex.split(command.format(json=json_path, png=png_path))
+    argv = shlex.split(command.format(json=json_path, png=png_path, root=worktree))
     if argv and argv[0].endswith(".py"):
-        argv = [sys.executable, str(worktree / argv[0]), *argv[1:]]
+        argv = [sys.executable, str((REPO_ROOT if script_here else worktree) / argv[0]), *argv[1:]]
     env = dict(os.environ, PYTHONPATH=str(worktree))
     log_path = scratch / f"{tag}.log"
     with log_path.open("w") as log:
@@ -128,8 +153,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds (default 3)")
     parser.add_argument(
         "--bench",
-        required=True,
+        default=None,
         help="the benchmark command, run from each worktree; must write JSON to {json}",
+    )
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="the publish-path check in under 3 minutes (see below); --bench/--keys/--rounds preset",
+    )
+    parser.add_argument(
+        "--callgrind",
+        action="store_true",
+        help="with --quick: also instructions per delivery (bench/publish_cost.py) once per revision",
     )
     parser.add_argument(
         "--keys",
@@ -140,6 +175,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default=None, help="also write the markdown report here")
     parser.add_argument("--raw-json", default=None, help="write every round's flattened results here")
     args = parser.parse_args(argv)
+    if args.quick:
+        args.bench = args.bench or QUICK_BENCH
+        args.keys = args.keys or QUICK_KEYS
+    elif args.bench is None:
+        parser.error("--bench is required (or --quick)")
+    script_here = args.quick
 
     with tempfile.TemporaryDirectory(prefix="skipmq-compare-") as tmp:
         scratch = Path(tmp)
@@ -154,12 +195,32 @@ def main(argv: list[str] | None = None) -> int:
                     load = os.getloadavg()[0]
                     print(f"round {index + 1}/{args.rounds}: {rev} (load {load:.2f}) ...", file=sys.stderr)
                     tag = f"r{index}-{re.sub(r'[^A-Za-z0-9]', '_', rev)}"
-                    rounds[rev].append(run_once(trees[rev], args.bench, scratch, tag, args.timeout_s))
+                    rounds[rev].append(
+                        run_once(
+                            trees[rev], args.bench, scratch, tag, args.timeout_s, script_here=script_here
+                        )
+                    )
+            if args.quick and args.callgrind:
+                for rev in revs:
+                    print(f"callgrind: {rev} ...", file=sys.stderr)
+                    counts = run_once(
+                        trees[rev],
+                        CALLGRIND_BENCH,
+                        scratch,
+                        "cg-" + re.sub(r"[^A-Za-z0-9]", "_", rev),
+                        args.timeout_s,
+                        script_here=True,
+                    )
+                    for rev_round in rounds[rev]:
+                        rev_round.update(
+                            {key: value for key, value in counts.items() if "per_delivery" in key}
+                        )
         finally:
             for tree in trees.values():
                 remove_worktree(tree)
         elapsed = time.monotonic() - started
-    text = report(revs, rounds, args.keys)
+    keys = args.keys + "|instructions_per_delivery" if args.quick and args.callgrind else args.keys
+    text = report(revs, rounds, keys)
     header = (
         f"`{args.bench}`: {args.rounds} interleaved rounds, {elapsed / 60:.1f} min, "
         f"{os.cpu_count()} CPUs, load average now {os.getloadavg()[0]:.2f}\n\n"

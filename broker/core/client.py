@@ -23,6 +23,7 @@ AUTH); the per-connection protocol state itself is the pure broker.mqtt.protocol
 from __future__ import annotations
 
 import logging
+import struct
 from typing import TYPE_CHECKING, Any
 
 from broker.core.admission import Refusal, TokenBucket, address_of
@@ -71,8 +72,11 @@ log = logging.getLogger("skipmq.connection")
 PINGRESP_BYTES = b"\xd0\x00"
 
 
+_pack_ack4 = struct.Struct(">BBH").pack
+
+
 def _ack4(first_byte: int, packet_id: int) -> bytes:
-    return bytes((first_byte, 2, packet_id >> 8, packet_id & 0xFF))
+    return _pack_ack4(first_byte, 2, packet_id)
 
 
 class ClientConnection:
@@ -243,14 +247,15 @@ class ClientConnection:
 
     def send_ack(self, data: bytes) -> None:
         """Send an acknowledgement, after the pending group commit if the store has uncommitted work."""
-        sent = self.broker.stats.packets_sent
+        broker = self.broker
+        sent = broker.stats.packets_sent
         name = _FIRST_BYTE_NAMES[data[0] >> 4]
-        sent[name] = sent.get(name, 0) + 1
+        sent[name] += 1
         if self.deferred is not None:
             self.deferred.append(data)
-        elif self.broker.durability.pending():
+        elif broker.durability.pending():
             self.deferred = [data]
-            self.broker.durability.defer_until_commit(self)
+            broker.durability.defer_until_commit(self)
         else:
             self.write(data)
 

@@ -208,7 +208,8 @@ class Outbound:
                 return 0
             self.drops.dropped(session.client_id, QUEUE_FULL_OLDEST)
             self._durability.ack(session, queue.popleft())
-        self._durability.enqueue(session, entry)
+        if session.persistent:  # only persistent sessions are stored (Durability checks it too)
+            self._durability.enqueue(session, entry)
         if direct:
             self._send_entry(session, entry)
         else:
@@ -228,7 +229,8 @@ class Outbound:
         entry.packet_id = packet_id
         entry.state = STATE_PUBLISH_SENT
         session.inflight[packet_id] = entry
-        self._durability.set_inflight(session, entry)
+        if entry.seq is not None:
+            self._durability.set_inflight(session, entry)
         conn.write(data)
         self.stats.messages_sent[entry.qos] += 1
         return True

@@ -19,7 +19,7 @@ from collections.abc import Callable, Collection
 from typing import TYPE_CHECKING, Any
 
 from broker.core.drops import ACL_DENIED
-from broker.core.ports import MATCHED, UNMATCHED, PublishResult
+from broker.core.ports import MATCHED, UNMATCHED, NullCluster, PublishResult
 from broker.core.reserved import is_reserved_topic
 from broker.core.session import STATE_QUEUED, Message, OutEntry, Session, SubOptions
 from broker.mqtt.retained import RetainedIndex
@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from broker.mqtt.packets import Will
 
 _NO_IDS: list[int] = []
+PLAN_CACHE_SIZE = 4096  # topics whose delivery plan is kept (all dropped when full)
 
 
 class Router:
@@ -42,8 +43,10 @@ class Router:
         "_cluster",
         "_durability",
         "_outbound",
+        "_plans",
         "_scheduler",
         "_share_rr",
+        "_standalone",
         "_subscriptions",
         "acl",
         "node_id",
@@ -73,10 +76,13 @@ class Router:
         self._outbound = outbound
         self._durability = durability
         self._cluster = cluster
+        self._standalone = isinstance(cluster, NullCluster)
         self.acl = acl
         self.stats = stats
         self._scheduler = scheduler
         self._share_rr: dict[tuple[str, str], int] = {}
+        # topic -> (trie version, deliveries): see _plan
+        self._plans: dict[str, tuple[int, list[tuple[str, int, bool, list[int]]] | None]] = {}
 
     # ================================================================== entry points
     def publish(self, message: Message, from_client_id: str | None) -> PublishResult:
@@ -84,6 +90,8 @@ class Router:
         if message.retain:
             self.retain(message)
         matched = self.route(message, from_client_id)
+        if self._standalone:  # NullCluster.on_publish: nothing to tell, nothing to wait for
+            return MATCHED if matched else UNMATCHED
         wait = self._cluster.on_publish(message, from_client_id)
         if wait is not None:
             return PublishResult(matched, wait)
@@ -146,6 +154,13 @@ class Router:
     ) -> bool:
         """Deliver to every matching subscription; True when some subscriber matched (even if its
         copy was then dropped: queue full, ACL, too large, expired, slow consumer)."""
+        if memo is None and accept_filter is None and only_client is None and not except_clients:
+            plan = self._plans.get(message.topic)
+            trie = self._subscriptions.trie
+            if plan is None or plan[0] != trie.version:
+                plan = self._plan(message.topic, trie.version)
+            if plan[1] is not None:
+                return self._route_planned(message, plan[1])
         matches = memo.get(message.topic) if memo is not None else None
         if matches is None:
             matches = self._subscriptions.trie.match(message.topic)
@@ -196,6 +211,47 @@ class Router:
             and len(self._subscriptions.shared_trie)
             and self._route_shared(message, cache, accept_filter)
         ):
+            matched = True
+        if not matched and not message.topic.startswith("$SYS/"):
+            self.stats.count_drop("no_subscribers")
+        return matched
+
+    def _plan(self, topic: str, version: int) -> tuple[int, list[tuple[str, int, bool, list[int]]] | None]:
+        """The deliveries of a local publish to ``topic`` (one per client: the highest QoS, every
+        subscription identifier, retain-as-published if any), kept until the trie changes; None
+        when a matching subscription has no_local (the publisher decides then)."""
+        per_client: dict[str, list[Any]] = {}
+        plan: list[tuple[str, int, bool, list[int]]] | None = []
+        for _flt, client_id, opts in self._subscriptions.trie.match(topic):
+            if opts.no_local:
+                plan = None
+                break
+            sid = opts.subscription_identifier
+            current = per_client.get(client_id)
+            if current is None:
+                per_client[client_id] = [opts.qos, [sid] if sid else _NO_IDS, opts.retain_as_published]
+            else:
+                if opts.qos > current[0]:
+                    current[0] = opts.qos
+                if sid:
+                    current[1] = [*current[1], sid]
+                current[2] = current[2] or opts.retain_as_published
+        if plan is not None:
+            plan = [(client_id, qos, rap, sids) for client_id, (qos, sids, rap) in per_client.items()]
+        plans = self._plans
+        if len(plans) >= PLAN_CACHE_SIZE:
+            plans.clear()
+        entry = plans[topic] = (version, plan)
+        return entry
+
+    def _route_planned(self, message: Message, plan: list[tuple[str, int, bool, list[int]]]) -> bool:
+        """``route`` for a local publish whose deliveries are planned (the hot path)."""
+        cache: dict[Any, bytes] = {}
+        deliver = self._deliver_to
+        for client_id, qos, rap, sids in plan:
+            deliver(client_id, message, qos, rap, sids, cache)
+        matched = bool(plan)
+        if len(self._subscriptions.shared_trie) and self._route_shared(message, cache, None):
             matched = True
         if not matched and not message.topic.startswith("$SYS/"):
             self.stats.count_drop("no_subscribers")

@@ -716,6 +716,12 @@ def connack_for_error(err: MQTTProtocolError, protocol_level: int | None) -> byt
 # ---------------------------------------------------------------------------------------------
 # Decoding
 # ---------------------------------------------------------------------------------------------
+# UTF-8 topic names of received PUBLISHes that decoded and passed the topic-name checks, by their
+# bytes: decoding and scanning the same topic again for every message was a tenth of the decode
+_TOPIC_NAMES: dict[bytes, str] = {}
+_TOPIC_NAMES_LIMIT = 4096
+
+
 class Decoder:
     """Incremental MQTT decoder for one connection (sans-I/O).
 
@@ -823,6 +829,12 @@ class Decoder:
                 break
             if first >> 4 == 3 and self._connected:
                 append(self._decode_publish(buf, first, body, end))
+            elif first == 0x40 and end - body == 2 and self._connected:
+                # PUBACK without reason code: the other hot packet (same checks as _decode_ack)
+                packet_id = (buf[body] << 8) | buf[body + 1]
+                if not packet_id:
+                    raise _packet_id_zero("PUBACK", self.protocol_level)
+                append(Puback(packet_id))
             else:
                 append(self._decode_other(buf, first, body, end))
             pos = end
@@ -861,10 +873,14 @@ class Decoder:
         pos = body + 2 + ((buf[body] << 8) | buf[body + 1])
         if pos > end:
             raise _malformed("PUBLISH topic name length exceeds the packet")
-        try:
-            topic = buf[body + 2 : pos].decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise _bad_utf8("PUBLISH topic name", level, exc)
+        raw_topic = buf[body + 2 : pos]
+        topic = _TOPIC_NAMES.get(raw_topic)  # decoded and checked before (the same topics recur)
+        checked = topic is not None
+        if topic is None:
+            try:
+                topic = raw_topic.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise _bad_utf8("PUBLISH topic name", level, exc)
         if qos:
             if pos + 2 > end:
                 raise _malformed("PUBLISH ends inside the packet identifier")
@@ -886,8 +902,13 @@ class Decoder:
             props = {}
             if not topic:
                 raise _protocol_error("PUBLISH topic name must not be empty", "MQTT-4.7.3-1")
-        if "+" in topic or "#" in topic or "\x00" in topic:
-            raise _topic_name_error(topic, level)
+        if not checked:
+            if "+" in topic or "#" in topic or "\x00" in topic:
+                raise _topic_name_error(topic, level)
+            if topic:
+                if len(_TOPIC_NAMES) >= _TOPIC_NAMES_LIMIT:
+                    _TOPIC_NAMES.clear()
+                _TOPIC_NAMES[raw_topic] = topic
         return Publish(topic, buf[pos:end], qos, bool(first & 1), bool(first & 8), packet_id, props)
 
     # -- everything else ------------------------------------------------------------------------

@@ -188,6 +188,9 @@ class SubscriptionTrie(Generic[K, V]):
         self._cache_size = cache_size
         self.cache_hits = 0
         self.cache_misses = 0
+        # bumped by every add and remove: a caller's own per-topic results built from ``match``
+        # (the router's delivery plans) are valid while it is unchanged
+        self.version = 0
 
     def __len__(self) -> int:
         return self._count
@@ -213,6 +216,7 @@ class SubscriptionTrie(Generic[K, V]):
     def add(self, topic_filter: str, key: K, value: V) -> V | None:
         """Add or replace the subscription (topic_filter, key); returns the previous value or None."""
         validate_topic_filter(topic_filter)
+        self.version += 1
         levels = topic_filter.split("/")
         multi = levels[-1] == "#"
         if multi:
@@ -256,6 +260,7 @@ class SubscriptionTrie(Generic[K, V]):
             return None
         value = bucket.pop(key)
         self._count -= 1
+        self.version += 1
         if not bucket:
             # Detach the empty dict (cached buckets keep referencing it harmlessly: it stays
             # empty forever) and prune nodes that no longer lead anywhere.

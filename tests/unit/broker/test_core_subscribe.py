@@ -269,3 +269,38 @@ def test_paho_wildcard_subscription_v311(start_broker: Start) -> None:
     sub.get_nothing(0.3)
     sub.stop()
     pub.stop()
+
+
+def test_delivery_plan_follows_subscription_changes(start_broker: Start) -> None:
+    """A topic's deliveries are planned once (Router._plan) and kept until the subscriptions
+    change: a new subscriber, a re-subscription at another QoS, an unsubscribe and a no_local
+    subscription all take effect on the next publish to an already published topic."""
+    broker = start_broker()
+    port = broker.ports["tcp"]
+    pub = RawClient(port, MQTT_5)
+    pub.connect("plan-pub")
+    first = RawClient(port)
+    first.connect("plan-1")
+    first.subscribe("plan/t", 0)
+    pub.publish("plan/t", b"m1")
+    assert first.expect_publish().payload == b"m1"  # the plan of plan/t exists now
+    second = RawClient(port)
+    second.connect("plan-2")
+    second.subscribe("plan/+", 1)
+    pub.publish_acked("plan/t", b"m2", 1)
+    assert first.expect_publish().qos == 0
+    to_second = second.expect_publish()
+    assert (to_second.payload, to_second.qos) == (b"m2", 1)
+    second.ack(to_second)
+    first.subscribe("plan/t", 1, packet_id=2)  # options replaced: QoS 1 from now on
+    second.send(Unsubscribe(packet_id=3, topic_filters=["plan/+"]))
+    second.expect(Unsuback)
+    pub.publish_acked("plan/t", b"m3", 1, packet_id=2)
+    again = first.expect_publish()
+    assert (again.payload, again.qos) == (b"m3", 1)
+    first.ack(again)
+    second.expect_nothing(0.3)
+    pub.subscribe("plan/t", 0, packet_id=4, no_local=True)  # the publisher's own: not to itself
+    pub.publish_acked("plan/t", b"m4", 1, packet_id=5)
+    assert first.expect_publish().payload == b"m4"
+    pub.expect_nothing(0.3)
