@@ -65,6 +65,7 @@ from broker.cluster.messages import (
     SessionClaim,
     StreamPosition,
 )
+from broker.cluster.origin_checks import OriginChecks, Refusal
 from broker.cluster.overlay_figures import OverlayFigures, peer_suspicion, published_classes, routing_entries
 from broker.cluster.replies import ReplyHold
 from broker.cluster.retained_sync import CopyRequest, RetainedSync
@@ -238,6 +239,10 @@ class ClusterEngine(StreamsMixin):
         self._outbox_armed = False
         self._batch_parts: dict[int, list[int]] = {}
         self._route_memos: dict[str, tuple[Any, dict[str, list[Any]]]] | None = None
+        # origin proofs (docs/security.md): what we originate is signed, what others originated is
+        # checked; set by the runtime before ``start`` (None: off, e.g. with cluster.insecure)
+        self.origin_checks: OriginChecks | None = None
+        self._receiving_from = ""  # the peer whose item is being handled (who relayed a payload)
 
     # ================================================================== lifecycle
     def bind(
@@ -263,6 +268,8 @@ class ClusterEngine(StreamsMixin):
             absent_since=self._absent_since,
         )
         self.sender.confirm_seconds = self.stats.publish_confirm_seconds
+        if self.origin_checks is not None:
+            self.origin_checks.stats = self.stats  # (its counters are the engine's)
         self.receiver.set_causal(peer_id, self.interest.subscribes, cluster.causal_wait_ms / 1000.0)
         seed = self.rng.getrandbits(64)
         self.node = OverlayNode(peer_id, rng=random.Random(seed), config=overlay_config_for(self.cluster))
@@ -316,7 +323,9 @@ class ClusterEngine(StreamsMixin):
         self._next_interest = self._now() + self.retransmit_s * INTEREST_REFRESH_RETRANSMITS
         retained_sync = self.retained_sync
         retained_sync.restore(
-            self.store.load_retained_versions(), [m.topic for m in self.broker.retained_messages()]
+            self.store.load_retained_versions(),
+            [m.topic for m in self.broker.retained_messages()],
+            self.store.load_retained_proofs(),
         )
         self._persist_retained_versions()
         others = [peer for peer in contacts if peer != self.peer_id]
@@ -354,7 +363,11 @@ class ClusterEngine(StreamsMixin):
         node = self.node
         if node is None or (self.stopped and not isinstance(event, api.Shutdown)):
             return
-        if self._quiet and type(event) is not api.Publish:
+        if type(event) is api.Publish:
+            checks = self.origin_checks
+            if checks is not None:  # our publication carries our origin proof
+                event = api.Publish(event.topic, checks.sign_payload(event.payload), event.publication_id)
+        elif self._quiet:
             # a publication only sends (its own subscriber learns nothing new); anything else may
             # make another broker's subscriber known
             self._quiet.clear()
@@ -568,14 +581,16 @@ class ClusterEngine(StreamsMixin):
                 self._round_trip_answered(sender, item.ack_id)  # type: ignore[attr-defined]
         elif kind is PONG:
             self._round_trip_answered(sender, item.nonce)  # type: ignore[attr-defined]
+        self._receiving_from = sender
         try:
             if isinstance(item, Envelope):
                 problem = envelope_problem(sender, self.peer_id, item)
                 if problem is None and isinstance(item.body, RetainedSyncReply):
                     problem = self._unasked_retained_reply(sender, item.body.request_id)
+                checks = self.origin_checks
                 if problem is not None:
                     self._reject(sender, item.body, problem)
-                else:
+                elif checks is None or not self._origin_refused(checks.check_envelope(item, self._wall_s())):
                     self._on_envelope(item)
             else:
                 self._handle(api.Receive(sender, item))
@@ -965,7 +980,11 @@ class ClusterEngine(StreamsMixin):
     def _publish_retained(self, message: Message) -> None:
         assert self.retained_sync is not None
         wall_ms = int(self.scheduler.wall_time() * 1000)
-        self._publish_control(self.retained_sync.local_write(message, wall_ms))
+        update = self.retained_sync.local_write(message, wall_ms)
+        if self.origin_checks is not None:  # signed once, kept with the version for copies
+            update = self.origin_checks.sign_retained(update)
+            self.retained_sync.set_proof(message.topic, update.proof)
+        self._publish_control(update)
         self._persist_retained_versions()
 
     def _persist_retained_versions(self) -> None:
@@ -978,6 +997,11 @@ class ClusterEngine(StreamsMixin):
             for topic, (version_ms, origin) in changed.items():
                 store.set_retained_version(topic, version_ms, origin)
             changed.clear()
+        proofs = self.retained_sync.changed_proofs
+        if proofs:
+            for topic, proof in proofs.items():
+                self.store.set_retained_proof(topic, proof.to_bytes() if proof is not None else None)
+            proofs.clear()
 
     def _publish_control(self, payload: object) -> None:
         self._publication_id += 1
@@ -993,6 +1017,9 @@ class ClusterEngine(StreamsMixin):
         if problem is not None:
             self._reject(action.publisher, payload, problem)
             return
+        checks = self.origin_checks
+        if checks is not None and self._origin_refused(checks.check_payload(payload, self._wall_s())):
+            return  # (relayed here by ``_receiving_from``; a relay cannot make a proof)
         if isinstance(payload, ForwardedMessage):
             self._receive_forwarded(payload, int(action.hops))
         elif isinstance(payload, ForwardedBatch):
@@ -1018,6 +1045,8 @@ class ClusterEngine(StreamsMixin):
 
     def _apply_retained(self, update: RetainedUpdate) -> None:
         assert self.retained_sync is not None and self.broker is not None
+        if self.origin_checks is not None and update.proof is not None:
+            update = replace(update, proof=self.origin_checks.kept(update.proof))
         if not self.retained_sync.accept(update):
             return
         self.broker.set_retained(replace(update.message))
@@ -1218,6 +1247,45 @@ class ClusterEngine(StreamsMixin):
         self.stats.inbound_rejected += 1
         log.warning("cluster_message_rejected %s from %s: %s", type(body).__name__, sender, problem)
 
+    def _wall_s(self) -> float:
+        return self.scheduler.wall_time()
+
+    def _origin_refused(self, refusal: Refusal | None) -> bool:
+        """An item whose origin proof does not hold (``broker.cluster.origin_checks``): dropped,
+        counted and logged; True when refused."""
+        if refusal is None:
+            return False
+        self.stats.origin_proofs_rejected[refusal.kind] += 1
+        if self.broker is not None:
+            self.broker.log_event(
+                logging.WARNING,
+                "cluster_origin_proof_rejected",
+                kind=refusal.kind,
+                origin=refusal.origin,
+                sender=self._receiving_from,
+                reason=refusal.problem,
+            )
+        return True
+
+    def _prove_own_retained(self, reply: RetainedSyncReply) -> RetainedSyncReply:
+        """A copy's updates of our own origin without a proof under our current certificate (a
+        version restored from an older store, or signed before a certificate rotation) are signed
+        now, and that proof kept."""
+        checks = self.origin_checks
+        retained_sync = self.retained_sync
+        if checks is None or retained_sync is None:
+            return reply
+        current = checks.certificate()
+        updates = list(reply.updates)
+        for index, update in enumerate(updates):
+            proof = update.proof
+            if update.origin != self.peer_id or (proof is not None and proof.certificate == current):
+                continue
+            update = checks.sign_retained(update)
+            updates[index] = update
+            retained_sync.set_proof(update.message.topic, update.proof)
+        return replace(reply, updates=tuple(updates))
+
     def _unasked_retained_reply(self, sender: str, request_id: int) -> str | None:
         """A retained-store copy is taken only from a broker this one asked, with that request's
         id, in the last RETAINED_ASK_MEMORY_S: an unsolicited one would plant retained messages."""
@@ -1234,7 +1302,10 @@ class ClusterEngine(StreamsMixin):
                 asked.clear()
             asked[body.request_id] = self._now()
         self._commit()
-        self._send(dest, Envelope(self.peer_id, dest, "", to_client, ref, DEFAULT_ENVELOPE_TTL, body))
+        envelope = Envelope(self.peer_id, dest, "", to_client, ref, DEFAULT_ENVELOPE_TTL, body)
+        if self.origin_checks is not None:  # our directed messages carry our origin proof
+            envelope = self.origin_checks.sign_envelope(envelope)
+        self._send(dest, envelope)
 
     def _send_copy_request(self, request: CopyRequest | None) -> None:
         if request is not None:
@@ -1301,10 +1372,19 @@ class ClusterEngine(StreamsMixin):
             if body.digest is not None and not self.retained_sync.differs(body.digest):
                 return  # anti-entropy: the same retained versions on both sides
             for reply in self.retained_sync.copy_for(body.request_id, self.broker.retained_messages()):
-                self._send_envelope(envelope.orig, "", body.request_id, reply)
+                self._send_envelope(envelope.orig, "", body.request_id, self._prove_own_retained(reply))
             self._persist_retained_versions()
         elif isinstance(body, RetainedSyncReply):
+            checks = self.origin_checks
             for update in self.retained_sync.reply_received(body):
+                # each update is checked against its own origin (a copy relays other brokers'),
+                # when it would be applied
+                if (
+                    checks is not None
+                    and self.retained_sync.newer(update)
+                    and self._origin_refused(checks.check_retained(update, self._wall_s()))
+                ):
+                    continue
                 self._apply_retained(update)
         elif isinstance(body, SessionClaim):  # repeated to us after a partition or a restart
             self._on_claim(body)

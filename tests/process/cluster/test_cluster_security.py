@@ -33,6 +33,8 @@ from broker.cluster.messages import (
     RetainedSyncRequest,
     RetainedUpdate,
 )
+from broker.cluster.origin_checks import OriginChecks
+from broker.cluster.origin_proof import Signer, Verifier
 from broker.core.session import Message, OutEntry, SessionSnapshot
 from tests.support.cluster import (
     ClientFactory,
@@ -200,6 +202,12 @@ def test_forged_cluster_messages_are_rejected(
         Envelope(own_id, f"{HOST}:{listener.port}", "", "", 0, 4, RetainedSyncRequest(9)),
     ]
 
+    # a certified member signs what it sends with its own key (its origin proof holds): these are
+    # refused for what they say, not for a missing proof
+    signer = Signer.from_pem(Path(tls.files.cert_file).read_bytes(), Path(tls.files.key_file).read_bytes())
+    verifier = Verifier(Path(tls.files.ca_file).read_bytes())
+    checks = OriginChecks("required", lambda: signer, lambda: verifier)
+
     async def send_all() -> None:
         transport = GrpcTransport(
             advertise_host=HOST, on_receive=lambda *_: None, on_peer_down=lambda *_: None, tls=tls
@@ -207,7 +215,7 @@ def test_forged_cluster_messages_are_rejected(
         await transport.start(HOST, port)
         try:
             for envelope in forged:
-                transport.send(dest, envelope)
+                transport.send(dest, checks.sign_envelope(envelope))
             async with asyncio.timeout(10.0):
                 while transport.queued(dest) or dest not in transport.connected_peers():
                     await asyncio.sleep(0.05)
