@@ -210,6 +210,10 @@ class ClusterEngine(StreamsMixin):
         self._next_interest: float | None = None
         self._next_catch_up: float | None = None
         self._heard_from: set[str] = set()  # peers this incarnation has heard from
+        # peers that left gracefully (their ``ClassInterest.leaving``): nothing is sent to them -
+        # no dial to a departed address - until they talk to us again; they stay in
+        # ``_down_peers`` meanwhile, so the send log keeps what they miss (a rolling restart)
+        self._departed: set[str] = set()
         # (peer, PING nonce or PUB ack id) -> when sent, for skipmq_cluster_peer_rtt_seconds
         self._round_trips: dict[tuple[str, int], float] = {}
         # peer -> {request id: when} of our RetainedSyncRequests (a reply must answer one)
@@ -344,6 +348,10 @@ class ClusterEngine(StreamsMixin):
             self._handle(api.Shutdown())
         except Exception:
             log.exception("cluster: overlay shutdown failed")
+        if self.transport is not None:  # (after the overlay's LEAVEs: the last thing they get)
+            # the others stop contacting us until we talk again
+            for peer in sorted(self.transport.connected_peers()):
+                self._send_envelope(peer, "", 0, ClassInterest((), leaving=True))
         self.stopped = True
         if self._timer is not None:
             self._timer.cancel()
@@ -456,6 +464,8 @@ class ClusterEngine(StreamsMixin):
 
     def _transmit(self, dest: str, item: object) -> None:
         assert self.transport is not None
+        if self._departed and dest in self._departed:
+            return  # it left the cluster: no dial until it talks to us again
         try:
             self.transport.send(dest, item)
         except (ValueError, RuntimeError) as exc:  # WireError is a ValueError
@@ -572,6 +582,7 @@ class ClusterEngine(StreamsMixin):
         if self.stopped:
             return
         if sender not in self._heard_from or sender in self._down_peers:
+            self._departed.discard(sender)
             self._heard_from.add(sender)
             self._peer_back(sender)
         kind = type(item)
@@ -612,6 +623,21 @@ class ClusterEngine(StreamsMixin):
         self.takeover.claimant_down(peer, self._now())
         self.announcer.forget(peer)
         self._after_event()
+
+    def _peer_left(self, peer: str) -> None:
+        """``peer`` stops gracefully (its announcement ``leaving``): absent, as if down - the send
+        log keeps what it misses, its claims are not waited for - but not contacted (no probes, no
+        resends, no dials to its address) until it talks to us again (``on_receive``)."""
+        if peer == self.peer_id:
+            return
+        self._departed.add(peer)
+        self._heard_from.discard(peer)
+        self._down_peers.setdefault(peer, self._now())
+        assert self.transport is not None and self.takeover is not None
+        self.transport.drop_queued(peer)
+        self._finish_claims(self.takeover.peer_down(peer))
+        self.announcer.forget(peer)
+        log.info("cluster_peer_left %s: not contacted until it talks again", peer)
 
     def _absent_since(self) -> float | None:
         """Since when some peer is reported down (the send log keeps what was sent since for it)."""
@@ -1389,6 +1415,9 @@ class ClusterEngine(StreamsMixin):
         elif isinstance(body, SessionClaim):  # repeated to us after a partition or a restart
             self._on_claim(body)
         elif isinstance(body, ClassInterest):
+            if body.leaving:
+                self._peer_left(envelope.orig)
+                return
             if not body.subscribed and not body.unsubscribed and not body.full:
                 if envelope.ref:  # the acknowledgement of one of our announcements
                     self.announcer.acked(envelope.orig, envelope.ref)
