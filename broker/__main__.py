@@ -170,6 +170,9 @@ def run(argv: list[str]) -> int:
         config = load_config(args.config, overrides=overrides_from_args(args))
         validate_cluster_links(config)
         validate_federation_links(config)
+        from broker.certs import validate_cluster_identity
+
+        validate_cluster_identity(config)  # the files make a usable identity (docs/security.md)
     except (ConfigError, OSError) as exc:
         print(f"skipmq: configuration error: {exc}", file=sys.stderr)
         return 2

@@ -494,6 +494,14 @@ class ClusterConfig:
         "plaintext, unauthenticated cluster links (anyone reaching the cluster port is a broker); "
         "without it a clustered broker needs cluster.tls_ca_file, tls_cert_file and tls_key_file",
     )
+    origin_proofs: str = _key(
+        "required",
+        "what this broker originates (stream items, retained updates, claims, directed messages) is "
+        "signed with the key of cluster.tls_cert_file and checked by every receiver: 'required' "
+        "refuses items without a valid proof, 'optional' only invalid ones (a rolling upgrade from "
+        "a version without proofs), 'off' signs and checks nothing (always off with cluster.insecure)",
+        choices=("required", "optional", "off"),
+    )
     max_frame_bytes: int = _key(
         67_108_864,
         "largest gRPC message (frame of items) sent or accepted on a cluster link; a larger one "

@@ -347,6 +347,25 @@ class ClusterCollector(Collector):
             "Cluster messages dropped as not valid from the broker that sent them",
             stats.inbound_rejected,
         )
+        rejected = CounterMetricFamily(
+            "skipmq_cluster_origin_proofs_rejected",
+            "Items dropped because their origin proof was missing or did not show their origin made "
+            "them (forwarded, retained, claim, envelope; docs/security.md)",
+            labels=["kind"],
+        )
+        for proof_kind in ("forwarded", "retained", "claim", "envelope"):
+            rejected.add_metric([proof_kind], stats.origin_proofs_rejected[proof_kind])
+        yield rejected
+        yield CounterMetricFamily(
+            "skipmq_cluster_origin_proofs_signed",
+            "Origin proofs this broker made (one per publication or directed message it originated)",
+            stats.origin_proofs_signed,
+        )
+        yield CounterMetricFamily(
+            "skipmq_cluster_origin_proofs_verified",
+            "Origin proofs of other brokers checked and found good",
+            stats.origin_proofs_verified,
+        )
         yield CounterMetricFamily(
             "skipmq_cluster_sessions_handed_over",
             "Sessions handed to another broker",

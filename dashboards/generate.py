@@ -344,13 +344,18 @@ CLUSTER_PANELS = (
         (
             t("sum(rate(skipmq_cluster_inbound_rejected_total{$SEL}[5m]))", "inbound rejected"),
             t(
+                "sum by (kind) (rate(skipmq_cluster_origin_proofs_rejected_total{$SEL}[5m]))",
+                "origin proof refused: {{kind}}",
+            ),
+            t(
                 "sum(rate(skipmq_cluster_subscribe_waits_timed_out_total{$SEL}[5m]))",
                 "subscribe waits timed out",
             ),
         ),
         12,
-        "Cluster messages dropped as invalid from their sender, and SUBACKs that waited"
-        " cluster.subscribe_wait_ms for the overlay: both should stay at 0.",
+        "Cluster messages dropped as invalid from their sender, items whose origin proof failed (a"
+        " member forging another broker's traffic, docs/security.md), and SUBACKs that waited"
+        " cluster.subscribe_wait_ms for the overlay: all should stay at 0.",
     ),
 )
 

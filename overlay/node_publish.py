@@ -203,6 +203,11 @@ class PublishQueries(NodeBase):
         return None if task.finished else task
 
     def _on_done(self, sender: PeerId, msg: m.DONE) -> None:
+        entry = self.done_slots.get(msg.ack_id)
+        if entry is not None:
+            waiting = entry[0].waiting.get(entry[1])
+            if waiting is not None and waiting[1].dest[2] != sender:
+                return  # only the peer the delegation went to can report it done (ack ids are guessable)
         task = self._close_slot(msg.ack_id)
         if task is not None:
             self._task_progress(task)
@@ -306,6 +311,9 @@ class PublishQueries(NodeBase):
         self._multicast_unsub(vnode, msg.sender, msg.topic, msg.lo, msg.hi, detour)
 
     def _on_ack(self, sender: PeerId, msg: m.ACK) -> None:
+        entry = self.outstanding.get(msg.ack_id)
+        if entry is not None and entry[1].dest[2] != sender:
+            return  # only the peer the message went to acknowledges it
         self.outstanding.pop(msg.ack_id, None)
 
     # ===================================================================== per-hop ACK

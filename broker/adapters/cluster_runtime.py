@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from broker.adapters.class_snapshots import ClassSnapshotPublisher
 from broker.adapters.cluster_store import SqliteClusterStore
+from broker.adapters.origin_keys import origin_checks_for
 from broker.cluster.engine import ClusterEngine
 from broker.metrics import ClusterCollector
 
@@ -45,6 +46,8 @@ class ClusterRuntime:
         self.engine = ClusterEngine(
             config.cluster, scheduler, rng=random.Random(int.from_bytes(os.urandom(8), "big"))
         )
+        # origin proofs (docs/security.md): signed with and checked against the cluster TLS files
+        self.engine.origin_checks = origin_checks_for(config.cluster)
         self._transport_factory = transport_factory
         self.transport: Any = None
         self.http_port = 0  # announced to peers in Hello; see announce_http_port

@@ -7,7 +7,7 @@ included), durable with the retained rows they stamp; and the catch-ups of sessi
 with the messages held for them (``broker.cluster.catch_up_state``), in the transaction of the
 deliveries and receive positions they go with (a crash mid catch-up loses nothing); and the
 epoch of this broker's announcements of interest (``broker.cluster.interest_table``), one more at
-each start.
+each start; and the origin proof of each retained version (``broker.cluster.origin_proof``).
 
 Its tables live in the same database and join the same group-commit transaction as the broker's
 own rows, so a message is in the send log by the time its publisher's PUBACK leaves (the PUBACK
@@ -52,6 +52,9 @@ CREATE TABLE IF NOT EXISTS cluster_pending_claims (
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS cluster_retained_versions (
     topic TEXT NOT NULL PRIMARY KEY, version_ms INTEGER NOT NULL, origin TEXT NOT NULL
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS cluster_retained_proofs (
+    topic TEXT NOT NULL PRIMARY KEY, proof BLOB NOT NULL
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS cluster_catch_ups (
     client_id TEXT NOT NULL PRIMARY KEY, catch_ups TEXT NOT NULL
@@ -202,6 +205,21 @@ class SqliteClusterStore:
             "SELECT topic, version_ms, origin FROM cluster_retained_versions ORDER BY topic"
         ).fetchall()
         return [(topic, version_ms, origin) for topic, version_ms, origin in rows]
+
+    def set_retained_proof(self, topic: str, proof: bytes | None) -> None:
+        """The origin proof of the topic's version (``broker.cluster.origin_proof``), in the
+        transaction of that version: a copy for another broker relays it unchanged."""
+        self._store.begin()
+        if proof is None:
+            self._store.db.execute("DELETE FROM cluster_retained_proofs WHERE topic = ?", (topic,))
+        else:
+            self._store.db.execute(
+                "INSERT OR REPLACE INTO cluster_retained_proofs (topic, proof) VALUES (?, ?)", (topic, proof)
+            )
+
+    def load_retained_proofs(self) -> dict[str, bytes]:
+        rows = self._store.db.execute("SELECT topic, proof FROM cluster_retained_proofs").fetchall()
+        return {topic: bytes(proof) for topic, proof in rows}
 
     # ------------------------------------------------------------------ moved sessions' catch-ups
     def set_catch_ups(self, client_id: str, rows: list[CatchUpRow]) -> None:

@@ -65,6 +65,7 @@ from broker.cluster.messages import (
     SessionClaim,
     StreamPosition,
 )
+from broker.cluster.origin_checks import OriginChecks, Refusal
 from broker.cluster.overlay_figures import OverlayFigures, peer_suspicion, published_classes, routing_entries
 from broker.cluster.replies import ReplyHold
 from broker.cluster.retained_sync import CopyRequest, RetainedSync
@@ -212,6 +213,10 @@ class ClusterEngine(StreamsMixin):
         self._next_interest: float | None = None
         self._next_catch_up: float | None = None
         self._heard_from: set[str] = set()  # peers this incarnation has heard from
+        # peers that left gracefully (their ``ClassInterest.leaving``): nothing is sent to them -
+        # no dial to a departed address - until they talk to us again; they stay in
+        # ``_down_peers`` meanwhile, so the send log keeps what they miss (a rolling restart)
+        self._departed: set[str] = set()
         # (peer, PING nonce or PUB ack id) -> when sent, for skipmq_cluster_peer_rtt_seconds
         self._round_trips: dict[tuple[str, int], float] = {}
         # peer -> {request id: when} of our RetainedSyncRequests (a reply must answer one)
@@ -241,6 +246,10 @@ class ClusterEngine(StreamsMixin):
         self._outbox_armed = False
         self._batch_parts: dict[int, list[int]] = {}
         self._route_memos: dict[str, tuple[Any, dict[str, list[Any]]]] | None = None
+        # origin proofs (docs/security.md): what we originate is signed, what others originated is
+        # checked; set by the runtime before ``start`` (None: off, e.g. with cluster.insecure)
+        self.origin_checks: OriginChecks | None = None
+        self._receiving_from = ""  # the peer whose item is being handled (who relayed a payload)
 
     # ================================================================== lifecycle
     def bind(
@@ -267,6 +276,8 @@ class ClusterEngine(StreamsMixin):
         )
         self.sender.confirm_seconds = self.stats.publish_confirm_seconds
         self.receiver.budget = self._room_for  # the flow condition of catch-up (stream_receiver)
+        if self.origin_checks is not None:
+            self.origin_checks.stats = self.stats  # (its counters are the engine's)
         self.receiver.set_causal(peer_id, self.interest.subscribes, cluster.causal_wait_ms / 1000.0)
         seed = self.rng.getrandbits(64)
         self.node = OverlayNode(peer_id, rng=random.Random(seed), config=overlay_config_for(self.cluster))
@@ -320,7 +331,9 @@ class ClusterEngine(StreamsMixin):
         self._next_interest = self._now() + self.retransmit_s * INTEREST_REFRESH_RETRANSMITS
         retained_sync = self.retained_sync
         retained_sync.restore(
-            self.store.load_retained_versions(), [m.topic for m in self.broker.retained_messages()]
+            self.store.load_retained_versions(),
+            [m.topic for m in self.broker.retained_messages()],
+            self.store.load_retained_proofs(),
         )
         self._persist_retained_versions()
         others = [peer for peer in contacts if peer != self.peer_id]
@@ -339,6 +352,10 @@ class ClusterEngine(StreamsMixin):
             self._handle(api.Shutdown())
         except Exception:
             log.exception("cluster: overlay shutdown failed")
+        if self.transport is not None:  # (after the overlay's LEAVEs: the last thing they get)
+            # the others stop contacting us until we talk again
+            for peer in sorted(self.transport.connected_peers()):
+                self._send_envelope(peer, "", 0, ClassInterest((), leaving=True))
         self.stopped = True
         if self._timer is not None:
             self._timer.cancel()
@@ -358,7 +375,11 @@ class ClusterEngine(StreamsMixin):
         node = self.node
         if node is None or (self.stopped and not isinstance(event, api.Shutdown)):
             return
-        if self._quiet and type(event) is not api.Publish:
+        if type(event) is api.Publish:
+            checks = self.origin_checks
+            if checks is not None:  # our publication carries our origin proof
+                event = api.Publish(event.topic, checks.sign_payload(event.payload), event.publication_id)
+        elif self._quiet:
             # a publication only sends (its own subscriber learns nothing new); anything else may
             # make another broker's subscriber known
             self._quiet.clear()
@@ -447,6 +468,8 @@ class ClusterEngine(StreamsMixin):
 
     def _transmit(self, dest: str, item: object) -> None:
         assert self.transport is not None
+        if self._departed and dest in self._departed:
+            return  # it left the cluster: no dial until it talks to us again
         try:
             self.transport.send(dest, item)
         except (ValueError, RuntimeError) as exc:  # WireError is a ValueError
@@ -564,6 +587,7 @@ class ClusterEngine(StreamsMixin):
         if self.stopped:
             return
         if sender not in self._heard_from or sender in self._down_peers:
+            self._departed.discard(sender)
             self._heard_from.add(sender)
             self._peer_back(sender)
         kind = type(item)
@@ -573,14 +597,16 @@ class ClusterEngine(StreamsMixin):
                 self._round_trip_answered(sender, item.ack_id)  # type: ignore[attr-defined]
         elif kind is PONG:
             self._round_trip_answered(sender, item.nonce)  # type: ignore[attr-defined]
+        self._receiving_from = sender
         try:
             if isinstance(item, Envelope):
                 problem = envelope_problem(sender, self.peer_id, item)
                 if problem is None and isinstance(item.body, RetainedSyncReply):
                     problem = self._unasked_retained_reply(sender, item.body.request_id)
+                checks = self.origin_checks
                 if problem is not None:
                     self._reject(sender, item.body, problem)
-                else:
+                elif checks is None or not self._origin_refused(checks.check_envelope(item, self._wall_s())):
                     self._on_envelope(item)
             else:
                 self._handle(api.Receive(sender, item))
@@ -617,6 +643,21 @@ class ClusterEngine(StreamsMixin):
                 queued, limit = depth
                 room = min(room, max(1, limit // 2) - queued)
         return room
+
+    def _peer_left(self, peer: str) -> None:
+        """``peer`` stops gracefully (its announcement ``leaving``): absent, as if down - the send
+        log keeps what it misses, its claims are not waited for - but not contacted (no probes, no
+        resends, no dials to its address) until it talks to us again (``on_receive``)."""
+        if peer == self.peer_id:
+            return
+        self._departed.add(peer)
+        self._heard_from.discard(peer)
+        self._down_peers.setdefault(peer, self._now())
+        assert self.transport is not None and self.takeover is not None
+        self.transport.drop_queued(peer)
+        self._finish_claims(self.takeover.peer_down(peer))
+        self.announcer.forget(peer)
+        log.info("cluster_peer_left %s: not contacted until it talks again", peer)
 
     def _absent_since(self) -> float | None:
         """Since when some peer is reported down (the send log keeps what was sent since for it)."""
@@ -985,7 +1026,11 @@ class ClusterEngine(StreamsMixin):
     def _publish_retained(self, message: Message) -> None:
         assert self.retained_sync is not None
         wall_ms = int(self.scheduler.wall_time() * 1000)
-        self._publish_control(self.retained_sync.local_write(message, wall_ms))
+        update = self.retained_sync.local_write(message, wall_ms)
+        if self.origin_checks is not None:  # signed once, kept with the version for copies
+            update = self.origin_checks.sign_retained(update)
+            self.retained_sync.set_proof(message.topic, update.proof)
+        self._publish_control(update)
         self._persist_retained_versions()
 
     def _persist_retained_versions(self) -> None:
@@ -998,6 +1043,11 @@ class ClusterEngine(StreamsMixin):
             for topic, (version_ms, origin) in changed.items():
                 store.set_retained_version(topic, version_ms, origin)
             changed.clear()
+        proofs = self.retained_sync.changed_proofs
+        if proofs:
+            for topic, proof in proofs.items():
+                self.store.set_retained_proof(topic, proof.to_bytes() if proof is not None else None)
+            proofs.clear()
 
     def _publish_control(self, payload: object) -> None:
         self._publication_id += 1
@@ -1013,6 +1063,9 @@ class ClusterEngine(StreamsMixin):
         if problem is not None:
             self._reject(action.publisher, payload, problem)
             return
+        checks = self.origin_checks
+        if checks is not None and self._origin_refused(checks.check_payload(payload, self._wall_s())):
+            return  # (relayed here by ``_receiving_from``; a relay cannot make a proof)
         if isinstance(payload, ForwardedMessage):
             self._receive_forwarded(payload, int(action.hops))
         elif isinstance(payload, ForwardedBatch):
@@ -1038,6 +1091,8 @@ class ClusterEngine(StreamsMixin):
 
     def _apply_retained(self, update: RetainedUpdate) -> None:
         assert self.retained_sync is not None and self.broker is not None
+        if self.origin_checks is not None and update.proof is not None:
+            update = replace(update, proof=self.origin_checks.kept(update.proof))
         if not self.retained_sync.accept(update):
             return
         self.broker.set_retained(replace(update.message))
@@ -1238,6 +1293,45 @@ class ClusterEngine(StreamsMixin):
         self.stats.inbound_rejected += 1
         log.warning("cluster_message_rejected %s from %s: %s", type(body).__name__, sender, problem)
 
+    def _wall_s(self) -> float:
+        return self.scheduler.wall_time()
+
+    def _origin_refused(self, refusal: Refusal | None) -> bool:
+        """An item whose origin proof does not hold (``broker.cluster.origin_checks``): dropped,
+        counted and logged; True when refused."""
+        if refusal is None:
+            return False
+        self.stats.origin_proofs_rejected[refusal.kind] += 1
+        if self.broker is not None:
+            self.broker.log_event(
+                logging.WARNING,
+                "cluster_origin_proof_rejected",
+                kind=refusal.kind,
+                origin=refusal.origin,
+                sender=self._receiving_from,
+                reason=refusal.problem,
+            )
+        return True
+
+    def _prove_own_retained(self, reply: RetainedSyncReply) -> RetainedSyncReply:
+        """A copy's updates of our own origin without a proof under our current certificate (a
+        version restored from an older store, or signed before a certificate rotation) are signed
+        now, and that proof kept."""
+        checks = self.origin_checks
+        retained_sync = self.retained_sync
+        if checks is None or retained_sync is None:
+            return reply
+        current = checks.certificate()
+        updates = list(reply.updates)
+        for index, update in enumerate(updates):
+            proof = update.proof
+            if update.origin != self.peer_id or (proof is not None and proof.certificate == current):
+                continue
+            update = checks.sign_retained(update)
+            updates[index] = update
+            retained_sync.set_proof(update.message.topic, update.proof)
+        return replace(reply, updates=tuple(updates))
+
     def _unasked_retained_reply(self, sender: str, request_id: int) -> str | None:
         """A retained-store copy is taken only from a broker this one asked, with that request's
         id, in the last RETAINED_ASK_MEMORY_S: an unsolicited one would plant retained messages."""
@@ -1254,7 +1348,10 @@ class ClusterEngine(StreamsMixin):
                 asked.clear()
             asked[body.request_id] = self._now()
         self._commit()
-        self._send(dest, Envelope(self.peer_id, dest, "", to_client, ref, DEFAULT_ENVELOPE_TTL, body))
+        envelope = Envelope(self.peer_id, dest, "", to_client, ref, DEFAULT_ENVELOPE_TTL, body)
+        if self.origin_checks is not None:  # our directed messages carry our origin proof
+            envelope = self.origin_checks.sign_envelope(envelope)
+        self._send(dest, envelope)
 
     def _send_copy_request(self, request: CopyRequest | None) -> None:
         if request is not None:
@@ -1321,14 +1418,26 @@ class ClusterEngine(StreamsMixin):
             if body.digest is not None and not self.retained_sync.differs(body.digest):
                 return  # anti-entropy: the same retained versions on both sides
             for reply in self.retained_sync.copy_for(body.request_id, self.broker.retained_messages()):
-                self._send_envelope(envelope.orig, "", body.request_id, reply)
+                self._send_envelope(envelope.orig, "", body.request_id, self._prove_own_retained(reply))
             self._persist_retained_versions()
         elif isinstance(body, RetainedSyncReply):
+            checks = self.origin_checks
             for update in self.retained_sync.reply_received(body):
+                # each update is checked against its own origin (a copy relays other brokers'),
+                # when it would be applied
+                if (
+                    checks is not None
+                    and self.retained_sync.newer(update)
+                    and self._origin_refused(checks.check_retained(update, self._wall_s()))
+                ):
+                    continue
                 self._apply_retained(update)
         elif isinstance(body, SessionClaim):  # repeated to us after a partition or a restart
             self._on_claim(body)
         elif isinstance(body, ClassInterest):
+            if body.leaving:
+                self._peer_left(envelope.orig)
+                return
             if not body.subscribed and not body.unsubscribed and not body.full:
                 if envelope.ref:  # the acknowledgement of one of our announcements
                     self.announcer.acked(envelope.orig, envelope.ref)

@@ -25,6 +25,27 @@ DEFAULT_ENVELOPE_TTL = 8  # relays a directed message may take before it is drop
 
 
 @dataclass(frozen=True, slots=True)
+class OriginProof:
+    """What only the originating broker can give (``broker.cluster.origin_proof``): a signature
+    over an item's canonical bytes and the DER certificate whose key made it."""
+
+    signature: bytes
+    certificate: bytes
+
+    def to_bytes(self) -> bytes:
+        """For the store (a retained update's proof is kept with its version)."""
+        sig = self.signature
+        return len(sig).to_bytes(2, "big") + sig + self.certificate
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> OriginProof:
+        size = int.from_bytes(data[:2], "big")
+        if len(data) < 2 + size:
+            raise ValueError("truncated origin proof")
+        return cls(bytes(data[2 : 2 + size]), bytes(data[2 + size :]))
+
+
+@dataclass(frozen=True, slots=True)
 class StreamPosition:
     """A receiver's REQ (seed 004 §3.1) for one (origin, stream): the SEQ it expects next."""
 
@@ -95,6 +116,7 @@ class RetainedUpdate:
     origin: str
     version_ms: int
     message: Message
+    proof: OriginProof | None = None  # the origin's signature (relayed unchanged by copies)
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,6 +135,7 @@ class SessionClaim:
     # the session kept for it if the answering broker handed it over, else with "none" - never a
     # new hand-over (``broker.cluster.takeover``, "Recovering a session lost in flight")
     recover: bool = False
+    proof: OriginProof | None = None  # the claimant's signature (a claim travels the overlay)
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,6 +144,7 @@ class ForwardedBatch:
     overlay publication (issue #11): one PUB, ACK and DONE per hop for all of them."""
 
     messages: tuple[ForwardedMessage, ...]
+    proof: OriginProof | None = None  # the origin's one signature over all of them
 
 
 OverlayPayload = ForwardedMessage | ForwardedBatch | RetainedUpdate | SessionClaim
@@ -205,6 +229,9 @@ class ClassInterest:
     full: bool = False
     epoch: int = 0
     version: int = 0
+    # the sender leaves the cluster (a graceful stop): forget it, stop contacting it until it talks
+    # again (with ``full`` and nothing subscribed)
+    leaving: bool = False
 
 
 StreamBody = StreamAck | StreamRet | StreamResend
@@ -233,3 +260,4 @@ class Envelope:
     ref: int
     ttl: int
     body: DirectedBody
+    proof: OriginProof | None = None  # the sender's signature over the envelope and its body

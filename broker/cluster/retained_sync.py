@@ -22,6 +22,10 @@ holds - a write accepted here whose update was lost (a partition, then a crash) 
 to the others, and a deletion is still known. A retained message on disk without a version (a store
 from before versions were kept) gets the oldest possible one, ``(0, this peer)``.
 
+**Origin proofs** (``broker.cluster.origin_proof``): each version keeps the proof its update came
+with (``proofs``, durable with it), and a copy relays it with the update, so a broker that gets a
+copy checks each update against its own origin, not against the broker that sent the copy.
+
 Events in (a local write with the wall clock, an update, a copy request / reply, ``tick``);
 decisions, updates and directed messages out. No I/O.
 """
@@ -32,7 +36,7 @@ import hashlib
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from broker.cluster.messages import RetainedSyncReply, RetainedSyncRequest, RetainedUpdate
+from broker.cluster.messages import OriginProof, RetainedSyncReply, RetainedSyncRequest, RetainedUpdate
 from broker.core.session import Message
 
 RETAINED_SYNC_CHUNK = 256
@@ -62,6 +66,8 @@ class RetainedSync:
         self.versions: dict[str, Version] = {}
         self.digest = 0  # XOR of _version_hash over ``versions``
         self.changed: dict[str, Version] = {}  # versions to persist (the engine drains it)
+        self.proofs: dict[str, OriginProof] = {}  # topic -> the origin proof of its version
+        self.changed_proofs: dict[str, OriginProof | None] = {}  # proofs to persist (drained too)
         self._next_round: float | None = None
         self._round = 0
         self._contacts: list[str] = []
@@ -79,29 +85,58 @@ class RetainedSync:
         return RetainedUpdate(self.peer_id, wall_ms, message)
 
     def accept(self, update: RetainedUpdate) -> bool:
-        """Whether ``update`` is newer than anything seen for its topic (then it is applied)."""
-        topic = update.message.topic
-        version = (update.version_ms, update.origin)
-        current = self.versions.get(topic)
-        if current is not None and current >= version:
+        """Whether ``update`` is newer than anything seen for its topic (then it is applied, and
+        its proof kept with its version)."""
+        if not self.newer(update):
             return False
-        self._set_version(topic, version)
+        topic = update.message.topic
+        self._set_version(topic, (update.version_ms, update.origin))
+        self.set_proof(topic, update.proof)
         return True
+
+    def newer(self, update: RetainedUpdate) -> bool:
+        """``update`` is newer than anything seen for its topic (it would be applied)."""
+        current = self.versions.get(update.message.topic)
+        return current is None or current < (update.version_ms, update.origin)
+
+    def set_proof(self, topic: str, proof: OriginProof | None) -> None:
+        """The origin proof of ``topic``'s current version (a local write's, once signed)."""
+        if proof is None:
+            if self.proofs.pop(topic, None) is None:
+                return
+        else:
+            self.proofs[topic] = proof
+        self.changed_proofs[topic] = proof
 
     def _set_version(self, topic: str, version: Version) -> None:
         current = self.versions.get(topic)
         if current is not None:
             self.digest ^= _version_hash(topic, current)
+            if current != version:
+                self.set_proof(topic, None)  # (the old version's proof goes with it)
         self.versions[topic] = version
         self.digest ^= _version_hash(topic, version)
         self.changed[topic] = version
 
-    def restore(self, versions: Iterable[tuple[str, int, str]], held: Iterable[str]) -> None:
-        """The durable versions a previous incarnation left ((topic, ms, origin)), and the topics
-        whose retained message the store holds (one without a version gets ``(0, this peer)``)."""
+    def restore(
+        self,
+        versions: Iterable[tuple[str, int, str]],
+        held: Iterable[str],
+        proofs: dict[str, bytes] | None = None,
+    ) -> None:
+        """The durable versions a previous incarnation left ((topic, ms, origin)) and their origin
+        proofs, and the topics whose retained message the store holds (one without a version gets
+        ``(0, this peer)``)."""
         for topic, version_ms, origin in versions:
             self._set_version(topic, (version_ms, origin))
+        for topic, data in (proofs or {}).items():
+            if topic in self.versions:
+                try:
+                    self.proofs[topic] = OriginProof.from_bytes(data)
+                except ValueError:
+                    continue  # (not relayed: a receiver that requires proofs asks the origin)
         self.changed.clear()  # already durable
+        self.changed_proofs.clear()
         for topic in held:
             if topic not in self.versions:
                 self._set_version(topic, (0, self.peer_id))
@@ -143,11 +178,11 @@ class RetainedSync:
             if version is None:  # restored from disk without a version: the oldest possible
                 version = (0, self.peer_id)
                 self._set_version(message.topic, version)
-            updates.append(RetainedUpdate(version[1], version[0], message))
+            updates.append(RetainedUpdate(version[1], version[0], message, self.proofs.get(message.topic)))
         for topic, (version_ms, origin) in list(self.versions.items()):
             if topic not in held:
                 tombstone = Message(topic, b"", qos=0, retain=True, origin=origin)
-                updates.append(RetainedUpdate(origin, version_ms, tombstone))
+                updates.append(RetainedUpdate(origin, version_ms, tombstone, self.proofs.get(topic)))
         chunks = [updates[i : i + RETAINED_SYNC_CHUNK] for i in range(0, len(updates), RETAINED_SYNC_CHUNK)]
         last = max(0, len(chunks) - 1)
         return [

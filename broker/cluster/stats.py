@@ -65,6 +65,10 @@ class ClusterStats:
         self.claims_sent = 0
         self.claims_refused = 0  # claims of another user for a client id whose session is here
         self.inbound_rejected = 0  # cluster messages dropped as not valid from their sender
+        # origin proofs (broker.cluster.origin_checks): made, checked, and items refused by kind
+        self.origin_proofs_signed = 0
+        self.origin_proofs_verified = 0
+        self.origin_proofs_rejected: Counter[str] = Counter()
         self.sessions_handed_over = 0
         self.sessions_received = 0
         self.retained_updates_applied = 0

@@ -54,6 +54,10 @@ class ClusterStore(Protocol):
 
     def load_retained_versions(self) -> list[tuple[str, int, str]]: ...
 
+    def set_retained_proof(self, topic: str, proof: bytes | None) -> None: ...
+
+    def load_retained_proofs(self) -> dict[str, bytes]: ...
+
     def set_catch_ups(self, client_id: str, rows: list[CatchUpRow]) -> None: ...
 
     def load_catch_ups(self) -> list[tuple[str, list[CatchUpRow]]]: ...
@@ -79,6 +83,7 @@ class MemoryClusterStore:
         self.handed_over: dict[tuple[int, str], ClaimReply] = {}
         self.pending_claims: dict[int, SessionClaim] = {}
         self.retained_versions: dict[str, tuple[int, str]] = {}
+        self.retained_proofs: dict[str, bytes] = {}  # topic -> its version's origin proof
         self.catch_ups: dict[str, list[CatchUpRow]] = {}
         self.held: dict[tuple[str, str, str, int], ForwardedMessage] = {}
         self.interest_epoch = 0
@@ -136,6 +141,15 @@ class MemoryClusterStore:
 
     def load_retained_versions(self) -> list[tuple[str, int, str]]:
         return [(topic, ms, origin) for topic, (ms, origin) in sorted(self.retained_versions.items())]
+
+    def set_retained_proof(self, topic: str, proof: bytes | None) -> None:
+        if proof is None:
+            self.retained_proofs.pop(topic, None)
+        else:
+            self.retained_proofs[topic] = proof
+
+    def load_retained_proofs(self) -> dict[str, bytes]:
+        return dict(self.retained_proofs)
 
     def set_catch_ups(self, client_id: str, rows: list[CatchUpRow]) -> None:
         if rows:

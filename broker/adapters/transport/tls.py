@@ -163,24 +163,42 @@ def _write_private(path: Path, data: bytes) -> None:
         out.write(data)
 
 
+def _check_days(days: int) -> None:
+    if days < 1:
+        raise ValueError(f"validity must be at least 1 day, got {days} (--days)")
+
+
 def make_ca(
     directory: str | Path, *, name: str = "SkipMQ cluster CA", days: int = _CA_DAYS
 ) -> tuple[Path, Path]:
     """A new cluster CA: ``ca.pem`` and ``ca.key`` (mode 0600) in ``directory``; refuses to
-    overwrite an existing CA. Returns (certificate, key) paths."""
+    overwrite an existing CA. Returns (certificate, key) paths.
+
+    Every CA gets a name of its own - ``name``, the day it was made and a random serial in its
+    subject (CN and serialNumber) - and a subject key identifier, which the certificates it issues
+    name as their authority key identifier: with a bundle [old CA, new CA] during a rotation, a
+    verifier (OpenSSL, gRPC, origin proofs) finds each certificate's own CA, not the first one of
+    the same name."""
     from cryptography import x509
     from cryptography.hazmat.primitives import hashes, serialization
     from cryptography.hazmat.primitives.asymmetric import ec
     from cryptography.x509.oid import NameOID
 
+    _check_days(days)
     out = Path(directory)
     out.mkdir(parents=True, exist_ok=True)
     cert_path, key_path = out / "ca.pem", out / "ca.key"
     if cert_path.exists() or key_path.exists():
         raise FileExistsError(f"{cert_path} or {key_path} exists; not overwriting a CA")
     key = ec.generate_private_key(ec.SECP256R1())
-    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
     now = _now()
+    unique = f"{x509.random_serial_number():x}"[:16]
+    subject = x509.Name(
+        [
+            x509.NameAttribute(NameOID.COMMON_NAME, f"{name} {now:%Y-%m-%d} {unique[:8]}"),
+            x509.NameAttribute(NameOID.SERIAL_NUMBER, unique),
+        ]
+    )
     cert = (
         x509.CertificateBuilder()
         .subject_name(subject)
@@ -240,6 +258,7 @@ def issue_broker_cert(
     from cryptography.hazmat.primitives.asymmetric import ec
     from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+    _check_days(days)
     host, _port = split_peer_id(peer_id)
     ca_path = Path(ca_dir)
     ca_cert = x509.load_pem_x509_certificate((ca_path / "ca.pem").read_bytes())
@@ -252,6 +271,11 @@ def issue_broker_cert(
         host_name: x509.GeneralName = x509.IPAddress(ipaddress.ip_address(host))
     except ValueError:
         host_name = x509.DNSName(host)
+    try:  # the CA's own key identifier (a CA made elsewhere may have none: computed from its key)
+        ski = ca_cert.extensions.get_extension_for_class(x509.SubjectKeyIdentifier).value
+        authority = x509.AuthorityKeyIdentifier.from_issuer_subject_key_identifier(ski)
+    except x509.ExtensionNotFound:
+        authority = x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_cert.public_key())  # type: ignore[arg-type]
     now = _now()
     cert = (
         x509.CertificateBuilder()
@@ -270,6 +294,8 @@ def issue_broker_cert(
             x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]),
             critical=False,
         )
+        .add_extension(authority, critical=False)
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
         .sign(ca_key, hashes.SHA256())  # type: ignore[arg-type]
     )
     cert_path, key_path = out / f"{stem}.pem", out / f"{stem}.key"

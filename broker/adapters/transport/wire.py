@@ -38,6 +38,7 @@ from broker.cluster.messages import (
     Envelope,
     ForwardedBatch,
     ForwardedMessage,
+    OriginProof,
     RetainedSyncReply,
     RetainedSyncRequest,
     RetainedUpdate,
@@ -385,17 +386,34 @@ def mqtt_message_from_proto(src: Any, where: str = "message") -> Message:
     )
 
 
+def _proof_to_proto(proof: OriginProof | None, out: Any, where: str) -> None:
+    """An origin proof (broker/cluster/origin_proof.py) into the ``proof`` field of ``out``."""
+    if proof is None:
+        return
+    if not isinstance(proof, OriginProof):
+        raise WireError(f"{where}.proof: expected OriginProof, got {type(proof).__name__}")
+    _set(out.proof, "signature", proof.signature, f"{where}.proof")
+    _set(out.proof, "certificate", proof.certificate, f"{where}.proof")
+
+
+def _proof_from_proto(src: Any) -> OriginProof | None:
+    if not src.HasField("proof"):
+        return None
+    return OriginProof(src.proof.signature, src.proof.certificate)
+
+
 def _retained_to_proto(update: RetainedUpdate, out: Any, where: str) -> None:
     if not isinstance(update, RetainedUpdate):
         raise WireError(f"{where}: expected RetainedUpdate, got {type(update).__name__}")
     _set(out, "origin", update.origin, where)
     _set(out, "version_ms", _check_int(update.version_ms, f"{where}.version_ms"), where)
     mqtt_message_to_proto(update.message, out.message, f"{where}.message")
+    _proof_to_proto(update.proof, out, where)
 
 
 def _retained_from_proto(src: Any, where: str) -> RetainedUpdate:
     message = mqtt_message_from_proto(_require(src, "message", f"{where}.message"), f"{where}.message")
-    return RetainedUpdate(src.origin, src.version_ms, message)
+    return RetainedUpdate(src.origin, src.version_ms, message, _proof_from_proto(src))
 
 
 def _claim_to_proto(claim: SessionClaim, out: Any, where: str) -> None:
@@ -408,11 +426,20 @@ def _claim_to_proto(claim: SessionClaim, out: Any, where: str) -> None:
         _set(out, "username", claim.username, where)
     if claim.recover:
         _set(out, "recover", True, where)
+    _proof_to_proto(claim.proof, out, where)
 
 
 def _claim_from_proto(body: Any) -> SessionClaim:
     username = body.username if body.HasField("username") else None
-    return SessionClaim(body.origin, body.client_id, body.claim_id, body.clean_start, username, body.recover)
+    return SessionClaim(
+        body.origin,
+        body.client_id,
+        body.claim_id,
+        body.clean_start,
+        username,
+        body.recover,
+        _proof_from_proto(body),
+    )
 
 
 def _forwarded_to_proto(forwarded: ForwardedMessage, out: Any, where: str) -> None:
@@ -656,6 +683,7 @@ def envelope_to_proto(envelope: Envelope, out: Any | None = None, where: str = "
         _set(out, name, getattr(envelope, name), where)
     _set(out, "ref", _check_int(envelope.ref, f"{where}.ref"), where)
     _set(out, "ttl", _check_int(envelope.ttl, f"{where}.ttl"), where)
+    _proof_to_proto(envelope.proof, out, where)
     body = envelope.body
     if isinstance(body, ClaimReply):
         reply = out.claim_reply
@@ -712,6 +740,8 @@ def envelope_to_proto(envelope: Envelope, out: Any | None = None, where: str = "
             _check_int(body.version, f"{where}.ClassInterest.version"),
             f"{where}.ClassInterest",
         )
+        if body.leaving:
+            interest.leaving = True
     elif not _stream_body_to_proto(body, out, where):
         raise WireError(
             f"{where}.body: must be ClaimReply, RetainedSyncRequest, RetainedSyncReply, StreamAck, "
@@ -757,6 +787,7 @@ def envelope_from_proto(src: Any, where: str = "envelope") -> Envelope:
             interest.full,
             interest.epoch,
             interest.version,
+            interest.leaving,
         )
     elif case == "session_claim":
         body = _claim_from_proto(src.session_claim)
@@ -764,7 +795,9 @@ def envelope_from_proto(src: Any, where: str = "envelope") -> Envelope:
         body = _stream_body_from_proto(src, case, where)
     else:
         raise WireError(f"{where}: Envelope without a body (unknown to this schema version?)")
-    return Envelope(src.orig, src.dest, src.from_client, src.to_client, src.ref, src.ttl, body)
+    return Envelope(
+        src.orig, src.dest, src.from_client, src.to_client, src.ref, src.ttl, body, _proof_from_proto(src)
+    )
 
 
 # ---------------------------------------------------------------------------- items and frames
@@ -926,6 +959,7 @@ _ENCODED_FORWARDED_LIMIT = 512  # >= a batch (broker.cluster.streams.BATCH_MAX_M
 _BATCH_MESSAGES_TAG = bytes(((1 << 3) | 2,))  # ForwardedBatch.messages: field 1, length-delimited
 _ENCODED_BATCH: dict[int, tuple[ForwardedBatch, bytes]] = {}  # as _ENCODED_FORWARDED, per batch
 _ENCODED_BATCH_LIMIT = 8
+_BATCH_PROOF_NUMBER = pb.ForwardedBatch.DESCRIPTOR.fields_by_name["proof"].number
 
 
 def _encoded_forwarded(forwarded: ForwardedMessage, where: str) -> bytes:
@@ -966,6 +1000,13 @@ def _encoded_batch(batch: ForwardedBatch, where: str) -> bytes:
             data = fast if fast is not None else _encoded_forwarded(forwarded, f"{where}.messages[{index}]")
         size = len(data)
         parts += (tag, small[size] if size < 128 else _varint(size), data)
+    proof = batch.proof
+    if proof is not None:  # the origin's signature over the batch (broker/cluster/origin_proof.py)
+        if not isinstance(proof, OriginProof):
+            raise WireError(f"{where}.proof: expected OriginProof, got {type(proof).__name__}")
+        # (OriginProof: 1 signature, 2 certificate)
+        fields = _length_delimited(1, bytes(proof.signature)) + _length_delimited(2, bytes(proof.certificate))
+        parts.append(_length_delimited(_BATCH_PROOF_NUMBER, fields))
     encoded = b"".join(parts)
     if len(_ENCODED_BATCH) >= _ENCODED_BATCH_LIMIT:
         del _ENCODED_BATCH[next(iter(_ENCODED_BATCH))]
@@ -978,7 +1019,9 @@ def _batch_from_proto(src: Any, where: str) -> ForwardedBatch:
     if not messages:
         raise WireError(f"{where}: an empty ForwardedBatch")
     try:
-        return ForwardedBatch(tuple(_forwarded_from_proto(item, where) for item in messages))
+        return ForwardedBatch(
+            tuple(_forwarded_from_proto(item, where) for item in messages), _proof_from_proto(src)
+        )
     except WireError:  # again, naming the message at fault
         for index, item in enumerate(messages):
             _forwarded_from_proto(item, f"{where}.messages[{index}]")

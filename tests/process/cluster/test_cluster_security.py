@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import socket
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +34,8 @@ from broker.cluster.messages import (
     RetainedSyncRequest,
     RetainedUpdate,
 )
+from broker.cluster.origin_checks import OriginChecks
+from broker.cluster.origin_proof import Signer, Verifier
 from broker.core.session import Message, OutEntry, SessionSnapshot
 from tests.support.cluster import (
     ClientFactory,
@@ -200,6 +203,12 @@ def test_forged_cluster_messages_are_rejected(
         Envelope(own_id, f"{HOST}:{listener.port}", "", "", 0, 4, RetainedSyncRequest(9)),
     ]
 
+    # a certified member signs what it sends with its own key (its origin proof holds): these are
+    # refused for what they say, not for a missing proof
+    signer = Signer.from_pem(Path(tls.files.cert_file).read_bytes(), Path(tls.files.key_file).read_bytes())
+    verifier = Verifier(Path(tls.files.ca_file).read_bytes())
+    checks = OriginChecks("required", lambda: signer, lambda: verifier)
+
     async def send_all() -> None:
         transport = GrpcTransport(
             advertise_host=HOST, on_receive=lambda *_: None, on_peer_down=lambda *_: None, tls=tls
@@ -207,7 +216,7 @@ def test_forged_cluster_messages_are_rejected(
         await transport.start(HOST, port)
         try:
             for envelope in forged:
-                transport.send(dest, envelope)
+                transport.send(dest, checks.sign_envelope(envelope))
             async with asyncio.timeout(10.0):
                 while transport.queued(dest) or dest not in transport.connected_peers():
                     await asyncio.sleep(0.05)
@@ -370,3 +379,33 @@ def test_mutated_items_close_at_most_their_own_stream(
     # nothing valid were skipped, and some decoded ones were rejected by the inbound validation
     assert "malformed frame from" in log and "skipping a malformed item" in log
     assert "cluster_message_rejected" in log
+
+
+def test_brokers_stop_dialing_a_broker_that_left_gracefully(cluster_factory: ClusterFactory) -> None:
+    """SIGTERM: the leaving broker tells its peers (``ClassInterest.leaving``, with its origin
+    proof); they keep what it misses in their send logs (it may be restarting) but stop probing,
+    resending to and dialing its address until it talks to them again. A broker that comes back
+    is taken back (its first message) and linked again."""
+    cluster = cluster_factory(3)
+    departed = cluster.brokers[2].peer_id
+    assert cluster.stop_broker(2) == 0
+
+    def dials() -> int:
+        return sum(cluster.brokers[i].log_text().count(f"dial to {departed}") for i in (0, 1))
+
+    wait_until(
+        lambda: "cluster_peer_left" in cluster.brokers[0].log_text(), 10.0, what="broker 0 saw it leave"
+    )
+    time.sleep(1.0)  # (a dial already under way when the announcement came may still fail)
+    before = dials()
+    time.sleep(5.0)  # more than two probe periods (2 x cluster.retransmit_ms) and resend periods
+    assert dials() == before, f"{dials() - before} dials to {departed} after it left"
+    cluster.restart_broker(2)
+    wait_until(
+        lambda: (
+            departed in cluster.cluster_state(0)["connected_peers"]
+            and departed in cluster.cluster_state(1)["connected_peers"]
+        ),
+        30.0,
+        what="the restarted broker linked again",
+    )

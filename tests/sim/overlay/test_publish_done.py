@@ -324,3 +324,24 @@ def test_simulated_complete_publishes_were_delivered_everywhere_first() -> None:
     after_repair = [outcome[i] for i in range(repaired_from + 1, publication + 1)]
     assert sum(before_crash) >= 5 and sum(after_repair) >= 5, outcome  # seen: 8 and 8 of 10
     assert sim.stats.sent_by_kind["DONE"] > 0 and sim.stats.lost > 100
+
+
+def test_a_done_or_ack_from_a_peer_the_delegation_did_not_go_to_is_ignored() -> None:
+    """Ack ids are small counters: a member that guesses one must not complete (DONE) or settle
+    (ACK) a delegation sent to another peer - a forged DONE would let the publisher's broker free
+    its send log before the subscriber had the message (docs/security.md, trust boundary)."""
+    cluster = Cluster(4, done_config())
+    cluster.bootstrap_all()
+    joined(cluster, [(0, "t", PUB_ROLE), (1, "t", SUB_ROLE), (2, "t", SUB_ROLE)])
+    cluster.event(0, Publish("t", b"x", 1))
+    pubs = cluster.pending("PUB")
+    assert len(pubs) == 2
+    target = pubs[0][1]
+    # peer 3 (no subscriber, not a destination) answers the delegation sent to peer 1 or 2
+    cluster.event(0, Receive(3, m.ACK(target.message.ack_id)))
+    assert target.message.ack_id in cluster.nodes[0].outstanding
+    cluster.event(0, Receive(3, m.DONE(target.message.ack_id)))
+    cluster.event(0, Receive(3, m.DONE(pubs[1][1].message.ack_id)))
+    assert outcomes(cluster, 1) == []  # not completed by the forgeries
+    cluster.drain()
+    assert outcomes(cluster, 1) == [(0, True)]  # the real subscribers still complete it

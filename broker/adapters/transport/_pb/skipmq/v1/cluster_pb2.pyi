@@ -303,10 +303,20 @@ class ForwardedMessage(_message.Message):
     def __init__(self, origin: _Optional[str] = ..., stream: _Optional[str] = ..., seq: _Optional[int] = ..., message: _Optional[_Union[MqttMessage, _Mapping]] = ..., low: _Optional[int] = ..., deps: _Optional[_Iterable[_Union[StreamPosition, _Mapping]]] = ..., copies: _Optional[_Iterable[_Union[StreamCopy, _Mapping]]] = ...) -> None: ...
 
 class ForwardedBatch(_message.Message):
-    __slots__ = ("messages",)
+    __slots__ = ("messages", "proof")
     MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    PROOF_FIELD_NUMBER: _ClassVar[int]
     messages: _containers.RepeatedCompositeFieldContainer[ForwardedMessage]
-    def __init__(self, messages: _Optional[_Iterable[_Union[ForwardedMessage, _Mapping]]] = ...) -> None: ...
+    proof: OriginProof
+    def __init__(self, messages: _Optional[_Iterable[_Union[ForwardedMessage, _Mapping]]] = ..., proof: _Optional[_Union[OriginProof, _Mapping]] = ...) -> None: ...
+
+class OriginProof(_message.Message):
+    __slots__ = ("signature", "certificate")
+    SIGNATURE_FIELD_NUMBER: _ClassVar[int]
+    CERTIFICATE_FIELD_NUMBER: _ClassVar[int]
+    signature: bytes
+    certificate: bytes
+    def __init__(self, signature: _Optional[bytes] = ..., certificate: _Optional[bytes] = ...) -> None: ...
 
 class StreamCopy(_message.Message):
     __slots__ = ("stream", "seq")
@@ -317,30 +327,34 @@ class StreamCopy(_message.Message):
     def __init__(self, stream: _Optional[str] = ..., seq: _Optional[int] = ...) -> None: ...
 
 class RetainedUpdate(_message.Message):
-    __slots__ = ("origin", "version_ms", "message")
+    __slots__ = ("origin", "version_ms", "message", "proof")
     ORIGIN_FIELD_NUMBER: _ClassVar[int]
     VERSION_MS_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    PROOF_FIELD_NUMBER: _ClassVar[int]
     origin: str
     version_ms: int
     message: MqttMessage
-    def __init__(self, origin: _Optional[str] = ..., version_ms: _Optional[int] = ..., message: _Optional[_Union[MqttMessage, _Mapping]] = ...) -> None: ...
+    proof: OriginProof
+    def __init__(self, origin: _Optional[str] = ..., version_ms: _Optional[int] = ..., message: _Optional[_Union[MqttMessage, _Mapping]] = ..., proof: _Optional[_Union[OriginProof, _Mapping]] = ...) -> None: ...
 
 class SessionClaim(_message.Message):
-    __slots__ = ("origin", "client_id", "claim_id", "clean_start", "username", "recover")
+    __slots__ = ("origin", "client_id", "claim_id", "clean_start", "username", "recover", "proof")
     ORIGIN_FIELD_NUMBER: _ClassVar[int]
     CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
     CLAIM_ID_FIELD_NUMBER: _ClassVar[int]
     CLEAN_START_FIELD_NUMBER: _ClassVar[int]
     USERNAME_FIELD_NUMBER: _ClassVar[int]
     RECOVER_FIELD_NUMBER: _ClassVar[int]
+    PROOF_FIELD_NUMBER: _ClassVar[int]
     origin: str
     client_id: str
     claim_id: int
     clean_start: bool
     username: str
     recover: bool
-    def __init__(self, origin: _Optional[str] = ..., client_id: _Optional[str] = ..., claim_id: _Optional[int] = ..., clean_start: _Optional[bool] = ..., username: _Optional[str] = ..., recover: _Optional[bool] = ...) -> None: ...
+    proof: OriginProof
+    def __init__(self, origin: _Optional[str] = ..., client_id: _Optional[str] = ..., claim_id: _Optional[int] = ..., clean_start: _Optional[bool] = ..., username: _Optional[str] = ..., recover: _Optional[bool] = ..., proof: _Optional[_Union[OriginProof, _Mapping]] = ...) -> None: ...
 
 class OverlayPayload(_message.Message):
     __slots__ = ("forwarded", "retained", "session_claim", "forwarded_batch")
@@ -457,13 +471,14 @@ class RetainedSyncReply(_message.Message):
     def __init__(self, request_id: _Optional[int] = ..., updates: _Optional[_Iterable[_Union[RetainedUpdate, _Mapping]]] = ..., last: _Optional[bool] = ...) -> None: ...
 
 class Envelope(_message.Message):
-    __slots__ = ("orig", "dest", "from_client", "to_client", "ref", "ttl", "claim_reply", "retained_sync_request", "retained_sync_reply", "stream_ack", "stream_ret", "stream_resend", "session_claim", "class_interest")
+    __slots__ = ("orig", "dest", "from_client", "to_client", "ref", "ttl", "proof", "claim_reply", "retained_sync_request", "retained_sync_reply", "stream_ack", "stream_ret", "stream_resend", "session_claim", "class_interest")
     ORIG_FIELD_NUMBER: _ClassVar[int]
     DEST_FIELD_NUMBER: _ClassVar[int]
     FROM_CLIENT_FIELD_NUMBER: _ClassVar[int]
     TO_CLIENT_FIELD_NUMBER: _ClassVar[int]
     REF_FIELD_NUMBER: _ClassVar[int]
     TTL_FIELD_NUMBER: _ClassVar[int]
+    PROOF_FIELD_NUMBER: _ClassVar[int]
     CLAIM_REPLY_FIELD_NUMBER: _ClassVar[int]
     RETAINED_SYNC_REQUEST_FIELD_NUMBER: _ClassVar[int]
     RETAINED_SYNC_REPLY_FIELD_NUMBER: _ClassVar[int]
@@ -478,6 +493,7 @@ class Envelope(_message.Message):
     to_client: str
     ref: int
     ttl: int
+    proof: OriginProof
     claim_reply: ClaimReply
     retained_sync_request: RetainedSyncRequest
     retained_sync_reply: RetainedSyncReply
@@ -486,21 +502,23 @@ class Envelope(_message.Message):
     stream_resend: StreamResend
     session_claim: SessionClaim
     class_interest: ClassInterest
-    def __init__(self, orig: _Optional[str] = ..., dest: _Optional[str] = ..., from_client: _Optional[str] = ..., to_client: _Optional[str] = ..., ref: _Optional[int] = ..., ttl: _Optional[int] = ..., claim_reply: _Optional[_Union[ClaimReply, _Mapping]] = ..., retained_sync_request: _Optional[_Union[RetainedSyncRequest, _Mapping]] = ..., retained_sync_reply: _Optional[_Union[RetainedSyncReply, _Mapping]] = ..., stream_ack: _Optional[_Union[StreamAck, _Mapping]] = ..., stream_ret: _Optional[_Union[StreamRet, _Mapping]] = ..., stream_resend: _Optional[_Union[StreamResend, _Mapping]] = ..., session_claim: _Optional[_Union[SessionClaim, _Mapping]] = ..., class_interest: _Optional[_Union[ClassInterest, _Mapping]] = ...) -> None: ...
+    def __init__(self, orig: _Optional[str] = ..., dest: _Optional[str] = ..., from_client: _Optional[str] = ..., to_client: _Optional[str] = ..., ref: _Optional[int] = ..., ttl: _Optional[int] = ..., proof: _Optional[_Union[OriginProof, _Mapping]] = ..., claim_reply: _Optional[_Union[ClaimReply, _Mapping]] = ..., retained_sync_request: _Optional[_Union[RetainedSyncRequest, _Mapping]] = ..., retained_sync_reply: _Optional[_Union[RetainedSyncReply, _Mapping]] = ..., stream_ack: _Optional[_Union[StreamAck, _Mapping]] = ..., stream_ret: _Optional[_Union[StreamRet, _Mapping]] = ..., stream_resend: _Optional[_Union[StreamResend, _Mapping]] = ..., session_claim: _Optional[_Union[SessionClaim, _Mapping]] = ..., class_interest: _Optional[_Union[ClassInterest, _Mapping]] = ...) -> None: ...
 
 class ClassInterest(_message.Message):
-    __slots__ = ("subscribed", "unsubscribed", "full", "epoch", "version")
+    __slots__ = ("subscribed", "unsubscribed", "full", "epoch", "version", "leaving")
     SUBSCRIBED_FIELD_NUMBER: _ClassVar[int]
     UNSUBSCRIBED_FIELD_NUMBER: _ClassVar[int]
     FULL_FIELD_NUMBER: _ClassVar[int]
     EPOCH_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
+    LEAVING_FIELD_NUMBER: _ClassVar[int]
     subscribed: _containers.RepeatedScalarFieldContainer[str]
     unsubscribed: _containers.RepeatedScalarFieldContainer[str]
     full: bool
     epoch: int
     version: int
-    def __init__(self, subscribed: _Optional[_Iterable[str]] = ..., unsubscribed: _Optional[_Iterable[str]] = ..., full: _Optional[bool] = ..., epoch: _Optional[int] = ..., version: _Optional[int] = ...) -> None: ...
+    leaving: bool
+    def __init__(self, subscribed: _Optional[_Iterable[str]] = ..., unsubscribed: _Optional[_Iterable[str]] = ..., full: _Optional[bool] = ..., epoch: _Optional[int] = ..., version: _Optional[int] = ..., leaving: _Optional[bool] = ...) -> None: ...
 
 class StreamPosition(_message.Message):
     __slots__ = ("origin", "stream", "next_seq")
