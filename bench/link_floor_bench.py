@@ -12,6 +12,13 @@ clock for both processes on Linux). The links, interleaved within each round:
   grpcio's C core with its own threads, nothing of SkipMQ;
 * ``grpclib`` / ``grpclib+uvloop``: the same bare stream with grpclib (gRPC in Python over the
   ``h2`` HTTP/2 state machine, on the event loop's own thread);
+* ``h2+uvloop``: the smallest gRPC stream of our own on the ``h2`` library (the HTTP/2 state
+  machine grpclib uses) on uvloop: a message is taken from ``data_received`` itself, no queue and
+  no task between the socket and the receiver, one ``transport.write`` per message: what a gRPC
+  layer of our own over h2 would cost (headers and flow control as a stock peer needs them);
+* ``h2-lean+uvloop``: the same, but DATA frames are written and read by hand (a 9-byte frame
+  header in front of the gRPC message; ``h2`` still does the preface, settings and headers): the
+  floor of a gRPC layer with HTTP/2 framing of our own on the hot path;
 * ``PeerLink``: SkipMQ's broker link as it is in this tree (``broker.adapters.transport.GrpcTransport``,
   plaintext, on uvloop like the broker), with overlay ``PING`` items as the messages (run the
   bench from an older checkout for an older link: ``bench/compare_revisions.py`` style).
@@ -58,7 +65,16 @@ MESSAGE_BYTES = 100
 HEAD = struct.Struct("!q")  # perf_counter_ns at send
 END_MARK = (1 << 63) - 1  # a throughput run's last message carries this instead of a time
 METHOD = "/b.B/Open"
-LINKS = ("tcp", "tcp+uvloop", "grpc.aio", "grpclib", "grpclib+uvloop", "PeerLink")
+LINKS = (
+    "tcp",
+    "tcp+uvloop",
+    "grpc.aio",
+    "grpclib",
+    "grpclib+uvloop",
+    "h2+uvloop",
+    "h2-lean+uvloop",
+    "PeerLink",
+)
 logging.getLogger("skipmq.transport").setLevel(logging.ERROR)
 
 Write = Callable[[bytes], Awaitable[None]]
@@ -86,6 +102,191 @@ class _RawCodec:
 
     def decode(self, data: bytes, message_type: Any) -> Any:
         return data
+
+
+# ---------------------------------------------------------------- a gRPC stream of our own on h2
+_H2_WINDOW = 16 * 1024 * 1024
+
+
+class _H2Receiver(asyncio.Protocol):
+    """Server side of one bare gRPC stream on ``h2``: answers the request headers, hands each
+    length-prefixed message to ``on_message`` from ``data_received``, returns the window."""
+
+    def __init__(self, on_message: Callable[[bytes], None]) -> None:
+        import h2.config
+        import h2.connection
+
+        self.on_message = on_message
+        self.h2 = h2.connection.H2Connection(
+            h2.config.H2Configuration(client_side=False, header_encoding=None)
+        )
+        self.buffer = bytearray()
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        import h2.settings
+
+        self.transport: Any = transport
+        self.h2.initiate_connection()
+        self.h2.update_settings({h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: _H2_WINDOW})
+        self.h2.increment_flow_control_window(_H2_WINDOW)
+        self.transport.write(self.h2.data_to_send())
+
+    def data_received(self, data: bytes) -> None:
+        import h2.events
+
+        for event in self.h2.receive_data(data):
+            if isinstance(event, h2.events.RequestReceived):
+                headers = [(b":status", b"200"), (b"content-type", b"application/grpc")]
+                self.h2.send_headers(event.stream_id, headers)
+            elif isinstance(event, h2.events.DataReceived):
+                buffer = self.buffer
+                buffer += event.data
+                while len(buffer) >= 5:
+                    size = int.from_bytes(buffer[1:5], "big")
+                    if len(buffer) < 5 + size:
+                        break
+                    self.on_message(bytes(buffer[5 : 5 + size]))
+                    del buffer[: 5 + size]
+                self.h2.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
+            elif isinstance(event, h2.events.StreamEnded):
+                self.h2.send_headers(event.stream_id, [(b"grpc-status", b"0")], end_stream=True)
+        out = self.h2.data_to_send()
+        if out:
+            self.transport.write(out)
+
+
+class _H2Sender(asyncio.Protocol):
+    """Client side: opens ``/b.B/Open`` and writes each message as one DATA frame (waiting for
+    the peer's window when it is spent: HTTP/2 flow control)."""
+
+    def __init__(self) -> None:
+        import h2.config
+        import h2.connection
+
+        self.h2 = h2.connection.H2Connection(
+            h2.config.H2Configuration(client_side=True, header_encoding=None)
+        )
+        self.window_open = asyncio.Event()
+        self.stream_id = 1
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport: Any = transport
+        self.h2.initiate_connection()
+        self.transport.write(self.h2.data_to_send())
+
+    async def open(self) -> None:
+        headers = [
+            (b":method", b"POST"),
+            (b":scheme", b"http"),
+            (b":path", METHOD.encode()),
+            (b":authority", HOST.encode()),
+            (b"content-type", b"application/grpc"),
+            (b"te", b"trailers"),
+        ]
+        self.h2.send_headers(self.stream_id, headers)
+        self.transport.write(self.h2.data_to_send())
+
+    async def write(self, data: bytes) -> None:
+        message = b"\x00" + len(data).to_bytes(4, "big") + data
+        while self.h2.local_flow_control_window(self.stream_id) < len(message):
+            self.window_open.clear()
+            await self.window_open.wait()
+        self.h2.send_data(self.stream_id, message)
+        self.transport.write(self.h2.data_to_send())
+
+    def end(self) -> None:
+        self.h2.end_stream(self.stream_id)
+        self.transport.write(self.h2.data_to_send())
+
+    def data_received(self, data: bytes) -> None:
+        self.h2.receive_data(data)  # settings, window updates, the answer headers
+        self.window_open.set()
+        out = self.h2.data_to_send()
+        if out:
+            self.transport.write(out)
+
+
+_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+_DATA = 0
+_WINDOW_UPDATE = 8
+
+
+class _H2LeanReceiver(_H2Receiver):
+    """Frames split by hand: DATA frames are read here, every other frame goes to ``h2``; the
+    window is returned by hand (WINDOW_UPDATE for the connection and the stream) per MiB read."""
+
+    def __init__(self, on_message: Callable[[bytes], None]) -> None:
+        super().__init__(on_message)
+        self.raw = bytearray()
+        self.preface = True
+        self.consumed = 0
+
+    def data_received(self, data: bytes) -> None:
+        raw = self.raw
+        raw += data
+        if self.preface:
+            if len(raw) < len(_PREFACE):
+                return
+            super().data_received(bytes(raw[: len(_PREFACE)]))
+            del raw[: len(_PREFACE)]
+            self.preface = False
+        while len(raw) >= 9:
+            length = int.from_bytes(raw[0:3], "big")
+            if len(raw) < 9 + length:
+                break
+            if raw[3] == _DATA:
+                self.consumed += length
+                buffer = self.buffer
+                buffer += raw[9 : 9 + length]
+                while len(buffer) >= 5:
+                    size = int.from_bytes(buffer[1:5], "big")
+                    if len(buffer) < 5 + size:
+                        break
+                    self.on_message(bytes(buffer[5 : 5 + size]))
+                    del buffer[: 5 + size]
+            else:
+                super().data_received(bytes(raw[: 9 + length]))
+            del raw[: 9 + length]
+        if self.consumed >= 1 << 20:
+            increment = self.consumed.to_bytes(4, "big")
+            for stream in (0, 1):
+                self.transport.write(b"\x00\x00\x04\x08\x00" + stream.to_bytes(4, "big") + increment)
+            self.consumed = 0
+
+
+class _H2LeanSender(_H2Sender):
+    """Writes each message as a DATA frame built by hand (``h2`` only for settings and headers);
+    its window is what the peer granted, tracked by hand."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.header = b"\x00" + self.stream_id.to_bytes(4, "big")
+        self.paused = asyncio.Event()
+        self.paused.set()
+
+    async def write(self, data: bytes) -> None:
+        message = b"\x00" + len(data).to_bytes(4, "big") + data
+        if not self.paused.is_set():
+            await self.paused.wait()
+        self.transport.write(len(message).to_bytes(3, "big") + b"\x00" + self.header + message)
+
+    def pause_writing(self) -> None:
+        self.paused.clear()
+
+    def resume_writing(self) -> None:
+        self.paused.set()
+
+    def data_received(self, data: bytes) -> None:
+        # the receiver's hand-made WINDOW_UPDATEs are not for h2 (its window for us is untouched)
+        raw = self.raw = getattr(self, "raw", b"") + data
+        while len(raw) >= 9:
+            length = int.from_bytes(raw[0:3], "big")
+            if len(raw) < 9 + length:
+                break
+            if raw[3] != _WINDOW_UPDATE:
+                super().data_received(raw[: 9 + length])
+            raw = raw[9 + length :]
+        self.raw = raw
 
 
 # ---------------------------------------------------------------- receivers (one process each)
@@ -181,6 +382,12 @@ async def _receive(link: str, port: int, counter: _Counter, ready: Any) -> None:
         await counter.done.wait()
         await asyncio.sleep(0.05)
         server_.close()
+    elif link.startswith("h2"):
+        server = await asyncio.get_running_loop().create_server(lambda: _H2Receiver(counter.took), HOST, port)
+        ready.set()
+        await counter.done.wait()
+        await asyncio.sleep(0.05)
+        server.close()
     else:
         from broker.adapters.transport import GrpcTransport
 
@@ -244,6 +451,14 @@ async def _with_link(link: str, port: int, batch: int, body: Callable[[Write], A
             await stream.end()
             await stream.recv_message()
         channel_.close()
+    elif link.startswith("h2"):
+        sender_ = _H2LeanSender if link.startswith("h2-lean") else _H2Sender
+        _transport, protocol = await asyncio.get_running_loop().create_connection(sender_, HOST, port)
+        await protocol.open()
+        await body(protocol.write)
+        protocol.end()
+        await asyncio.sleep(0.05)
+        _transport.close()
     else:
         from broker.adapters.transport import GrpcTransport
 
