@@ -405,15 +405,20 @@ async def _receive(link: str, port: int, counter: _Counter, ready: Any) -> None:
 def _receiver_main(link: str, port: int, count: int, ready: Any, result: Any) -> None:
     counter = _Counter(count)
 
+    async def report() -> None:  # at the end of the window, before the link's teardown
+        await counter.done.wait()
+        if count:
+            switches = (counter.switches[-1] - counter.switches[0]) / max(1, count - 1)
+            result.put((counter.latencies, switches))
+        else:
+            result.put((counter.received, (counter.last_ns - counter.first_ns) / 1e9))
+
     async def main() -> None:
+        reporting = asyncio.get_running_loop().create_task(report())
         await _receive(link, port, counter, ready)
+        await reporting
 
     _run(link, main)
-    if count:
-        switches = (counter.switches[-1] - counter.switches[0]) / max(1, count - 1)
-        result.put((counter.latencies, switches))
-    else:
-        result.put((counter.received, (counter.last_ns - counter.first_ns) / 1e9))
 
 
 # ---------------------------------------------------------------- sender (a process of its own)
@@ -506,12 +511,12 @@ def _sender_main(link: str, port: int, rate: float, count: int, ready: Any, go: 
                 await asyncio.sleep(delay_ns / 1e9)
             await write(HEAD.pack(time.perf_counter_ns()) + pad)
         switches[0] += context_switches(os.getpid())  # before the link closes (its threads may end)
+        result.put(switches[0])
 
     async def main() -> None:
         await _with_link(link, port, 0, paced)
 
     _run(link, main)
-    result.put(switches[0])
 
 
 def _bulk_sender_main(
@@ -531,12 +536,12 @@ def _bulk_sender_main(
             sent[0] += batch
         await write(message * (batch - 1) + HEAD.pack(END_MARK) + pad)
         sent[0] += batch
+        result.put(sent[0])
 
     async def main() -> None:
         await _with_link(link, port, batch, bulk)
 
     _run(link, main)
-    result.put(sent[0])
 
 
 def _start_receiver(link: str, count: int) -> tuple[Any, Any, int]:
@@ -549,6 +554,15 @@ def _start_receiver(link: str, count: int) -> tuple[Any, Any, int]:
         receiver.kill()
         raise RuntimeError(f"{link} receiver did not start")
     return receiver, result, port
+
+
+def _end(*processes: Any) -> None:
+    """The results are in: a teardown that hangs is not measured, and is ended."""
+    for process in processes:
+        process.join(10)
+        if process.is_alive():
+            process.kill()
+            process.join(5)
 
 
 def measure(link: str, rate: float, count: int) -> dict[str, Any]:
@@ -567,8 +581,7 @@ def measure(link: str, rate: float, count: int) -> dict[str, Any]:
     received, peer_switches_per_message = result.get(timeout=120)
     own_after, peer_after = cpu_s(sender.pid), cpu_s(receiver.pid)
     own_switches = own_result.get(timeout=30)
-    sender.join(10)
-    receiver.join(10)
+    _end(sender, receiver)
     latencies = sorted(received)
     return {
         "link": link,
@@ -598,8 +611,7 @@ def measure_throughput(link: str, batch: int, seconds: float) -> dict[str, Any]:
     received, elapsed_s = result.get(timeout=120)
     own_after, peer_after = cpu_s(sender.pid), cpu_s(receiver.pid)
     own_result.get(timeout=30)
-    sender.join(10)
-    receiver.join(10)
+    _end(sender, receiver)
     return {
         "link": link,
         "messages_per_s": received / max(elapsed_s, 1e-9),
