@@ -334,8 +334,9 @@ async def _receive(link: str, port: int, counter: _Counter, ready: Any) -> None:
 
         async def on_client(reader: asyncio.StreamReader, _writer: asyncio.StreamWriter) -> None:
             nonlocal size
-            if counter.count == 0:  # throughput: a 4-byte batch size first
+            if counter.count == 0:  # throughput: a 4-byte batch size, the warm-up message, batches
                 size = int.from_bytes(await reader.readexactly(4), "big") * MESSAGE_BYTES
+                counter.took(await reader.readexactly(MESSAGE_BYTES))
             while not counter.done.is_set():
                 counter.took(await reader.readexactly(size))
 
