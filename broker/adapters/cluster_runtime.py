@@ -15,8 +15,12 @@ import logging
 import os
 import random
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
+
+from prometheus_client.core import CounterMetricFamily
+from prometheus_client.metrics_core import Metric
+from prometheus_client.registry import Collector
 
 from broker.adapters.class_snapshots import ClassSnapshotPublisher
 from broker.adapters.cluster_store import SqliteClusterStore
@@ -107,9 +111,32 @@ class ClusterRuntime:
         if self.transport is not None and hasattr(self.transport, "http_port"):
             self.transport.http_port = port
 
-    def collector(self) -> ClusterCollector:
+    def collector(self) -> Collector:
         engine = self.engine
-        return ClusterCollector(engine.stats, engine.gauges, engine.overlay_figures, engine.sender_counters)
+        cluster = ClusterCollector(
+            engine.stats, engine.gauges, engine.overlay_figures, engine.sender_counters
+        )
+        return _WithLinkMetrics(cluster, lambda: self.transport)
+
+
+class _WithLinkMetrics(Collector):
+    """The cluster's metric families plus the links' own: ``skipmq_cluster_link_refused_total``
+    (PeerLink streams this broker's transport refused before a link, by gRPC status code)."""
+
+    def __init__(self, cluster: Collector, transport: Callable[[], Any]) -> None:
+        self.cluster = cluster
+        self.transport = transport
+
+    def collect(self) -> Iterator[Metric]:
+        yield from self.cluster.collect()
+        refused = CounterMetricFamily(
+            "skipmq_cluster_link_refused",
+            "Cluster link streams refused before the link was up (bad or unproven Hello), by gRPC status",
+            labels=["code"],
+        )
+        for code, count in sorted(getattr(self.transport(), "refusals", {}).items()):
+            refused.add_metric([code], count)
+        yield refused
 
 
 def cluster_tls(cluster: ClusterConfig) -> Any:

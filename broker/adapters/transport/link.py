@@ -47,6 +47,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from broker.adapters.transport import wire
 from broker.adapters.transport.tls import ClusterTls, identity_refusal
+from broker.logs import log_event
 
 log = logging.getLogger("skipmq.transport")
 
@@ -89,6 +90,7 @@ class TransportStats:
     bytes_sent: int = 0  # frame bytes (gRPC/HTTP2 overhead excluded)
     bytes_received: int = 0
     items_malformed: int = 0  # received items that did not decode (logged and skipped)
+    links_refused: int = 0  # PeerLink streams this side refused before a link (see ``refusals``)
 
     def as_dict(self) -> dict[str, int]:
         return {field.name: getattr(self, field.name) for field in fields(self)}
@@ -238,6 +240,9 @@ class GrpcTransport:
         self._background: set[asyncio.Task[None]] = set()
         self._max_item_bytes = self.config.max_message_bytes - _FRAME_HEADROOM_BYTES
         self._tls = tls  # None: plaintext links (cluster.insecure); see tls.py
+        # accepted PeerLink streams refused before a link, by gRPC status code name
+        # (skipmq_cluster_link_refused_total{code}); the tie-break's ALREADY_EXISTS is no refusal
+        self.refusals: dict[str, int] = {}
         # announced in every Hello (where peers find this broker's /metrics); set by the runtime
         # before start, or once an ephemeral HTTP port is bound (links up by then announced 0)
         self.http_port = 0
@@ -489,33 +494,40 @@ class GrpcTransport:
             async with asyncio.timeout(self.config.connect_timeout_s):
                 first = await context.read()
         except TimeoutError:
-            await context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, "no Hello within connect_timeout_s")
+            await self._refuse(
+                context, grpc.StatusCode.DEADLINE_EXCEEDED, "no Hello within connect_timeout_s"
+            )
             return
         if first is grpc.aio.EOF:
             return
         try:
             hello = wire.decode_hello(bytes(first))
         except wire.WireError as exc:
-            log.warning("rejecting a PeerLink stream from %s: %s", context.peer(), exc)
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+            await self._refuse(context, grpc.StatusCode.INVALID_ARGUMENT, str(exc))
             return
         if hello.schema_version != wire.SCHEMA_VERSION:
-            await context.abort(
+            await self._refuse(
+                context,
                 grpc.StatusCode.FAILED_PRECONDITION,
                 f"schema version {hello.schema_version} not supported; "
                 f"this broker speaks {wire.SCHEMA_VERSION}",
+                hello.peer_id,
             )
             return
         if self._closing:
             await context.abort(grpc.StatusCode.UNAVAILABLE, "broker is stopping")
             return
         if ":" not in hello.peer_id or hello.peer_id == self.self_id:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"bad peer id {hello.peer_id!r} in Hello")
+            await self._refuse(
+                context,
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"bad peer id {hello.peer_id!r} in Hello",
+                hello.peer_id,
+            )
             return
         refusal = self._identity_refusal(hello.peer_id, context)
         if refusal is not None:
-            log.warning("rejecting a PeerLink stream from %s: %s", context.peer(), refusal)
-            await context.abort(grpc.StatusCode.PERMISSION_DENIED, refusal)
+            await self._refuse(context, grpc.StatusCode.PERMISSION_DENIED, refusal, hello.peer_id)
             return
         state = self._peer(hello.peer_id)
         own_link_dialed = state.link is not None and state.link.dialed
@@ -537,6 +549,23 @@ class GrpcTransport:
         link = _AcceptedLink(state.id, context)
         self._install(state, link)
         await link.closed.wait()
+
+    async def _refuse(self, context: Any, code: grpc.StatusCode, reason: str, claimed: str = "") -> None:
+        """End an accepted PeerLink stream before it became a link: counted per status code and
+        logged as the structured event ``cluster_link_refused`` (who connected, the peer id its
+        Hello claimed, why), then the stream ends with ``code``."""
+        self.stats.links_refused += 1
+        self.refusals[code.name] = self.refusals.get(code.name, 0) + 1
+        log_event(
+            log,
+            logging.WARNING,
+            "cluster_link_refused",
+            peer=str(context.peer()),
+            claimed=claimed,
+            code=code.name,
+            reason=reason,
+        )
+        await context.abort(code, reason)
 
     # ------------------------------------------------------------------ link up / down
 

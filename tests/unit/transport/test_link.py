@@ -405,3 +405,49 @@ def test_binding_a_port_in_use_is_a_clear_error() -> None:
         await a.transport.stop(drain_timeout_s=0.1)
 
     run(scenario)
+
+
+def test_refused_handshakes_are_counted_by_code_and_logged_as_structured_events(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The accepting side of every refused PeerLink handshake writes a ``cluster_link_refused``
+    event (who, the id claimed, the status, why) and counts it per gRPC status code; a stream
+    that becomes a link, and the tie-break's ALREADY_EXISTS, are not refusals."""
+
+    async def refused_code(port: int, first: bytes) -> grpc.StatusCode:
+        channel, call = await _raw_open(port)
+        try:
+            await call.write(first)
+            with pytest.raises(grpc.aio.AioRpcError) as info:
+                await call.read()
+            return info.value.code()
+        finally:
+            await channel.close()
+
+    async def scenario() -> None:
+        b = await Node().start()
+        port = int(b.id.rsplit(":", 1)[1])
+        newer = wire.pb.Frame(hello=wire.pb.Hello(peer_id=f"{HOST}:7", schema_version=99))
+        assert await refused_code(port, newer.SerializeToString()) == grpc.StatusCode.FAILED_PRECONDITION
+        assert await refused_code(port, wire.encode_hello("no-port", 8)) == grpc.StatusCode.INVALID_ARGUMENT
+        assert await refused_code(port, wire.encode_frame([om.PING(1)])) == grpc.StatusCode.INVALID_ARGUMENT
+        a = await Node().start()  # a real peer links: no refusal
+        a.transport.send(b.id, om.PING(1))
+        await wait_until(lambda: b.nonces() == [1], what="the real link")
+        assert b.transport.refusals == {"FAILED_PRECONDITION": 1, "INVALID_ARGUMENT": 2}
+        assert b.transport.stats.links_refused == 3
+        await a.transport.stop(drain_timeout_s=0.2)
+        await b.transport.stop(drain_timeout_s=0.2)
+
+    with caplog.at_level("WARNING", logger="skipmq.transport"):
+        run(scenario)
+    events = [record for record in caplog.records if record.getMessage() == "cluster_link_refused"]
+    fields = [record.skipmq_fields for record in events]  # type: ignore[attr-defined]
+    assert [field["code"] for field in fields] == [
+        "FAILED_PRECONDITION",
+        "INVALID_ARGUMENT",
+        "INVALID_ARGUMENT",
+    ]
+    assert fields[0]["claimed"] == f"{HOST}:7" and "schema version 99" in fields[0]["reason"]
+    assert fields[1]["claimed"] == "no-port" and fields[1]["peer"].startswith("ipv4:127.0.0.1:")
+    assert "must hold a Hello" in fields[2]["reason"]
