@@ -100,7 +100,7 @@ def test_sweeps_with_combined_faults_keep_every_invariant() -> None:
     _fail_with(results)
 
 
-# seeds of the 1,000-seed combined sweep that failed at ebf0907 (docs/cluster.md "Known limits"); the
+# seeds of the 1,000-seed combined sweep that failed at ebf0907 (docs/notes/cluster-history.md); the
 # causes and their scripted tests: tests/sim/cluster/test_session_moves_sim.py (FIXED_SEEDS),
 # tests/unit/cluster/test_session_moves_combined.py, tests/unit/cluster/test_late_session.py
 COMBINED_ONCE_FAILING = (35, 41, 159, 177, 206, 470, 483, 607, 688, 745, 789, 916, 932, 968)

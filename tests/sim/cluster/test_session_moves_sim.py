@@ -1,5 +1,5 @@
 """Session moves combined with crashes, partitions and message loss, in the whole-cluster
-simulation (issue #10's combined-fault sweeps, docs/cluster.md "Known limits"): scripted runs of
+simulation (issue #10's combined-fault sweeps, docs/notes/cluster-history.md): scripted runs of
 the causes found, and the seeds of the pair sweeps (``--faults crash,move`` and
 ``--faults partition,move`` with ``--loss 0.05``) that showed them, replayed as regressions.
 """
