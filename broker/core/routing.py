@@ -76,7 +76,8 @@ class Router:
         self._outbound = outbound
         self._durability = durability
         self._cluster = cluster
-        self._standalone = isinstance(cluster, NullCluster)
+        # NullCluster itself (not a subclass, which may override on_publish): nothing to call
+        self._standalone = type(cluster) is NullCluster
         self.acl = acl
         self.stats = stats
         self._scheduler = scheduler

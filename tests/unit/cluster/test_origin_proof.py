@@ -269,7 +269,7 @@ def test_an_rsa_certificate_signs_too(tmp_path: Path) -> None:
     ca_cert = x509.load_pem_x509_certificate((tmp_path / "ca" / "ca.pem").read_bytes())
     ca_key = serialization.load_pem_private_key((tmp_path / "ca" / "ca.key").read_bytes(), password=None)
     key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-    now = datetime.datetime.now(datetime.UTC)
+    now = datetime.datetime.fromtimestamp(NOW, datetime.UTC)  # the verifier is asked at NOW
     cert = (
         x509.CertificateBuilder()
         .subject_name(x509.Name([]))
