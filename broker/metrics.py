@@ -59,7 +59,7 @@ def git_revision() -> str | None:
     Read once from the git metadata of a source checkout next to the package (plain files: no
     subprocess; works in a worktree and with packed refs). An installed wheel or the image has no
     checkout, hence no revision. (Not an environment variable: every SKIPMQ_* variable must be a
-    configuration key, broker/config.py.)
+    configuration key, broker/config/schema.py.)
     """
     try:
         dot_git = Path(__file__).resolve().parent.parent / ".git"

@@ -1,803 +1,54 @@
-"""Dataclass <-> protobuf conversion of the inter-broker wire contract (protos/skipmq/v1).
+"""The inter-broker wire contract (protos/skipmq/v1): the link's ``Hello`` and ``Frame`` and the
+``Item`` each frame carries (an overlay message or an ``Envelope``), built from the two codecs
+it re-exports: overlay messages (seed 003 Table 1 queries and maintenance,
+broker.adapters.transport.wire_overlay) and the cluster's items (seed 002 envelope, forwarded
+batches, claims, interest, retained; broker.adapters.transport.wire_cluster). Together with
+``link.py`` these are the only modules that import generated code.
 
-Maps every overlay message of ``overlay/messages.py`` (the REXP, EEXP, PUB, UNSUB, NEW queries
-of seed 003 Table 1 and the Skip Graph maintenance messages), the PUB payloads and directed
-messages of ``broker/cluster/messages.py`` (seed 002 envelope) and the link's ``Hello`` /
-``Frame`` to and from the generated classes. Together with ``link.py`` this is the only module
-that imports generated code.
-
-Overlay messages are mapped field by field *by name*: a dataclass field ``x`` is the proto field
-``x`` of the message whose oneof case in ``OverlayMessage`` is the dataclass's ``kind`` in lower
-case; the field's annotation ("Key", "NodeRef | None", "tuple[Key, ...]", "int", ...) picks the
-converter. Adding an overlay kind therefore takes: the message and its oneof case in
-``cluster.proto``, ``scripts/gen_protos.py``, and one entry in ``OVERLAY_KINDS`` below.
-
-MQTT properties travel as the MQTT 5 property block of a PUBLISH (``broker/mqtt/codec.py``).
 Every problem (wrong type, value out of range, missing required field, undecodable bytes)
-raises :class:`WireError` naming the message and field.
-
-Size: one mapping function pair per record of protos/skipmq/v1 (Table 1 queries, maintenance,
-payloads, envelope); the pairs are small and alike, and keeping them together keeps the
-self-check (every overlay message has a mapping) next to them.
+raises :class:`WireError` naming the message and field. ``broker.adapters.transport.wire`` keeps
+exporting every name of the codec (the link, the cluster store, the simulator's network and the
+tests import it from here).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
-from google.protobuf.message import DecodeError
-
 from broker.adapters.transport._pb.skipmq.v1 import cluster_pb2 as pb
-from broker.adapters.transport.forwarded_codec import encode_forwarded_fast, varint
+from broker.adapters.transport.forwarded_codec import varint
+from broker.adapters.transport.wire_base import WireError, _parse
+from broker.adapters.transport.wire_cluster import (
+    _encoded_batch,
+    _forwarded_to_proto,
+    _length_delimited,
+    decode_forwarded,
+    encode_forwarded,
+    envelope_from_proto,
+    envelope_to_proto,
+    mqtt_message_from_proto,
+    mqtt_message_to_proto,
+    payload_from_proto,
+    payload_to_proto,
+    snapshot_from_proto,
+    snapshot_to_proto,
+)
+from broker.adapters.transport.wire_overlay import (
+    _CODECS,
+    OVERLAY_KINDS,
+    overlay_from_proto,
+    overlay_to_proto,
+)
 from broker.cluster.messages import (
-    ClaimReply,
-    ClassInterest,
-    DirectedBody,
     Envelope,
     ForwardedBatch,
-    ForwardedMessage,
-    OriginProof,
-    RetainedSyncReply,
-    RetainedSyncRequest,
-    RetainedUpdate,
-    SessionClaim,
-    StreamAck,
-    StreamPosition,
-    StreamResend,
-    StreamRet,
 )
-from broker.core.session import Message, OutEntry, SessionSnapshot, SubOptions
-from broker.mqtt import codec
-from broker.mqtt.packets import MQTTProtocolError, PacketType
 from overlay import messages as om
 
 SCHEMA_VERSION = 1  # the "v1" of package skipmq.v1; Hello.schema_version
 PEER_LINK_OPEN_METHOD = "/skipmq.v1.PeerLink/Open"
-
-# Every overlay message kind the wire knows: dataclass -> oneof case name in OverlayMessage.
-OVERLAY_KINDS: dict[type, str] = {
-    om.REXP: "rexp",
-    om.EEXP: "eexp",
-    om.PUB: "pub",
-    om.UNSUB: "unsub",
-    om.NEW: "new",
-    om.SEARCH: "search",
-    om.FOUND: "found",
-    om.SEARCH_FAIL: "search_fail",
-    om.LINK: "link",
-    om.LEAVE: "leave",
-    om.PRESENCE: "presence",
-    om.PRESENCE_QUERY: "presence_query",
-    om.PING: "ping",
-    om.PONG: "pong",
-    om.GONE: "gone",
-    om.ACK: "ack",
-    om.DONE: "done",
-}
-
-
-class WireError(ValueError):
-    """A value cannot be put on the wire, or received bytes are not a valid skipmq.v1 message."""
-
-
-# ---------------------------------------------------------------------------- keys and refs
-
-
-def _put_key(out: Any, key: Any, where: str) -> None:
-    if type(key) is tuple and len(key) == 3:  # the common case, checked without isinstance chains
-        topic, role, peer_id = key
-        if type(topic) is str and type(role) is int and 0 <= role < 2**32 and type(peer_id) is str:
-            out.SetInParent()
-            out.topic = topic
-            out.role = role
-            out.peer_id = peer_id
-            return
-    if not isinstance(key, tuple) or len(key) > 3:
-        raise WireError(
-            f"{where}: a key must be a tuple (topic, role, peer_id) or a prefix of it, got {key!r}"
-        )
-    out.SetInParent()  # present even when empty: () is a valid (empty) range bound
-    if len(key) >= 1:
-        if not isinstance(key[0], str):
-            raise WireError(f"{where}: key topic must be a str, got {key[0]!r}")
-        out.topic = key[0]
-    if len(key) >= 2:
-        role = key[1]
-        if isinstance(role, bool) or not isinstance(role, int) or not 0 <= role < 2**32:
-            raise WireError(f"{where}: key role must be an int in 0..2**32-1, got {role!r}")
-        out.role = role
-    if len(key) == 3:
-        if not isinstance(key[2], str):
-            raise WireError(f"{where}: key peer_id must be a str (host:port), got {key[2]!r}")
-        out.peer_id = key[2]
-
-
-def _get_key(src: Any, where: str) -> tuple[Any, ...]:
-    has_topic, has_role, has_peer = src.HasField("topic"), src.HasField("role"), src.HasField("peer_id")
-    if (has_peer and not has_role) or (has_role and not has_topic):
-        raise WireError(f"{where}: key fields must form a prefix of (topic, role, peer_id)")
-    if has_peer:
-        return (src.topic, src.role, src.peer_id)
-    if has_role:
-        return (src.topic, src.role)
-    if has_topic:
-        return (src.topic,)
-    return ()
-
-
-def _put_ref(out: Any, ref: Any, where: str) -> None:
-    if not isinstance(ref, tuple) or len(ref) != 2:
-        raise WireError(f"{where}: a NodeRef must be a (key, membership_vector) pair, got {ref!r}")
-    key, mv = ref
-    if type(mv) is not int or not 0 <= mv < 2**64:
-        raise WireError(f"{where}: membership vector must be an int in 0..2**64-1, got {mv!r}")
-    _put_key(out.key, key, where + ".key")
-    out.membership_vector = mv
-
-
-def _get_ref(src: Any, where: str) -> tuple[Any, int]:
-    if not src.HasField("key"):
-        raise WireError(f"{where}: NodeRef without a key")
-    return (_get_key(src.key, f"{where}.key"), src.membership_vector)
-
-
-# ---------------------------------------------------------------------------- field converters
-# (annotation string of the dataclass field) -> (put(pb_msg, name, value, where), get(pb_msg, name, where))
-
-_Put = Callable[[Any, str, Any, str], None]
-_Get = Callable[[Any, str, str], Any]
-
-
-def _require(src: Any, name: str, where: str) -> Any:
-    if not src.HasField(name):
-        raise WireError(f"{where}: required field missing")
-    return getattr(src, name)
-
-
-def _put_scalar(kind: type) -> _Put:
-    def put(out: Any, name: str, value: Any, where: str) -> None:
-        if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-            raise WireError(f"{where}: expected {kind.__name__}, got {value!r}")
-        try:
-            setattr(out, name, value)
-        except (ValueError, TypeError) as exc:
-            raise WireError(f"{where}: {value!r} does not fit the wire field ({exc})") from None
-
-    return put
-
-
-def _get_scalar(src: Any, name: str, where: str) -> Any:
-    return getattr(src, name)
-
-
-def _put_key_field(out: Any, name: str, value: Any, where: str) -> None:
-    _put_key(getattr(out, name), value, where)
-
-
-def _get_key_field(src: Any, name: str, where: str) -> Any:
-    return _get_key(_require(src, name, where), where)
-
-
-def _put_opt_key_field(out: Any, name: str, value: Any, where: str) -> None:
-    if value is not None:
-        _put_key(getattr(out, name), value, where)
-
-
-def _get_opt_key_field(src: Any, name: str, where: str) -> Any:
-    return _get_key(getattr(src, name), where) if src.HasField(name) else None
-
-
-def _put_ref_field(out: Any, name: str, value: Any, where: str) -> None:
-    _put_ref(getattr(out, name), value, where)
-
-
-def _get_ref_field(src: Any, name: str, where: str) -> Any:
-    return _get_ref(_require(src, name, where), where)
-
-
-def _put_opt_ref_field(out: Any, name: str, value: Any, where: str) -> None:
-    if value is not None:
-        _put_ref(getattr(out, name), value, where)
-
-
-def _get_opt_ref_field(src: Any, name: str, where: str) -> Any:
-    return _get_ref(getattr(src, name), where) if src.HasField(name) else None
-
-
-def _put_keys_field(out: Any, name: str, value: Any, where: str) -> None:
-    if not isinstance(value, tuple):
-        raise WireError(f"{where}: expected a tuple of keys, got {value!r}")
-    repeated = getattr(out, name)
-    for index, key in enumerate(value):
-        _put_key(repeated.add(), key, f"{where}[{index}]")
-
-
-def _get_keys_field(src: Any, name: str, where: str) -> Any:
-    return tuple(_get_key(key, f"{where}[{index}]") for index, key in enumerate(getattr(src, name)))
-
-
-def _put_peer_id_field(out: Any, name: str, value: Any, where: str) -> None:
-    if not isinstance(value, str):
-        raise WireError(f"{where}: a peer id must be a str (host:port), got {value!r}")
-    setattr(out, name, value)
-
-
-def _put_payload_field(out: Any, name: str, value: Any, where: str) -> None:
-    payload_to_proto(value, getattr(out, name), where)
-
-
-def _get_payload_field(src: Any, name: str, where: str) -> Any:
-    return payload_from_proto(_require(src, name, where), where)
-
-
-def _put_bounced_field(out: Any, name: str, value: Any, where: str) -> None:
-    if value is not None:
-        overlay_to_proto(value, getattr(out, name), where)
-
-
-def _get_bounced_field(src: Any, name: str, where: str) -> Any:
-    return overlay_from_proto(getattr(src, name), where) if src.HasField(name) else None
-
-
-_BY_ANNOTATION: dict[str, tuple[_Put, _Get]] = {
-    "int": (_put_scalar(int), _get_scalar),
-    "bool": (_put_scalar(bool), _get_scalar),
-    "str": (_put_scalar(str), _get_scalar),
-    "Key": (_put_key_field, _get_key_field),
-    "Key | None": (_put_opt_key_field, _get_opt_key_field),
-    "NodeRef": (_put_ref_field, _get_ref_field),
-    "NodeRef | None": (_put_opt_ref_field, _get_opt_ref_field),
-    "tuple[Key, ...]": (_put_keys_field, _get_keys_field),
-}
-# Fields typed Any in overlay/messages.py, by (kind, field name).
-_BY_FIELD: dict[tuple[str, str], tuple[_Put, _Get]] = {
-    ("pub", "payload"): (_put_payload_field, _get_payload_field),
-    ("search", "origin"): (_put_peer_id_field, _get_scalar),
-    ("gone", "bounced"): (_put_bounced_field, _get_bounced_field),
-}
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class _KindCodec:
-    cls: type
-    case: str
-    fields: tuple[tuple[str, _Put, _Get], ...]
-    wheres: dict[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)
-
-
-def _build_codecs() -> dict[type, _KindCodec]:
-    codecs: dict[type, _KindCodec] = {}
-    oneof_cases = {field.name for field in pb.OverlayMessage.DESCRIPTOR.oneofs_by_name["kind"].fields}
-    for cls, case in OVERLAY_KINDS.items():
-        if case not in oneof_cases:
-            raise RuntimeError(
-                f"OverlayMessage has no oneof case {case!r} for {cls.__name__}: update the proto"
-            )
-        proto_fields = set(pb.OverlayMessage.DESCRIPTOR.fields_by_name[case].message_type.fields_by_name)
-        entries: list[tuple[str, _Put, _Get]] = []
-        for field in dataclasses.fields(cls):
-            if field.name not in proto_fields:
-                raise RuntimeError(f"{cls.__name__}.{field.name} has no field in the proto message {case!r}")
-            pair = _BY_FIELD.get((case, field.name)) or _BY_ANNOTATION.get(str(field.type))
-            if pair is None:
-                raise RuntimeError(f"no wire converter for {cls.__name__}.{field.name}: {field.type}")
-            entries.append((field.name, pair[0], pair[1]))
-        codecs[cls] = _KindCodec(cls, case, tuple(entries))
-    return codecs
-
-
-_CODECS = _build_codecs()
-_CODECS_BY_CASE = {codec_.case: codec_ for codec_ in _CODECS.values()}
-
-
-def overlay_to_proto(message: Any, out: Any | None = None, where: str = "overlay") -> Any:
-    """An ``overlay.messages`` dataclass as ``pb.OverlayMessage`` (written into ``out`` if given)."""
-    kind_codec = _CODECS.get(type(message))
-    if kind_codec is None:
-        raise WireError(f"{where}: not an overlay message kind the wire knows: {type(message).__name__}")
-    if out is None:
-        out = pb.OverlayMessage()
-    body = getattr(out, kind_codec.case)
-    body.SetInParent()
-    wheres = kind_codec.wheres.get(where)
-    if wheres is None:  # the error-message paths of the fields, built once per ``where``
-        wheres = kind_codec.wheres[where] = tuple(
-            f"{where}.{kind_codec.cls.__name__}.{name}" for name, _put, _get in kind_codec.fields
-        )
-    for (name, put, _get), field_where in zip(kind_codec.fields, wheres, strict=True):
-        put(body, name, getattr(message, name), field_where)
-    return out
-
-
-def overlay_from_proto(src: Any, where: str = "overlay") -> Any:
-    case = src.WhichOneof("kind")
-    if case is None:
-        raise WireError(f"{where}: OverlayMessage without a kind (unknown to this schema version?)")
-    kind_codec = _CODECS_BY_CASE[case]
-    body = getattr(src, case)
-    values = {
-        name: get(body, name, f"{where}.{kind_codec.cls.__name__}.{name}")
-        for name, _put, get in kind_codec.fields
-    }
-    return kind_codec.cls(**values)
-
-
-# ---------------------------------------------------------------------------- broker messages
-
-
-def _check_int(value: Any, where: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise WireError(f"{where}: expected int, got {value!r}")
-    return value
-
-
-def _set(out: Any, name: str, value: Any, where: str) -> None:
-    try:
-        setattr(out, name, value)
-    except (ValueError, TypeError) as exc:
-        raise WireError(f"{where}.{name}: {value!r} does not fit the wire field ({exc})") from None
-
-
-_NO_PROPERTIES = b"\x00"  # an MQTT 5 property block of length 0 (what older senders wrote)
-
-
-def mqtt_message_to_proto(message: Message, out: Any, where: str = "message") -> None:
-    if not isinstance(message, Message):
-        raise WireError(f"{where}: expected broker.core.session.Message, got {type(message).__name__}")
-    _set(out, "topic", message.topic, where)
-    _set(out, "payload", bytes(message.payload), where)
-    _set(out, "qos", _check_int(message.qos, f"{where}.qos"), where)
-    _set(out, "retain", bool(message.retain), where)
-    if message.properties:  # (most messages have none: no property block at all)
-        try:
-            out.properties = codec._encode_properties(message.properties, PacketType.PUBLISH)
-        except (ValueError, TypeError, KeyError) as exc:
-            raise WireError(f"{where}.properties: {exc}") from None
-    if message.expiry_at is not None:
-        _set(out, "expiry_at", float(message.expiry_at), where)
-    _set(out, "origin", message.origin, where)
-    if message.publisher_id is not None:
-        _set(out, "publisher_id", message.publisher_id, where)
-
-
-def mqtt_message_from_proto(src: Any, where: str = "message") -> Message:
-    block = src.properties
-    if not block or block == _NO_PROPERTIES:  # most messages: no property to decode
-        properties: dict[Any, Any] = {}
-    else:
-        try:
-            properties, end = codec._decode_properties(block, 0, len(block), PacketType.PUBLISH, "client")
-        except MQTTProtocolError as exc:
-            raise WireError(f"{where}.properties: {exc}") from None
-        if end != len(block):
-            raise WireError(f"{where}.properties: {len(block) - end} bytes after the property block")
-    has = src.HasField
-    return Message(
-        src.topic,
-        src.payload,
-        src.qos,
-        src.retain,
-        properties,
-        src.expiry_at if has("expiry_at") else None,
-        src.origin,
-        src.publisher_id if has("publisher_id") else None,
-    )
-
-
-def _proof_to_proto(proof: OriginProof | None, out: Any, where: str) -> None:
-    """An origin proof (broker/cluster/origin_proof.py) into the ``proof`` field of ``out``."""
-    if proof is None:
-        return
-    if not isinstance(proof, OriginProof):
-        raise WireError(f"{where}.proof: expected OriginProof, got {type(proof).__name__}")
-    _set(out.proof, "signature", proof.signature, f"{where}.proof")
-    _set(out.proof, "certificate", proof.certificate, f"{where}.proof")
-
-
-def _proof_from_proto(src: Any) -> OriginProof | None:
-    if not src.HasField("proof"):
-        return None
-    return OriginProof(src.proof.signature, src.proof.certificate)
-
-
-def _retained_to_proto(update: RetainedUpdate, out: Any, where: str) -> None:
-    if not isinstance(update, RetainedUpdate):
-        raise WireError(f"{where}: expected RetainedUpdate, got {type(update).__name__}")
-    _set(out, "origin", update.origin, where)
-    _set(out, "version_ms", _check_int(update.version_ms, f"{where}.version_ms"), where)
-    mqtt_message_to_proto(update.message, out.message, f"{where}.message")
-    _proof_to_proto(update.proof, out, where)
-
-
-def _retained_from_proto(src: Any, where: str) -> RetainedUpdate:
-    message = mqtt_message_from_proto(_require(src, "message", f"{where}.message"), f"{where}.message")
-    return RetainedUpdate(src.origin, src.version_ms, message, _proof_from_proto(src))
-
-
-def _claim_to_proto(claim: SessionClaim, out: Any, where: str) -> None:
-    out.SetInParent()
-    _set(out, "origin", claim.origin, where)
-    _set(out, "client_id", claim.client_id, where)
-    _set(out, "claim_id", _check_int(claim.claim_id, f"{where}.claim_id"), where)
-    _set(out, "clean_start", bool(claim.clean_start), where)
-    if claim.username is not None:
-        _set(out, "username", claim.username, where)
-    if claim.recover:
-        _set(out, "recover", True, where)
-    _proof_to_proto(claim.proof, out, where)
-
-
-def _claim_from_proto(body: Any) -> SessionClaim:
-    username = body.username if body.HasField("username") else None
-    return SessionClaim(
-        body.origin,
-        body.client_id,
-        body.claim_id,
-        body.clean_start,
-        username,
-        body.recover,
-        _proof_from_proto(body),
-    )
-
-
-def _forwarded_to_proto(forwarded: ForwardedMessage, out: Any, where: str) -> None:
-    _set(out, "origin", forwarded.origin, where)
-    _set(out, "stream", forwarded.stream, where)
-    _set(out, "seq", _check_int(forwarded.seq, f"{where}.seq"), where)
-    if forwarded.low:
-        _set(out, "low", _check_int(forwarded.low, f"{where}.low"), where)
-    mqtt_message_to_proto(forwarded.message, out.message, f"{where}.message")
-    if forwarded.copies:  # a message of a causal group
-        _positions_to_proto(forwarded.deps, out.deps, f"{where}.deps")
-        for index, (cls, seq) in enumerate(forwarded.copies):
-            item = out.copies.add()
-            _set(item, "stream", cls, f"{where}.copies[{index}]")
-            _set(item, "seq", _check_int(seq, f"{where}.copies[{index}].seq"), f"{where}.copies[{index}]")
-
-
-def _forwarded_from_proto(src: Any, where: str) -> ForwardedMessage:
-    # (the error paths are formatted only on an error: this runs for every forwarded message)
-    if not src.HasField("message"):
-        raise WireError(f"{where}.message: required field missing")
-    try:
-        message = mqtt_message_from_proto(src.message)
-    except WireError:  # again, naming the field
-        mqtt_message_from_proto(src.message, f"{where}.message")
-        raise
-    if not src.copies:
-        return ForwardedMessage(src.origin, src.stream, src.seq, message, src.low)
-    copies = tuple((copy.stream, copy.seq) for copy in src.copies)
-    return ForwardedMessage(
-        src.origin, src.stream, src.seq, message, src.low, _positions_from_proto(src.deps), copies
-    )
-
-
-def _positions_to_proto(positions: Iterable[StreamPosition], out: Any, where: str) -> None:
-    for index, position in enumerate(positions):
-        item = out.add()
-        _set(item, "origin", position.origin, f"{where}[{index}]")
-        _set(item, "stream", position.stream, f"{where}[{index}]")
-        _set(
-            item, "next_seq", _check_int(position.next_seq, f"{where}[{index}].next_seq"), f"{where}[{index}]"
-        )
-
-
-def _positions_from_proto(src: Any) -> tuple[StreamPosition, ...]:
-    return tuple(StreamPosition(p.origin, p.stream, p.next_seq) for p in src)
-
-
-def _stream_body_to_proto(body: Any, out: Any, where: str) -> bool:
-    """A reliable-stream body (seed 004) into ``pb.Envelope`` ``out``; False if ``body`` is none."""
-    if isinstance(body, StreamAck):
-        ack = out.stream_ack
-        ack.SetInParent()
-        _positions_to_proto(body.positions, ack.positions, f"{where}.StreamAck.positions")
-        _positions_to_proto(body.left, ack.left, f"{where}.StreamAck.left")
-    elif isinstance(body, StreamRet):
-        ret = out.stream_ret
-        ret.SetInParent()
-        _set(ret, "origin", body.origin, f"{where}.StreamRet")
-        _set(ret, "stream", body.stream, f"{where}.StreamRet")
-        _set(ret, "from_seq", _check_int(body.from_seq, f"{where}.StreamRet.from_seq"), f"{where}.StreamRet")
-        _set(ret, "to_seq", _check_int(body.to_seq, f"{where}.StreamRet.to_seq"), f"{where}.StreamRet")
-    elif isinstance(body, StreamResend):
-        resend = out.stream_resend
-        resend.SetInParent()
-        body_where = f"{where}.StreamResend"
-        _set(resend, "origin", body.origin, body_where)
-        _set(resend, "stream", body.stream, body_where)
-        for index, forwarded in enumerate(body.messages):
-            _forwarded_to_proto(forwarded, resend.messages.add(), f"{body_where}.messages[{index}]")
-        if body.gone_below:
-            _set(resend, "gone_below", _check_int(body.gone_below, f"{body_where}.gone_below"), body_where)
-    else:
-        return False
-    return True
-
-
-def _stream_body_from_proto(src: Any, case: str, where: str) -> StreamAck | StreamRet | StreamResend:
-    if case == "stream_ack":
-        return StreamAck(
-            _positions_from_proto(src.stream_ack.positions), _positions_from_proto(src.stream_ack.left)
-        )
-    if case == "stream_ret":
-        ret = src.stream_ret
-        return StreamRet(ret.origin, ret.stream, ret.from_seq, ret.to_seq)
-    resend = src.stream_resend
-    messages = tuple(
-        _forwarded_from_proto(item, f"{where}.StreamResend.messages[{index}]")
-        for index, item in enumerate(resend.messages)
-    )
-    return StreamResend(resend.origin, resend.stream, messages, resend.gone_below)
-
-
-def payload_to_proto(payload: Any, out: Any | None = None, where: str = "payload") -> Any:
-    """A ``broker.cluster.messages.OverlayPayload`` as ``pb.OverlayPayload``."""
-    if out is None:
-        out = pb.OverlayPayload()
-    if isinstance(payload, ForwardedMessage):
-        # the same message goes to every destination of a publication and into the send log:
-        # encoded once (issue #11), then copied in as bytes
-        out.forwarded.MergeFromString(_encoded_forwarded(payload, f"{where}.ForwardedMessage"))
-    elif isinstance(payload, ForwardedBatch):
-        # one publication, several destinations: the batch's bytes are built once (issue #11)
-        out.forwarded_batch.MergeFromString(_encoded_batch(payload, f"{where}.ForwardedBatch"))
-    elif isinstance(payload, RetainedUpdate):
-        _retained_to_proto(payload, out.retained, f"{where}.RetainedUpdate")
-    elif isinstance(payload, SessionClaim):
-        _claim_to_proto(payload, out.session_claim, f"{where}.SessionClaim")
-    else:
-        raise WireError(
-            f"{where}: a PUB payload must be ForwardedMessage, ForwardedBatch, RetainedUpdate or "
-            "SessionClaim, "
-            f"got {type(payload).__name__}"
-        )
-    return out
-
-
-def payload_from_proto(src: Any, where: str = "payload") -> Any:
-    case = src.WhichOneof("kind")
-    if case == "forwarded":
-        return _forwarded_from_proto(src.forwarded, f"{where}.ForwardedMessage")
-    if case == "forwarded_batch":
-        return _batch_from_proto(src.forwarded_batch, f"{where}.ForwardedBatch")
-    if case == "retained":
-        return _retained_from_proto(src.retained, f"{where}.RetainedUpdate")
-    if case == "session_claim":
-        return _claim_from_proto(src.session_claim)
-    raise WireError(f"{where}: OverlayPayload without a kind (unknown to this schema version?)")
-
-
-def snapshot_to_proto(snapshot: SessionSnapshot, out: Any, where: str = "snapshot") -> None:
-    if not isinstance(snapshot, SessionSnapshot):
-        raise WireError(f"{where}: expected SessionSnapshot, got {type(snapshot).__name__}")
-    _set(out, "client_id", snapshot.client_id, where)
-    _set(out, "protocol_level", _check_int(snapshot.protocol_level, f"{where}.protocol_level"), where)
-    _set(
-        out, "expiry_interval_s", _check_int(snapshot.expiry_interval_s, f"{where}.expiry_interval_s"), where
-    )
-    if snapshot.username is not None:
-        _set(out, "username", snapshot.username, where)
-    for index, sub in enumerate(snapshot.subscriptions):
-        sub_where = f"{where}.subscriptions[{index}]"
-        if not isinstance(sub, SubOptions):
-            raise WireError(f"{sub_where}: expected SubOptions, got {type(sub).__name__}")
-        item = out.subscriptions.add()
-        _set(item, "topic_filter", sub.topic_filter, sub_where)
-        _set(item, "qos", _check_int(sub.qos, f"{sub_where}.qos"), sub_where)
-        _set(item, "no_local", bool(sub.no_local), sub_where)
-        _set(item, "retain_as_published", bool(sub.retain_as_published), sub_where)
-        _set(
-            item,
-            "retain_handling",
-            _check_int(sub.retain_handling, f"{sub_where}.retain_handling"),
-            sub_where,
-        )
-        if sub.subscription_identifier is not None:
-            _set(item, "subscription_identifier", sub.subscription_identifier, sub_where)
-        if sub.share_group is not None:
-            _set(item, "share_group", sub.share_group, sub_where)
-        _set(item, "match_filter", sub.match_filter, sub_where)
-    for index, entry in enumerate(snapshot.pending):
-        entry_where = f"{where}.pending[{index}]"
-        if not isinstance(entry, OutEntry):
-            raise WireError(f"{entry_where}: expected OutEntry, got {type(entry).__name__}")
-        item = out.pending.add()
-        mqtt_message_to_proto(entry.message, item.message, f"{entry_where}.message")
-        _set(item, "qos", _check_int(entry.qos, f"{entry_where}.qos"), entry_where)
-        _set(item, "retain", bool(entry.retain), entry_where)
-        try:
-            item.subscription_identifiers.extend(entry.subscription_identifiers)
-        except (ValueError, TypeError) as exc:
-            raise WireError(f"{entry_where}.subscription_identifiers: {exc}") from None
-        if entry.seq is not None:
-            _set(item, "seq", entry.seq, entry_where)
-        if entry.packet_id is not None:
-            _set(item, "packet_id", entry.packet_id, entry_where)
-        _set(item, "state", _check_int(entry.state, f"{entry_where}.state"), entry_where)
-        if entry.share_key is not None:
-            group, topic_filter = entry.share_key
-            _set(item.share_key, "group", group, f"{entry_where}.share_key")
-            _set(item.share_key, "filter", topic_filter, f"{entry_where}.share_key")
-    try:
-        out.incoming_qos2.extend(sorted(snapshot.incoming_qos2))
-    except (ValueError, TypeError) as exc:
-        raise WireError(f"{where}.incoming_qos2: {exc}") from None
-    _set(out, "next_packet_id", _check_int(snapshot.next_packet_id, f"{where}.next_packet_id"), where)
-
-
-def snapshot_from_proto(src: Any, where: str = "snapshot") -> SessionSnapshot:
-    subscriptions = [
-        SubOptions(
-            topic_filter=sub.topic_filter,
-            qos=sub.qos,
-            no_local=sub.no_local,
-            retain_as_published=sub.retain_as_published,
-            retain_handling=sub.retain_handling,
-            subscription_identifier=(
-                sub.subscription_identifier if sub.HasField("subscription_identifier") else None
-            ),
-            share_group=sub.share_group if sub.HasField("share_group") else None,
-            match_filter=sub.match_filter,
-        )
-        for sub in src.subscriptions
-    ]
-    pending = []
-    for index, entry in enumerate(src.pending):
-        entry_where = f"{where}.pending[{index}]"
-        pending.append(
-            OutEntry(
-                message=mqtt_message_from_proto(
-                    _require(entry, "message", f"{entry_where}.message"), f"{entry_where}.message"
-                ),
-                qos=entry.qos,
-                retain=entry.retain,
-                subscription_identifiers=list(entry.subscription_identifiers),
-                seq=entry.seq if entry.HasField("seq") else None,
-                packet_id=entry.packet_id if entry.HasField("packet_id") else None,
-                state=entry.state,
-                share_key=(entry.share_key.group, entry.share_key.filter)
-                if entry.HasField("share_key")
-                else None,
-            )
-        )
-    return SessionSnapshot(
-        client_id=src.client_id,
-        protocol_level=src.protocol_level,
-        expiry_interval_s=src.expiry_interval_s,
-        username=src.username if src.HasField("username") else None,
-        subscriptions=subscriptions,
-        pending=pending,
-        incoming_qos2=set(src.incoming_qos2),
-        next_packet_id=src.next_packet_id,
-    )
-
-
-def envelope_to_proto(envelope: Envelope, out: Any | None = None, where: str = "envelope") -> Any:
-    """A seed 002 :class:`Envelope` (with its directed body) as ``pb.Envelope``."""
-    if out is None:
-        out = pb.Envelope()
-    for name in ("orig", "dest", "from_client", "to_client"):
-        _set(out, name, getattr(envelope, name), where)
-    _set(out, "ref", _check_int(envelope.ref, f"{where}.ref"), where)
-    _set(out, "ttl", _check_int(envelope.ttl, f"{where}.ttl"), where)
-    _proof_to_proto(envelope.proof, out, where)
-    body = envelope.body
-    if isinstance(body, ClaimReply):
-        reply = out.claim_reply
-        body_where = f"{where}.ClaimReply"
-        _set(reply, "claim_id", _check_int(body.claim_id, f"{body_where}.claim_id"), body_where)
-        _set(reply, "client_id", body.client_id, body_where)
-        _set(reply, "had_client", bool(body.had_client), body_where)
-        if body.snapshot is not None:
-            snapshot_to_proto(body.snapshot, reply.snapshot, f"{body_where}.snapshot")
-        else:
-            reply.SetInParent()
-        _positions_to_proto(body.positions, reply.positions, f"{body_where}.positions")
-        if body.refused:
-            reply.refused = True
-    elif isinstance(body, RetainedSyncRequest):
-        body_where = f"{where}.RetainedSyncRequest"
-        out.retained_sync_request.SetInParent()
-        _set(out.retained_sync_request, "request_id", _check_int(body.request_id, body_where), body_where)
-        if body.digest is not None:
-            _set(
-                out.retained_sync_request,
-                "digest",
-                _check_int(body.digest, f"{body_where}.digest"),
-                body_where,
-            )
-    elif isinstance(body, RetainedSyncReply):
-        body_where = f"{where}.RetainedSyncReply"
-        sync = out.retained_sync_reply
-        sync.SetInParent()
-        _set(sync, "request_id", _check_int(body.request_id, f"{body_where}.request_id"), body_where)
-        for index, update in enumerate(body.updates):
-            _retained_to_proto(update, sync.updates.add(), f"{body_where}.updates[{index}]")
-        _set(sync, "last", bool(body.last), body_where)
-    elif isinstance(body, SessionClaim):
-        _claim_to_proto(body, out.session_claim, f"{where}.SessionClaim")
-    elif isinstance(body, ClassInterest):
-        interest = out.class_interest
-        interest.SetInParent()
-        for name in ("subscribed", "unsubscribed"):
-            for index, cls in enumerate(getattr(body, name)):
-                if not isinstance(cls, str):
-                    raise WireError(f"{where}.ClassInterest.{name}[{index}]: expected str")
-                getattr(interest, name).append(cls)
-        _set(interest, "full", bool(body.full), f"{where}.ClassInterest")
-        _set(
-            interest,
-            "epoch",
-            _check_int(body.epoch, f"{where}.ClassInterest.epoch"),
-            f"{where}.ClassInterest",
-        )
-        _set(
-            interest,
-            "version",
-            _check_int(body.version, f"{where}.ClassInterest.version"),
-            f"{where}.ClassInterest",
-        )
-        if body.leaving:
-            interest.leaving = True
-    elif not _stream_body_to_proto(body, out, where):
-        raise WireError(
-            f"{where}.body: must be ClaimReply, RetainedSyncRequest, RetainedSyncReply, StreamAck, "
-            "StreamRet or StreamResend, "
-            f"got {type(body).__name__}"
-        )
-    return out
-
-
-def envelope_from_proto(src: Any, where: str = "envelope") -> Envelope:
-    case = src.WhichOneof("body")
-    body: DirectedBody
-    if case == "claim_reply":
-        reply = src.claim_reply
-        snapshot = (
-            snapshot_from_proto(reply.snapshot, f"{where}.ClaimReply.snapshot")
-            if reply.HasField("snapshot")
-            else None
-        )
-        body = ClaimReply(
-            reply.claim_id,
-            reply.client_id,
-            reply.had_client,
-            snapshot,
-            _positions_from_proto(reply.positions),
-            reply.refused,
-        )
-    elif case == "retained_sync_request":
-        request = src.retained_sync_request
-        body = RetainedSyncRequest(request.request_id, request.digest if request.HasField("digest") else None)
-    elif case == "retained_sync_reply":
-        sync = src.retained_sync_reply
-        updates = tuple(
-            _retained_from_proto(update, f"{where}.RetainedSyncReply.updates[{index}]")
-            for index, update in enumerate(sync.updates)
-        )
-        body = RetainedSyncReply(sync.request_id, updates, sync.last)
-    elif case == "class_interest":
-        interest = src.class_interest
-        body = ClassInterest(
-            tuple(interest.subscribed),
-            tuple(interest.unsubscribed),
-            interest.full,
-            interest.epoch,
-            interest.version,
-            interest.leaving,
-        )
-    elif case == "session_claim":
-        body = _claim_from_proto(src.session_claim)
-    elif case in ("stream_ack", "stream_ret", "stream_resend"):
-        body = _stream_body_from_proto(src, case, where)
-    else:
-        raise WireError(f"{where}: Envelope without a body (unknown to this schema version?)")
-    return Envelope(
-        src.orig, src.dest, src.from_client, src.to_client, src.ref, src.ttl, body, _proof_from_proto(src)
-    )
 
 
 # ---------------------------------------------------------------------------- items and frames
@@ -829,10 +80,6 @@ def encode_item(item: object) -> bytes:
     return bytes(item_to_proto(item).SerializeToString())
 
 
-def _length_delimited(number: int, data: bytes) -> bytes:
-    return _varint((number << 3) | 2) + _varint(len(data)) + data
-
-
 _PUB_CODEC = _CODECS[om.PUB]
 _PUB_PAYLOAD_NUMBER = pb.Pub.DESCRIPTOR.fields_by_name["payload"].number
 _PAYLOAD_BATCH_NUMBER = pb.OverlayPayload.DESCRIPTOR.fields_by_name["forwarded_batch"].number
@@ -861,7 +108,6 @@ def decode_item(data: bytes) -> object:
 
 
 _varint = varint
-_SMALL_VARINTS = tuple(varint(value) for value in range(128))
 
 
 _FRAME_ITEMS_TAG = bytes(((2 << 3) | 2,))  # Frame.items: field 2, length-delimited
@@ -907,17 +153,6 @@ class Hello:
     http_port: int = 0  # the sender's HTTP port; 0 = unknown (an older broker) or HTTP off
 
 
-def _parse(cls: Any, data: bytes, what: str) -> Any:
-    if not isinstance(data, bytes | bytearray | memoryview):
-        raise WireError(f"{what}: expected bytes, got {type(data).__name__}")
-    message = cls()
-    try:
-        message.ParseFromString(bytes(data))
-    except DecodeError as exc:
-        raise WireError(f"{what}: {len(data)} bytes are not a valid skipmq.v1.{what} ({exc})") from None
-    return message
-
-
 def decode_hello(data: bytes) -> Hello:
     """The Hello of a link's first frame; WireError if the frame is not a Hello."""
     frame = _parse(pb.Frame, data, "Frame")
@@ -947,86 +182,35 @@ def decode_frame_items(data: bytes) -> list[Any]:
     return list(frame.items)
 
 
-def encode_forwarded(forwarded: ForwardedMessage) -> bytes:
-    """A forwarded message as bytes (the send log's rows, ``broker.adapters.cluster_store``)."""
-    return _encoded_forwarded(forwarded, "forwarded")
-
-
-# the serialized pb.ForwardedMessage of the last few ForwardedMessage objects encoded (by
-# identity; the objects are kept, so an id is not reused while its entry lives)
-_ENCODED_FORWARDED: dict[int, tuple[ForwardedMessage, bytes]] = {}
-_ENCODED_FORWARDED_LIMIT = 512  # >= a batch (broker.cluster.streams.BATCH_MAX_MESSAGES)
-_BATCH_MESSAGES_TAG = bytes(((1 << 3) | 2,))  # ForwardedBatch.messages: field 1, length-delimited
-_ENCODED_BATCH: dict[int, tuple[ForwardedBatch, bytes]] = {}  # as _ENCODED_FORWARDED, per batch
-_ENCODED_BATCH_LIMIT = 8
-_BATCH_PROOF_NUMBER = pb.ForwardedBatch.DESCRIPTOR.fields_by_name["proof"].number
-
-
-def _encoded_forwarded(forwarded: ForwardedMessage, where: str) -> bytes:
-    cached = _ENCODED_FORWARDED.get(id(forwarded))
-    if cached is not None and cached[0] is forwarded:
-        return cached[1]
-    data = encode_forwarded_fast(forwarded)  # the common shape, written directly (issue #11)
-    if data is None:
-        out = pb.ForwardedMessage()
-        _forwarded_to_proto(forwarded, out, where)
-        data = bytes(out.SerializeToString())
-    if len(_ENCODED_FORWARDED) >= _ENCODED_FORWARDED_LIMIT:
-        del _ENCODED_FORWARDED[next(iter(_ENCODED_FORWARDED))]
-    _ENCODED_FORWARDED[id(forwarded)] = (forwarded, data)
-    return data
-
-
-def _encoded_batch(batch: ForwardedBatch, where: str) -> bytes:
-    """The serialized pb.ForwardedBatch, from each message's cached bytes (the send log encoded
-    the QoS >= 1 ones already), built once per batch and reused for every destination."""
-    cached = _ENCODED_BATCH.get(id(batch))
-    if cached is not None and cached[0] is batch:
-        return cached[1]
-    if not batch.messages:
-        raise WireError(f"{where}: an empty ForwardedBatch")
-    parts: list[bytes] = []
-    tag = _BATCH_MESSAGES_TAG
-    cache = _ENCODED_FORWARDED
-    small = _SMALL_VARINTS
-    for index, forwarded in enumerate(batch.messages):
-        # the send log encoded the QoS >= 1 ones (``encode_forwarded``); a QoS 0 one is encoded
-        # here only, and not cached: nothing asks for its bytes again (issue #11)
-        logged = cache.get(id(forwarded))
-        if logged is not None and logged[0] is forwarded:
-            data = logged[1]
-        else:
-            fast = encode_forwarded_fast(forwarded)
-            data = fast if fast is not None else _encoded_forwarded(forwarded, f"{where}.messages[{index}]")
-        size = len(data)
-        parts += (tag, small[size] if size < 128 else _varint(size), data)
-    proof = batch.proof
-    if proof is not None:  # the origin's signature over the batch (broker/cluster/origin_proof.py)
-        if not isinstance(proof, OriginProof):
-            raise WireError(f"{where}.proof: expected OriginProof, got {type(proof).__name__}")
-        # (OriginProof: 1 signature, 2 certificate)
-        fields = _length_delimited(1, bytes(proof.signature)) + _length_delimited(2, bytes(proof.certificate))
-        parts.append(_length_delimited(_BATCH_PROOF_NUMBER, fields))
-    encoded = b"".join(parts)
-    if len(_ENCODED_BATCH) >= _ENCODED_BATCH_LIMIT:
-        del _ENCODED_BATCH[next(iter(_ENCODED_BATCH))]
-    _ENCODED_BATCH[id(batch)] = (batch, encoded)
-    return encoded
-
-
-def _batch_from_proto(src: Any, where: str) -> ForwardedBatch:
-    messages = src.messages
-    if not messages:
-        raise WireError(f"{where}: an empty ForwardedBatch")
-    try:
-        return ForwardedBatch(
-            tuple(_forwarded_from_proto(item, where) for item in messages), _proof_from_proto(src)
-        )
-    except WireError:  # again, naming the message at fault
-        for index, item in enumerate(messages):
-            _forwarded_from_proto(item, f"{where}.messages[{index}]")
-        raise
-
-
-def decode_forwarded(data: bytes) -> ForwardedMessage:
-    return _forwarded_from_proto(_parse(pb.ForwardedMessage, data, "ForwardedMessage"), "forwarded")
+__all__ = [
+    "OVERLAY_KINDS",
+    "PEER_LINK_OPEN_METHOD",
+    "SCHEMA_VERSION",
+    "Hello",
+    "WireError",
+    "decode_forwarded",
+    "decode_frame",
+    "decode_frame_items",
+    "decode_hello",
+    "decode_item",
+    "encode_forwarded",
+    "encode_frame",
+    "encode_frame_from_items",
+    "encode_hello",
+    "encode_item",
+    "envelope_from_proto",
+    "envelope_to_proto",
+    "frame_item_overhead_bytes",
+    "item_from_proto",
+    "item_to_proto",
+    "mqtt_message_from_proto",
+    "mqtt_message_to_proto",
+    "overlay_from_proto",
+    "overlay_to_proto",
+    "payload_from_proto",
+    "payload_to_proto",
+    "pb",
+    "snapshot_from_proto",
+    "snapshot_to_proto",
+    "_forwarded_to_proto",  # tests/unit/transport/test_forwarded_codec.py checks the fast codec against it
+]
