@@ -17,14 +17,16 @@ group commit has run (``Durability.flush_commit``).
 
 Size: one handler per MQTT control packet of the server side (CONNECT with authentication and
 the cluster claim, PUBLISH, the four QoS acks, SUBSCRIBE, UNSUBSCRIBE, PINGREQ, DISCONNECT,
-AUTH); the per-connection protocol state itself is the pure broker.mqtt.protocol.
+AUTH), and :class:`BrokerForClients`, the protocol of what a connection uses of its broker (so
+that this module names no module above it: ``broker.core`` is a tree); the per-connection protocol
+state itself is the pure broker.mqtt.protocol.
 """
 
 from __future__ import annotations
 
 import logging
 import struct
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from broker.core.admission import Refusal, TokenBucket, address_of
 from broker.core.drops import MEMORY_HIGH_WATER
@@ -64,8 +66,14 @@ from broker.mqtt.protocol import (
 )
 
 if TYPE_CHECKING:
-    from broker.core.broker import Broker
-    from broker.core.ports import ClientTransport
+    from broker.config import LimitsConfig
+    from broker.core.durability import Durability
+    from broker.core.memory_guard import MemoryGuard
+    from broker.core.outbound import Outbound
+    from broker.core.ports import AclPort, ClientPort, ClientTransport, ClusterPort, Scheduler
+    from broker.core.routing import Router
+    from broker.core.sessions import SessionRegistry
+    from broker.core.stats import BrokerStats
 
 log = logging.getLogger("skipmq.connection")
 
@@ -77,6 +85,84 @@ _pack_ack4 = struct.Struct(">BBH").pack
 
 def _ack4(first_byte: int, packet_id: int) -> bytes:
     return _pack_ack4(first_byte, 2, packet_id)
+
+
+class BrokerForClients(Protocol):
+    """What a :class:`ClientConnection` uses of its broker (``broker.core.broker.Broker``).
+
+    A protocol next to its user rather than the ``Broker`` class, so that this module does not
+    name ``broker.core.broker`` (which imports it): the import graph of ``broker.core``, type
+    references included, has no cycle (tests/architecture/test_layout.py).
+    """
+
+    @property
+    def node_id(self) -> str: ...
+
+    @property
+    def limits(self) -> LimitsConfig: ...
+
+    @property
+    def max_packet_size(self) -> int: ...
+
+    @property
+    def scheduler(self) -> Scheduler: ...
+
+    @property
+    def cluster(self) -> ClusterPort: ...
+
+    @property
+    def acl(self) -> AclPort | None: ...
+
+    @property
+    def stats(self) -> BrokerStats: ...
+
+    @property
+    def memory(self) -> MemoryGuard: ...
+
+    @property
+    def durability(self) -> Durability: ...
+
+    @property
+    def outbound(self) -> Outbound: ...
+
+    @property
+    def registry(self) -> SessionRegistry: ...
+
+    @property
+    def router(self) -> Router: ...
+
+    @property
+    def shutting_down(self) -> bool: ...
+
+    def log_event(self, level: int, event: str, **fields: Any) -> None: ...
+
+    def connection_gone(self, conn: ClientConnection) -> None: ...
+
+    def at_connection_limit(self, client_id: str | None = None) -> bool: ...
+
+    def pause_producer(self, conn: ClientConnection) -> None: ...
+
+    def authenticate(self, username: str | None, password: bytes | None, *, tls_identity: bool) -> int: ...
+
+    def authentication_is_slow(self, username: str | None, *, tls_identity: bool) -> bool: ...
+
+    def assign_client_id(self) -> str: ...
+
+    def connection_closed(self, conn: ClientPort, session: Session, *, fire_will: bool) -> None: ...
+
+    def subscribe(
+        self, session: Session, packet: Subscribe
+    ) -> tuple[list[int], list[tuple[SubOptions, Message]]]: ...
+
+    def unsubscribe(self, session: Session, topic_filters: list[str]) -> list[int]: ...
+
+    def owned_by_other(self, client_id: str, username: str | None) -> bool: ...
+
+    def import_session(self, snapshot: SessionSnapshot) -> None: ...
+
+    def commit_now(self) -> bool: ...
+
+    def after_batch(self) -> None: ...
 
 
 class ClientConnection:
@@ -106,7 +192,7 @@ class ClientConnection:
 
     def __init__(
         self,
-        broker: Broker,
+        broker: BrokerForClients,
         transport: ClientTransport,
         listener: str = "tcp",
         *,
