@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from broker.core.admission import Admission
 from broker.core.client import ClientConnection
+from broker.core.client_base import ClientBase
 from broker.core.drops import DropReporter
 from broker.core.durability import Durability, decode_will, message_from
 from broker.core.memory_guard import CROSSED_HIGH, STILL_HIGH, MemoryGuard
@@ -94,7 +95,7 @@ class Broker:
             self.limits.memory_low_water_bytes,
             log_interval_s=float(config.logging.dropped_messages_interval_s),
         )
-        self._paused_producers: dict[ClientConnection, None] = {}  # not read from until recovery
+        self._paused_producers: dict[ClientBase, None] = {}  # not read from until recovery
         self._client_counter = 0
         self._sweep_handle: Any = None
         self._sys_handle: Any = None
@@ -231,7 +232,7 @@ class Broker:
             conn.refusal = admission.opened(conn.address, self.scheduler.time())
         return conn
 
-    def connection_gone(self, conn: ClientConnection) -> None:
+    def connection_gone(self, conn: ClientBase) -> None:
         self._paused_producers.pop(conn, None)
         if conn in self.connections:
             del self.connections[conn]
@@ -274,7 +275,7 @@ class Broker:
                 if resume is not None and not conn.transport.is_closing():
                     resume()
 
-    def pause_producer(self, conn: ClientConnection) -> None:
+    def pause_producer(self, conn: ClientBase) -> None:
         """Under memory pressure: read nothing more from ``conn`` (a transport that cannot pause,
         such as a WebSocket, keeps being read; its QoS 0 messages are still dropped)."""
         if conn in self._paused_producers:

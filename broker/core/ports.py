@@ -11,10 +11,15 @@ the outside only through the ports it is given:
 * :class:`AuthPort` / :class:`AclPort` - password check and topic permissions;
 * :class:`ClusterPort` - the cluster engine (``broker.cluster.engine``) or :class:`NullCluster`.
 
-What the core needs from one client connection is :class:`ClientPort` (implemented by
-``broker.core.client.ClientConnection``). Results travel as values: a publish returns a
-:class:`PublishResult`; work the cluster has to finish first is a :class:`Completion`, a one-shot
-result holder that needs no event loop (the core's equivalent of an asyncio future).
+What the core needs from one client connection is :class:`ClientPort`, what its adapter drives
+is :class:`ClientHandler` (both implemented by ``broker.core.client.ClientConnection``). Results
+travel as values: a publish returns a :class:`PublishResult`; work the cluster has to finish first
+is a :class:`Completion`, a one-shot result holder that needs no event loop (the core's equivalent
+of an asyncio future).
+
+This module names no module of ``broker.core`` but the leaves ``records`` and ``messages``: every
+other part imports it, and the import graph of ``broker.core`` (type references included) stays
+acyclic.
 """
 
 from __future__ import annotations
@@ -26,8 +31,7 @@ from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 from broker.core.records import QueueEntry, SessionRecord, StoredMessage, StoredSubscription
 
 if TYPE_CHECKING:
-    from broker.core.client import ClientConnection
-    from broker.core.session import Message, SessionSnapshot
+    from broker.core.messages import Message, SessionSnapshot
 
 T = TypeVar("T")
 
@@ -35,6 +39,7 @@ __all__ = [
     "AclPort",
     "AuthPort",
     "BrokerApi",
+    "ClientHandler",
     "ClientPort",
     "ClientTransport",
     "ClusterPort",
@@ -175,6 +180,15 @@ class ClientPort(Protocol):
 
     def check_timeouts(self, now: float, connect_timeout_s: float) -> None:
         """CONNECT timeout and keep alive (1.5 x keep alive, MQTT-3.1.2-24) at ``now``."""
+
+
+class ClientHandler(ClientPort, Protocol):
+    """A client connection as its adapter drives it (what ``BrokerApi.new_client`` returns,
+    implemented by ``broker.core.client.ClientConnection``): bytes in, the end of the stream."""
+
+    def receive(self, data: bytes) -> None: ...
+
+    def lost(self) -> None: ...
 
 
 class StorePort(Protocol):
@@ -348,7 +362,7 @@ class BrokerApi(Protocol):
         *,
         peer: str = "",
         cert_username: str | None = None,
-    ) -> ClientConnection | None:
+    ) -> ClientHandler | None:
         """A handler for a new client socket of ``listener`` ("tcp", "tls", "websocket", ...);
         None (and the transport closed) when the broker refuses more sockets."""
 

@@ -7,87 +7,42 @@ the will message and the session-expiry timer. This module is data only: the log
 it is in ``broker.core.sessions`` (life cycle), ``broker.core.outbound`` (queue and in flight)
 and ``broker.core.client`` (one connection).
 
-It also defines the broker's internal :class:`Message` and the :class:`SessionSnapshot` used to
-hand a session to another broker of the cluster (``BrokerApi.hand_over`` / ``import_session``).
+The value types a session is made of - the broker's internal :class:`Message`,
+:class:`SubOptions`, :class:`OutEntry` and the :class:`SessionSnapshot` used to hand a session to
+another broker of the cluster - are defined in ``broker.core.messages`` (a leaf, below the ports)
+and re-exported here.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from broker.core.records import PUBLISH_SENT, PUBREL_SENT, QUEUED
-from broker.mqtt.packets import Properties, Will
+from broker.core.messages import (
+    STATE_PUBLISH_SENT,
+    STATE_PUBREL_SENT,
+    STATE_QUEUED,
+    Message,
+    OutEntry,
+    SessionSnapshot,
+    SubOptions,
+)
+from broker.mqtt.packets import Will
 
 if TYPE_CHECKING:
     from broker.core.ports import ClientPort, TimerHandle
 
-# Outgoing entry states (the store keeps the same numbers: broker.core.records).
-STATE_QUEUED = QUEUED
-STATE_PUBLISH_SENT = PUBLISH_SENT
-STATE_PUBREL_SENT = PUBREL_SENT
-
-
-@dataclass(slots=True)
-class Message:
-    """An application message inside the broker.
-
-    ``expiry_at`` is an absolute wall-clock time (from message_expiry_interval) or None;
-    ``origin`` is the node id of the broker that accepted it; ``publisher_id`` the client id of
-    the publisher (None for $SYS, remote or injected messages).
-    """
-
-    topic: str
-    payload: bytes
-    qos: int = 0
-    retain: bool = False
-    properties: Properties = field(default_factory=dict)
-    expiry_at: float | None = None
-    origin: str = ""
-    publisher_id: str | None = None
-
-
-@dataclass(slots=True)
-class SubOptions:
-    """One subscription of a session (the filter includes any ``$share/group/`` prefix)."""
-
-    topic_filter: str
-    qos: int = 0
-    no_local: bool = False
-    retain_as_published: bool = False
-    retain_handling: int = 0
-    subscription_identifier: int | None = None
-    share_group: str | None = None
-    match_filter: str = ""  # the filter without the $share prefix
-
-    def copy(self) -> SubOptions:
-        return SubOptions(
-            self.topic_filter,
-            self.qos,
-            self.no_local,
-            self.retain_as_published,
-            self.retain_handling,
-            self.subscription_identifier,
-            self.share_group,
-            self.match_filter,
-        )
-
-
-@dataclass(slots=True)
-class OutEntry:
-    """A QoS>0 message towards the client: queued (no packet id yet) or in flight."""
-
-    message: Message
-    qos: int
-    retain: bool
-    subscription_identifiers: list[int]
-    seq: int | None = None  # store sequence number (persistent sessions only)
-    packet_id: int | None = None
-    state: int = STATE_QUEUED
-    # (group, filter) when delivered through a shared subscription: handed to another member of
-    # the group if this session ends before the message is completed (MQTT 5 §4.8.2)
-    share_key: tuple[str, str] | None = None
+# the value types live in broker.core.messages (below the ports); this is their historical path
+__all__ = [
+    "STATE_PUBLISH_SENT",
+    "STATE_PUBREL_SENT",
+    "STATE_QUEUED",
+    "Message",
+    "OutEntry",
+    "Session",
+    "SessionSnapshot",
+    "SubOptions",
+]
 
 
 class Session:
@@ -175,17 +130,3 @@ class Session:
         if self.will_handle is not None:
             self.will_handle.cancel()
             self.will_handle = None
-
-
-@dataclass(slots=True)
-class SessionSnapshot:
-    """A session's transferable state (for moving a client between brokers of the cluster)."""
-
-    client_id: str
-    protocol_level: int
-    expiry_interval_s: int
-    username: str | None
-    subscriptions: list[SubOptions]
-    pending: list[OutEntry]  # in-flight first (with packet ids and states), then queued
-    incoming_qos2: set[int]
-    next_packet_id: int = 1
