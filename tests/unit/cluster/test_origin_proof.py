@@ -47,7 +47,12 @@ from broker.core.session import Message, OutEntry, SessionSnapshot, SubOptions
 from overlay import messages as om
 
 A, B, X = "10.0.0.1:7883", "10.0.0.2:7883", "10.0.0.9:7883"
-NOW = datetime.datetime.now(datetime.UTC).timestamp()
+
+
+def _now() -> float:
+    """The time a verifier is asked at: now, not at import (certificates made by a test are valid
+    from 5 minutes before they were made, and a test may run long after the module was imported)."""
+    return datetime.datetime.now(datetime.UTC).timestamp()
 
 
 def _signer(ca: Path, peer_id: str, name: str) -> Signer:
@@ -171,21 +176,23 @@ def test_the_verify_decision(pki: dict[str, object]) -> None:
     lookalike: Signer = pki["lookalike_a"]  # type: ignore[assignment]
     data = forwarded_bytes((_forwarded(1),))
     good = a.sign(data)
-    assert verifier.problem(A, data, good, NOW) is None
+    assert verifier.problem(A, data, good, _now()) is None
     # the attacker signs with its own (valid) key: its certificate does not name a
-    problem = verifier.problem(A, data, x.sign(data), NOW)
+    problem = verifier.problem(A, data, x.sign(data), _now())
     assert problem is not None and "names" in problem
     # a's proof on other content (the forger changed the message, kept a's signature)
     tampered = forwarded_bytes((replace_message(_forwarded(1), b"forged"),))
-    assert verifier.problem(A, tampered, good, NOW) == "the signature does not match the content"
+    assert verifier.problem(A, tampered, good, _now()) == "the signature does not match the content"
     # a's real certificate with the attacker's signature
-    assert verifier.problem(A, data, OriginProof(x.sign(data).signature, good.certificate), NOW) is not None
+    assert (
+        verifier.problem(A, data, OriginProof(x.sign(data).signature, good.certificate), _now()) is not None
+    )
     # a certificate naming a, from a CA of the same base name that is not in the bundle
-    problem = verifier.problem(A, data, lookalike.sign(data), NOW)
+    problem = verifier.problem(A, data, lookalike.sign(data), _now())
     assert problem is not None and "not signed by a CA of the bundle" in problem
     # outside its validity
-    assert "expired" in (verifier.problem(A, data, good, NOW + 400 * 86400) or "")
-    assert verifier.problem(A, data, OriginProof(good.signature, b"not a certificate"), NOW) is not None
+    assert "expired" in (verifier.problem(A, data, good, _now() + 400 * 86400) or "")
+    assert verifier.problem(A, data, OriginProof(good.signature, b"not a certificate"), _now()) is not None
 
 
 def test_a_bundle_of_two_cas_checks_certificates_of_both(tmp_path: Path) -> None:
@@ -197,15 +204,15 @@ def test_a_bundle_of_two_cas_checks_certificates_of_both(tmp_path: Path) -> None
     data = b"content"
     for ca in ("old", "new"):
         signer = _signer(tmp_path / ca, A, f"a-{ca}")
-        assert bundle.problem(A, data, signer.sign(data), NOW) is None
-    assert Verifier(new).problem(A, data, _signer(tmp_path / "old", A, "a2").sign(data), NOW) is not None
+        assert bundle.problem(A, data, signer.sign(data), _now()) is None
+    assert Verifier(new).problem(A, data, _signer(tmp_path / "old", A, "a2").sign(data), _now()) is not None
 
 
 def test_a_ca_certificate_cannot_sign_for_a_broker(tmp_path: Path) -> None:
     make_ca(tmp_path / "ca")
     ca_pem = (tmp_path / "ca" / "ca.pem").read_bytes()
     ca_signer = Signer.from_pem(ca_pem, (tmp_path / "ca" / "ca.key").read_bytes())
-    problem = Verifier(ca_pem).problem(A, b"d", ca_signer.sign(b"d"), NOW)
+    problem = Verifier(ca_pem).problem(A, b"d", ca_signer.sign(b"d"), _now())
     assert problem is not None and "CA certificate" in problem
 
 
@@ -229,26 +236,26 @@ def test_origin_checks_sign_what_is_originated_and_refuse_forgeries(pki: dict[st
     single = at_a.sign_payload(_forwarded(1))
     assert isinstance(single, ForwardedBatch) and single.proof is not None  # a batch of one
     relayed = _over_the_wire(_pub(single)).payload  # type: ignore[attr-defined]
-    assert at_b.check_payload(relayed, NOW) is None
+    assert at_b.check_payload(relayed, _now()) is None
     # x forges a's stream: signed by x, or with a's proof from another batch, or with none
     forged = ForwardedBatch((replace_message(_forwarded(2), b"forged"),))
     for attempt in (at_x.sign_payload(forged), replace(forged, proof=single.proof), forged, _forwarded(2)):
-        refusal = at_b.check_payload(attempt, NOW)
+        refusal = at_b.check_payload(attempt, _now())
         assert refusal is not None and refusal.kind == "forwarded" and refusal.origin == A, attempt
     # optional: an unsigned item passes, a wrong proof still does not
     lenient = _checks(None, verifier, "optional")
-    assert lenient.check_payload(forged, NOW) is None
-    assert lenient.check_payload(at_x.sign_payload(forged), NOW) is not None
+    assert lenient.check_payload(forged, _now()) is None
+    assert lenient.check_payload(at_x.sign_payload(forged), _now()) is not None
     # retained updates, claims and envelopes alike
     update = RetainedUpdate(A, 10, Message("r", b"v", retain=True))
-    assert at_b.check_payload(at_a.sign_payload(update), NOW) is None
-    assert at_b.check_payload(at_x.sign_payload(update), NOW) is not None
+    assert at_b.check_payload(at_a.sign_payload(update), _now()) is None
+    assert at_b.check_payload(at_x.sign_payload(update), _now()) is not None
     claim = SessionClaim(A, "victim", 5, False)
-    assert at_b.check_payload(at_a.sign_payload(claim), NOW) is None
-    assert (at_b.check_payload(at_x.sign_payload(claim), NOW) or None) is not None
+    assert at_b.check_payload(at_a.sign_payload(claim), _now()) is None
+    assert (at_b.check_payload(at_x.sign_payload(claim), _now()) or None) is not None
     ack = Envelope(A, B, "", "", 0, 8, StreamAck((StreamPosition(f"{A}/abc", "=s", 99),)))
-    assert at_b.check_envelope(at_a.sign_envelope(ack), NOW) is None
-    refusal = at_b.check_envelope(at_x.sign_envelope(ack), NOW)
+    assert at_b.check_envelope(at_a.sign_envelope(ack), _now()) is None
+    refusal = at_b.check_envelope(at_x.sign_envelope(ack), _now())
     assert refusal is not None and refusal.kind == "envelope"
     assert at_b.stats.origin_proofs_verified == 4
     assert at_a.stats.origin_proofs_signed == 4
@@ -269,7 +276,7 @@ def test_an_rsa_certificate_signs_too(tmp_path: Path) -> None:
     ca_cert = x509.load_pem_x509_certificate((tmp_path / "ca" / "ca.pem").read_bytes())
     ca_key = serialization.load_pem_private_key((tmp_path / "ca" / "ca.key").read_bytes(), password=None)
     key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-    now = datetime.datetime.fromtimestamp(NOW, datetime.UTC)  # the verifier is asked at NOW
+    now = datetime.datetime.fromtimestamp(_now(), datetime.UTC)  # the verifier is asked now
     cert = (
         x509.CertificateBuilder()
         .subject_name(x509.Name([]))
@@ -283,4 +290,4 @@ def test_an_rsa_certificate_signs_too(tmp_path: Path) -> None:
     )
     signer = Signer(cert, key)
     verifier = Verifier((tmp_path / "ca" / "ca.pem").read_bytes())
-    assert verifier.problem(A, b"d", signer.sign(b"d"), NOW) is None
+    assert verifier.problem(A, b"d", signer.sign(b"d"), _now()) is None
