@@ -1,0 +1,319 @@
+"""The cluster engine's inputs from other brokers (docs/cluster.md).
+
+:class:`EngineReceiving` is the part of ``broker.cluster.engine.ClusterEngine`` that takes what the
+``PeerTransport`` reports: items received (overlay queries, deliveries of the overlay, directed
+envelopes, each checked by ``broker.cluster.inbound`` and the origin checks first), peers down,
+back or gone, and the periodic probe and sweep that follow peers and idle state. It holds no
+state of its own.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import replace
+
+from broker.cluster.engine_base import (
+    CATCH_UP_GIVE_UP_S,
+    DOWN_PEER_MEMORY_S,
+    PROBE_RETRANSMITS,
+    PUBLISHER_IDLE_S,
+    RTT_SAMPLE_MASK,
+    STREAM_IDLE_S,
+    SWEEP_INTERVAL_S,
+)
+from broker.cluster.engine_takeover import TakeoverGlue
+from broker.cluster.inbound import envelope_problem, payload_problem
+from broker.cluster.messages import (
+    ClaimReply,
+    ClassInterest,
+    Envelope,
+    ForwardedBatch,
+    ForwardedMessage,
+    RetainedSyncReply,
+    RetainedSyncRequest,
+    RetainedUpdate,
+    SessionClaim,
+)
+from broker.cluster.stream_receiver import UNLIMITED
+from broker.cluster.streams import CONTROL_CLASS
+from broker.cluster.takeover import LateSession
+from overlay import api
+from overlay.api import Role
+from overlay.messages import ACK, PONG
+
+log = logging.getLogger("skipmq.cluster")
+
+
+class EngineReceiving(TakeoverGlue):
+    """See the module docstring."""
+
+    def on_receive(self, sender: str, item: object) -> None:
+        """A message from broker ``sender`` (an overlay query, or a directed envelope)."""
+        if self.stopped:
+            return
+        if sender not in self._heard_from or sender in self._down_peers:
+            self._departed.discard(sender)
+            self._heard_from.add(sender)
+            self._peer_back(sender)
+        kind = type(item)
+        self.stats.overlay_received[kind] += 1
+        if kind is ACK:
+            if not item.ack_id & RTT_SAMPLE_MASK:  # type: ignore[attr-defined]
+                self._round_trip_answered(sender, item.ack_id)  # type: ignore[attr-defined]
+        elif kind is PONG:
+            self._round_trip_answered(sender, item.nonce)  # type: ignore[attr-defined]
+        self._receiving_from = sender
+        try:
+            if isinstance(item, Envelope):
+                problem = envelope_problem(sender, self.peer_id, item)
+                if problem is None and isinstance(item.body, RetainedSyncReply):
+                    problem = self._unasked_retained_reply(sender, item.body.request_id)
+                checks = self.origin_checks
+                if problem is not None:
+                    self._reject(sender, item.body, problem)
+                elif checks is None or not self._origin_refused(checks.check_envelope(item, self._wall_s())):
+                    self._on_envelope(item)
+            else:
+                self._handle(api.Receive(sender, item))
+        except Exception:
+            log.exception("cluster: failed to handle %s from %s", type(item).__name__, sender)
+        self._after_event()
+
+    def on_peer_down(self, peer: str) -> None:
+        """The transport lost broker ``peer`` (refused, broken link)."""
+        if self.stopped:
+            return
+        self._handle(api.PeerUnreachable(peer))
+        self._down_peers.setdefault(peer, self._now())
+        if self._next_probe is None:
+            self._next_probe = self._now() + self.retransmit_s * PROBE_RETRANSMITS
+        assert self.transport is not None and self.takeover is not None
+        self.transport.drop_queued(peer)  # the overlay re-sends what matters around it
+        self._finish_claims(self.takeover.peer_down(peer))
+        self.takeover.claimant_down(peer, self._now())
+        self.announcer.forget(peer)
+        self._after_event()
+
+    def _room_for(self, key: tuple[str, str]) -> int:
+        """How many more messages of stream ``key`` the local sessions of its class take now: the
+        least room below half its queue limit over those sessions (the other half stays free for
+        live messages of other streams meanwhile); seed 004's minBUF of the flow condition."""
+        broker = self.broker
+        if broker is None:
+            return UNLIMITED
+        room = UNLIMITED
+        for client_id in self.interest.clients_of(key[1]):
+            depth = broker.queue_depth(client_id)
+            if depth is not None:
+                queued, limit = depth
+                room = min(room, max(1, limit // 2) - queued)
+        return room
+
+    def _peer_left(self, peer: str) -> None:
+        """``peer`` stops gracefully (its announcement ``leaving``): absent, as if down - the send
+        log keeps what it misses, its claims are not waited for - but not contacted (no probes, no
+        resends, no dials to its address) until it talks to us again (``on_receive``)."""
+        if peer == self.peer_id:
+            return
+        self._departed.add(peer)
+        self._heard_from.discard(peer)
+        self._down_peers.setdefault(peer, self._now())
+        assert self.transport is not None and self.takeover is not None
+        self.transport.drop_queued(peer)
+        self._finish_claims(self.takeover.peer_down(peer))
+        self.announcer.forget(peer)
+        log.info("cluster_peer_left %s: not contacted until it talks again", peer)
+
+    def _absent_since(self) -> float | None:
+        """Since when some peer is reported down (the send log keeps what was sent since for it)."""
+        down = self._down_peers
+        return min(down.values()) if down else None
+
+    def _peer_back(self, peer: str) -> None:
+        """Broker ``peer`` talks to us for the first time, or again after it was reported down (it
+        started or restarted - perhaps holding stored sessions of clients now connected here - or
+        a partition healed): the claims of our connected clients are repeated to it, so each client
+        id ends with one owner, the newest connection (an older session and what was queued for it
+        move here)."""
+        self._down_peers.pop(peer, None)
+        takeover = self.takeover
+        broker = self.broker
+        sender = self.sender
+        retained_sync = self.retained_sync
+        if takeover is None or broker is None or sender is None or retained_sync is None:
+            return
+        claims = takeover.claims_to_repeat(broker.client_connected) + takeover.recovery_claims()
+        for claim in claims:
+            self._send_envelope(peer, claim.client_id, claim.claim_id, claim)
+        takeover.repeat_to(peer, claims, self._now())  # until answered: a repeat may be lost
+        full = ClassInterest(tuple(self.interest.classes()), (), True)
+        for dest, ref, interest in self.announcer.announce(full, [peer], self._now()):
+            self._send_envelope(dest, "", ref, interest)
+        self._sender_actions(sender.logged_for(peer))
+        # compare retained stores at once; and the answer tells ``peer`` we are back too
+        self._send_envelope(peer, "", 0, RetainedSyncRequest(0, retained_sync.digest))
+
+    def _probe_down_peers(self, now: float) -> None:
+        """Peers reported down are contacted again every few retransmit periods (for at most
+        ``DOWN_PEER_MEMORY_S``): the two sides of a healed partition find each other even when
+        their overlay halves do not (a broker that restarted during the split joined only its half)."""
+        self._next_probe = None
+        assert self.transport is not None and self.retained_sync is not None
+        connected = self.transport.connected_peers()
+        for peer, since in list(self._down_peers.items()):
+            if now - since > DOWN_PEER_MEMORY_S:
+                del self._down_peers[peer]
+            elif peer not in connected:
+                self._send_envelope(peer, "", 0, RetainedSyncRequest(0, self.retained_sync.digest))
+        if self._down_peers:
+            self._next_probe = now + self.retransmit_s * PROBE_RETRANSMITS
+
+    def _sweep(self, now: float) -> None:
+        """Leave idle publisher classes; forget silent receive streams and old claims."""
+        self._next_sweep = now + SWEEP_INTERVAL_S
+        for cls, last in list(self._published.items()):
+            if now - last > PUBLISHER_IDLE_S and cls != CONTROL_CLASS:
+                del self._published[cls]
+                self._handle(api.LeaveTopic(cls, Role.PUBLISHER))
+        assert self.takeover is not None and self.broker is not None
+        self.takeover.forget(self.broker.has_session)
+        for claim_id, claimant in self.takeover.forget_handed_over(now):
+            self.store.set_handed_over(claim_id, claimant, None)
+        for claim_id in self.takeover.expire_pending(now):
+            self.store.set_pending_claim(claim_id, None)
+        expired: list[str] = []
+        for key, waiting in list(self._awaiting_start.items()):  # streams that never came
+            expired += [entry[1] for entry in waiting if now - entry[2] > CATCH_UP_GIVE_UP_S]
+            waiting[:] = [entry for entry in waiting if now - entry[2] <= CATCH_UP_GIVE_UP_S]
+            if not waiting:
+                del self._awaiting_start[key]
+        self._persist_catch_ups(expired)
+        forgotten = self.receiver.forget_idle(now, STREAM_IDLE_S)
+        if self.causal is not None:
+            self.causal.forget(forgotten)
+        self._persist_positions()
+
+    def _on_deliver(self, action: api.Deliver) -> None:
+        payload = action.payload
+        if action.publisher == self.peer_id:
+            return  # our own publication: local subscribers already have it
+        problem = payload_problem(action.publisher, payload)
+        if problem is not None:
+            self._reject(action.publisher, payload, problem)
+            return
+        checks = self.origin_checks
+        if checks is not None and self._origin_refused(checks.check_payload(payload, self._wall_s())):
+            return  # (relayed here by ``_receiving_from``; a relay cannot make a proof)
+        if isinstance(payload, ForwardedMessage):
+            self._receive_forwarded(payload, int(action.hops))
+        elif isinstance(payload, ForwardedBatch):
+            hops = int(action.hops)
+            self._route_memos = {}  # matched once per (class, topic) of the batch (``_deliver``)
+            try:
+                for forwarded in payload.messages:
+                    self._receive_forwarded(forwarded, hops)
+            finally:
+                self._route_memos = None
+                self._persist_positions()  # the batch's receive positions, once (``_deliver``)
+        elif isinstance(payload, RetainedUpdate):
+            self._apply_retained(payload)
+        elif isinstance(payload, SessionClaim):
+            self._on_claim(payload)
+
+    def receive_forwarded(self, forwarded: ForwardedMessage, hops: int) -> None:
+        """A forwarded message the overlay delivered here after ``hops`` hops: restore its
+        stream's order (``stream_receiver``), then deliver what is ready to local subscribers (what the
+        overlay's ``Deliver`` action does; an entry point for tests and tools)."""
+        self._receive_forwarded(forwarded, hops)
+        self._after_event()
+
+    def _on_envelope(self, envelope: Envelope) -> None:
+        if envelope.dest != self.peer_id:
+            if envelope.ttl <= 1:
+                log.warning("cluster_envelope_dropped ttl orig=%s dest=%s", envelope.orig, envelope.dest)
+                return
+            self._send(envelope.dest, replace(envelope, ttl=envelope.ttl - 1))
+            return
+        body = envelope.body
+        assert self.takeover is not None and self.retained_sync is not None and self.broker is not None
+        if isinstance(body, ClaimReply):
+            if not self.takeover.is_own_claim(body.claim_id, body.client_id) or (
+                body.snapshot is not None and body.snapshot.client_id != body.client_id
+            ):
+                self.stats.inbound_rejected += 1
+                log.warning(
+                    "cluster_message_rejected ClaimReply from %s: claim %d for %r is not ours",
+                    envelope.orig,
+                    body.claim_id,
+                    body.client_id,
+                )
+                return
+            if body.refused:
+                self._claim_refused(body)
+                return
+            outcome = self.takeover.on_reply(envelope.orig, body)  # orig: the answering broker
+            if body.snapshot is None and self.takeover.answered_without_session(body.claim_id, envelope.orig):
+                self.store.set_pending_claim(body.claim_id, None)  # nobody has it in flight
+            if isinstance(outcome, LateSession) and self._pass_on_late(body):
+                self._claim_settled(body.claim_id)  # the client has moved on: the session went on to it
+            elif isinstance(outcome, LateSession):
+                # came after the wait ended: keep its messages anyway, and what its old broker
+                # had not delivered to it
+                self.stats.sessions_received += 1
+                self.broker.receive_late_session(outcome.snapshot)
+                self._claim_settled(body.claim_id)
+                if body.positions and self.broker.has_session(body.client_id):
+                    self._catch_up(body.client_id, body.positions)
+            elif outcome is None and body.had_client and body.positions:
+                # an answer (to a repeated claim) from a broker whose copy of the session was empty:
+                # what was published after its positions still has to reach the client here
+                if self.broker.has_session(body.client_id):
+                    self._catch_up(body.client_id, body.positions)
+            elif outcome is not None:
+                if outcome.snapshot is not None:
+                    self.stats.sessions_received += 1
+                    if body.positions:
+                        self._moved_positions[body.client_id] = body.positions
+                self._finish_claims([outcome])  # schedules the completion: the core imports then
+                if outcome.snapshot is not None:
+                    # scheduled after the import, in its commit: what the old broker had not
+                    # delivered is fetched into the session at once (a crash of this broker before
+                    # the CONNACK would otherwise lose the positions, kept in memory only)
+                    self.scheduler.call_soon(self._apply_moved_positions, body.client_id)
+                    self.scheduler.call_soon(self._claim_settled, body.claim_id)  # (in the import's commit)
+                    # if a newer CONNECT elsewhere claimed the client meanwhile, the session goes
+                    # on to it
+                    self.scheduler.call_soon(self._pass_on_if_claimed_elsewhere, body.client_id)
+        elif isinstance(body, RetainedSyncRequest):
+            if body.digest is not None and not self.retained_sync.differs(body.digest):
+                return  # anti-entropy: the same retained versions on both sides
+            for reply in self.retained_sync.copy_for(body.request_id, self.broker.retained_messages()):
+                self._send_envelope(envelope.orig, "", body.request_id, self._prove_own_retained(reply))
+            self._persist_retained_versions()
+        elif isinstance(body, RetainedSyncReply):
+            checks = self.origin_checks
+            for update in self.retained_sync.reply_received(body):
+                # each update is checked against its own origin (a copy relays other brokers'),
+                # when it would be applied
+                if (
+                    checks is not None
+                    and self.retained_sync.newer(update)
+                    and self._origin_refused(checks.check_retained(update, self._wall_s()))
+                ):
+                    continue
+                self._apply_retained(update)
+        elif isinstance(body, SessionClaim):  # repeated to us after a partition or a restart
+            self._on_claim(body)
+        elif isinstance(body, ClassInterest):
+            if body.leaving:
+                self._peer_left(envelope.orig)
+                return
+            if not body.subscribed and not body.unsubscribed and not body.full:
+                if envelope.ref:  # the acknowledgement of one of our announcements
+                    self.announcer.acked(envelope.orig, envelope.ref)
+                return
+            self._on_interest(envelope.orig, body)
+            if envelope.ref:
+                self._send_envelope(envelope.orig, "", envelope.ref, ClassInterest(()))
+        else:
+            self._on_stream_body(envelope.orig, body)

@@ -1,0 +1,154 @@
+"""The cluster engine's glue of session takeover (session claims; seed 002 envelopes,
+docs/cluster.md "Session takeover").
+
+:class:`TakeoverGlue` is the part of ``broker.cluster.engine.ClusterEngine`` that carries out the
+decisions of the pure core ``takeover``: it answers claims (handing a session over with its stream
+positions, or refusing one bound to another user), passes on a session whose client moved on,
+settles our own claims and finishes the CONNECTs waiting for them. It holds no state of its own.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from broker.cluster.engine_retained import RetainedGlue
+from broker.cluster.messages import (
+    ClaimReply,
+    SessionClaim,
+)
+from broker.cluster.takeover import Answer, ClaimFinished, HandOver, NoSession, Refuse
+
+
+class TakeoverGlue(RetainedGlue):
+    """See the module docstring."""
+
+    def _on_claim(self, claim: SessionClaim) -> None:
+        assert self.takeover is not None and self.broker is not None
+        broker = self.broker
+        if claim.origin != self.peer_id and broker.owned_by_other(claim.client_id, claim.username):
+            # sessions are bound to their owner (docs/security.md): the session stays here, its
+            # client stays connected, and the claimant refuses its CONNECT with 0x87
+            self.stats.claims_refused += 1
+            broker.log_event(
+                logging.WARNING,
+                "session_owner_mismatch",
+                client_id=claim.client_id,
+                username=claim.username,
+                claimant=claim.origin,
+            )
+            refusal = ClaimReply(claim.claim_id, claim.client_id, True, None, (), refused=True)
+            self._send_envelope(claim.origin, claim.client_id, claim.claim_id, refusal)
+            return
+        decision = self.takeover.on_claim(claim, connected_here=broker.client_connected(claim.client_id))
+        if decision is None:
+            return
+        if isinstance(decision, Refuse | NoSession):
+            reply = ClaimReply(claim.claim_id, claim.client_id, False, None)
+        elif isinstance(decision, Answer):
+            reply = decision.reply  # the claim was repeated: our reply with the session was lost
+            if decision.moved_from is not None:
+                # handed over to a broker that went down right after: it goes to this claim now
+                self.store.set_handed_over(*decision.moved_from, None)
+                self.store.set_handed_over(claim.claim_id, claim.origin, reply)
+        else:
+            assert isinstance(decision, HandOver)
+            before = self.receiver.positions()  # (the hand-over may leave classes)
+            had, snapshot = broker.hand_over(claim.client_id, transfer=decision.transfer)
+            if had:
+                self.stats.sessions_handed_over += 1
+                self._deliver_pending_commit = True
+            positions = self._hand_over_positions(snapshot, before) if snapshot is not None else ()
+            reply = ClaimReply(claim.claim_id, claim.client_id, had, snapshot, positions)
+            self._handed_over(claim.claim_id, claim.origin, reply)
+        self._send_envelope(claim.origin, claim.client_id, claim.claim_id, reply)
+
+    def _pass_on_if_claimed_elsewhere(self, client_id: str) -> None:
+        """A session handed to us arrived after a newer claim for its client came from another
+        broker (the client gave up on us and connected there): it is passed on to that broker,
+        which merges it (nothing queued in it is lost)."""
+        takeover = self.takeover
+        broker = self.broker
+        if self.stopped or takeover is None or broker is None:
+            return
+        newer = takeover.newest_remote_claim(client_id)
+        if newer is None or broker.client_connected(client_id) or not broker.has_session(client_id):
+            return
+        before = self.receiver.positions()
+        had, snapshot = broker.hand_over(client_id, transfer=True)
+        if not had or snapshot is None:
+            return
+        self.stats.sessions_handed_over += 1
+        self._deliver_pending_commit = True
+        positions = self._hand_over_positions(snapshot, before)
+        claim_id, origin = newer
+        reply = ClaimReply(claim_id, client_id, True, snapshot, positions)
+        self._handed_over(claim_id, origin, reply)
+        self._send_envelope(origin, client_id, claim_id, reply)
+        self._after_event()
+
+    def _apply_moved_positions(self, client_id: str) -> None:
+        """A session handed to us was imported: catch it up from the positions it brought."""
+        broker = self.broker
+        if self.stopped or broker is None or not broker.has_session(client_id):
+            return  # not imported: kept for the CONNACK, or passed on with the session
+        positions = self._moved_positions.pop(client_id, None)
+        if positions:
+            self._catch_up(client_id, positions)
+            self._after_event()
+
+    def _pass_on_late(self, reply: ClaimReply) -> bool:
+        """A session answering an old claim of ours arrived after the client had moved on from here
+        to a newer connection elsewhere (the old claim went on through the overlay after a heal):
+        the session and its old broker's positions go on to that connection's broker as they came,
+        instead of staying here as a stored session nobody connects to."""
+        takeover = self.takeover
+        broker = self.broker
+        assert takeover is not None and broker is not None
+        client_id = reply.client_id
+        newer = takeover.newest_remote_claim(client_id)
+        if newer is None or broker.client_connected(client_id) or broker.has_session(client_id):
+            return False
+        claim_id, origin = newer
+        passed = ClaimReply(claim_id, client_id, True, reply.snapshot, reply.positions)
+        self._handed_over(claim_id, origin, passed)
+        self.stats.sessions_handed_over += 1
+        self._send_envelope(origin, client_id, claim_id, passed)
+        return True
+
+    def _handed_over(self, claim_id: int, claimant: str, reply: ClaimReply) -> None:
+        """``reply`` carries a session to ``claimant``: kept for a repeat of the claim, in memory
+        and in the store (in the hand-over's commit: a crash before the reply arrived does not lose
+        the session)."""
+        assert self.takeover is not None
+        if reply.snapshot is None:
+            return
+        down = claimant in self._down_peers
+        self.takeover.handed_over(claim_id, claimant, reply, self._now(), claimant_down=down)
+        self.store.set_handed_over(claim_id, claimant, reply)
+
+    def _claim_settled(self, claim_id: int) -> None:
+        """The session our claim ``claim_id`` brought is stored here (or went on): nothing of it is
+        in flight any more."""
+        if self.takeover is not None and self.takeover.settled(claim_id):
+            self.store.set_pending_claim(claim_id, None)
+            if self.broker is not None:
+                self.broker.after_batch()
+
+    def _claim_refused(self, reply: ClaimReply) -> None:
+        """Another broker holds the client id's session for another user: the CONNECT waiting for
+        the claim is refused (0x87); a connection already attached without waiting (clean start)
+        is disconnected with 0x87."""
+        assert self.takeover is not None and self.broker is not None
+        current = self.takeover.refused(reply.claim_id, reply.client_id)
+        completion = self._claim_waits.pop(reply.claim_id, None)
+        if completion is not None:
+            error = PermissionError(f"client id {reply.client_id!r} belongs to another user")
+            self.scheduler.call_soon(completion.set_exception, error)
+        elif current and self.broker.client_connected(reply.client_id):
+            self.scheduler.call_soon(self.broker.kick, reply.client_id, 0x87)
+
+    def _finish_claims(self, finished: list[ClaimFinished]) -> None:
+        for outcome in finished:
+            completion = self._claim_waits.pop(outcome.claim_id, None)
+            if completion is not None:
+                self.scheduler.call_soon(completion.set_result, outcome.snapshot)
