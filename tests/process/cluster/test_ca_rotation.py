@@ -48,7 +48,6 @@ RATE_PER_S = 100.0
 STREAM_S = 120.0
 DRAIN_S = 30.0
 READY_S = 60.0
-SETTINGS = {"limits.max_queued_messages": str(MESSAGES * 2)}
 
 
 def _ready(cluster: LocalCluster, index: int) -> bool:
@@ -87,7 +86,7 @@ async def _hello(target: str, tls: ClusterTls, claimed: str) -> object:
 def test_the_cluster_ca_rotates_one_broker_at_a_time_under_a_stream(
     cluster_factory: ClusterFactory, client_factory: ClientFactory, tmp_path: Path
 ) -> None:
-    cluster = cluster_factory(3, SETTINGS)
+    cluster = cluster_factory(3)  # default limits
     certs = Path(cluster.data_root) / "certs"
     ca_file = certs / "ca.pem"
     ca1 = ca_file.read_bytes()
