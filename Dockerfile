@@ -5,14 +5,17 @@
 #   podman build --build-arg BASE_IMAGE=localhost/skipmq-base:bookworm -t skipmq:0.1.0 .
 #                                    # no registry: bash scripts/build_image.sh makes that base
 #
-# BASE_IMAGE is any Debian-like image with python3 (3.11+, with its venv module), sh, apt-get and
-# useradd; both stages use it. Stage 1 installs SkipMQ and its runtime dependencies (the `fast`
-# extra: uvloop; not `dev` or `spark`) into the virtual environment /opt/skipmq, then drops pip
-# and setuptools from it, strips the extension modules' debug symbols (uvloop's 13.6 MB loop.so
-# becomes 1.6 MB) and compiles every module's bytecode (unchecked-hash: valid whatever the files'
-# times, since a read-only root filesystem cannot cache it). Stage 2 is the base plus that one
-# directory, the skipmq user (uid/gid 10001, the chart's runAsUser) and the configuration file:
-# no compiler, no pip cache, no sources or tests. docs/operations.md "Image" has its layers.
+# BASE_IMAGE is any Debian-like image with python3 (3.11+, with its venv module), sh, apt-get,
+# dpkg and useradd; every stage starts from it. Stage `build` installs SkipMQ and its runtime
+# dependencies (the `fast` extra: uvloop; not `dev` or `spark`) into the virtual environment
+# /opt/skipmq, then drops pip and setuptools from it, strips the extension modules' debug symbols
+# (uvloop's 13.6 MB loop.so becomes 1.6 MB) and compiles every module's bytecode (unchecked-hash:
+# valid whatever the files' times, since a read-only root filesystem cannot cache it). Stage
+# `runtime-root` is the base with the skipmq user (uid/gid 10001, the chart's runAsUser), trimmed
+# by docker/slim-root.sh to what runs the broker (no apt, perl, debconf, user or mount tools, pip
+# wheels, stdlib tests/IDLE/Tk/distutils; dpkg and its status stay) and checked against the venv.
+# The final stage starts from scratch with that root and the venv: two layers, no compiler, no
+# pip, no sources or tests. docs/operations.md "Image" has its layers.
 ARG BASE_IMAGE=python:3.11-slim
 
 FROM ${BASE_IMAGE} AS build
@@ -35,15 +38,26 @@ RUN --mount=type=secret,id=build_ca \
     && find /opt/skipmq -name '*.so' -exec strip --strip-unneeded {} + \
     && /opt/skipmq/bin/python -m compileall -q -j 0 --invalidation-mode unchecked-hash /opt/skipmq/lib
 
-FROM ${BASE_IMAGE}
+FROM ${BASE_IMAGE} AS runtime-root
+COPY --from=build /opt/skipmq /opt/skipmq
+COPY docker/slim-root.sh /tmp/slim-root.sh
 RUN groupadd --system --gid 10001 skipmq \
     && useradd --system --no-log-init --uid 10001 --gid 10001 --no-create-home \
        --home-dir /var/lib/skipmq --shell /usr/sbin/nologin skipmq \
     && mkdir -p /var/lib/skipmq /etc/skipmq \
-    && chown skipmq:skipmq /var/lib/skipmq
+    && chown skipmq:skipmq /var/lib/skipmq \
+    && sh /tmp/slim-root.sh \
+    && rm -rf /opt/skipmq /tmp/slim-root.sh
+
+FROM scratch
+COPY --from=runtime-root / /
 COPY --from=build /opt/skipmq /opt/skipmq
+COPY --chown=10001:10001 --from=runtime-root /var/lib/skipmq /var/lib/skipmq
 COPY docker/skipmq.toml /etc/skipmq/skipmq.toml
-ENV PATH=/opt/skipmq/bin:$PATH \
+# FROM scratch keeps none of the base's environment: PATH has both Debian's and python:3.11-slim's
+# (/usr/local/bin) directories.
+ENV PATH=/opt/skipmq/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+    LANG=C.UTF-8 \
     SKIPMQ_CONFIG=/etc/skipmq/skipmq.toml \
     PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1

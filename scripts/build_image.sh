@@ -16,7 +16,8 @@ pulled: the base root filesystem is made from Debian's packages instead of pytho
             Kept for the next build (--rebuild-base makes it again).
   2. image  podman build --runtime runc --network host --format docker \
               --build-arg BASE_IMAGE=localhost/skipmq-base:bookworm -t skipmq:dev -t skipmq:VERSION .
-            (the Dockerfile's default base stays python:3.11-slim; docker format keeps HEALTHCHECK)
+            (the Dockerfile's default base stays python:3.11-slim; docker format keeps HEALTHCHECK;
+            its runtime-root stage trims the base with docker/slim-root.sh: no apt, perl, pip)
   3. report the image size and what each layer costs (uncompressed, and gzip-compressed as a
             registry would store it), the largest installed packages, and start to ready: a
             container started as the chart runs it (read-only root, uid 10001, a volume on
@@ -37,7 +38,7 @@ On the host (needs root for what is missing; each change is printed):
       [containers] default_ulimits = []
     (podman's default ulimits make runc call setrlimit, which some sandboxes refuse);
     an existing file is left as it is.
-Podman keeps images under /var/lib/containers/storage (base ~130 MB, image ~180 MB); the
+Podman keeps images under /var/lib/containers/storage (base ~130 MB, image ~126 MB); the
 debootstrap download cache is /var/cache/skipmq-image/debs. Intermediate build images are removed.
 
 Then: .venv/bin/pytest tests/process/image   (the container tests; they skip when the image is absent)

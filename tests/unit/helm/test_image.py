@@ -69,13 +69,18 @@ def test_every_port_is_exposed() -> None:
 def test_multi_stage_non_root_with_healthcheck() -> None:
     steps = instructions()
     stages = [rest for word, rest in steps if word == "FROM"]
-    assert stages == ["${BASE_IMAGE} AS build", "${BASE_IMAGE}"]
+    # the final stage is the trimmed base root (docker/slim-root.sh, run on the base) plus the venv
+    assert stages == ["${BASE_IMAGE} AS build", "${BASE_IMAGE} AS runtime-root", "scratch"]
     assert ("ARG", "BASE_IMAGE=python:3.11-slim") in steps  # the public base stays the default
     install = next(rest for word, rest in steps if word == "RUN" and "pip install" in rest)
     assert "--no-cache-dir" in install and "'.[fast]'" in install  # uvloop; not [dev] or [spark]
     assert "uninstall -y -q pip setuptools" in install and "strip --strip-unneeded" in install
     assert "--invalidation-mode unchecked-hash" in install  # bytecode valid on a read-only root
     assert ("COPY", "--from=build /opt/skipmq /opt/skipmq") in steps
+    trim = next(rest for word, rest in steps if word == "RUN" and "slim-root.sh" in rest)
+    assert "useradd" in trim and "rm -rf /opt/skipmq" in trim  # the venv is there for its checks only
+    last_from = max(index for index, (word, _) in enumerate(steps) if word == "FROM")
+    assert steps[last_from + 1] == ("COPY", "--from=runtime-root / /")
     env = image_env()
     assert env["PATH"].startswith("/opt/skipmq/bin:")
     (user,) = [rest for word, rest in steps if word == "USER"]
