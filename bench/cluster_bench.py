@@ -1147,10 +1147,10 @@ def render_markdown(results: dict[str, Any], figure_names: dict[str, str]) -> st
     small = aggregate_small_l(results.get("small_l", []))
     loads = [r["loadavg"][0] for r in records] + [x for run in small for s in run["steps"] for x in s["load"]]
     lines: list[str] = []
-    lines.append("## Cluster")
+    lines.append("## The last full run")
     lines.append("")
     lines.append(
-        'Produced by `bench/cluster_bench.py` (issue #4 "SkipMQ cluster", Benchmark section). One'
+        "Produced by `bench/cluster_bench.py --update-docs`. One"
         " publisher on broker 0 and subscribers on the brokers of a cluster on loopback; the clients"
         " are asyncio raw-socket MQTT 3.1.1 connections in one process (one clock for the payload"
         " timestamps)."
@@ -1506,7 +1506,8 @@ def build_parser() -> argparse.ArgumentParser:
             "SkipMQ cluster benchmark: latency p50/p99, throughput and overlay hop counts for 1 vs 3"
             " vs 5 brokers on loopback (1 publisher on broker 0, subscribers round-robin), and the"
             " one-hop -> multi-hop switch at a small cluster.table_size. Prints progress lines and a"
-            " markdown report; --update-docs writes docs/benchmarks-cluster.md and"
+            " markdown report; --update-docs writes it into docs/benchmarks-cluster.md (between its"
+            " two marker comments, below the summary table; the rest of the page is kept) and"
             " docs/figures/cluster_*.png. The full run takes about 10 minutes."
         ),
     )
@@ -1675,7 +1676,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.update_docs:
         links = {name: f"figures/{file}" for name, file in figures.items()}
         markdown = render_markdown(results, links)
-        RESULTS_MD.write_text(markdown + "\n" + kept_by_update_docs(RESULTS_MD))
+        RESULTS_MD.write_text(with_report(RESULTS_MD.read_text() if RESULTS_MD.exists() else "", markdown))
         log(f"wrote {RESULTS_MD} and {', '.join(str(out_dir / f) for f in figures.values())}")
     else:
         markdown = render_markdown(results, {name: str(out_dir / f) for name, f in figures.items()})
@@ -1687,14 +1688,22 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-KEEP_MARKER = "<!-- written by hand below this line: bench/cluster_bench.py --update-docs keeps it -->"
+REPORT_BEGIN = "<!-- bench/cluster_bench.py --update-docs writes its report from here ... -->"
+REPORT_END = "<!-- ... to here; the rest of this page is written by hand and kept -->"
 
 
-def kept_by_update_docs(path: Path) -> str:
-    """The hand-written part of ``path`` (from ``KEEP_MARKER`` on), kept when the report is rewritten."""
-    text = path.read_text() if path.exists() else ""
-    at = text.find(KEEP_MARKER)
-    return "\n" + text[at:] if at >= 0 else ""
+def with_report(page: str, markdown: str) -> str:
+    """``page`` with ``markdown`` between ``REPORT_BEGIN`` and ``REPORT_END``, the rest kept as it is.
+
+    The hand-written summary table stays first and the hand-written sections stay where they are;
+    a page without both markers (in that order) gets them, with the report, at its end.
+    """
+    begin, end = page.find(REPORT_BEGIN), page.find(REPORT_END)
+    if begin < 0 or end < begin:
+        return (
+            page.rstrip("\n") + "\n\n" if page.strip() else ""
+        ) + f"{REPORT_BEGIN}\n\n{markdown.strip()}\n\n{REPORT_END}\n"
+    return page[: begin + len(REPORT_BEGIN)] + f"\n\n{markdown.strip()}\n\n" + page[end:]
 
 
 if __name__ == "__main__":
