@@ -10,6 +10,10 @@ arrive more than once (counted and reported), QoS 2 exactly once.
 - Inbox: the ids one or more subscriber clients received, with their copy counts.
 - Tally: acknowledged vs received for one subscriber: lost ids, duplicates; str() for reports.
 - env_int / env_float: counts and times a run by hand can raise (``SKIPMQ_ZL_*``).
+- PersistentStream / persistent_stream: a QoS 1 stream from a persistent publisher on one broker
+  to a persistent subscriber on another, routed before it starts; restart_under_stream restarts
+  one broker of it as the chart does (graceful stop, start on the same data, ready again), the
+  clients following (test_rolling_upgrade.py, test_ca_rotation.py).
 """
 
 from __future__ import annotations
@@ -19,10 +23,11 @@ import queue
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from tests.support.cluster import ClusterClient, numbers, wait_until
+from tests.support.cluster import ClientFactory, ClusterClient, numbers, probe_route, unique_id, wait_until
+from tools.launcher import LocalCluster, http_get
 
 
 def env_int(name: str, default: int) -> int:
@@ -193,3 +198,87 @@ def tally(name: str, inbox: Inbox, acked: set[int], drain_s: float) -> Tally:
 def report(*lines: object) -> None:
     """Print a measurement line (shown with pytest -s, and in the report of a failing test)."""
     print("[zero-loss]", *lines, flush=True)
+
+
+@dataclass
+class PersistentStream:
+    """``stream`` publishes from ``pub`` (persistent) on ``topic`` to ``sub`` (persistent, QoS 1);
+    ``inbox`` counts what ``sub`` receives. Not started."""
+
+    topic: str
+    pub: ClusterClient
+    sub: ClusterClient
+    inbox: Inbox
+    stream: IdStream
+    pub_broker: int
+    sub_broker: int
+
+
+def persistent_stream(
+    cluster: LocalCluster,
+    client_factory: ClientFactory,
+    name: str,
+    *,
+    messages: int,
+    window: int,
+    rate_per_s: float,
+    pub_broker: int = 0,
+    sub_broker: int = 1,
+) -> PersistentStream:
+    """Subscribe a persistent session on ``sub_broker``, wait for the route from ``pub_broker``, and
+    make the publisher (persistent, ``window`` in flight) and its stream of ``messages`` ids."""
+    topic = f"{unique_id(name)}/stream"
+    sub = client_factory(
+        cluster, sub_broker, client_id=unique_id(f"{name}-sub"), clean=False, session_expiry_s=600
+    )
+    assert sub.subscribe(topic, 1) == [1]
+    probe_route(cluster, pub_broker, sub, topic)
+    pub = client_factory(
+        cluster,
+        pub_broker,
+        client_id=unique_id(f"{name}-pub"),
+        clean=False,
+        session_expiry_s=600,
+        max_inflight=window,
+    )
+    stream = IdStream(pub, topic, limit=messages, window=window, rate_per_s=rate_per_s)
+    return PersistentStream(topic, pub, sub, Inbox([sub]), stream, pub_broker, sub_broker)
+
+
+def broker_ready(cluster: LocalCluster, index: int) -> bool:
+    """Broker ``index`` answers ``/readyz`` 200 (what the chart's readiness probe asks)."""
+    broker = cluster.brokers[index]
+    try:
+        status, _ = http_get(broker.http_port, "/readyz", timeout_s=1.0, host=broker.host)
+    except OSError:
+        return False
+    return status == 200
+
+
+def restart_under_stream(
+    cluster: LocalCluster,
+    index: int,
+    flow: PersistentStream,
+    *,
+    ready_s: float,
+    move_publisher_to: int,
+    until_ready: Callable[[], object] | None = None,
+) -> None:
+    """Stop broker ``index`` gracefully and start it on the same data directory, as a StatefulSet
+    rolls a pod: the publisher, if it was there, reconnects to ``move_publisher_to`` (paho re-sends
+    what was not acknowledged); the subscriber, if it was there, comes back once the broker is
+    ready (and ``until_ready`` returned) and must find its session."""
+    status = cluster.stop_broker(index)
+    assert status == 0, f"broker {index} did not stop gracefully: {status}"
+    if index == flow.pub_broker:
+        flow.pub.wait_disconnected(10)
+        flow.pub.connect(cluster.brokers[move_publisher_to].mqtt_port)
+    if index == flow.sub_broker:
+        flow.sub.wait_disconnected(10)
+    cluster.restart_broker(index)
+    wait_until(lambda: broker_ready(cluster, index), ready_s, what=f"broker {index} ready again")
+    if until_ready is not None:
+        until_ready()
+    if index == flow.sub_broker:
+        flow.sub.connect()
+        assert flow.sub.session_present, f"broker {index} lost the persistent session over its restart"

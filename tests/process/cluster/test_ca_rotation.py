@@ -20,6 +20,7 @@ process holding a CA 1 certificate is refused, one with a CA 2 certificate is le
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import time
 from pathlib import Path
@@ -29,16 +30,9 @@ import pytest
 
 from broker.adapters.transport import wire
 from broker.adapters.transport.tls import ClusterTls, TlsFiles, issue_broker_cert, make_ca
-from tests.support.cluster import (
-    ClientFactory,
-    ClusterFactory,
-    metric_total,
-    probe_route,
-    unique_id,
-    wait_until,
-)
-from tests.support.zeroloss import IdStream, Inbox, report, tally
-from tools.launcher import LocalCluster, http_get
+from tests.support.cluster import ClientFactory, ClusterFactory, metric_total, wait_until
+from tests.support.zeroloss import persistent_stream, report, restart_under_stream, tally
+from tools.launcher import LocalCluster
 from tools.ports import free_port
 
 HOST = "127.0.0.1"
@@ -48,15 +42,6 @@ RATE_PER_S = 100.0
 STREAM_S = 120.0
 DRAIN_S = 30.0
 READY_S = 60.0
-
-
-def _ready(cluster: LocalCluster, index: int) -> bool:
-    broker = cluster.brokers[index]
-    try:
-        status, _ = http_get(broker.http_port, "/readyz", timeout_s=1.0, host=broker.host)
-    except OSError:
-        return False
-    return status == 200
 
 
 def _linked_to_all(cluster: LocalCluster, index: int) -> bool:
@@ -95,15 +80,10 @@ def test_the_cluster_ca_rotates_one_broker_at_a_time_under_a_stream(
     (tmp_path / "ca1" / "ca.key").write_bytes((certs / "ca.key").read_bytes())
     make_ca(tmp_path / "ca2")
     ca2 = (tmp_path / "ca2" / "ca.pem").read_bytes()
-    topic = f"{unique_id('rot')}/stream"
-    sub = client_factory(cluster, 1, client_id=unique_id("rot-sub"), clean=False, session_expiry_s=600)
-    assert sub.subscribe(topic, 1) == [1]
-    probe_route(cluster, 0, sub, topic)
-    pub = client_factory(
-        cluster, 0, client_id=unique_id("rot-pub"), clean=False, session_expiry_s=600, max_inflight=WINDOW
+    flow = persistent_stream(
+        cluster, client_factory, "rot", messages=MESSAGES, window=WINDOW, rate_per_s=RATE_PER_S
     )
-    inbox = Inbox([sub])
-    stream = IdStream(pub, topic, limit=MESSAGES, window=WINDOW, rate_per_s=RATE_PER_S)
+    stream = flow.stream  # publisher on broker 0, persistent subscriber on broker 1
     started = time.monotonic()
     stream.start()
     try:
@@ -122,20 +102,17 @@ def test_the_cluster_ca_rotates_one_broker_at_a_time_under_a_stream(
             )
             _replace(key, certs / f"{stem}.key")
             _replace(cert, certs / f"{stem}.pem")
-            assert cluster.stop_broker(index) == 0, f"broker {index} did not stop gracefully"
-            if index == 0:
-                pub.wait_disconnected(10)
-                pub.connect(cluster.brokers[2].mqtt_port)  # paho re-sends what was not acknowledged
-            if index == 1:
-                sub.wait_disconnected(10)
-            cluster.restart_broker(index)
-            wait_until(lambda i=index: _ready(cluster, i), READY_S, what=f"broker {index} ready again")
-            wait_until(
-                lambda i=index: _linked_to_all(cluster, i), 30.0, what=f"broker {index} linked to both others"
+            linked = functools.partial(_linked_to_all, cluster, index)
+            restart_under_stream(
+                cluster,
+                index,
+                flow,
+                ready_s=READY_S,
+                move_publisher_to=2,
+                until_ready=functools.partial(
+                    wait_until, linked, 30.0, what=f"broker {index} linked to both others"
+                ),
             )
-            if index == 1:
-                sub.connect()
-                assert sub.session_present, "broker 1 lost the persistent session over its restart"
         # 3. CA 2 alone
         (tmp_path / "ca2only.pem").write_bytes(ca2)
         _replace(tmp_path / "ca2only.pem", ca_file)
@@ -144,7 +121,7 @@ def test_the_cluster_ca_rotates_one_broker_at_a_time_under_a_stream(
         stream.wait_done(STREAM_S)
     finally:
         stream.stop()
-    result = tally("CA rotation: subscriber on broker 1", inbox, stream.acked_ids(), DRAIN_S)
+    result = tally("CA rotation: subscriber on broker 1", flow.inbox, stream.acked_ids(), DRAIN_S)
     report(result, f"CA rotation: stream of {stream.sent} took {time.monotonic() - started:.1f} s")
     assert not result.lost, f"PUBACKed messages lost over the CA rotation: {result}"
     for index in range(3):

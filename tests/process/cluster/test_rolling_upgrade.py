@@ -17,9 +17,8 @@ import time
 
 import pytest
 
-from tests.support.cluster import ClientFactory, ClusterFactory, probe_route, unique_id, wait_until
-from tests.support.zeroloss import IdStream, Inbox, report, tally
-from tools.launcher import LocalCluster, http_get
+from tests.support.cluster import ClientFactory, ClusterFactory
+from tests.support.zeroloss import broker_ready, persistent_stream, report, restart_under_stream, tally
 
 MESSAGES = 3000
 WINDOW = 50
@@ -29,53 +28,30 @@ DRAIN_S = 30.0
 READY_S = 60.0
 
 
-def ready(cluster: LocalCluster, index: int) -> bool:
-    broker = cluster.brokers[index]
-    try:
-        status, _ = http_get(broker.http_port, "/readyz", timeout_s=1.0, host=broker.host)
-    except OSError:
-        return False
-    return status == 200
-
-
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_rolling_restart_one_broker_at_a_time_loses_no_acknowledged_message(
     cluster_factory: ClusterFactory, client_factory: ClientFactory
 ) -> None:
     cluster = cluster_factory(3)  # default limits
-    topic = f"{unique_id('roll')}/stream"
-    sub = client_factory(cluster, 1, client_id=unique_id("roll-sub"), clean=False, session_expiry_s=600)
-    assert sub.subscribe(topic, 1) == [1]
-    probe_route(cluster, 0, sub, topic)
-    pub = client_factory(
-        cluster, 0, client_id=unique_id("roll-pub"), clean=False, session_expiry_s=600, max_inflight=WINDOW
+    flow = persistent_stream(
+        cluster, client_factory, "roll", messages=MESSAGES, window=WINDOW, rate_per_s=RATE_PER_S
     )
-    inbox = Inbox([sub])
-    stream = IdStream(pub, topic, limit=MESSAGES, window=WINDOW, rate_per_s=RATE_PER_S)
+    stream = flow.stream  # publisher on broker 0, persistent subscriber on broker 1
     started = time.monotonic()
     stream.start()
     try:
         for index in (2, 1, 0):  # the StatefulSet's order: highest ordinal first
             stream.wait_acked(len(stream.acked_ids()) + MESSAGES // 20, STREAM_S)
             assert stream.sent < MESSAGES, "the stream ended before every broker restarted"
-            assert all(ready(cluster, i) for i in range(3)), "a broker was not ready before the next stop"
-            status = cluster.stop_broker(index)
-            assert status == 0, f"broker {index} did not stop gracefully: {status}"
-            if index == 0:
-                pub.wait_disconnected(10)
-                pub.connect(cluster.brokers[2].mqtt_port)  # paho re-sends what was not acknowledged
-            if index == 1:
-                sub.wait_disconnected(10)
-            cluster.restart_broker(index)
-            wait_until(lambda i=index: ready(cluster, i), READY_S, what=f"broker {index} ready again")
-            if index == 1:
-                sub.connect()
-                assert sub.session_present, "broker 1 lost the persistent session over its restart"
+            assert all(broker_ready(cluster, i) for i in range(3)), (
+                "a broker was not ready before the next stop"
+            )
+            restart_under_stream(cluster, index, flow, ready_s=READY_S, move_publisher_to=2)
         stream.wait_done(STREAM_S)
     finally:
         stream.stop()
-    result = tally("rolling restart: subscriber on broker 1", inbox, stream.acked_ids(), DRAIN_S)
+    result = tally("rolling restart: subscriber on broker 1", flow.inbox, stream.acked_ids(), DRAIN_S)
     report(result, f"rolling restart: stream of {stream.sent} took {time.monotonic() - started:.1f} s")
     assert len(stream.acked_ids()) == MESSAGES
     assert not result.lost, f"PUBACKed messages lost over the rolling restart: {result}"
