@@ -51,6 +51,24 @@ def check_runs_as_the_chart_says(pod: ChartPod) -> None:
     assert int(capabilities.split()[1], 16) == 0, capabilities  # drop: [ALL]
 
 
+def check_holds_only_what_runs_the_broker(pod: ChartPod) -> None:
+    """docs/operations.md "Image": no package manager, perl, pip or PySpark; dpkg's status still
+    lists what is there (scanners read it) and no longer lists what docker/slim-root.sh purged."""
+    tools = pod.exec("sh", "-c", "for t in apt-get apt perl pip pip3 gcc strip; do command -v $t; done")
+    assert tools.stdout.strip() == "", tools.stdout
+    found = pod.exec(
+        "python",
+        "-c",
+        "import importlib.util as u; print([m for m in ('pyspark', 'pip', 'setuptools', 'ensurepip',"
+        " 'lib2to3', 'distutils', 'tkinter', 'idlelib') if u.find_spec(m)])",
+    )
+    assert found.stdout.strip() == "[]", (found.stdout, found.stderr)
+    status = pod.exec("dpkg-query", "-W", "-f=${Package} ${Status}\\n")
+    installed = {line.split()[0] for line in status.stdout.splitlines() if line.endswith(" installed")}
+    assert {"libc6", "libssl3", "libstdc++6", "dpkg"} <= installed, sorted(installed)
+    assert not installed & {"apt", "perl-base", "debconf", "login", "passwd"}, sorted(installed)
+
+
 def check_probes_and_healthcheck(pod: ChartPod) -> None:
     for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
         get = pod.broker_spec[probe]["httpGet"]
@@ -90,6 +108,7 @@ def test_one_pod_serves_stops_on_sigterm_and_survives_sigkill(chart_pods: PodFac
     pod.start()
     pod.wait_ready(READY_TIMEOUT_S)
     check_runs_as_the_chart_says(pod)
+    check_holds_only_what_runs_the_broker(pod)
     check_probes_and_healthcheck(pod)
     check_backup_command_of_the_docs(pod)
 
