@@ -26,6 +26,7 @@ from broker.adapters.class_snapshots import ClassSnapshotPublisher
 from broker.adapters.cluster_store import SqliteClusterStore
 from broker.adapters.origin_keys import link_identity_for, origin_checks_for
 from broker.cluster.engine import ClusterEngine
+from broker.cluster.origin_hello import DIAL_REFUSAL_REASONS
 from broker.metrics import ClusterCollector
 
 log = logging.getLogger("skipmq.cluster")
@@ -144,8 +145,9 @@ class _WithLinkMetrics(Collector):
             "(no_proof, wrong_proof, wrong_peer_id; docs/security.md)",
             labels=["reason"],
         )
-        for reason, count in sorted(getattr(self.transport(), "dial_refusals", {}).items()):
-            dial_refused.add_metric([reason], count)
+        refusals = getattr(self.transport(), "dial_refusals", {})
+        for reason in sorted({*DIAL_REFUSAL_REASONS, *refusals}):  # (every reason from 0: rate() works)
+            dial_refused.add_metric([reason], refusals.get(reason, 0))
         yield dial_refused
         yield CounterMetricFamily(
             "skipmq_cluster_link_unproven",

@@ -48,6 +48,8 @@ UNPROVEN = "unproven"  # no answer, taken (mode optional)
 NO_PROOF = "no_proof"  # no answer, refused (mode required)
 WRONG_PROOF = "wrong_proof"  # an answer that does not prove the dialed id, refused in any mode
 NOT_ASKED = "not_asked"  # mode off
+WRONG_PEER_ID = "wrong_peer_id"  # the acceptor's Hello names another peer id (checked by the link)
+DIAL_REFUSAL_REASONS = (NO_PROOF, WRONG_PROOF, WRONG_PEER_ID)
 
 
 def hello_bytes(challenge: bytes, dialer_id: str, acceptor_id: str) -> bytes:

@@ -52,7 +52,13 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from broker.adapters.transport import wire
 from broker.adapters.transport.tls import ClusterTls, identity_refusal
 from broker.cluster.messages import OriginProof
-from broker.cluster.origin_hello import CHALLENGE_BYTES, UNPROVEN, DialVerdict, LinkIdentity
+from broker.cluster.origin_hello import (
+    CHALLENGE_BYTES,
+    UNPROVEN,
+    WRONG_PEER_ID,
+    DialVerdict,
+    LinkIdentity,
+)
 from broker.logs import log_event
 
 log = logging.getLogger("skipmq.transport")
@@ -489,7 +495,7 @@ class GrpcTransport:
                 )
             if hello.peer_id != state.id:
                 raise _DialRefused(
-                    "wrong_peer_id", f"the broker at {state.id} calls itself {hello.peer_id!r}", hello.peer_id
+                    WRONG_PEER_ID, f"the broker at {state.id} calls itself {hello.peer_id!r}", hello.peer_id
                 )
             self._check_answer(state, challenge, hello)
             link = _DialedLink(state.id, channel, call, self._background)
