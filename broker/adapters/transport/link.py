@@ -511,7 +511,7 @@ class GrpcTransport:
                 log.debug("dial to %s: the peer keeps its own stream", state.id)
                 return state.link is not None
             if isinstance(exc, _DialRefused):
-                self._dial_refused(state, exc)
+                self._hello_refused(state, exc)
             reason = "timed out" if isinstance(exc, TimeoutError) else _describe(exc)
             if state.link is not None:
                 return True
@@ -644,17 +644,19 @@ class GrpcTransport:
             self.unproven_links += 1
             log_event(log, logging.WARNING, "cluster_link_unproven", peer=state.id, reason=verdict.problem)
 
-    def _dial_refused(self, state: _Peer, refused: _DialRefused) -> None:
-        """Counted by reason and logged as the structured event ``cluster_link_dial_refused``."""
+    def _hello_refused(self, state: _Peer, refused: _DialRefused) -> None:
+        """Counted by reason (``dial_refusals``) and logged as the structured event
+        ``cluster_link_refused`` with ``side`` ``dialer`` (the accepting side logs the same event)."""
         self.dial_refusals[refused.reason] = self.dial_refusals.get(refused.reason, 0) + 1
         log_event(
             log,
             logging.WARNING,
-            "cluster_link_dial_refused",
+            "cluster_link_refused",
             peer=state.id,
             claimed=refused.claimed,
-            reason=refused.reason,
-            problem=refused.problem,
+            code=f"DIAL_{refused.reason.upper()}",
+            reason=refused.problem,
+            side="dialer",
         )
 
     # ------------------------------------------------------------------ link up / down

@@ -103,8 +103,8 @@ def test_a_certified_impostor_on_a_brokers_address_is_refused(
     assert not linked
     assert set(dialer.dial_refusals) == {"wrong_proof"} and dialer.dial_refusals["wrong_proof"] >= 1
     assert impostor.received == [], "the impostor got data frames"
-    events = [r for r in caplog.records if r.getMessage() == "cluster_link_dial_refused"]
-    assert events and "names" in str(events[0].__dict__)
+    events = [r for r in caplog.records if r.getMessage() == "cluster_link_refused"]
+    assert events and "DIAL_WRONG_PROOF" in str(events[0].__dict__) and "names" in str(events[0].__dict__)
 
 
 def test_an_impostor_that_does_not_answer_is_refused_unless_optional(tmp_path: Path) -> None:
