@@ -526,6 +526,52 @@ class GrpcTransport:
         self._install(state, link)
         return True
 
+    # ------------------------------------------------------------------ who answers a dial
+
+    def _challenge(self) -> bytes:
+        """Fresh random bytes for a dial's Hello (empty: this broker does not ask)."""
+        identity = self._identity
+        return secrets.token_bytes(CHALLENGE_BYTES) if identity is not None and identity.asks else b""
+
+    def _answer(self, hello: wire.Hello) -> OriginProof | None:
+        """The acceptor's proof for the dialer's challenge (asked only after the dialer's
+        certificate was found to name ``hello.peer_id``), or None."""
+        if self._identity is None or not hello.challenge:
+            return None
+        try:
+            return self._identity.answer(hello.challenge, hello.peer_id, self.self_id)
+        except Exception as exc:  # a key that cannot sign: the dialer decides what no answer means
+            log.error("cannot answer the Hello challenge of %s: %s", hello.peer_id, exc)
+            return None
+
+    def _check_answer(self, state: _Peer, challenge: bytes, hello: wire.Hello) -> None:
+        """Raise _DialRefused unless the acceptor's Hello shows it is ``state.id``."""
+        if self._identity is None:
+            return
+        verdict: DialVerdict = self._identity.check(
+            challenge, self.self_id, state.id, hello.identity_proof, time.time()
+        )
+        if verdict.refused:
+            raise _DialRefused(verdict.outcome, verdict.problem, hello.peer_id)
+        if verdict.outcome == UNPROVEN:
+            self.unproven_links += 1
+            log_event(log, logging.WARNING, "cluster_link_unproven", peer=state.id, reason=verdict.problem)
+
+    def _hello_refused(self, state: _Peer, refused: _DialRefused) -> None:
+        """Counted by reason (``dial_refusals``) and logged as the structured event
+        ``cluster_link_refused`` with ``side`` ``dialer`` (the accepting side logs the same event)."""
+        self.dial_refusals[refused.reason] = self.dial_refusals.get(refused.reason, 0) + 1
+        log_event(
+            log,
+            logging.WARNING,
+            "cluster_link_refused",
+            peer=state.id,
+            claimed=refused.claimed,
+            code=f"DIAL_{refused.reason.upper()}",
+            reason=refused.problem,
+            side="dialer",
+        )
+
     # ------------------------------------------------------------------ accepting
 
     async def _serve_open(self, request_iterator: Any, context: Any) -> None:
@@ -612,52 +658,6 @@ class GrpcTransport:
             reason=reason,
         )
         await context.abort(code, reason)
-
-    # ------------------------------------------------------------------ who answers a dial
-
-    def _challenge(self) -> bytes:
-        """Fresh random bytes for a dial's Hello (empty: this broker does not ask)."""
-        identity = self._identity
-        return secrets.token_bytes(CHALLENGE_BYTES) if identity is not None and identity.asks else b""
-
-    def _answer(self, hello: wire.Hello) -> OriginProof | None:
-        """The acceptor's proof for the dialer's challenge (asked only after the dialer's
-        certificate was found to name ``hello.peer_id``), or None."""
-        if self._identity is None or not hello.challenge:
-            return None
-        try:
-            return self._identity.answer(hello.challenge, hello.peer_id, self.self_id)
-        except Exception as exc:  # a key that cannot sign: the dialer decides what no answer means
-            log.error("cannot answer the Hello challenge of %s: %s", hello.peer_id, exc)
-            return None
-
-    def _check_answer(self, state: _Peer, challenge: bytes, hello: wire.Hello) -> None:
-        """Raise _DialRefused unless the acceptor's Hello shows it is ``state.id``."""
-        if self._identity is None:
-            return
-        verdict: DialVerdict = self._identity.check(
-            challenge, self.self_id, state.id, hello.identity_proof, time.time()
-        )
-        if verdict.refused:
-            raise _DialRefused(verdict.outcome, verdict.problem, hello.peer_id)
-        if verdict.outcome == UNPROVEN:
-            self.unproven_links += 1
-            log_event(log, logging.WARNING, "cluster_link_unproven", peer=state.id, reason=verdict.problem)
-
-    def _hello_refused(self, state: _Peer, refused: _DialRefused) -> None:
-        """Counted by reason (``dial_refusals``) and logged as the structured event
-        ``cluster_link_refused`` with ``side`` ``dialer`` (the accepting side logs the same event)."""
-        self.dial_refusals[refused.reason] = self.dial_refusals.get(refused.reason, 0) + 1
-        log_event(
-            log,
-            logging.WARNING,
-            "cluster_link_refused",
-            peer=state.id,
-            claimed=refused.claimed,
-            code=f"DIAL_{refused.reason.upper()}",
-            reason=refused.problem,
-            side="dialer",
-        )
 
     # ------------------------------------------------------------------ link up / down
 
