@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import time
+from dataclasses import fields
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -22,7 +24,14 @@ from broker.cluster.origin_proof import Signer, Verifier
 from tools.ports import free_port
 
 HOST = "127.0.0.1"
-FAST = TransportConfig(connect_timeout_s=2.0, reconnect_backoff_initial_s=0.02, reconnect_backoff_max_s=0.2)
+# The Hello check is what guards links on grpc.aio, whose client cannot read the acceptor's
+# certificate: these tests run on it. (A runtime that reads the certificate itself - the links
+# branch's h2 runtime - refuses the impostor earlier, reason "certificate"; tested there.)
+_HAS_RUNTIMES = "runtime" in {field.name for field in fields(TransportConfig)}
+_GRPCIO: dict[str, Any] = {"runtime": "grpcio"} if _HAS_RUNTIMES else {}
+FAST = TransportConfig(
+    connect_timeout_s=2.0, reconnect_backoff_initial_s=0.02, reconnect_backoff_max_s=0.2, **_GRPCIO
+)
 
 
 class _Node:
