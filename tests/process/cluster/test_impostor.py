@@ -1,8 +1,9 @@
 """A certified impostor on a crashed broker's address (docs/security.md "Who answers a dial").
 
 One real 3-broker cluster (tools.launcher: a cluster CA, a certificate per broker, mutual TLS,
-default limits, the cluster tests' faster failure detection) and paho clients: a QoS 1 stream from a publisher on broker a and another from
-a publisher on broker b, each received by a persistent subscriber on b and one on d. Broker d gets
+default limits, the cluster tests' faster failure detection) and paho clients: a QoS 1 stream
+from a publisher on broker a and another from a publisher on broker b, each received by a
+persistent subscriber on b and one on d. Broker d gets
 ``kill -9``; an impostor X - a process holding a certificate of the cluster's own CA for its *own*
 peer id (a compromised or misconfigured member) - starts listening on d's address, says "d" in its
 Hello and answers the dialers' challenge as well as it can (with its own key). a and b keep
