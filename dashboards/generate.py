@@ -348,13 +348,19 @@ CLUSTER_PANELS = (
                 "origin proof refused: {{kind}}",
             ),
             t(
+                "sum by (reason) (rate(skipmq_cluster_link_dial_refused_total{$SEL}[5m]))",
+                "dial refused: {{reason}}",
+            ),
+            t(
                 "sum(rate(skipmq_cluster_subscribe_waits_timed_out_total{$SEL}[5m]))",
                 "subscribe waits timed out",
             ),
         ),
         12,
         "Cluster messages dropped as invalid from their sender, items whose origin proof failed (a"
-        " member forging another broker's traffic, docs/security.md), and SUBACKs that waited"
+        " member forging another broker's traffic, docs/security.md), dials refused because the"
+        " answering broker did not prove the dialed peer id (an impostor on a broker's address), and"
+        " SUBACKs that waited"
         " cluster.subscribe_wait_ms for the overlay: all should stay at 0.",
     ),
 )

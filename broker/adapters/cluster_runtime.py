@@ -24,8 +24,9 @@ from prometheus_client.registry import Collector
 
 from broker.adapters.class_snapshots import ClassSnapshotPublisher
 from broker.adapters.cluster_store import SqliteClusterStore
-from broker.adapters.origin_keys import origin_checks_for
+from broker.adapters.origin_keys import link_identity_for, origin_checks_for
 from broker.cluster.engine import ClusterEngine
+from broker.cluster.origin_hello import DIAL_REFUSAL_REASONS
 from broker.metrics import ClusterCollector
 
 log = logging.getLogger("skipmq.cluster")
@@ -76,6 +77,7 @@ class ClusterRuntime:
                     max_batch_items=cluster.max_batch_items, max_message_bytes=cluster.max_frame_bytes
                 ),
                 tls=cluster_tls(cluster),
+                identity=link_identity_for(cluster),  # who answers a dial (docs/security.md)
             )
             self.transport.http_port = self.http_port
         else:
@@ -137,6 +139,21 @@ class _WithLinkMetrics(Collector):
         for code, count in sorted(getattr(self.transport(), "refusals", {}).items()):
             refused.add_metric([code], count)
         yield refused
+        dial_refused = CounterMetricFamily(
+            "skipmq_cluster_link_dial_refused",
+            "Dials refused because the answering broker's Hello did not prove the dialed peer id "
+            "(no_proof, wrong_proof, wrong_peer_id; docs/security.md)",
+            labels=["reason"],
+        )
+        refusals = getattr(self.transport(), "dial_refusals", {})
+        for reason in sorted({*DIAL_REFUSAL_REASONS, *refusals}):  # (every reason from 0: rate() works)
+            dial_refused.add_metric([reason], refusals.get(reason, 0))
+        yield dial_refused
+        yield CounterMetricFamily(
+            "skipmq_cluster_link_unproven",
+            "Dialed links taken without an answer to the Hello challenge (cluster.origin_proofs = optional)",
+            value=getattr(self.transport(), "unproven_links", 0),
+        )
 
 
 def cluster_tls(cluster: ClusterConfig) -> Any:

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from broker.cluster.origin_checks import OriginChecks
+from broker.cluster.origin_hello import LinkIdentity
 from broker.cluster.origin_proof import Signer, Verifier
 
 if TYPE_CHECKING:
@@ -94,3 +95,15 @@ def origin_checks_for(cluster: ClusterConfig) -> OriginChecks | None:
         return None  # (an in-process engine without links; a broker process needs the files)
     keys = ProofKeys(cluster.tls_ca_file, cluster.tls_cert_file, cluster.tls_key_file)
     return OriginChecks(cluster.origin_proofs, keys.signer, keys.verifier)
+
+
+def link_identity_for(cluster: ClusterConfig) -> LinkIdentity | None:
+    """The links' Hello challenge and answer (docs/security.md "Who answers a dial"), with the
+    same keys as origin proofs; ``cluster.origin_proofs`` says whether this broker's dials ask
+    (``off``: they do not, but it still answers). None with ``cluster.insecure`` (no keys)."""
+    if not cluster.enabled or cluster.insecure:
+        return None
+    if not (cluster.tls_ca_file and cluster.tls_cert_file and cluster.tls_key_file):
+        return None
+    keys = ProofKeys(cluster.tls_ca_file, cluster.tls_cert_file, cluster.tls_key_file)
+    return LinkIdentity(cluster.origin_proofs, keys.signer, keys.verifier)

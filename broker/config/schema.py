@@ -472,7 +472,10 @@ class ClusterConfig:
         "what this broker originates (stream items, retained updates, claims, directed messages) is "
         "signed with the key of cluster.tls_cert_file and checked by every receiver: 'required' "
         "refuses items without a valid proof, 'optional' only invalid ones (a rolling upgrade from "
-        "a version without proofs), 'off' signs and checks nothing (always off with cluster.insecure)",
+        "a version without proofs), 'off' signs and checks nothing (always off with cluster.insecure); "
+        "the same for this broker's dials: the answering broker must sign the Hello challenge with a "
+        "certificate naming the dialed peer id ('required': refused if it does not answer, 'optional': "
+        "only if it answers wrongly, 'off': not asked)",
         choices=("required", "optional", "off"),
     )
     max_frame_bytes: int = _key(

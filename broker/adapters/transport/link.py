@@ -7,7 +7,9 @@ items encoded by :mod:`broker.adapters.transport.wire` (protos/skipmq/v1/cluster
 Link life cycle:
 
 * Dial: the dialer opens ``Open`` and writes a ``Hello`` frame (its peer id, schema version,
-  batch cap); the acceptor answers with its own ``Hello``; both have ``connect_timeout_s``.
+  batch cap, a fresh challenge); the acceptor answers with its own ``Hello`` (with TLS: the
+  challenge signed with its certificate's key, which the dialer checks names the dialed id:
+  broker/cluster/origin_hello.py); both have ``connect_timeout_s``.
   Only then do data frames flow, so a stream never carries data that a tie-break could discard.
 * Tie-break: if both sides dial at once, the acceptor whose id is smaller than the dialer's and
   which is dialing itself (or holds a link it dialed) rejects with ``ALREADY_EXISTS``; the
@@ -36,7 +38,9 @@ import asyncio
 import contextlib
 import logging
 import random
+import secrets
 import socket
+import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, fields
@@ -47,6 +51,14 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from broker.adapters.transport import wire
 from broker.adapters.transport.tls import ClusterTls, identity_refusal
+from broker.cluster.messages import OriginProof
+from broker.cluster.origin_hello import (
+    CHALLENGE_BYTES,
+    UNPROVEN,
+    WRONG_PEER_ID,
+    DialVerdict,
+    LinkIdentity,
+)
 from broker.logs import log_event
 
 log = logging.getLogger("skipmq.transport")
@@ -98,6 +110,16 @@ class TransportStats:
 
 class _LinkRejected(Exception):
     """The peer keeps the stream it dialed itself (tie-break); not a failure of the peer."""
+
+
+class _DialRefused(Exception):
+    """The acceptor's Hello does not show that it is the dialed peer (``reason``: the metric's)."""
+
+    def __init__(self, reason: str, problem: str, claimed: str) -> None:
+        super().__init__(problem)
+        self.reason = reason
+        self.problem = problem
+        self.claimed = claimed
 
 
 class _Link:
@@ -223,6 +245,7 @@ class GrpcTransport:
         on_peer_down: Callable[[str], None],
         config: TransportConfig | None = None,
         tls: ClusterTls | None = None,
+        identity: LinkIdentity | None = None,
     ) -> None:
         if not advertise_host:
             raise ValueError("advertise_host must name this broker's address as its peers reach it")
@@ -243,6 +266,12 @@ class GrpcTransport:
         # accepted PeerLink streams refused before a link, by gRPC status code name
         # (skipmq_cluster_link_refused_total{code}); the tie-break's ALREADY_EXISTS is no refusal
         self.refusals: dict[str, int] = {}
+        # the Hello challenge (origin_hello.py; None: plaintext links, no keys): dials refused
+        # because the acceptor did not prove the dialed id (skipmq_cluster_link_dial_refused_total
+        # {reason}), and links taken without an answer (mode optional)
+        self._identity = identity
+        self.dial_refusals: dict[str, int] = {}
+        self.unproven_links = 0
         # announced in every Hello (where peers find this broker's /metrics); set by the runtime
         # before start, or once an ephemeral HTTP port is bound (links up by then announced 0)
         self.http_port = 0
@@ -448,9 +477,14 @@ class GrpcTransport:
         channel = self._open_channel(state.id)
         call = channel.stream_stream(wire.PEER_LINK_OPEN_METHOD)()
         link: _DialedLink | None = None
+        challenge = self._challenge()
         try:
             async with asyncio.timeout(self.config.connect_timeout_s):
-                await call.write(wire.encode_hello(self.self_id, self.config.max_batch_items, self.http_port))
+                await call.write(
+                    wire.encode_hello(
+                        self.self_id, self.config.max_batch_items, self.http_port, challenge=challenge
+                    )
+                )
                 reply = await call.read()
             if reply is grpc.aio.EOF:
                 raise ConnectionError("the peer ended the stream before its Hello")
@@ -460,7 +494,10 @@ class GrpcTransport:
                     f"schema version {hello.schema_version}, this broker speaks {wire.SCHEMA_VERSION}"
                 )
             if hello.peer_id != state.id:
-                raise ConnectionError(f"the broker at {state.id} calls itself {hello.peer_id!r}")
+                raise _DialRefused(
+                    WRONG_PEER_ID, f"the broker at {state.id} calls itself {hello.peer_id!r}", hello.peer_id
+                )
+            self._check_answer(state, challenge, hello)
             link = _DialedLink(state.id, channel, call, self._background)
             state.http_port = hello.http_port
         except asyncio.CancelledError:
@@ -473,6 +510,8 @@ class GrpcTransport:
             if isinstance(exc, grpc.aio.AioRpcError) and exc.code() == grpc.StatusCode.ALREADY_EXISTS:
                 log.debug("dial to %s: the peer keeps its own stream", state.id)
                 return state.link is not None
+            if isinstance(exc, _DialRefused):
+                self._hello_refused(state, exc)
             reason = "timed out" if isinstance(exc, TimeoutError) else _describe(exc)
             if state.link is not None:
                 return True
@@ -486,6 +525,52 @@ class GrpcTransport:
             return True
         self._install(state, link)
         return True
+
+    # ------------------------------------------------------------------ who answers a dial
+
+    def _challenge(self) -> bytes:
+        """Fresh random bytes for a dial's Hello (empty: this broker does not ask)."""
+        identity = self._identity
+        return secrets.token_bytes(CHALLENGE_BYTES) if identity is not None and identity.asks else b""
+
+    def _answer(self, hello: wire.Hello) -> OriginProof | None:
+        """The acceptor's proof for the dialer's challenge (asked only after the dialer's
+        certificate was found to name ``hello.peer_id``), or None."""
+        if self._identity is None or not hello.challenge:
+            return None
+        try:
+            return self._identity.answer(hello.challenge, hello.peer_id, self.self_id)
+        except Exception as exc:  # a key that cannot sign: the dialer decides what no answer means
+            log.error("cannot answer the Hello challenge of %s: %s", hello.peer_id, exc)
+            return None
+
+    def _check_answer(self, state: _Peer, challenge: bytes, hello: wire.Hello) -> None:
+        """Raise _DialRefused unless the acceptor's Hello shows it is ``state.id``."""
+        if self._identity is None:
+            return
+        verdict: DialVerdict = self._identity.check(
+            challenge, self.self_id, state.id, hello.identity_proof, time.time()
+        )
+        if verdict.refused:
+            raise _DialRefused(verdict.outcome, verdict.problem, hello.peer_id)
+        if verdict.outcome == UNPROVEN:
+            self.unproven_links += 1
+            log_event(log, logging.WARNING, "cluster_link_unproven", peer=state.id, reason=verdict.problem)
+
+    def _hello_refused(self, state: _Peer, refused: _DialRefused) -> None:
+        """Counted by reason (``dial_refusals``) and logged as the structured event
+        ``cluster_link_refused`` with ``side`` ``dialer`` (the accepting side logs the same event)."""
+        self.dial_refusals[refused.reason] = self.dial_refusals.get(refused.reason, 0) + 1
+        log_event(
+            log,
+            logging.WARNING,
+            "cluster_link_refused",
+            peer=state.id,
+            claimed=refused.claimed,
+            code=f"DIAL_{refused.reason.upper()}",
+            reason=refused.problem,
+            side="dialer",
+        )
 
     # ------------------------------------------------------------------ accepting
 
@@ -538,7 +623,14 @@ class GrpcTransport:
             return
         state.pending_accepts += 1
         try:
-            await context.write(wire.encode_hello(self.self_id, self.config.max_batch_items, self.http_port))
+            await context.write(
+                wire.encode_hello(
+                    self.self_id,
+                    self.config.max_batch_items,
+                    self.http_port,
+                    identity_proof=self._answer(hello),
+                )
+            )
         except Exception as exc:
             log.info("Hello to %s failed: %s", state.id, _describe(exc))
             return

@@ -44,7 +44,9 @@ from broker.adapters.transport.wire_overlay import (
 from broker.cluster.messages import (
     Envelope,
     ForwardedBatch,
+    OriginProof,
 )
+from broker.cluster.origin_hello import MAX_CHALLENGE_BYTES
 from overlay import messages as om
 
 SCHEMA_VERSION = 1  # the "v1" of package skipmq.v1; Hello.schema_version
@@ -136,12 +138,26 @@ def encode_frame(items: Sequence[object]) -> bytes:
     return encode_frame_from_items(encode_item(item) for item in items)
 
 
-def encode_hello(peer_id: str, max_batch_items: int, http_port: int = 0) -> bytes:
+def encode_hello(
+    peer_id: str,
+    max_batch_items: int,
+    http_port: int = 0,
+    *,
+    challenge: bytes = b"",
+    identity_proof: OriginProof | None = None,
+) -> bytes:
+    """A link's first frame. ``challenge``: the dialer's (broker/cluster/origin_hello.py);
+    ``identity_proof``: the acceptor's answer to it."""
     frame = pb.Frame()
     frame.hello.peer_id = peer_id
     frame.hello.schema_version = SCHEMA_VERSION
     frame.hello.max_batch_items = max_batch_items
     frame.hello.http_port = http_port
+    if challenge:
+        frame.hello.challenge = bytes(challenge)
+    if identity_proof is not None:
+        frame.hello.identity_proof.signature = bytes(identity_proof.signature)
+        frame.hello.identity_proof.certificate = bytes(identity_proof.certificate)
     return bytes(frame.SerializeToString())
 
 
@@ -151,6 +167,8 @@ class Hello:
     schema_version: int
     max_batch_items: int
     http_port: int = 0  # the sender's HTTP port; 0 = unknown (an older broker) or HTTP off
+    challenge: bytes = b""  # the dialer's; empty = not asked (mode off, an older broker)
+    identity_proof: OriginProof | None = None  # the acceptor's answer; None = none given
 
 
 def decode_hello(data: bytes) -> Hello:
@@ -163,7 +181,19 @@ def decode_hello(data: bytes) -> Hello:
         raise WireError("Hello: empty peer_id")
     if hello.http_port > 65535:
         raise WireError(f"Hello: http_port {hello.http_port} is not a port")
-    return Hello(hello.peer_id, hello.schema_version, hello.max_batch_items, hello.http_port)
+    if len(hello.challenge) > MAX_CHALLENGE_BYTES:
+        raise WireError(f"Hello: a challenge of {len(hello.challenge)} bytes (at most {MAX_CHALLENGE_BYTES})")
+    proof = None
+    if hello.HasField("identity_proof"):
+        proof = OriginProof(bytes(hello.identity_proof.signature), bytes(hello.identity_proof.certificate))
+    return Hello(
+        hello.peer_id,
+        hello.schema_version,
+        hello.max_batch_items,
+        hello.http_port,
+        bytes(hello.challenge),
+        proof,
+    )
 
 
 def decode_frame(data: bytes) -> list[object]:

@@ -129,6 +129,8 @@ def test_the_cluster_ca_rotates_one_broker_at_a_time_under_a_stream(
         text = cluster.metrics_text(index)
         assert metric_total(text, "skipmq_cluster_origin_proofs_rejected_total") == 0, f"broker {index}"
         assert metric_total(text, "skipmq_cluster_origin_proofs_verified_total") > 0
+        # (every dial's Hello answer verified against the bundle in force: none refused)
+        assert metric_total(text, "skipmq_cluster_link_dial_refused_total") == 0, f"broker {index}"
         assert "rejecting a PeerLink stream" not in cluster.brokers[index].log_text()
     # with CA 2 alone: a CA 1 certificate is refused in the handshake, a CA 2 one is let in
     target = cluster.brokers[0].peer_id

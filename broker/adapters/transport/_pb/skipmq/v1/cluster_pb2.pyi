@@ -563,16 +563,20 @@ class StreamResend(_message.Message):
     def __init__(self, origin: _Optional[str] = ..., stream: _Optional[str] = ..., messages: _Optional[_Iterable[_Union[ForwardedMessage, _Mapping]]] = ..., gone_below: _Optional[int] = ...) -> None: ...
 
 class Hello(_message.Message):
-    __slots__ = ("peer_id", "schema_version", "max_batch_items", "http_port")
+    __slots__ = ("peer_id", "schema_version", "max_batch_items", "http_port", "challenge", "identity_proof")
     PEER_ID_FIELD_NUMBER: _ClassVar[int]
     SCHEMA_VERSION_FIELD_NUMBER: _ClassVar[int]
     MAX_BATCH_ITEMS_FIELD_NUMBER: _ClassVar[int]
     HTTP_PORT_FIELD_NUMBER: _ClassVar[int]
+    CHALLENGE_FIELD_NUMBER: _ClassVar[int]
+    IDENTITY_PROOF_FIELD_NUMBER: _ClassVar[int]
     peer_id: str
     schema_version: int
     max_batch_items: int
     http_port: int
-    def __init__(self, peer_id: _Optional[str] = ..., schema_version: _Optional[int] = ..., max_batch_items: _Optional[int] = ..., http_port: _Optional[int] = ...) -> None: ...
+    challenge: bytes
+    identity_proof: OriginProof
+    def __init__(self, peer_id: _Optional[str] = ..., schema_version: _Optional[int] = ..., max_batch_items: _Optional[int] = ..., http_port: _Optional[int] = ..., challenge: _Optional[bytes] = ..., identity_proof: _Optional[_Union[OriginProof, _Mapping]] = ...) -> None: ...
 
 class Item(_message.Message):
     __slots__ = ("overlay", "envelope")

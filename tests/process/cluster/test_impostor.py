@@ -1,0 +1,239 @@
+"""A certified impostor on a crashed broker's address (docs/security.md "Who answers a dial").
+
+One real 3-broker cluster (tools.launcher: a cluster CA, a certificate per broker, mutual TLS,
+default limits, the cluster tests' faster failure detection) and paho clients: a QoS 1 stream
+from a publisher on broker a and another from a publisher on broker b, each received by a
+persistent subscriber on b and one on d. Broker d gets
+``kill -9``; an impostor X - a process holding a certificate of the cluster's own CA for its *own*
+peer id (a compromised or misconfigured member) - starts listening on d's address, says "d" in its
+Hello and answers the dialers' challenge as well as it can (with its own key). a and b keep
+dialing d (their streams have a subscriber there). Checked:
+
+* a and b refuse the impostor: counted in ``skipmq_cluster_link_dial_refused_total{reason}``,
+  logged as the structured event ``cluster_link_refused`` (``side`` ``dialer``) naming d; no link
+  to d comes up and
+  the impostor receives nothing;
+* nothing is lost: every PUBACKed message of a's stream reaches b's subscriber, and after d
+  restarts (the impostor gone) its subscriber gets every PUBACKed message of both streams.
+
+With the check disabled the same test fails (the impostor is taken for d: it receives d's traffic
+and, with it, acknowledges d's streams so their origins drop what d's subscriber never got):
+``SKIPMQ_TEST_ORIGIN_PROOFS=off .venv/bin/python -m pytest tests/process/cluster/test_impostor.py``
+runs the cluster with ``cluster.origin_proofs = off``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from broker.adapters.transport import GrpcTransport
+from broker.adapters.transport.tls import ClusterTls, TlsFiles, issue_broker_cert
+from broker.cluster.messages import (
+    Envelope,
+    ForwardedBatch,
+    ForwardedMessage,
+    StreamAck,
+    StreamPosition,
+    StreamResend,
+)
+from broker.cluster.origin_hello import LinkIdentity
+from broker.cluster.origin_proof import Signer, Verifier
+from overlay import messages as om
+from tests.support.cluster import (
+    ClientFactory,
+    ClusterFactory,
+    Streamer,
+    metric_total,
+    numbers,
+    probe_route,
+    unique_id,
+    wait_until,
+)
+from tools.launcher import LocalCluster
+from tools.ports import free_port
+
+HOST = "127.0.0.1"
+MODE = os.environ.get("SKIPMQ_TEST_ORIGIN_PROOFS", "required")
+
+
+class Impostor:
+    """X: a GrpcTransport with X's certificate bound to d's address (so its peer id is d's),
+    answering Hello challenges with X's key; it records what it receives and acknowledges every
+    stream item it sees, in d's name (what a broker does for what it received)."""
+
+    def __init__(self, cluster: LocalCluster, tmp_path: Path, address: str) -> None:
+        certs = Path(cluster.data_root) / "certs"
+        own_id = f"{HOST}:{free_port()}"
+        cert, key = issue_broker_cert(certs, own_id, out_dir=tmp_path, name="x")
+        self.tls = ClusterTls(TlsFiles(str(certs / "ca.pem"), str(cert), str(key)))
+        signer = Signer.from_pem(cert.read_bytes(), key.read_bytes())
+        verifier = Verifier((certs / "ca.pem").read_bytes())
+        self.identity = LinkIdentity("required", lambda: signer, lambda: verifier)
+        self.host, port = address.rsplit(":", 1)
+        self.port = int(port)
+        self.received: list[tuple[str, object]] = []
+        self._lock = threading.Lock()
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, daemon=True, name="impostor")
+        self._thread.start()
+        self.transport: GrpcTransport = self._run(self._start())
+
+    def _run(self, coroutine: Any) -> Any:
+        return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result(30.0)
+
+    async def _start(self) -> GrpcTransport:
+        transport = GrpcTransport(
+            advertise_host=self.host,
+            on_receive=self._on_receive,
+            on_peer_down=lambda *_: None,
+            tls=self.tls,
+            identity=self.identity,
+        )
+        deadline = time.monotonic() + 10.0
+        while True:  # d's port is free once the kernel closed its socket
+            try:
+                await transport.start(self.host, self.port)
+                return transport
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+                await asyncio.sleep(0.2)
+
+    def _on_receive(self, sender: str, item: object) -> None:
+        with self._lock:
+            self.received.append((sender, item))
+        messages: tuple[ForwardedMessage, ...] = ()
+        if isinstance(item, om.PUB) and isinstance(item.payload, ForwardedBatch):
+            messages = item.payload.messages
+        elif isinstance(item, om.PUB) and isinstance(item.payload, ForwardedMessage):
+            messages = (item.payload,)
+        elif isinstance(item, Envelope) and isinstance(item.body, StreamResend):
+            messages = item.body.messages
+        if messages:  # "d got them": the origin may forget them for d
+            last = max(messages, key=lambda m: m.seq)
+            ack = StreamAck((StreamPosition(last.origin, last.stream, last.seq + 1),))
+            self.transport.send(sender, Envelope(self.transport.self_id, sender, "", "", 0, 8, ack))
+
+    def items(self) -> list[tuple[str, object]]:
+        with self._lock:
+            return list(self.received)
+
+    def close(self) -> None:
+        try:
+            self._run(self.transport.stop(drain_timeout_s=1.0))
+        finally:
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self._thread.join(5.0)
+
+
+def _dial_refused(cluster: LocalCluster, index: int) -> float:
+    return metric_total(cluster.metrics_text(index), "skipmq_cluster_link_dial_refused_total")
+
+
+@pytest.mark.timeout(240)
+def test_a_certified_impostor_on_a_crashed_brokers_address_is_refused(
+    cluster_factory: ClusterFactory, client_factory: ClientFactory, tmp_path: Path
+) -> None:
+    cluster = cluster_factory(3, settings={"cluster.origin_proofs": MODE})
+    d = cluster.brokers[2].peer_id
+    sub_b = client_factory(cluster, 1, client_id=unique_id("imp-b"), clean=False, session_expiry_s=300)
+    sub_b.subscribe("imp/#", qos=1)
+    sub_d_id = unique_id("imp-d")
+    sub_d = client_factory(cluster, 2, client_id=sub_d_id, clean=False, session_expiry_s=300)
+    sub_d.subscribe("imp/#", qos=1)
+    probe_route(cluster, 0, [sub_b], "imp/a")
+    probe_route(cluster, 0, [sub_d], "imp/a")
+    probe_route(cluster, 1, [sub_d], "imp/b")
+    stream_a = Streamer(client_factory(cluster, 0, client_id=unique_id("pub-a")), "imp/a", b"a", 0.02)
+    stream_b = Streamer(client_factory(cluster, 1, client_id=unique_id("pub-b")), "imp/b", b"b", 0.05)
+    stream_a.start()
+    stream_b.start()
+    impostor: Impostor | None = None
+    received_b: list[bytes] = []
+    received_d: list[bytes] = []
+    try:
+        stream_a.wait_acked(20)
+        cluster.kill_broker(2)
+        received_d.extend(message.payload for message in sub_d.drain(0.05))  # (got before the crash)
+        sub_d.close()
+        impostor = Impostor(cluster, tmp_path, d)
+        refused_before = [_dial_refused(cluster, i) for i in (0, 1)]
+
+        def both_refused() -> bool:
+            return all(_dial_refused(cluster, i) > refused_before[k] for k, i in enumerate((0, 1)))
+
+        def taken() -> bool:
+            senders = {sender for sender, _item in impostor.items()}  # type: ignore[union-attr]
+            return len(senders) >= 2
+
+        try:
+            wait_until(lambda: both_refused() or taken(), 60.0, what="a and b dial d's address")
+        except TimeoutError:
+            pass  # (the assertions below say what happened)
+        stream_a.wait_acked(len(stream_a.acked_numbers()) + 50)  # the streams go on meanwhile
+        time.sleep(1.0)  # a few more redials of d
+        taken_by = sorted({sender for sender, _item in impostor.items()})
+        harm: list[str] = []
+        if taken_by:
+            harm.append(
+                f"the impostor was taken for d by {taken_by} ({len(impostor.items())} items received)"
+            )
+        for index in (0, 1):
+            if d in cluster.cluster_state(index)["connected_peers"]:
+                harm.append(f"broker {index} has a link to d while d is down")
+        impostor.close()
+        impostor = None
+        received_b.extend(message.payload for message in sub_b.drain(0.05))
+        cluster.restart_broker(2)
+    finally:
+        stream_a.stop()
+        stream_b.stop()
+        if impostor is not None:
+            impostor.close()
+    acked_a, acked_b = set(stream_a.acked_numbers()), set(stream_b.acked_numbers())
+    sub_d = client_factory(cluster, 2, client_id=sub_d_id, clean=False, session_expiry_s=300)
+
+    def everything_in() -> bool:
+        received_b.extend(message.payload for message in sub_b.drain(0.05))
+        received_d.extend(message.payload for message in sub_d.drain(0.05))
+        return (
+            acked_a <= set(numbers(received_b, b"a"))
+            and acked_a <= set(numbers(received_d, b"a"))
+            and (acked_b <= set(numbers(received_d, b"b")))
+        )
+
+    try:
+        wait_until(everything_in, 60.0, what="every PUBACKed message at b's and d's subscribers")
+    except TimeoutError:
+        pass  # (named below)
+    for name, acked, received, prefix in (
+        ("a's stream at b", acked_a, received_b, b"a"),
+        ("a's stream at d", acked_a, received_d, b"a"),
+        ("b's stream at d", acked_b, received_d, b"b"),
+    ):
+        missing = acked - set(numbers(received, prefix))
+        if missing:
+            harm.append(f"{len(missing)} PUBACKed messages of {name} lost, e.g. {sorted(missing)[:5]}")
+    assert not harm, "; ".join(harm)
+    for index in (0, 1):
+        # refused by the Hello check (wrong_proof), or already by a runtime that reads the TLS
+        # certificate itself (the h2 runtime: certificate)
+        text = cluster.metrics_text(index)
+        reasons = {
+            reason: metric_total(text, "skipmq_cluster_link_dial_refused_total", reason=reason)
+            for reason in ("wrong_proof", "certificate")
+        }
+        assert sum(reasons.values()) >= 1, f"broker {index}: {reasons}"
+        refusals = [
+            line
+            for line in cluster.brokers[index].log_text().splitlines()
+            if '"cluster_link_refused"' in line and '"side": "dialer"' in line and f'"peer": "{d}"' in line
+        ]
+        assert refusals, f"broker {index} logged no refused dial of d"
