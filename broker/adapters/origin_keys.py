@@ -21,11 +21,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from broker.cluster.origin_checks import OriginChecks
-from broker.cluster.origin_hello import LinkIdentity
+from broker.cluster.origin_hello import FEDERATION_CONTEXT, LinkIdentity
 from broker.cluster.origin_proof import Signer, Verifier
 
 if TYPE_CHECKING:
-    from broker.config import ClusterConfig
+    from broker.config import ClusterConfig, FederationConfig
 
 log = logging.getLogger("skipmq.cluster")
 
@@ -107,3 +107,16 @@ def link_identity_for(cluster: ClusterConfig) -> LinkIdentity | None:
         return None
     keys = ProofKeys(cluster.tls_ca_file, cluster.tls_cert_file, cluster.tls_key_file)
     return LinkIdentity(cluster.origin_proofs, keys.signer, keys.verifier)
+
+
+def federation_link_identity_for(federation: FederationConfig, mode: str) -> LinkIdentity | None:
+    """The federation links' challenge and answer (docs/federation.md "Security"): the same
+    exchange as the cluster links' Hello, with the federation's own files (its certificate, the
+    place's CA) and context string; ``mode`` is ``cluster.origin_proofs``. None with
+    ``federation.insecure`` (no keys: nothing to ask or answer with)."""
+    if federation.insecure:
+        return None
+    if not (federation.tls_ca_file and federation.tls_cert_file and federation.tls_key_file):
+        return None
+    keys = ProofKeys(federation.tls_ca_file, federation.tls_cert_file, federation.tls_key_file)
+    return LinkIdentity(mode, keys.signer, keys.verifier, context=FEDERATION_CONTEXT)

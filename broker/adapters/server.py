@@ -161,7 +161,7 @@ class BrokerServer:
             from broker.adapters.federation.port import FederatedClusterPort
             from broker.core.ports import NullCluster
 
-            self.federation = FederationNode(config.federation)
+            self.federation = FederationNode(config.federation, identity_mode=config.cluster.origin_proofs)
             cluster = FederatedClusterPort(cluster or NullCluster(), self.federation)
         authenticator, acl = build_access(config.auth)
         store = open_store(config)

@@ -21,7 +21,11 @@ A proof cannot be replayed on another dial (the challenge is fresh), nor borrowe
 broker by an impostor relaying the challenge to it: the real broker signs the id of whoever dialed
 *it* (the impostor's own, which its client certificate names), not the victim's. The context
 string keeps the signature apart from every origin proof made with the same key
-(``origin_proof``: their canonical bytes begin with another tag).
+(``origin_proof``: their canonical bytes begin with another tag), and one kind of link apart from
+the other: the federation's shared links (``broker.adapters.federation.node``: the child's
+``LinkRequest`` asks, the parent's ``LinkAccepted`` answers) use the same exchange with
+:data:`FEDERATION_CONTEXT`, so an answer made for a cluster dial never proves a federation one
+(a broker may hold one key for both).
 
 ``mode`` follows ``cluster.origin_proofs``: ``required`` refuses an acceptor that does not answer
 or answers wrongly; ``optional`` (a rolling upgrade from a version whose Hello does not answer)
@@ -38,6 +42,7 @@ from broker.cluster.messages import OriginProof
 from broker.cluster.origin_proof import Signer, Verifier, _join
 
 HELLO_CONTEXT = "skipmq.v1 PeerLink Hello: the acceptor answers the dialer's challenge"
+FEDERATION_CONTEXT = "skipmq.v1 Federation LinkAccepted: the parent answers the child's challenge"
 CHALLENGE_BYTES = 32  # what a dialer sends
 MIN_CHALLENGE_BYTES = 16  # what an acceptor answers (shorter: not answered)
 MAX_CHALLENGE_BYTES = 64
@@ -52,10 +57,11 @@ WRONG_PEER_ID = "wrong_peer_id"  # the acceptor's Hello names another peer id (c
 DIAL_REFUSAL_REASONS = (NO_PROOF, WRONG_PROOF, WRONG_PEER_ID)
 
 
-def hello_bytes(challenge: bytes, dialer_id: str, acceptor_id: str) -> bytes:
+def hello_bytes(challenge: bytes, dialer_id: str, acceptor_id: str, context: str = HELLO_CONTEXT) -> bytes:
     """What the acceptor signs: injective in its parts, and never equal to an origin proof's
-    canonical bytes (their first tuple element is another tag)."""
-    return _join(("hello", HELLO_CONTEXT, dialer_id, acceptor_id, len(challenge)), [bytes(challenge)])
+    canonical bytes (their first tuple element is another tag) nor to another link kind's
+    (``context``)."""
+    return _join(("hello", context, dialer_id, acceptor_id, len(challenge)), [bytes(challenge)])
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,13 +79,15 @@ class DialVerdict:
 
 class LinkIdentity:
     """One broker's side of the Hello challenge (see the module docstring); the keys come from
-    callables (``broker.adapters.origin_keys`` re-reads the certificate files when they change)."""
+    callables (``broker.adapters.origin_keys`` re-reads the certificate files when they change);
+    ``context`` names the kind of link (:data:`HELLO_CONTEXT`, :data:`FEDERATION_CONTEXT`)."""
 
     def __init__(
         self,
         mode: str,
         signer: Callable[[], Signer | None],
         verifier: Callable[[], Verifier | None],
+        context: str = HELLO_CONTEXT,
     ) -> None:
         if mode not in ("required", "optional", "off"):
             raise ValueError(f"mode must be 'required', 'optional' or 'off', got {mode!r}")
@@ -87,13 +95,16 @@ class LinkIdentity:
         self.asks = mode != "off"  # does this broker's dialer send a challenge
         self._signer = signer
         self._verifier = verifier
+        self.context = context
 
     def answer(self, challenge: bytes, dialer_id: str, own_id: str) -> OriginProof | None:
         """The proof for a dialer's challenge, or None (not asked; a challenge of a bad length)."""
         if not MIN_CHALLENGE_BYTES <= len(challenge) <= MAX_CHALLENGE_BYTES:
             return None
         signer = self._signer()
-        return None if signer is None else signer.sign(hello_bytes(challenge, dialer_id, own_id))
+        return (
+            None if signer is None else signer.sign(hello_bytes(challenge, dialer_id, own_id, self.context))
+        )
 
     def check(
         self,
@@ -113,7 +124,8 @@ class LinkIdentity:
         verifier = self._verifier()
         if verifier is None:
             return DialVerdict(WRONG_PROOF, "no CA bundle to check the answer against")
-        problem = verifier.problem(dialed_id, hello_bytes(challenge, dialer_id, dialed_id), proof, now_s)
+        data = hello_bytes(challenge, dialer_id, dialed_id, self.context)
+        problem = verifier.problem(dialed_id, data, proof, now_s)
         if problem is not None:
             return DialVerdict(WRONG_PROOF, problem)
         return DialVerdict(PROVEN)

@@ -107,3 +107,20 @@ class FederationCollector(Collector):
         for outcome in CUSTODY_OUTCOMES:
             outcomes.add_metric([outcome], custody.get(outcome, 0))
         yield outcomes
+        refused = CounterMetricFamily(
+            "skipmq_federation_link_dial_refused",
+            "Link requests this broker made whose acceptor did not prove it is the broker dialed "
+            '(docs/federation.md "Security"), by reason: no_proof (no answer to the challenge, '
+            "cluster.origin_proofs = required), wrong_peer_id (the answer's topology ends with "
+            "another name), wrong_proof (an answer that does not name the dialed name, or a bad "
+            "signature)",
+            labels=["reason"],
+        )
+        for reason, count in sorted(node.dial_refusals.items()):
+            refused.add_metric([reason], count)
+        yield refused
+        yield CounterMetricFamily(
+            "skipmq_federation_link_unproven",
+            "Links made to an acceptor that did not answer the challenge (cluster.origin_proofs = optional)",
+            node.unproven_links,
+        )

@@ -9,6 +9,14 @@ opened by the requesting side; its first frame is the ``LinkRequest``. Frames ca
 that ends without a ``Leave`` - the peer was killed, the network failed - is ``link_lost``, and
 the router re-links (§3.7.3 (4)). A timer drives ``tick`` (retries, discovery, timeouts).
 
+Who answers a request (docs/federation.md "Security"): with TLS the requester's ``LinkRequest``
+carries a fresh challenge, the acceptor's ``LinkAccepted`` answers it with a signature by its
+federation certificate's key (``broker.cluster.origin_hello``, federation context), and the
+requester checks that the certificate names the name it dialed before the router sees the answer
+(``cluster.origin_proofs`` is the mode: required, optional, off). A refused answer ends that
+stream as a failed dial (the router tries again), counted and logged as
+``federation_identity_refused`` with ``side`` ``dialer``.
+
 Delivery over a link is at most once per hop (a frame written into a stream that breaks is
 lost); QoS >= 1 events are in custody (broker/federation/custody.py), kept in the broker's
 SQLite store when it has one (``custody_store.py``): an ``EventAck`` leaves only after the
@@ -23,6 +31,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import secrets
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -31,9 +40,18 @@ import grpc
 from broker.adapters.federation import wire
 from broker.adapters.federation.custody_store import SqliteCustodyStore
 from broker.adapters.federation.metrics import FederationCollector
+from broker.adapters.origin_keys import federation_link_identity_for
 from broker.adapters.transport._pb.skipmq.v1 import federation_pb2 as pb
 from broker.adapters.transport._pb.skipmq.v1 import federation_pb2_grpc as pb_grpc
 from broker.adapters.transport.tls import ClusterTls, TlsFiles, identity_refusal
+from broker.cluster.origin_hello import (
+    CHALLENGE_BYTES,
+    DIAL_REFUSAL_REASONS,
+    UNPROVEN,
+    WRONG_PEER_ID,
+    DialVerdict,
+    LinkIdentity,
+)
 from broker.core.session import Message
 from broker.federation.keys import RoutingMode
 from broker.federation.messages import (
@@ -41,6 +59,7 @@ from broker.federation.messages import (
     Deliver,
     Event,
     EventAck,
+    LinkAccepted,
     LinkMessage,
     LinkRequest,
     Note,
@@ -88,13 +107,22 @@ class _Link:
         self.call: Any = None
         self.closed = False
         self.unlinked = False  # we ended it (Unlink): its end is no news
+        self.challenge = b""  # dialed: what our LinkRequest asks; accepted: what the requester asked
+        self.answered = False  # dialed: the acceptor's LinkAccepted was checked
 
 
 class FederationNode(pb_grpc.FederationServicer):
     """Serves and dials shared links for one event place; create and use on the broker's loop."""
 
-    def __init__(self, config: FederationConfig, broker: BrokerApi | None = None) -> None:
+    def __init__(
+        self, config: FederationConfig, broker: BrokerApi | None = None, *, identity_mode: str = "required"
+    ) -> None:
         self.config = config
+        self.identity_mode = identity_mode  # cluster.origin_proofs: does a dial check who answers
+        self._identity: LinkIdentity | None = None  # the challenge's keys (None: plaintext links)
+        # dials refused because the acceptor did not prove the dialed name, by reason (metrics.py)
+        self.dial_refusals: dict[str, int] = dict.fromkeys(DIAL_REFUSAL_REASONS, 0)
+        self.unproven_links = 0
         self.broker = broker  # set before start()
         self.store: Store | None = None  # the broker's SQLite store (custody), set before start()
         self._acks_after_commit: dict[str, list[pb.FedMessage]] = {}
@@ -116,6 +144,8 @@ class FederationNode(pb_grpc.FederationServicer):
     async def start(self) -> int:
         config = self.config
         self._tls = federation_tls(config)
+        if self._tls is not None:
+            self._identity = federation_link_identity_for(config, self.identity_mode)
         server = grpc.aio.server(options=_SERVER_OPTIONS)
         pb_grpc.add_FederationServicer_to_server(self, server)
         try:
@@ -278,7 +308,10 @@ class FederationNode(pb_grpc.FederationServicer):
                 elif isinstance(action.message, EventAck) and self._store_pending():
                     self._ack_after_commit(action.peer, wire.encode(action.message))
                     continue
-                batches.setdefault(action.peer, []).append(wire.encode(action.message))
+                encoded = wire.encode(action.message)
+                if isinstance(action.message, (LinkRequest, LinkAccepted)):
+                    self._challenge_or_answer(action.peer, encoded)
+                batches.setdefault(action.peer, []).append(encoded)
             elif isinstance(action, Deliver):
                 self._deliver(action)
             elif isinstance(action, StoreRetained):
@@ -347,6 +380,8 @@ class FederationNode(pb_grpc.FederationServicer):
     # ------------------------------------------------------------------ dialing (the requester)
     def _dial(self, peer: str) -> None:
         link = _Link(peer, dialed=True)
+        if self._identity is not None and self._identity.asks:
+            link.challenge = secrets.token_bytes(CHALLENGE_BYTES)
         if self._tls is None:
             link.channel = grpc.aio.insecure_channel(peer, options=_OPTIONS)
         else:
@@ -398,6 +433,7 @@ class FederationNode(pb_grpc.FederationServicer):
         if old is not None and not old.dialed:  # the peer restarted and requests again
             self._lost(old)
         link = _Link(peer, dialed=False)
+        link.challenge = wire.challenge_of(first.messages[0])  # answered in our LinkAccepted
         link.call = context
         self._links[peer] = link
         link.tasks = [asyncio.get_running_loop().create_task(self._read(link))]
@@ -416,6 +452,61 @@ class FederationNode(pb_grpc.FederationServicer):
         client certificate, checked against the place's CA, must name it."""
         return None if self._tls is None else identity_refusal(context, claimed, "LinkRequest")
 
+    # ------------------------------------------------------------------ who answers a request
+    def _challenge_or_answer(self, peer: str, encoded: pb.FedMessage) -> None:
+        """Our LinkRequest asks the dialed link's challenge; our LinkAccepted answers the one its
+        requester asked (after its client certificate was found to name it), when we have keys."""
+        link = self._links.get(peer)
+        if link is None or not link.challenge or self.router is None:
+            return
+        if encoded.HasField("link_request") and link.dialed:
+            encoded.link_request.challenge = link.challenge
+        elif encoded.HasField("link_accepted") and not link.dialed and self._identity is not None:
+            try:
+                proof = self._identity.answer(link.challenge, peer, self.router.name)
+            except Exception as exc:  # a key that cannot sign: the requester decides what none means
+                log.error("cannot answer the link challenge of %s: %s", peer, exc)
+                return
+            if proof is not None:
+                wire.set_answer(encoded, proof)
+
+    def _answer_taken(self, link: _Link, items: Any, messages: list[LinkMessage]) -> bool:
+        """Whether a dialed link's frame may go to the router: False when it holds the acceptor's
+        LinkAccepted and that does not show the dialed broker answers (refused: counted, logged,
+        the stream ends as a failed dial). The answer's topology must end with the dialed name and
+        its proof must show it. Before the answer, the router ignores what an unlinked peer sends;
+        a LinkRefused needs no proof."""
+        for index, message in enumerate(messages):
+            if not isinstance(message, LinkAccepted):
+                continue
+            link.answered = True
+            if self._identity is None or self.router is None:
+                return True
+            if self._identity.asks and message.topology and message.topology[-1] != link.peer:
+                verdict = DialVerdict(
+                    WRONG_PEER_ID, f"the broker at {link.peer} calls itself {message.topology[-1]!r}"
+                )
+            else:
+                verdict = self._identity.check(
+                    link.challenge, self.router.name, link.peer, wire.answer_of(items[index]), time.time()
+                )
+            if verdict.refused or verdict.outcome == WRONG_PEER_ID:
+                self.dial_refusals[verdict.outcome] = self.dial_refusals.get(verdict.outcome, 0) + 1
+                self._log(
+                    "federation_identity_refused",
+                    logging.WARNING,
+                    side="dialer",
+                    peer=link.peer,
+                    code=f"DIAL_{verdict.outcome.upper()}",
+                    reason=verdict.problem,
+                )
+                return False
+            if verdict.outcome == UNPROVEN:
+                self.unproven_links += 1
+                self._log("federation_link_unproven", logging.WARNING, peer=link.peer, reason=verdict.problem)
+            return True
+        return True
+
     # ------------------------------------------------------------------ reading (both sides)
     async def _read(self, link: _Link) -> None:
         try:
@@ -427,6 +518,12 @@ class FederationNode(pb_grpc.FederationServicer):
                     messages = [wire.decode(item) for item in frame.messages]
                 except wire.FederationWireError as exc:
                     self._log("federation_bad_frame", peer=link.peer, reason=str(exc), level=logging.WARNING)
+                    break
+                if (
+                    link.dialed
+                    and not link.answered
+                    and not self._answer_taken(link, frame.messages, messages)
+                ):
                     break
                 self._receive(link, messages)
         except asyncio.CancelledError:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from broker.adapters.transport._pb.skipmq.v1 import federation_pb2 as pb
+from broker.cluster.messages import OriginProof
 from broker.federation.messages import (
     Event,
     EventAck,
@@ -105,6 +106,28 @@ def encode(message: LinkMessage) -> pb.FedMessage:
             )
         )
     return out
+
+
+def challenge_of(item: pb.FedMessage) -> bytes:
+    """The challenge a ``LinkRequest`` asks (empty: none); the node answers it in its
+    ``LinkAccepted`` (docs/federation.md "Security"), the router never sees it."""
+    return bytes(item.link_request.challenge) if item.HasField("link_request") else b""
+
+
+def set_answer(item: pb.FedMessage, proof: OriginProof) -> None:
+    """Put the answer to the requester's challenge into an encoded ``LinkAccepted``."""
+    item.link_accepted.identity_proof.CopyFrom(
+        pb.FedIdentityProof(signature=proof.signature, certificate=proof.certificate)
+    )
+
+
+def answer_of(item: pb.FedMessage) -> OriginProof | None:
+    """The answer a ``LinkAccepted`` carries, or None (an acceptor that was not asked, or that
+    does not answer: an older version, or an impostor that keeps quiet)."""
+    if not item.HasField("link_accepted") or not item.link_accepted.HasField("identity_proof"):
+        return None
+    proof = item.link_accepted.identity_proof
+    return OriginProof(bytes(proof.signature), bytes(proof.certificate))
 
 
 def decode(item: pb.FedMessage) -> LinkMessage:

@@ -17,6 +17,7 @@ from broker.adapters.transport.tls import issue_broker_cert, make_ca
 from broker.cluster.messages import ClassInterest, Envelope, OriginProof, SessionClaim
 from broker.cluster.origin_hello import (
     CHALLENGE_BYTES,
+    FEDERATION_CONTEXT,
     NO_PROOF,
     NOT_ASKED,
     PROVEN,
@@ -121,3 +122,28 @@ def test_the_signed_bytes_are_apart_from_every_origin_proof() -> None:
         envelope_bytes(Envelope(A, D, "", "", 0, 8, ClassInterest(()))),
     ):
         assert not other.startswith(b"('hello'")
+
+
+def test_an_answer_for_one_kind_of_link_does_not_prove_the_other(ca: Path) -> None:
+    """The federation's links use the same exchange with their own context string: a broker that
+    holds one key for both answers a cluster dial with something no federation dialer takes, and
+    the other way round (and each kind still proves itself)."""
+    cert, key = issue_broker_cert(ca, D, name="d-both")
+    signer = Signer.from_pem(cert.read_bytes(), key.read_bytes())
+    verifier = Verifier((ca / "ca.pem").read_bytes())
+    cluster_d = LinkIdentity("required", lambda: signer, lambda: verifier)
+    federation_d = LinkIdentity("required", lambda: signer, lambda: verifier, context=FEDERATION_CONTEXT)
+    cluster_a = _identity(ca, A, "a")
+    federation_a = LinkIdentity(
+        "required", lambda: None, lambda: Verifier((ca / "ca.pem").read_bytes()), context=FEDERATION_CONTEXT
+    )
+    challenge = os.urandom(CHALLENGE_BYTES)
+    for_cluster = cluster_d.answer(challenge, A, D)
+    for_federation = federation_d.answer(challenge, A, D)
+    assert cluster_a.check(challenge, A, D, for_cluster, _now()).outcome == PROVEN
+    assert federation_a.check(challenge, A, D, for_federation, _now()).outcome == PROVEN
+    crossed = federation_a.check(challenge, A, D, for_cluster, _now())
+    assert crossed.outcome == WRONG_PROOF and crossed.refused
+    assert "signature" in crossed.problem
+    assert cluster_a.check(challenge, A, D, for_federation, _now()).outcome == WRONG_PROOF
+    assert hello_bytes(challenge, A, D) != hello_bytes(challenge, A, D, FEDERATION_CONTEXT)

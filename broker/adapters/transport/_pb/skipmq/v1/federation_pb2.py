@@ -26,7 +26,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1askipmq/v1/federation.proto\x12\tskipmq.v1\"i\n\x0e\x46\x65\x64LinkRequest\x12\r\n\x05place\x18\x01 \x01(\t\x12\x11\n\trequester\x18\x02 \x01(\t\x12\x0f\n\x07one_way\x18\x03 \x01(\x08\x12\x16\n\x0eschema_version\x18\x04 \x01(\r\x12\x0c\n\x04site\x18\x05 \x01(\t\"c\n\x0f\x46\x65\x64LinkAccepted\x12\r\n\x05place\x18\x01 \x01(\t\x12\x0c\n\x04mode\x18\x02 \x01(\t\x12\x13\n\x0b\x64\x65scription\x18\x03 \x01(\t\x12\x10\n\x08topology\x18\x04 \x03(\t\x12\x0c\n\x04site\x18\x05 \x01(\t\"/\n\x0e\x46\x65\x64LinkRefused\x12\r\n\x05place\x18\x01 \x01(\t\x12\x0e\n\x06reason\x18\x02 \x01(\t\"%\n\x11\x46\x65\x64TopologyUpdate\x12\x10\n\x08topology\x18\x01 \x03(\t\"4\n\x08\x46\x65\x64Leave\x12\x18\n\x0breplacement\x18\x01 \x01(\tH\x00\x88\x01\x01\x42\x0e\n\x0c_replacement\"9\n\x0b\x46\x65\x64Register\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\x0b\n\x03ttl\x18\x02 \x01(\r\x12\x10\n\x08own_site\x18\x03 \x01(\x08\"\x1c\n\rFedUnregister\x12\x0b\n\x03key\x18\x01 \x01(\t\"g\n\x08\x46\x65\x64\x45vent\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x0f\n\x07payload\x18\x02 \x01(\x0c\x12\x0b\n\x03qos\x18\x03 \x01(\r\x12\x0e\n\x06retain\x18\x04 \x01(\x08\x12\x0c\n\x04site\x18\x05 \x01(\t\x12\x10\n\x08\x65vent_id\x18\x06 \x01(\t\"\x1f\n\x0b\x46\x65\x64\x45ventAck\x12\x10\n\x08\x65vent_id\x18\x01 \x01(\t\"^\n\x0b\x46\x65\x64Retained\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x0f\n\x07payload\x18\x02 \x01(\x0c\x12\x0b\n\x03qos\x18\x03 \x01(\r\x12\x12\n\nversion_ms\x18\x04 \x01(\x04\x12\x0e\n\x06origin\x18\x05 \x01(\t\"N\n\x08\x46\x65\x64Probe\x12\r\n\x05round\x18\x01 \x01(\x04\x12\x11\n\thops_left\x18\x02 \x01(\r\x12\x11\n\tattribute\x18\x03 \x01(\t\x12\r\n\x05trail\x18\x04 \x03(\t\"`\n\rFedProbeReply\x12\r\n\x05round\x18\x01 \x01(\x04\x12\x11\n\tattribute\x18\x02 \x01(\t\x12\x11\n\tresponder\x18\x03 \x01(\t\x12\x0b\n\x03hop\x18\x04 \x01(\r\x12\r\n\x05route\x18\x05 \x03(\t\"\xc0\x04\n\nFedMessage\x12\x31\n\x0clink_request\x18\x01 \x01(\x0b\x32\x19.skipmq.v1.FedLinkRequestH\x00\x12\x33\n\rlink_accepted\x18\x02 \x01(\x0b\x32\x1a.skipmq.v1.FedLinkAcceptedH\x00\x12\x31\n\x0clink_refused\x18\x03 \x01(\x0b\x32\x19.skipmq.v1.FedLinkRefusedH\x00\x12\x37\n\x0ftopology_update\x18\x04 \x01(\x0b\x32\x1c.skipmq.v1.FedTopologyUpdateH\x00\x12$\n\x05leave\x18\x05 \x01(\x0b\x32\x13.skipmq.v1.FedLeaveH\x00\x12*\n\x08register\x18\x06 \x01(\x0b\x32\x16.skipmq.v1.FedRegisterH\x00\x12.\n\nunregister\x18\x07 \x01(\x0b\x32\x18.skipmq.v1.FedUnregisterH\x00\x12$\n\x05\x65vent\x18\x08 \x01(\x0b\x32\x13.skipmq.v1.FedEventH\x00\x12$\n\x05probe\x18\t \x01(\x0b\x32\x13.skipmq.v1.FedProbeH\x00\x12/\n\x0bprobe_reply\x18\n \x01(\x0b\x32\x18.skipmq.v1.FedProbeReplyH\x00\x12+\n\tevent_ack\x18\x0b \x01(\x0b\x32\x16.skipmq.v1.FedEventAckH\x00\x12*\n\x08retained\x18\x0c \x01(\x0b\x32\x16.skipmq.v1.FedRetainedH\x00\x42\x06\n\x04\x62ody\"3\n\x08\x46\x65\x64\x46rame\x12\'\n\x08messages\x18\x01 \x03(\x0b\x32\x15.skipmq.v1.FedMessage2B\n\nFederation\x12\x34\n\x04Link\x12\x13.skipmq.v1.FedFrame\x1a\x13.skipmq.v1.FedFrame(\x01\x30\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1askipmq/v1/federation.proto\x12\tskipmq.v1\"|\n\x0e\x46\x65\x64LinkRequest\x12\r\n\x05place\x18\x01 \x01(\t\x12\x11\n\trequester\x18\x02 \x01(\t\x12\x0f\n\x07one_way\x18\x03 \x01(\x08\x12\x16\n\x0eschema_version\x18\x04 \x01(\r\x12\x0c\n\x04site\x18\x05 \x01(\t\x12\x11\n\tchallenge\x18\x06 \x01(\x0c\":\n\x10\x46\x65\x64IdentityProof\x12\x11\n\tsignature\x18\x01 \x01(\x0c\x12\x13\n\x0b\x63\x65rtificate\x18\x02 \x01(\x0c\"\x98\x01\n\x0f\x46\x65\x64LinkAccepted\x12\r\n\x05place\x18\x01 \x01(\t\x12\x0c\n\x04mode\x18\x02 \x01(\t\x12\x13\n\x0b\x64\x65scription\x18\x03 \x01(\t\x12\x10\n\x08topology\x18\x04 \x03(\t\x12\x0c\n\x04site\x18\x05 \x01(\t\x12\x33\n\x0eidentity_proof\x18\x06 \x01(\x0b\x32\x1b.skipmq.v1.FedIdentityProof\"/\n\x0e\x46\x65\x64LinkRefused\x12\r\n\x05place\x18\x01 \x01(\t\x12\x0e\n\x06reason\x18\x02 \x01(\t\"%\n\x11\x46\x65\x64TopologyUpdate\x12\x10\n\x08topology\x18\x01 \x03(\t\"4\n\x08\x46\x65\x64Leave\x12\x18\n\x0breplacement\x18\x01 \x01(\tH\x00\x88\x01\x01\x42\x0e\n\x0c_replacement\"9\n\x0b\x46\x65\x64Register\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\x0b\n\x03ttl\x18\x02 \x01(\r\x12\x10\n\x08own_site\x18\x03 \x01(\x08\"\x1c\n\rFedUnregister\x12\x0b\n\x03key\x18\x01 \x01(\t\"g\n\x08\x46\x65\x64\x45vent\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x0f\n\x07payload\x18\x02 \x01(\x0c\x12\x0b\n\x03qos\x18\x03 \x01(\r\x12\x0e\n\x06retain\x18\x04 \x01(\x08\x12\x0c\n\x04site\x18\x05 \x01(\t\x12\x10\n\x08\x65vent_id\x18\x06 \x01(\t\"\x1f\n\x0b\x46\x65\x64\x45ventAck\x12\x10\n\x08\x65vent_id\x18\x01 \x01(\t\"^\n\x0b\x46\x65\x64Retained\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x0f\n\x07payload\x18\x02 \x01(\x0c\x12\x0b\n\x03qos\x18\x03 \x01(\r\x12\x12\n\nversion_ms\x18\x04 \x01(\x04\x12\x0e\n\x06origin\x18\x05 \x01(\t\"N\n\x08\x46\x65\x64Probe\x12\r\n\x05round\x18\x01 \x01(\x04\x12\x11\n\thops_left\x18\x02 \x01(\r\x12\x11\n\tattribute\x18\x03 \x01(\t\x12\r\n\x05trail\x18\x04 \x03(\t\"`\n\rFedProbeReply\x12\r\n\x05round\x18\x01 \x01(\x04\x12\x11\n\tattribute\x18\x02 \x01(\t\x12\x11\n\tresponder\x18\x03 \x01(\t\x12\x0b\n\x03hop\x18\x04 \x01(\r\x12\r\n\x05route\x18\x05 \x03(\t\"\xc0\x04\n\nFedMessage\x12\x31\n\x0clink_request\x18\x01 \x01(\x0b\x32\x19.skipmq.v1.FedLinkRequestH\x00\x12\x33\n\rlink_accepted\x18\x02 \x01(\x0b\x32\x1a.skipmq.v1.FedLinkAcceptedH\x00\x12\x31\n\x0clink_refused\x18\x03 \x01(\x0b\x32\x19.skipmq.v1.FedLinkRefusedH\x00\x12\x37\n\x0ftopology_update\x18\x04 \x01(\x0b\x32\x1c.skipmq.v1.FedTopologyUpdateH\x00\x12$\n\x05leave\x18\x05 \x01(\x0b\x32\x13.skipmq.v1.FedLeaveH\x00\x12*\n\x08register\x18\x06 \x01(\x0b\x32\x16.skipmq.v1.FedRegisterH\x00\x12.\n\nunregister\x18\x07 \x01(\x0b\x32\x18.skipmq.v1.FedUnregisterH\x00\x12$\n\x05\x65vent\x18\x08 \x01(\x0b\x32\x13.skipmq.v1.FedEventH\x00\x12$\n\x05probe\x18\t \x01(\x0b\x32\x13.skipmq.v1.FedProbeH\x00\x12/\n\x0bprobe_reply\x18\n \x01(\x0b\x32\x18.skipmq.v1.FedProbeReplyH\x00\x12+\n\tevent_ack\x18\x0b \x01(\x0b\x32\x16.skipmq.v1.FedEventAckH\x00\x12*\n\x08retained\x18\x0c \x01(\x0b\x32\x16.skipmq.v1.FedRetainedH\x00\x42\x06\n\x04\x62ody\"3\n\x08\x46\x65\x64\x46rame\x12\'\n\x08messages\x18\x01 \x03(\x0b\x32\x15.skipmq.v1.FedMessage2B\n\nFederation\x12\x34\n\x04Link\x12\x13.skipmq.v1.FedFrame\x1a\x13.skipmq.v1.FedFrame(\x01\x30\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -34,33 +34,35 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'skipmq.v1.federation_pb2', 
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_FEDLINKREQUEST']._serialized_start=41
-  _globals['_FEDLINKREQUEST']._serialized_end=146
-  _globals['_FEDLINKACCEPTED']._serialized_start=148
-  _globals['_FEDLINKACCEPTED']._serialized_end=247
-  _globals['_FEDLINKREFUSED']._serialized_start=249
-  _globals['_FEDLINKREFUSED']._serialized_end=296
-  _globals['_FEDTOPOLOGYUPDATE']._serialized_start=298
-  _globals['_FEDTOPOLOGYUPDATE']._serialized_end=335
-  _globals['_FEDLEAVE']._serialized_start=337
-  _globals['_FEDLEAVE']._serialized_end=389
-  _globals['_FEDREGISTER']._serialized_start=391
-  _globals['_FEDREGISTER']._serialized_end=448
-  _globals['_FEDUNREGISTER']._serialized_start=450
-  _globals['_FEDUNREGISTER']._serialized_end=478
-  _globals['_FEDEVENT']._serialized_start=480
-  _globals['_FEDEVENT']._serialized_end=583
-  _globals['_FEDEVENTACK']._serialized_start=585
-  _globals['_FEDEVENTACK']._serialized_end=616
-  _globals['_FEDRETAINED']._serialized_start=618
-  _globals['_FEDRETAINED']._serialized_end=712
-  _globals['_FEDPROBE']._serialized_start=714
-  _globals['_FEDPROBE']._serialized_end=792
-  _globals['_FEDPROBEREPLY']._serialized_start=794
-  _globals['_FEDPROBEREPLY']._serialized_end=890
-  _globals['_FEDMESSAGE']._serialized_start=893
-  _globals['_FEDMESSAGE']._serialized_end=1469
-  _globals['_FEDFRAME']._serialized_start=1471
-  _globals['_FEDFRAME']._serialized_end=1522
-  _globals['_FEDERATION']._serialized_start=1524
-  _globals['_FEDERATION']._serialized_end=1590
+  _globals['_FEDLINKREQUEST']._serialized_end=165
+  _globals['_FEDIDENTITYPROOF']._serialized_start=167
+  _globals['_FEDIDENTITYPROOF']._serialized_end=225
+  _globals['_FEDLINKACCEPTED']._serialized_start=228
+  _globals['_FEDLINKACCEPTED']._serialized_end=380
+  _globals['_FEDLINKREFUSED']._serialized_start=382
+  _globals['_FEDLINKREFUSED']._serialized_end=429
+  _globals['_FEDTOPOLOGYUPDATE']._serialized_start=431
+  _globals['_FEDTOPOLOGYUPDATE']._serialized_end=468
+  _globals['_FEDLEAVE']._serialized_start=470
+  _globals['_FEDLEAVE']._serialized_end=522
+  _globals['_FEDREGISTER']._serialized_start=524
+  _globals['_FEDREGISTER']._serialized_end=581
+  _globals['_FEDUNREGISTER']._serialized_start=583
+  _globals['_FEDUNREGISTER']._serialized_end=611
+  _globals['_FEDEVENT']._serialized_start=613
+  _globals['_FEDEVENT']._serialized_end=716
+  _globals['_FEDEVENTACK']._serialized_start=718
+  _globals['_FEDEVENTACK']._serialized_end=749
+  _globals['_FEDRETAINED']._serialized_start=751
+  _globals['_FEDRETAINED']._serialized_end=845
+  _globals['_FEDPROBE']._serialized_start=847
+  _globals['_FEDPROBE']._serialized_end=925
+  _globals['_FEDPROBEREPLY']._serialized_start=927
+  _globals['_FEDPROBEREPLY']._serialized_end=1023
+  _globals['_FEDMESSAGE']._serialized_start=1026
+  _globals['_FEDMESSAGE']._serialized_end=1602
+  _globals['_FEDFRAME']._serialized_start=1604
+  _globals['_FEDFRAME']._serialized_end=1655
+  _globals['_FEDERATION']._serialized_start=1657
+  _globals['_FEDERATION']._serialized_end=1723
 # @@protoc_insertion_point(module_scope)

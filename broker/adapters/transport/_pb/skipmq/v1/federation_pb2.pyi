@@ -9,32 +9,44 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class FedLinkRequest(_message.Message):
-    __slots__ = ("place", "requester", "one_way", "schema_version", "site")
+    __slots__ = ("place", "requester", "one_way", "schema_version", "site", "challenge")
     PLACE_FIELD_NUMBER: _ClassVar[int]
     REQUESTER_FIELD_NUMBER: _ClassVar[int]
     ONE_WAY_FIELD_NUMBER: _ClassVar[int]
     SCHEMA_VERSION_FIELD_NUMBER: _ClassVar[int]
     SITE_FIELD_NUMBER: _ClassVar[int]
+    CHALLENGE_FIELD_NUMBER: _ClassVar[int]
     place: str
     requester: str
     one_way: bool
     schema_version: int
     site: str
-    def __init__(self, place: _Optional[str] = ..., requester: _Optional[str] = ..., one_way: _Optional[bool] = ..., schema_version: _Optional[int] = ..., site: _Optional[str] = ...) -> None: ...
+    challenge: bytes
+    def __init__(self, place: _Optional[str] = ..., requester: _Optional[str] = ..., one_way: _Optional[bool] = ..., schema_version: _Optional[int] = ..., site: _Optional[str] = ..., challenge: _Optional[bytes] = ...) -> None: ...
+
+class FedIdentityProof(_message.Message):
+    __slots__ = ("signature", "certificate")
+    SIGNATURE_FIELD_NUMBER: _ClassVar[int]
+    CERTIFICATE_FIELD_NUMBER: _ClassVar[int]
+    signature: bytes
+    certificate: bytes
+    def __init__(self, signature: _Optional[bytes] = ..., certificate: _Optional[bytes] = ...) -> None: ...
 
 class FedLinkAccepted(_message.Message):
-    __slots__ = ("place", "mode", "description", "topology", "site")
+    __slots__ = ("place", "mode", "description", "topology", "site", "identity_proof")
     PLACE_FIELD_NUMBER: _ClassVar[int]
     MODE_FIELD_NUMBER: _ClassVar[int]
     DESCRIPTION_FIELD_NUMBER: _ClassVar[int]
     TOPOLOGY_FIELD_NUMBER: _ClassVar[int]
     SITE_FIELD_NUMBER: _ClassVar[int]
+    IDENTITY_PROOF_FIELD_NUMBER: _ClassVar[int]
     place: str
     mode: str
     description: str
     topology: _containers.RepeatedScalarFieldContainer[str]
     site: str
-    def __init__(self, place: _Optional[str] = ..., mode: _Optional[str] = ..., description: _Optional[str] = ..., topology: _Optional[_Iterable[str]] = ..., site: _Optional[str] = ...) -> None: ...
+    identity_proof: FedIdentityProof
+    def __init__(self, place: _Optional[str] = ..., mode: _Optional[str] = ..., description: _Optional[str] = ..., topology: _Optional[_Iterable[str]] = ..., site: _Optional[str] = ..., identity_proof: _Optional[_Union[FedIdentityProof, _Mapping]] = ...) -> None: ...
 
 class FedLinkRefused(_message.Message):
     __slots__ = ("place", "reason")
