@@ -475,7 +475,9 @@ class ClusterConfig:
         "a version without proofs), 'off' signs and checks nothing (always off with cluster.insecure); "
         "the same for this broker's dials: the answering broker must sign the Hello challenge with a "
         "certificate naming the dialed peer id ('required': refused if it does not answer, 'optional': "
-        "only if it answers wrongly, 'off': not asked)",
+        "only if it answers wrongly, 'off': not asked), and for its federation link requests (the "
+        "parent's LinkAccepted must answer the challenge with a federation certificate naming the "
+        "dialed name)",
         choices=("required", "optional", "off"),
     )
     max_frame_bytes: int = _key(
