@@ -1,21 +1,26 @@
 """A certified impostor on a crashed parent's address (docs/federation.md "Security").
 
-Real broker processes with mutual TLS from one place CA: a parent ``cloud`` and two children,
+Real broker processes with mutual TLS from one place CA: a parent ``cloud`` and three children,
 ``edge`` (defaults: ``cluster.origin_proofs = required``, the mode of the federation dialer's
-check) and ``open_edge`` (``cluster.origin_proofs = off``: the check switched off), each with a
-paho subscriber to ``t/#``. ``cloud`` gets ``kill -9`` and an impostor X - a gRPC server in this
-test holding a certificate of the same CA for its *own* name (a compromised or misconfigured
-broker of the place) - listens on cloud's address, accepts every ``LinkRequest`` in cloud's name
-(topology ``[cloud]``), answers the challenge as well as it can (signed with its own key) and
-sends an event on the link. The children keep requesting their link to cloud (``upstream``).
+check), ``upgrading_edge`` (``optional``, a rolling upgrade) and ``open_edge`` (``off``: the
+check switched off); edge and open_edge have a paho subscriber to ``t/#``. ``cloud`` gets
+``kill -9`` and an impostor X - a gRPC server in this test holding a certificate of the same CA
+for its *own* name (a compromised or misconfigured broker of the place) - listens on cloud's
+address, accepts every ``LinkRequest`` in cloud's name (topology ``[cloud]``), answers the
+challenge as well as it can (signed with its own key) and sends an event on the link. The
+children keep requesting their link to cloud (``upstream``).
 Checked:
 
 * ``edge`` refuses X: counted in ``skipmq_federation_link_dial_refused_total{reason="wrong_proof"}``,
   logged as the structured event ``federation_identity_refused`` with ``side`` ``dialer``,
   ``code`` ``DIAL_WRONG_PROOF`` and the dialed name; it stays unlinked, its subscriber gets
   nothing from X;
+* ``upgrading_edge`` refuses X's wrong answer too;
 * ``open_edge`` (check off) takes X for cloud: linked to "cloud" while cloud is down, X's event
   delivered to its subscriber - what the check prevents;
+* when X keeps quiet about the challenge instead, ``edge`` refuses it as ``no_proof`` and
+  ``upgrading_edge`` takes it, counted in ``skipmq_federation_link_unproven_total`` (the modes
+  docs/federation.md "Security" describes);
 * after X is gone and cloud restarts on its address, ``edge`` links to it again and carries events.
 
 Children have ``probe_hops = 0`` so that, with their root down, they do not elect each other (they
@@ -58,6 +63,7 @@ class Impostor(pb_grpc.FederationServicer):
         self.identity = LinkIdentity("required", lambda: signer, lambda: verifier, context=FEDERATION_CONTEXT)
         self.address = address
         self.requests: list[tuple[str, bool]] = []  # (requester, asked a challenge)
+        self.answers = True  # False: it keeps quiet about the challenge (as an older version does)
         self.lock = threading.Lock()
         self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
         pb_grpc.add_FederationServicer_to_server(self, self.server)
@@ -75,7 +81,7 @@ class Impostor(pb_grpc.FederationServicer):
             self.requests.append((request.requester, bool(request.challenge)))
         accepted = pb.FedLinkAccepted(place=request.place, mode="full_filter", topology=[self.address])
         proof = self.identity.answer(bytes(request.challenge), request.requester, self.address)
-        if proof is not None:
+        if proof is not None and self.answers:
             accepted.identity_proof.CopyFrom(
                 pb.FedIdentityProof(signature=proof.signature, certificate=proof.certificate)
             )
@@ -113,6 +119,13 @@ def test_a_child_refuses_a_certified_impostor_on_its_parents_address(sites: Site
     open_edge = sites.start(
         "open_edge", cloud, ca_dir=ca_dir, args=("--set", "cluster.origin_proofs=off"), probe_hops="0"
     )
+    upgrading = sites.start(
+        "upgrading_edge",
+        cloud,
+        ca_dir=ca_dir,
+        args=("--set", "cluster.origin_proofs=optional"),
+        probe_hops="0",
+    )
     at_cloud, at_edge, at_open = Client(cloud, "c-cloud"), Client(edge, "c-edge"), Client(open_edge, "c-open")
     impostor: Impostor | None = None
     try:
@@ -128,7 +141,7 @@ def test_a_child_refuses_a_certified_impostor_on_its_parents_address(sites: Site
         assert cloud.process is not None
         cloud.process.kill()  # kill -9
         cloud.process.wait()
-        wait_until(lambda: edge.state()["parent"] is None and open_edge.state()["parent"] is None, WAIT_S)
+        wait_until(lambda: all(c.state()["parent"] is None for c in (edge, open_edge, upgrading)), WAIT_S)
         impostor = Impostor(ca_dir, tmp_path / "x", cloud.address)
 
         # the check off: X is taken for cloud, and what it sends is delivered
@@ -156,6 +169,33 @@ def test_a_child_refuses_a_certified_impostor_on_its_parents_address(sites: Site
         assert refusals[-1]["code"] == "DIAL_WRONG_PROOF"
         assert cloud.address in refusals[-1]["reason"]  # "... names [X], not '<cloud>'"
         assert metric_total(_metrics(open_edge), "skipmq_federation_link_dial_refused_total") == 0
+        wait_until(
+            lambda: (
+                metric_total(
+                    _metrics(upgrading), "skipmq_federation_link_dial_refused_total", reason="wrong_proof"
+                )
+                >= 1
+            ),
+            WAIT_S,
+            what="upgrading_edge refusing X's wrong answer",
+        )
+        assert upgrading.state()["parent"] is None
+
+        # X keeps quiet about the challenge: required refuses (no_proof), optional takes it, counted
+        impostor.answers = False
+        wait_until(
+            lambda: (
+                metric_total(_metrics(edge), "skipmq_federation_link_dial_refused_total", reason="no_proof")
+                >= 1
+            ),
+            WAIT_S,
+            what="edge refusing X's missing answer",
+        )
+        wait_until(lambda: upgrading.state()["parent"] == cloud.address, WAIT_S, what="upgrading_edge on X")
+        assert metric_total(_metrics(upgrading), "skipmq_federation_link_unproven_total") == 1
+        assert _events(upgrading, "federation_link_unproven")[-1]["peer"] == cloud.address
+        assert edge.state()["parent"] is None
+        assert _events(edge, "federation_identity_refused")[-1]["code"] == "DIAL_NO_PROOF"
 
         # X gone, the real cloud back on its address: the checking child links again
         impostor.stop()
