@@ -996,6 +996,21 @@ def findings(results: dict[str, Any]) -> list[str]:
             f"- The load client used at most {max(loads):.0f} % of a core in any run, so it was not the "
             "bottleneck."
         )
+    for rate in results["settings"].get("latency_rates", []):
+        for b, data in brokers.items():
+            lat = latency_summary(data.get("latency", []), rate)
+            if lat:
+                per_round = ", ".join(
+                    f"{r['p99_ms']:.2f}"
+                    for r in data["latency"]
+                    if r.get("rate") == rate and r.get("p99_ms") is not None
+                )
+                out.append(
+                    f"- {b}: latency @ {rate}/s, medians of {lat['rounds']} round(s): p99 "
+                    f"{_fmt(lat.get('p99_ms'), 2)} ms (per round {per_round}), p99.9 "
+                    f"{_fmt(lat.get('p999_ms'), 2)} ms, max {_fmt(lat.get('max_ms'), 2)} ms; the broker "
+                    f"waited {_fmt(lat.get('broker_run_queue_wait_ms'), 1)} ms on a run queue per run."
+                )
     for b, data in brokers.items():
         idle = data.get("idle") or {}
         if idle.get("kib_per_connection") is not None:
@@ -1062,6 +1077,17 @@ def update_docs(results: dict[str, Any], table: str, command: str, docs_path: Pa
         "  CPU us/msg is, if anything, pessimistic.",
         f"- Figures are medians of {results['settings'].get('repeat', 1)} run(s) per scenario "
         "(all runs are in the JSON).",
+        "- Latency: one publisher and one subscriber, QoS 0, paced (the publisher writes what is due "
+        "every 0.5 ms), a send timestamp in the payload; "
+        f"{results['settings'].get('latency_duration_s')} s measured after 0.5 s of warm-up, a fresh "
+        f"broker per run, {results['settings'].get('latency_rounds', 1)} round(s) per broker and rate "
+        "interleaved between the brokers (medians)"
+        + (
+            "; load client and brokers ran as SCHED_FIFO (`--latency-realtime`), so that the other "
+            "jobs of the shared machine did not preempt them."
+            if results["settings"].get("latency_realtime")
+            else "; default scheduling (other jobs of the shared machine preempt the brokers)."
+        ),
         "",
         table,
         "![broker throughput](broker_bench.png)",
