@@ -404,12 +404,29 @@ async def run_throughput(port: int, pid: int, sc: Scenario, duration_s: float, t
     }
 
 
-async def run_latency(port: int, pid: int, rate: int, duration_s: float, tag: str) -> dict[str, Any]:
-    base = f"bench/lat{tag}{rate}"
-    sub = await open_client(port, f"{base}-s")
+async def open_persistent_client(port: int, client_id: str) -> Client:
+    """A subscriber with a persistent session (MQTT 3.1.1 clean session 0): the broker keeps what
+    it queues for it (SkipMQ commits each such QoS 1 message before sending it on)."""
+    loop = asyncio.get_running_loop()
+    _transport, client = await loop.create_connection(lambda: Client(None, client_id), HOST, port)
+    client.write(raw.connect_packet(client_id, clean=False, keepalive_s=600))
+    code = await asyncio.wait_for(client.connack, SETUP_TIMEOUT_S)
+    if code != 0:
+        raise ConnectionError(f"{client_id}: CONNACK return code {code}")
+    return client
+
+
+async def run_latency(
+    port: int, pid: int, rate: int, duration_s: float, tag: str, qos: int = 0
+) -> dict[str, Any]:
+    """Paced 1->1 latency. QoS 1: publisher and subscription at QoS 1, the subscriber's session
+    persistent (PUBACKs from the load client as each PUBLISH is parsed)."""
+    base = f"bench/lat{tag}{rate}q{qos}"
+    sub = await (open_persistent_client(port, f"{base}-s") if qos else open_client(port, f"{base}-s"))
     pub = await open_client(port, f"{base}-p", Publisher)
-    await subscribe(sub, [f"{base}/t"], 0)
+    await subscribe(sub, [f"{base}/t"], qos)
     sub.latencies_ns = []
+    next_packet_id = 0
     pad = bytes(PAYLOAD_BYTES - 8)
     t0 = time.perf_counter()
     sent = 0
@@ -425,12 +442,17 @@ async def run_latency(port: int, pid: int, rate: int, duration_s: float, tag: st
             measured_from = len(sub.latencies_ns)
         due = int((now - t0) * rate)
         if due > sent:
-            pub.write(
-                b"".join(
-                    raw.publish_packet(f"{base}/t", time.perf_counter_ns().to_bytes(8, "big") + pad)
-                    for _ in range(due - sent)
-                )
-            )
+            packets = []
+            for _ in range(due - sent):
+                stamp = time.perf_counter_ns().to_bytes(8, "big")
+                if qos:
+                    next_packet_id = next_packet_id % 65535 + 1
+                    packets.append(
+                        raw.publish_packet(f"{base}/t", stamp + pad, qos=qos, packet_id=next_packet_id)
+                    )
+                else:
+                    packets.append(raw.publish_packet(f"{base}/t", stamp + pad))
+            pub.write(b"".join(packets))
             sent = due
         await asyncio.sleep(0.0005)
     await asyncio.sleep(0.3)
@@ -438,13 +460,14 @@ async def run_latency(port: int, pid: int, rate: int, duration_s: float, tag: st
     samples = sorted(sub.latencies_ns[measured_from:])
     await close_clients([sub, pub])
     if not samples:
-        return {"rate": rate, "p50_ms": None, "p99_ms": None, "received": 0, "sent": sent}
+        return {"rate": rate, "qos": qos, "p50_ms": None, "p99_ms": None, "received": 0, "sent": sent}
 
     def pct(p: float) -> float:
         return samples[min(len(samples) - 1, int(p * len(samples)))] / 1e6
 
     return {
         "rate": rate,
+        "qos": qos,
         "p50_ms": pct(0.50),
         "p99_ms": pct(0.99),
         "p999_ms": pct(0.999),
@@ -623,6 +646,7 @@ class Settings:
     skip_latency: bool = False
     latency_realtime: bool = False
     latency_rounds: int = 1
+    latency_qos: list[int] = field(default_factory=lambda: [0])
 
 
 async def bench_one(kind: str, workdir: Path, settings: Settings) -> dict[str, Any]:
@@ -649,17 +673,21 @@ async def bench_one(kind: str, workdir: Path, settings: Settings) -> dict[str, A
         finally:
             broker.stop()
 
-    for rate in settings.latency_rates if not settings.skip_latency else []:
+    paced = [(q, r) for q in settings.latency_qos for r in settings.latency_rates]
+    for qos, rate in paced if not settings.skip_latency else []:
         res = await with_broker(
-            f"latency @ {rate}/s",
-            lambda b, rate=rate: run_latency(b.port, b.pid, rate, settings.latency_duration_s, kind[:2]),
+            f"latency QoS {qos} @ {rate}/s",
+            lambda b, rate=rate, qos=qos: run_latency(
+                b.port, b.pid, rate, settings.latency_duration_s, kind[:2], qos
+            ),
             SETUP_TIMEOUT_S,
             rt=settings.latency_realtime,
         )
         res.setdefault("rate", rate)
+        res.setdefault("qos", qos)
         out["latency"].append(res)
         log(
-            f"{kind}: latency @ {rate}/s: p50 {_fmt(res.get('p50_ms'), 3)} ms, "
+            f"{kind}: latency QoS {qos} @ {rate}/s: p50 {_fmt(res.get('p50_ms'), 3)} ms, "
             f"p99 {_fmt(res.get('p99_ms'), 3)} ms, p99.9 {_fmt(res.get('p999_ms'), 3)} ms, "
             f"broker run-queue wait {_fmt(res.get('broker_run_queue_wait_ms'), 1)} ms"
         )
@@ -830,17 +858,17 @@ def evaluate_targets(results: dict[str, Any]) -> list[dict[str, Any]]:
             }
         )
     if mq is not None:
-        for rate in results["settings"].get("latency_rates", []):
-            sk_p99 = latency_summary(sk["latency"], rate).get("p99_ms")
-            mq_p99 = latency_summary(mq["latency"], rate).get("p99_ms")
+        for qos, rate in latency_cases(results):
+            sk_p99 = latency_summary(sk["latency"], rate, qos).get("p99_ms")
+            mq_p99 = latency_summary(mq["latency"], rate, qos).get("p99_ms")
             if sk_p99 is None or mq_p99 is None:
                 continue
             lat_ratio = sk_p99 / mq_p99 if mq_p99 else None
             targets.append(
                 {
-                    "target": f"p99 latency @ {rate}/s <= 1.5 x mosquitto",
+                    "target": f"p99 {latency_label(qos, rate)} <= 1.5 x mosquitto",
                     "value": f"{_fmt(lat_ratio, 2)} x ({_fmt(sk_p99, 2)} vs {_fmt(mq_p99, 2)} ms, "
-                    f"median of {latency_summary(sk['latency'], rate)['rounds']} round(s))",
+                    f"median of {latency_summary(sk['latency'], rate, qos)['rounds']} round(s))",
                     "met": None if lat_ratio is None else lat_ratio <= 1.5,
                 }
             )
@@ -855,9 +883,11 @@ def evaluate_targets(results: dict[str, Any]) -> list[dict[str, Any]]:
     return targets
 
 
-def latency_summary(runs: list[dict[str, Any]], rate: int) -> dict[str, Any]:
-    """The median over the rounds of each latency figure at ``rate`` (empty: no run)."""
-    at_rate = [r for r in runs if r.get("rate") == rate and r.get("p99_ms") is not None]
+def latency_summary(runs: list[dict[str, Any]], rate: int, qos: int = 0) -> dict[str, Any]:
+    """The median over the rounds of each latency figure at ``rate`` and ``qos`` (empty: no run)."""
+    at_rate = [
+        r for r in runs if r.get("rate") == rate and r.get("qos", 0) == qos and r.get("p99_ms") is not None
+    ]
     if not at_rate:
         return {}
     out: dict[str, Any] = {"rounds": len(at_rate)}
@@ -866,6 +896,15 @@ def latency_summary(runs: list[dict[str, Any]], rate: int) -> dict[str, Any]:
         if values:
             out[key] = values[len(values) // 2]
     return out
+
+
+def latency_cases(results: dict[str, Any]) -> list[tuple[int, int]]:
+    settings = results["settings"]
+    return [(q, r) for q in settings.get("latency_qos", [0]) for r in settings.get("latency_rates", [])]
+
+
+def latency_label(qos: int, rate: int) -> str:
+    return f"latency QoS{qos} 1->1{' persistent subscriber' if qos else ''} @ {rate}/s"
 
 
 def markdown(results: dict[str, Any]) -> str:
@@ -890,12 +929,12 @@ def markdown(results: dict[str, Any]) -> str:
                 )
         lines.append(f"| {key} | " + " | ".join(cells) + " |")
     realtime_note = " (SCHED_FIFO)" if results["settings"].get("latency_realtime") else ""
-    for rate in results["settings"]["latency_rates"]:
+    for qos, rate in latency_cases(results):
         cells = []
         for b in brokers:
-            lat = latency_summary(results["brokers"][b]["latency"], rate)
+            lat = latency_summary(results["brokers"][b]["latency"], rate, qos)
             cells.append(f"p50 {_fmt(lat.get('p50_ms'), 2)} / p99 {_fmt(lat.get('p99_ms'), 2)} ms")
-        lines.append(f"| latency QoS0 1->1 @ {rate}/s{realtime_note} | " + " | ".join(cells) + " |")
+        lines.append(f"| {latency_label(qos, rate)}{realtime_note} | " + " | ".join(cells) + " |")
     cells = []
     for b in brokers:
         idle = results["brokers"][b].get("idle") or {}
@@ -996,17 +1035,17 @@ def findings(results: dict[str, Any]) -> list[str]:
             f"- The load client used at most {max(loads):.0f} % of a core in any run, so it was not the "
             "bottleneck."
         )
-    for rate in results["settings"].get("latency_rates", []):
+    for qos, rate in latency_cases(results):
         for b, data in brokers.items():
-            lat = latency_summary(data.get("latency", []), rate)
+            lat = latency_summary(data.get("latency", []), rate, qos)
             if lat:
                 per_round = ", ".join(
                     f"{r['p99_ms']:.2f}"
                     for r in data["latency"]
-                    if r.get("rate") == rate and r.get("p99_ms") is not None
+                    if r.get("rate") == rate and r.get("qos", 0) == qos and r.get("p99_ms") is not None
                 )
                 out.append(
-                    f"- {b}: latency @ {rate}/s, medians of {lat['rounds']} round(s): p99 "
+                    f"- {b}: {latency_label(qos, rate)}, medians of {lat['rounds']} round(s): p99 "
                     f"{_fmt(lat.get('p99_ms'), 2)} ms (per round {per_round}), p99.9 "
                     f"{_fmt(lat.get('p999_ms'), 2)} ms, max {_fmt(lat.get('max_ms'), 2)} ms; the broker "
                     f"waited {_fmt(lat.get('broker_run_queue_wait_ms'), 1)} ms on a run queue per run."
@@ -1077,8 +1116,10 @@ def update_docs(results: dict[str, Any], table: str, command: str, docs_path: Pa
         "  CPU us/msg is, if anything, pessimistic.",
         f"- Figures are medians of {results['settings'].get('repeat', 1)} run(s) per scenario "
         "(all runs are in the JSON).",
-        "- Latency: one publisher and one subscriber, QoS 0, paced (the publisher writes what is due "
-        "every 0.5 ms), a send timestamp in the payload; "
+        "- Latency: one publisher and one subscriber, paced (the publisher writes what is due "
+        "every 0.5 ms), a send timestamp in the payload; QoS 0, and where listed QoS 1 to a subscriber "
+        "with a persistent session (SkipMQ commits each message before sending it on; mosquitto "
+        "writes its persistence file only on autosave); "
         f"{results['settings'].get('latency_duration_s')} s measured after 0.5 s of warm-up, a fresh "
         f"broker per run, {results['settings'].get('latency_rounds', 1)} round(s) per broker and rate "
         "interleaved between the brokers (medians)"
@@ -1141,6 +1182,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         type=int,
         default=1,
         help="paced latency runs per broker and rate, interleaved between brokers; medians (1)",
+    )
+    parser.add_argument(
+        "--latency-qos",
+        default="0",
+        help="comma-separated QoS levels of the paced latency runs (default 0; 1 = QoS 1 to a "
+        "persistent subscriber: SkipMQ commits each message before sending it on)",
     )
     parser.add_argument(
         "--latency-realtime",
@@ -1216,6 +1263,7 @@ def main(argv: list[str] | None = None) -> int:
         repeat=max(1, args.repeat),
         latency_realtime=args.latency_realtime,
         latency_rounds=max(1, args.latency_rounds),
+        latency_qos=[int(q) for q in args.latency_qos.split(",") if q.strip()],
     )
     if settings.idle_connections > hard - 200:
         settings.idle_connections = hard - 200
