@@ -20,7 +20,12 @@ Start = Callable[..., ThreadedBroker]
 def _containers(broker: ThreadedBroker, client_id: str) -> tuple[type, type, int, int]:
     def read() -> tuple[type, type, int, int]:
         session = broker.broker.sessions[client_id]
-        return type(session.queue), type(session.incoming_qos2), len(session.queue), len(session.incoming_qos2)
+        return (
+            type(session.queue),
+            type(session.incoming_qos2),
+            len(session.queue),
+            len(session.incoming_qos2),
+        )
 
     result: tuple[type, type, int, int] = broker.call(read)
     return result
