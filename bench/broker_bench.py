@@ -39,6 +39,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -208,6 +209,35 @@ def cpu_ticks(pid: int) -> int:
     return int(fields[11]) + int(fields[12])  # utime, stime (fields 14, 15 of stat)
 
 
+def sched_wait_ns(pid: int) -> int:
+    """Nanoseconds the threads of ``pid`` have waited on a run queue (ready, not running):
+    /proc/PID/task/*/schedstat field 2 (0 where the kernel does not keep schedstats)."""
+    total = 0
+    for stat in Path(f"/proc/{pid}/task").glob("*/schedstat"):
+        try:
+            total += int(stat.read_text().split()[1])
+        except (OSError, ValueError, IndexError):
+            pass
+    return total
+
+
+@contextlib.contextmanager
+def realtime(enabled: bool) -> Iterator[None]:
+    """SCHED_FIFO (priority 10) for this process and whatever it starts meanwhile (a broker
+    inherits it): the other jobs of a shared machine cannot preempt the paced latency runs, so
+    their p99 is the broker's own. Only for paced runs (a few % of a core): a CPU-bound FIFO
+    task would starve the machine (the kernel keeps 5 % for others)."""
+    if not enabled:
+        yield
+        return
+    previous = os.sched_getscheduler(0), os.sched_getparam(0)
+    os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(10))
+    try:
+        yield
+    finally:
+        os.sched_setscheduler(0, previous[0], previous[1])
+
+
 def rss_kib(pid: int) -> int:
     with open(f"/proc/{pid}/status") as f:
         for line in f:
@@ -374,18 +404,36 @@ async def run_throughput(port: int, pid: int, sc: Scenario, duration_s: float, t
     }
 
 
-async def run_latency(port: int, rate: int, duration_s: float, tag: str) -> dict[str, Any]:
-    base = f"bench/lat{tag}{rate}"
-    sub = await open_client(port, f"{base}-s")
+async def open_persistent_client(port: int, client_id: str) -> Client:
+    """A subscriber with a persistent session (MQTT 3.1.1 clean session 0): the broker keeps what
+    it queues for it (SkipMQ commits each such QoS 1 message before sending it on)."""
+    loop = asyncio.get_running_loop()
+    _transport, client = await loop.create_connection(lambda: Client(None, client_id), HOST, port)
+    client.write(raw.connect_packet(client_id, clean=False, keepalive_s=600))
+    code = await asyncio.wait_for(client.connack, SETUP_TIMEOUT_S)
+    if code != 0:
+        raise ConnectionError(f"{client_id}: CONNACK return code {code}")
+    return client
+
+
+async def run_latency(
+    port: int, pid: int, rate: int, duration_s: float, tag: str, qos: int = 0
+) -> dict[str, Any]:
+    """Paced 1->1 latency. QoS 1: publisher and subscription at QoS 1, the subscriber's session
+    persistent (PUBACKs from the load client as each PUBLISH is parsed)."""
+    base = f"bench/lat{tag}{rate}q{qos}"
+    sub = await (open_persistent_client(port, f"{base}-s") if qos else open_client(port, f"{base}-s"))
     pub = await open_client(port, f"{base}-p", Publisher)
-    await subscribe(sub, [f"{base}/t"], 0)
+    await subscribe(sub, [f"{base}/t"], qos)
     sub.latencies_ns = []
+    next_packet_id = 0
     pad = bytes(PAYLOAD_BYTES - 8)
     t0 = time.perf_counter()
     sent = 0
     warmup_s = min(0.5, duration_s / 4)
     end = t0 + warmup_s + duration_s
     measured_from = 0
+    wait0 = sched_wait_ns(pid)
     while True:
         now = time.perf_counter()
         if now >= end:
@@ -394,24 +442,42 @@ async def run_latency(port: int, rate: int, duration_s: float, tag: str) -> dict
             measured_from = len(sub.latencies_ns)
         due = int((now - t0) * rate)
         if due > sent:
-            pub.write(
-                b"".join(
-                    raw.publish_packet(f"{base}/t", time.perf_counter_ns().to_bytes(8, "big") + pad)
-                    for _ in range(due - sent)
-                )
-            )
+            packets = []
+            for _ in range(due - sent):
+                stamp = time.perf_counter_ns().to_bytes(8, "big")
+                if qos:
+                    next_packet_id = next_packet_id % 65535 + 1
+                    packets.append(
+                        raw.publish_packet(f"{base}/t", stamp + pad, qos=qos, packet_id=next_packet_id)
+                    )
+                else:
+                    packets.append(raw.publish_packet(f"{base}/t", stamp + pad))
+            pub.write(b"".join(packets))
             sent = due
         await asyncio.sleep(0.0005)
     await asyncio.sleep(0.3)
+    run_queue_wait_ms = (sched_wait_ns(pid) - wait0) / 1e6
     samples = sorted(sub.latencies_ns[measured_from:])
     await close_clients([sub, pub])
     if not samples:
-        return {"rate": rate, "p50_ms": None, "p99_ms": None, "received": 0, "sent": sent}
+        return {"rate": rate, "qos": qos, "p50_ms": None, "p99_ms": None, "received": 0, "sent": sent}
 
     def pct(p: float) -> float:
         return samples[min(len(samples) - 1, int(p * len(samples)))] / 1e6
 
-    return {"rate": rate, "p50_ms": pct(0.50), "p99_ms": pct(0.99), "received": len(samples), "sent": sent}
+    return {
+        "rate": rate,
+        "qos": qos,
+        "p50_ms": pct(0.50),
+        "p99_ms": pct(0.99),
+        "p999_ms": pct(0.999),
+        "max_ms": samples[-1] / 1e6,
+        "received": len(samples),
+        "sent": sent,
+        # the broker's threads, ready but not running, over the paced run (other jobs' CPU)
+        "broker_run_queue_wait_ms": run_queue_wait_ms,
+        "load_average": os.getloadavg()[0],
+    }
 
 
 async def hold_unrelated_subscriptions(port: int, count: int) -> Client:
@@ -578,6 +644,9 @@ class Settings:
     skip_idle: bool = False
     repeat: int = 1
     skip_latency: bool = False
+    latency_realtime: bool = False
+    latency_rounds: int = 1
+    latency_qos: list[int] = field(default_factory=lambda: [0])
 
 
 async def bench_one(kind: str, workdir: Path, settings: Settings) -> dict[str, Any]:
@@ -586,14 +655,15 @@ async def bench_one(kind: str, workdir: Path, settings: Settings) -> dict[str, A
     out: dict[str, Any] = {"version": "", "throughput": {}, "latency": [], "idle": None}
     broker_starts = 0
 
-    async def with_broker(what: str, body: Any, timeout_s: float) -> Any:
+    async def with_broker(what: str, body: Any, timeout_s: float, rt: bool = False) -> Any:
         nonlocal broker_starts
         broker_starts += 1
         broker = BrokerUnderTest(kind, workdir / f"{kind}-{broker_starts}")
-        broker.start()
-        out["version"] = broker.version
         try:
-            return await asyncio.wait_for(body(broker), timeout_s)
+            with realtime(rt):
+                broker.start()
+                out["version"] = broker.version
+                return await asyncio.wait_for(body(broker), timeout_s)
         except (TimeoutError, ConnectionError, OSError) as exc:
             log(
                 f"{kind}: {what} FAILED {type(exc).__name__}: {exc}; "
@@ -603,17 +673,23 @@ async def bench_one(kind: str, workdir: Path, settings: Settings) -> dict[str, A
         finally:
             broker.stop()
 
-    for rate in settings.latency_rates if not settings.skip_latency else []:
+    paced = [(q, r) for q in settings.latency_qos for r in settings.latency_rates]
+    for qos, rate in paced if not settings.skip_latency else []:
         res = await with_broker(
-            f"latency @ {rate}/s",
-            lambda b, rate=rate: run_latency(b.port, rate, settings.latency_duration_s, kind[:2]),
+            f"latency QoS {qos} @ {rate}/s",
+            lambda b, rate=rate, qos=qos: run_latency(
+                b.port, b.pid, rate, settings.latency_duration_s, kind[:2], qos
+            ),
             SETUP_TIMEOUT_S,
+            rt=settings.latency_realtime,
         )
         res.setdefault("rate", rate)
+        res.setdefault("qos", qos)
         out["latency"].append(res)
         log(
-            f"{kind}: latency @ {rate}/s: p50 {_fmt(res.get('p50_ms'), 3)} ms, "
-            f"p99 {_fmt(res.get('p99_ms'), 3)} ms"
+            f"{kind}: latency QoS {qos} @ {rate}/s: p50 {_fmt(res.get('p50_ms'), 3)} ms, "
+            f"p99 {_fmt(res.get('p99_ms'), 3)} ms, p99.9 {_fmt(res.get('p999_ms'), 3)} ms, "
+            f"broker run-queue wait {_fmt(res.get('broker_run_queue_wait_ms'), 1)} ms"
         )
     # each scenario runs without and then with the unrelated subscriptions, back to back, so a
     # change in the machine's background load affects both sides of the comparison alike
@@ -781,6 +857,21 @@ def evaluate_targets(results: dict[str, Any]) -> list[dict[str, Any]]:
                 "met": worst < 0.10,
             }
         )
+    if mq is not None:
+        for qos, rate in latency_cases(results):
+            sk_p99 = latency_summary(sk["latency"], rate, qos).get("p99_ms")
+            mq_p99 = latency_summary(mq["latency"], rate, qos).get("p99_ms")
+            if sk_p99 is None or mq_p99 is None:
+                continue
+            lat_ratio = sk_p99 / mq_p99 if mq_p99 else None
+            targets.append(
+                {
+                    "target": f"p99 {latency_label(qos, rate)} <= 1.5 x mosquitto",
+                    "value": f"{_fmt(lat_ratio, 2)} x ({_fmt(sk_p99, 2)} vs {_fmt(mq_p99, 2)} ms, "
+                    f"median of {latency_summary(sk['latency'], rate, qos)['rounds']} round(s))",
+                    "met": None if lat_ratio is None else lat_ratio <= 1.5,
+                }
+            )
     idle = (sk.get("idle") or {}).get("kib_per_connection")
     targets.append(
         {
@@ -790,6 +881,30 @@ def evaluate_targets(results: dict[str, Any]) -> list[dict[str, Any]]:
         }
     )
     return targets
+
+
+def latency_summary(runs: list[dict[str, Any]], rate: int, qos: int = 0) -> dict[str, Any]:
+    """The median over the rounds of each latency figure at ``rate`` and ``qos`` (empty: no run)."""
+    at_rate = [
+        r for r in runs if r.get("rate") == rate and r.get("qos", 0) == qos and r.get("p99_ms") is not None
+    ]
+    if not at_rate:
+        return {}
+    out: dict[str, Any] = {"rounds": len(at_rate)}
+    for key in ("p50_ms", "p99_ms", "p999_ms", "max_ms", "broker_run_queue_wait_ms"):
+        values = sorted(r[key] for r in at_rate if r.get(key) is not None)
+        if values:
+            out[key] = values[len(values) // 2]
+    return out
+
+
+def latency_cases(results: dict[str, Any]) -> list[tuple[int, int]]:
+    settings = results["settings"]
+    return [(q, r) for q in settings.get("latency_qos", [0]) for r in settings.get("latency_rates", [])]
+
+
+def latency_label(qos: int, rate: int) -> str:
+    return f"latency QoS{qos} 1->1{' persistent subscriber' if qos else ''} @ {rate}/s"
 
 
 def markdown(results: dict[str, Any]) -> str:
@@ -813,13 +928,13 @@ def markdown(results: dict[str, Any]) -> str:
                     f"{_fmt(res.get('broker_cpu_pct'))} %)"
                 )
         lines.append(f"| {key} | " + " | ".join(cells) + " |")
-    for index, rate in enumerate(results["settings"]["latency_rates"]):
+    realtime_note = " (SCHED_FIFO)" if results["settings"].get("latency_realtime") else ""
+    for qos, rate in latency_cases(results):
         cells = []
         for b in brokers:
-            lat = results["brokers"][b]["latency"]
-            res = lat[index] if index < len(lat) else {}
-            cells.append(f"p50 {_fmt(res.get('p50_ms'), 2)} / p99 {_fmt(res.get('p99_ms'), 2)} ms")
-        lines.append(f"| latency QoS0 1->1 @ {rate}/s | " + " | ".join(cells) + " |")
+            lat = latency_summary(results["brokers"][b]["latency"], rate, qos)
+            cells.append(f"p50 {_fmt(lat.get('p50_ms'), 2)} / p99 {_fmt(lat.get('p99_ms'), 2)} ms")
+        lines.append(f"| {latency_label(qos, rate)}{realtime_note} | " + " | ".join(cells) + " |")
     cells = []
     for b in brokers:
         idle = results["brokers"][b].get("idle") or {}
@@ -920,6 +1035,21 @@ def findings(results: dict[str, Any]) -> list[str]:
             f"- The load client used at most {max(loads):.0f} % of a core in any run, so it was not the "
             "bottleneck."
         )
+    for qos, rate in latency_cases(results):
+        for b, data in brokers.items():
+            lat = latency_summary(data.get("latency", []), rate, qos)
+            if lat:
+                per_round = ", ".join(
+                    f"{r['p99_ms']:.2f}"
+                    for r in data["latency"]
+                    if r.get("rate") == rate and r.get("qos", 0) == qos and r.get("p99_ms") is not None
+                )
+                out.append(
+                    f"- {b}: {latency_label(qos, rate)}, medians of {lat['rounds']} round(s): p99 "
+                    f"{_fmt(lat.get('p99_ms'), 2)} ms (per round {per_round}), p99.9 "
+                    f"{_fmt(lat.get('p999_ms'), 2)} ms, max {_fmt(lat.get('max_ms'), 2)} ms; the broker "
+                    f"waited {_fmt(lat.get('broker_run_queue_wait_ms'), 1)} ms on a run queue per run."
+                )
     for b, data in brokers.items():
         idle = data.get("idle") or {}
         if idle.get("kib_per_connection") is not None:
@@ -986,6 +1116,19 @@ def update_docs(results: dict[str, Any], table: str, command: str, docs_path: Pa
         "  CPU us/msg is, if anything, pessimistic.",
         f"- Figures are medians of {results['settings'].get('repeat', 1)} run(s) per scenario "
         "(all runs are in the JSON).",
+        "- Latency: one publisher and one subscriber, paced (the publisher writes what is due "
+        "every 0.5 ms), a send timestamp in the payload; QoS 0, and where listed QoS 1 to a subscriber "
+        "with a persistent session (SkipMQ commits each message before sending it on; mosquitto "
+        "writes its persistence file only on autosave); "
+        f"{results['settings'].get('latency_duration_s')} s measured after 0.5 s of warm-up, a fresh "
+        f"broker per run, {results['settings'].get('latency_rounds', 1)} round(s) per broker and rate "
+        "interleaved between the brokers (medians)"
+        + (
+            "; load client and brokers ran as SCHED_FIFO (`--latency-realtime`), so that the other "
+            "jobs of the shared machine did not preempt them."
+            if results["settings"].get("latency_realtime")
+            else "; default scheduling (other jobs of the shared machine preempt the brokers)."
+        ),
         "",
         table,
         "![broker throughput](broker_bench.png)",
@@ -1034,6 +1177,24 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--no-idle", action="store_true", help="skip the idle-connection RSS measurement")
     parser.add_argument("--no-latency", action="store_true", help="skip the paced latency runs")
+    parser.add_argument(
+        "--latency-rounds",
+        type=int,
+        default=1,
+        help="paced latency runs per broker and rate, interleaved between brokers; medians (1)",
+    )
+    parser.add_argument(
+        "--latency-qos",
+        default="0",
+        help="comma-separated QoS levels of the paced latency runs (default 0; 1 = QoS 1 to a "
+        "persistent subscriber: SkipMQ commits each message before sending it on)",
+    )
+    parser.add_argument(
+        "--latency-realtime",
+        action="store_true",
+        help="run the paced latency runs (load client and broker) as SCHED_FIFO, so that other jobs "
+        "on a shared machine cannot preempt them (needs root or CAP_SYS_NICE)",
+    )
     parser.add_argument(
         "--no-mosquitto-persistence", action="store_true", help="run mosquitto without 'persistence true'"
     )
@@ -1100,6 +1261,9 @@ def main(argv: list[str] | None = None) -> int:
         skip_idle=args.no_idle,
         skip_latency=args.no_latency,
         repeat=max(1, args.repeat),
+        latency_realtime=args.latency_realtime,
+        latency_rounds=max(1, args.latency_rounds),
+        latency_qos=[int(q) for q in args.latency_qos.split(",") if q.strip()],
     )
     if settings.idle_connections > hard - 200:
         settings.idle_connections = hard - 200
@@ -1123,15 +1287,16 @@ def main(argv: list[str] | None = None) -> int:
         # interleaved: every measurement (the latency runs, each scenario, the idle connections)
         # runs for every broker back to back, so a change in the machine's background load
         # between measurements hits all brokers alike
-        phases: list[Settings] = [dataclasses.replace(settings, scenarios=[], skip_idle=True)]
+        latency_phase = dataclasses.replace(settings, scenarios=[], skip_idle=True)
+        phases: list[Settings] = [latency_phase] * settings.latency_rounds
         phases += [
             dataclasses.replace(settings, scenarios=[sc], skip_idle=True, skip_latency=True)
             for sc in settings.scenarios
         ]
         phases.append(dataclasses.replace(settings, scenarios=[], skip_latency=True))
-        for phase in phases:
+        for phase_index, phase in enumerate(phases):
             for kind in brokers:
-                part = asyncio.run(bench_one(kind, workdir / f"{kind}-{phases.index(phase)}", phase))
+                part = asyncio.run(bench_one(kind, workdir / f"{kind}-{phase_index}", phase))
                 merged = results["brokers"].setdefault(kind, {"version": "", "throughput": {}, "latency": []})
                 merged["version"] = part["version"] or merged["version"]
                 merged["throughput"].update(part["throughput"])

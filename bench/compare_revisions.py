@@ -171,12 +171,18 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="regex: report only metric paths matching it (default: every path whose value varies)",
     )
+    parser.add_argument(
+        "--realtime",
+        action="store_true",
+        help="with --quick: the paced latency runs as SCHED_FIFO (broker_bench.py --latency-realtime; "
+        "root), so that a shared machine's other jobs do not decide the p99",
+    )
     parser.add_argument("--timeout-s", type=float, default=1800.0, help="per benchmark run (default 1800)")
     parser.add_argument("--out", default=None, help="also write the markdown report here")
     parser.add_argument("--raw-json", default=None, help="write every round's flattened results here")
     args = parser.parse_args(argv)
     if args.quick:
-        args.bench = args.bench or QUICK_BENCH
+        args.bench = args.bench or QUICK_BENCH + (" --latency-realtime" if args.realtime else "")
         args.keys = args.keys or QUICK_KEYS
     elif args.bench is None:
         parser.error("--bench is required (or --quick)")

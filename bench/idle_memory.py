@@ -78,7 +78,7 @@ def run_clients(port: int, count: int) -> None:
     asyncio.run(main())
 
 
-def measure(count: int, top: int) -> dict[str, Any]:
+def measure(count: int, top: int, frames: int = 1) -> dict[str, Any]:
     from broker.adapters.server import ThreadedBroker
     from broker.config import load_config
 
@@ -100,7 +100,7 @@ def measure(count: int, top: int) -> dict[str, Any]:
             "logging.level": "warning",
         },
     )
-    tracemalloc.start(1)
+    tracemalloc.start(frames)
     broker = ThreadedBroker(config)
     ports = broker.start()
     try:
@@ -126,10 +126,10 @@ def measure(count: int, top: int) -> dict[str, Any]:
     finally:
         broker.stop()
         tracemalloc.stop()
-    stats = after.compare_to(before, "lineno")
+    stats = after.compare_to(before, "traceback" if frames > 1 else "lineno")
     lines = [
         {
-            "where": f"{Path(stat.traceback[0].filename).name}:{stat.traceback[0].lineno}",
+            "where": " <- ".join(f"{Path(frame.filename).name}:{frame.lineno}" for frame in stat.traceback),
             "bytes_per_connection": stat.size_diff / opened,
         }
         for stat in stats[:top]
@@ -152,6 +152,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--connections", type=int, default=10_000)
     parser.add_argument("--top", type=int, default=15, help="source lines listed")
+    parser.add_argument(
+        "--frames", type=int, default=1, help="call frames per allocation site listed (1: the line only)"
+    )
     parser.add_argument("--json", default=None, help="write the result here")
     parser.add_argument("--run-clients", nargs=2, type=int, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -162,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
 
     _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-    result = measure(args.connections, args.top)
+    result = measure(args.connections, args.top, args.frames)
     print(
         f"{result['connections']} idle connections (one subscription each): "
         f"{result['bytes_per_connection'] / 1024:.2f} KiB per connection traced by tracemalloc"

@@ -23,6 +23,7 @@ import threading
 from typing import TYPE_CHECKING, Any
 
 from broker.adapters.admin.dynamic import DynamicAuth
+from broker.adapters.heap import freeze_startup_heap
 from broker.adapters.http import HttpEndpoint
 from broker.adapters.listeners import MqttProtocol, serve_websocket
 from broker.adapters.scheduler import AsyncioScheduler
@@ -375,6 +376,7 @@ async def serve_until_signal(config: BrokerConfig) -> int:
         with contextlib.suppress(Exception):  # close what did start (store, cluster port, listeners)
             await server.stop()
         raise
+    freeze_startup_heap()  # full collections skip the start-up objects (broker/adapters/heap.py)
     await stop.wait()
     broker = server.broker
     assert broker is not None

@@ -157,7 +157,7 @@ class ClientPublish(ClientConnect):
         self.broker.after_batch()
 
     def _remember_qos2(self, session: Session, packet_id: int) -> None:
-        session.incoming_qos2.add(packet_id)
+        session.incoming_qos2_to_fill().add(packet_id)
         self.broker.durability.add_incoming_qos2(session, packet_id)
 
     def _ack_bytes(
@@ -172,7 +172,7 @@ class ClientPublish(ClientConnect):
         assert session is not None
         packet_id = packet.packet_id
         if packet_id in session.incoming_qos2:
-            session.incoming_qos2.discard(packet_id)
+            session.incoming_qos2_to_fill().discard(packet_id)
             self.broker.durability.remove_incoming_qos2(session, packet_id)
             self.send_ack(_ack4(0x70, packet_id))
         elif self.protocol.protocol_level == MQTT_5:

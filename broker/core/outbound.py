@@ -207,13 +207,13 @@ class Outbound:
                 self.drops.dropped(session.client_id, QUEUE_FULL_NEW)
                 return 0
             self.drops.dropped(session.client_id, QUEUE_FULL_OLDEST)
-            self._durability.ack(session, queue.popleft())
+            self._durability.ack(session, session.queue_to_fill().popleft())
         if session.persistent:  # only persistent sessions are stored (Durability checks it too)
             self._durability.enqueue(session, entry)
         if direct:
             self._send_entry(session, entry)
         else:
-            queue.append(entry)
+            session.queue_to_fill().append(entry)
         return 1
 
     def _send_entry(self, session: Session, entry: OutEntry) -> bool:
@@ -264,6 +264,9 @@ class Outbound:
                 return
             session.unsent = None
         queue = session.queue
+        if not queue:
+            return
+        assert isinstance(queue, deque)
         while queue and session.connection is not None and len(session.inflight) < window:
             self._send_entry(session, queue.popleft())
 

@@ -382,8 +382,7 @@ class Router:
                 denied += 1
                 self._durability.ack(session, entry)  # gone from the store too
         if denied:
-            session.queue.clear()
-            session.queue.extend(kept)
+            session.set_queue(kept)
             self._outbound.drops.dropped(client_id, ACL_DENIED, denied)
         return denied
 

@@ -246,7 +246,7 @@ class SessionRegistry:
         lost = sum(1 for entry in session.pending_entries() if entry.state != STATE_PUBREL_SENT)
         self._outbound.drops.dropped(client_id, SESSION_ENDED, lost - len(shared))
         session.inflight.clear()
-        session.queue.clear()
+        session.set_queue([])
         session.unsent = None
         if shared:
             self._router.redistribute_shared(shared)
@@ -304,7 +304,7 @@ class SessionRegistry:
                 leftover = existing.pending_entries()
                 existing.will = None
                 existing.inflight.clear()
-                existing.queue.clear()
+                existing.set_queue([])
                 existing.unsent = None
                 self.end(existing)
         session = Session(snapshot.client_id, snapshot.protocol_level, snapshot.username)
@@ -318,8 +318,8 @@ class SessionRegistry:
                 session.inflight[entry.packet_id] = entry
             else:
                 entry.packet_id = None
-                session.queue.append(entry)
-        session.incoming_qos2 = set(snapshot.incoming_qos2)
+                session.queue_to_fill().append(entry)
+        session.set_incoming_qos2(snapshot.incoming_qos2)
         self._durability.make_persistent(session, snapshot.expiry_interval_s > 0)
         if leftover:
             self.adopt_entries(session, leftover)
@@ -351,7 +351,7 @@ class SessionRegistry:
         snapshot = self.export(client_id) if transfer else None
         session.will = None
         session.inflight.clear()
-        session.queue.clear()
+        session.set_queue([])
         session.unsent = None
         self.end(session)
         return True, snapshot
@@ -380,7 +380,7 @@ class SessionRegistry:
             session.expiry_interval_s = record.expiry_interval_s
             session.persistent = True
             session.disconnected_at = record.disconnected_at or now
-            session.incoming_qos2 = set(record.incoming_qos2)
+            session.set_incoming_qos2(record.incoming_qos2)
             self.sessions[record.client_id] = session
             for sub in record.subscriptions:
                 try:
@@ -414,7 +414,7 @@ class SessionRegistry:
                 else:
                     entry.packet_id = None
                     entry.state = STATE_QUEUED
-                    session.queue.append(entry)
+                    session.queue_to_fill().append(entry)
             will_row = wills.pop(record.client_id, None)
             if will_row is not None:
                 session.will = decode_will(will_row[0])

@@ -221,7 +221,8 @@ class Decoder(PublishDecoding, ConnectDecoding):
         self.protocol_level = protocol_level
         self._connected = handshake_done
         self._failed = False
-        self._pending = bytearray()
+        # a partial packet's bytes: a bytearray once there is one (b"": 56 B less per idle connection)
+        self._pending: bytearray | bytes = b""
         self._need = 0  # bytes ``_pending`` must hold before parsing is worth trying again
 
     def feed(self, data: bytes | bytearray | memoryview) -> list[Packet]:
@@ -235,7 +236,7 @@ class Decoder(PublishDecoding, ConnectDecoding):
             if len(self._pending) < self._need:
                 return []
             buf = bytes(self._pending)
-            self._pending = bytearray()
+            self._pending = b""
         else:
             buf = data if type(data) is bytes else bytes(data)
             if not buf:

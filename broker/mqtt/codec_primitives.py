@@ -392,5 +392,5 @@ class DecoderState:
     protocol_level: int | None
     _connected: bool
     _failed: bool
-    _pending: bytearray
+    _pending: bytearray | bytes
     _need: int

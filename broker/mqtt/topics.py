@@ -13,6 +13,7 @@ a wildcard filter clears the cache).
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
 from typing import Generic, TypeVar
 
@@ -151,21 +152,25 @@ def filter_covers(wide_filter: str, narrow_filter: str) -> bool:
 
 class _Node(Generic[K, V]):
     """One trie level. ``exact`` holds subscribers whose filter ends here; ``multi`` those of
-    "<this prefix>/#"; ``single`` is the '+' child. Dicts are created lazily and never reused
-    once detached, so the match cache may hold references to them safely."""
+    "<this prefix>/#"; ``single`` is the '+' child. Dicts (``children`` too) are created lazily
+    and never reused once detached, so the match cache may hold references to them safely.
+
+    ``exact_filter`` / ``multi_filter`` (the full filter strings of the match results) are set
+    when the bucket is created, to the subscriber's own filter string: a node that only leads
+    further holds neither, and the strings are shared with the sessions' subscription records
+    (each client's own filter costs two nodes; idle memory: docs/benchmarks.md)."""
 
     __slots__ = ("children", "exact", "exact_filter", "multi", "multi_filter", "parent", "single", "word")
 
-    def __init__(self, parent: _Node[K, V] | None, word: str, prefix: str | None) -> None:
+    def __init__(self, parent: _Node[K, V] | None, word: str) -> None:
         self.parent = parent
         self.word = word
-        self.children: dict[str, _Node[K, V]] = {}
+        self.children: dict[str, _Node[K, V]] | None = None
         self.single: _Node[K, V] | None = None
         self.exact: dict[K, V] | None = None
         self.multi: dict[K, V] | None = None
-        # full filter strings, for the match results
-        self.exact_filter = prefix if prefix is not None else ""
-        self.multi_filter = "#" if prefix is None else prefix + "/#"
+        self.exact_filter = ""
+        self.multi_filter = ""
 
     def is_empty(self) -> bool:
         return not self.children and self.single is None and self.exact is None and self.multi is None
@@ -182,7 +187,7 @@ class SubscriptionTrie(Generic[K, V]):
     """
 
     def __init__(self, *, cache_size: int = 4096) -> None:
-        self._root: _Node[K, V] = _Node(None, "", None)
+        self._root: _Node[K, V] = _Node(None, "")
         self._count = 0
         self._cache: dict[str, list[_Bucket]] = {}
         self._cache_size = cache_size
@@ -206,7 +211,11 @@ class SubscriptionTrie(Generic[K, V]):
         node: _Node[K, V] | None = self._root
         for level in levels:
             assert node is not None
-            node = node.single if level == "+" else node.children.get(level)
+            if level == "+":
+                node = node.single
+            else:
+                children = node.children
+                node = None if children is None else children.get(level)
             if node is None:
                 return None, multi
         return node, multi
@@ -222,27 +231,31 @@ class SubscriptionTrie(Generic[K, V]):
         if multi:
             levels.pop()
         node = self._root
-        prefix: str | None = None
         for level in levels:
-            prefix = level if prefix is None else prefix + "/" + level
             if level == "+":
                 nxt = node.single
                 if nxt is None:
-                    nxt = node.single = _Node(node, "+", prefix)
+                    nxt = node.single = _Node(node, "+")
             else:
-                nxt = node.children.get(level)
-                if nxt is None:
-                    nxt = node.children[level] = _Node(node, level, prefix)
+                children = node.children
+                if children is None:
+                    children = node.children = {}
+                nxt = children.get(level)
+                if nxt is None:  # one string per distinct word ("status" of 10,000 devices)
+                    level = sys.intern(level)
+                    nxt = children[level] = _Node(node, level)
             node = nxt
         if multi:
             bucket = node.multi
             if bucket is None:
                 bucket = node.multi = {}
+                node.multi_filter = topic_filter
                 self._invalidate(topic_filter)
         else:
             bucket = node.exact
             if bucket is None:
                 bucket = node.exact = {}
+                node.exact_filter = topic_filter
                 self._invalidate(topic_filter)
         previous = bucket.get(key)
         if previous is None and key not in bucket:
@@ -277,7 +290,11 @@ class SubscriptionTrie(Generic[K, V]):
             if node.word == "+" and parent.single is node:
                 parent.single = None
             else:
-                parent.children.pop(node.word, None)
+                children = parent.children
+                if children is not None:
+                    children.pop(node.word, None)
+                    if not children:
+                        parent.children = None
             node.parent = None
             node = parent
 
@@ -311,9 +328,11 @@ class SubscriptionTrie(Generic[K, V]):
             for node in nodes:
                 if node.multi is not None and not (dollar and node is self._root):
                     buckets.append((node.multi_filter, node.multi))
-                child = node.children.get(level)
-                if child is not None:
-                    following.append(child)
+                children = node.children
+                if children is not None:
+                    child = children.get(level)
+                    if child is not None:
+                        following.append(child)
                 if node.single is not None and not (dollar and node is self._root):
                     following.append(node.single)
             if not following:
@@ -356,7 +375,8 @@ class SubscriptionTrie(Generic[K, V]):
                 yield node.exact_filter
             if node.multi:
                 yield node.multi_filter
-            stack.extend(node.children.values())
+            if node.children:
+                stack.extend(node.children.values())
             if node.single is not None:
                 stack.append(node.single)
 

@@ -1,0 +1,66 @@
+"""An idle session holds no queue and no QoS 2 id set; both appear on first use and work as before.
+
+The idle memory per connection (docs/benchmarks.md) depends on it: an empty ``deque`` holds a
+64-slot block and an empty ``set`` its table, for every connected client.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+
+from broker.adapters.server import ThreadedBroker
+from broker.mqtt.packets import Pubcomp, Pubrec, Pubrel
+from tests.support.core import RawClient, start_broker
+
+__all__ = ["start_broker"]
+Start = Callable[..., ThreadedBroker]
+
+
+def _containers(broker: ThreadedBroker, client_id: str) -> tuple[type, type, int, int]:
+    def read() -> tuple[type, type, int, int]:
+        session = broker.broker.sessions[client_id]
+        return (
+            type(session.queue),
+            type(session.incoming_qos2),
+            len(session.queue),
+            len(session.incoming_qos2),
+        )
+
+    result: tuple[type, type, int, int] = broker.call(read)
+    return result
+
+
+def test_idle_session_has_no_queue_until_a_message_waits(start_broker: Start) -> None:
+    broker = start_broker()
+    port = broker.ports["tcp"]
+    sub = RawClient(port)
+    sub.connect("idle-sub", clean=False)
+    sub.subscribe("idle/t", 1)
+    assert _containers(broker, "idle-sub")[:2] == (tuple, frozenset)
+    sub.disconnect()
+    pub = RawClient(port)
+    pub.connect("idle-pub")
+    for index in range(3):
+        pub.publish_acked("idle/t", str(index).encode(), 1, packet_id=index + 1)
+    queue_type, _ids_type, queued, _ = _containers(broker, "idle-sub")
+    assert (queue_type, queued) == (deque, 3)
+    back = RawClient(port)
+    back.connect("idle-sub", clean=False)
+    payloads = []
+    for _ in range(3):
+        message = back.expect_publish()
+        payloads.append(message.payload)
+        back.ack(message)
+    back.expect_nothing(0.3)
+    assert payloads == [b"0", b"1", b"2"]
+    # QoS 2 from the client: the id is held between PUBREC and PUBREL, then released
+    back.publish("idle/other", b"q2", qos=2, packet_id=9)
+    assert back.expect(Pubrec).packet_id == 9
+    _q, ids_type, _n, held = _containers(broker, "idle-sub")
+    assert (ids_type, held) == (set, 1)
+    back.publish("idle/other", b"q2", qos=2, packet_id=9, dup=True)  # a re-send is no new message
+    assert back.expect(Pubrec).packet_id == 9
+    back.send(Pubrel(9))
+    assert back.expect(Pubcomp).packet_id == 9
+    assert _containers(broker, "idle-sub")[3] == 0
