@@ -73,7 +73,9 @@ class ClusterRuntime:
                 on_receive=engine.on_receive,
                 on_peer_down=engine.on_peer_down,
                 config=TransportConfig(
-                    max_batch_items=cluster.max_batch_items, max_message_bytes=cluster.max_frame_bytes
+                    max_batch_items=cluster.max_batch_items,
+                    max_message_bytes=cluster.max_frame_bytes,
+                    runtime=cluster.link_runtime,
                 ),
                 tls=cluster_tls(cluster),
             )

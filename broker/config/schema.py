@@ -489,6 +489,13 @@ class ClusterConfig:
         min_value=1,
         max_value=1_000_000,
     )
+    link_runtime: str = _key(
+        "grpcio",
+        "the gRPC runtime of the cluster links: 'h2' (SkipMQ's own on the event loop, no thread hop "
+        "per message) or 'grpcio' (grpc.aio); the same protocol on the wire, so brokers of either "
+        "kind link with each other (docs/benchmarks-cluster.md, Link runtimes)",
+        choices=("h2", "grpcio"),
+    )
 
 
 @dataclass(frozen=True, slots=True)
