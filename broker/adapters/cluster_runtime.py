@@ -123,7 +123,9 @@ class ClusterRuntime:
 
 class _WithLinkMetrics(Collector):
     """The cluster's metric families plus the links' own: ``skipmq_cluster_link_refused_total``
-    (PeerLink streams this broker's transport refused before a link, by gRPC status code)."""
+    (PeerLink streams this broker's transport refused before a link, by gRPC status code),
+    ``skipmq_cluster_link_dial_refused_total{reason}`` and
+    ``skipmq_cluster_link_frames_oversized_total``."""
 
     def __init__(self, cluster: Collector, transport: Callable[[], Any]) -> None:
         self.cluster = cluster
@@ -139,6 +141,23 @@ class _WithLinkMetrics(Collector):
         for code, count in sorted(getattr(self.transport(), "refusals", {}).items()):
             refused.add_metric([code], count)
         yield refused
+        dial_refused = CounterMetricFamily(
+            "skipmq_cluster_link_dial_refused",
+            "Dials this broker refused before its Hello: the answering broker's certificate did not "
+            "name the peer id dialed (link runtime h2), by reason",
+            labels=["reason"],
+        )
+        for reason, count in sorted(getattr(self.transport(), "dial_refusals", {}).items()):
+            dial_refused.add_metric([reason], count)
+        yield dial_refused
+        stats = getattr(self.transport(), "stats", None)
+        if stats is not None and hasattr(stats, "frames_oversized"):
+            yield CounterMetricFamily(
+                "skipmq_cluster_link_frames_oversized",
+                "Cluster link frames over cluster.max_frame_bytes that ended their stream with "
+                "RESOURCE_EXHAUSTED, read from the length prefix before buffering (link runtime h2)",
+                value=stats.frames_oversized,
+            )
 
 
 def cluster_tls(cluster: ClusterConfig) -> Any:
