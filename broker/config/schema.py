@@ -490,7 +490,7 @@ class ClusterConfig:
         max_value=1_000_000,
     )
     link_runtime: str = _key(
-        "grpcio",
+        "h2",
         "the gRPC runtime of the cluster links: 'h2' (SkipMQ's own on the event loop, no thread hop "
         "per message) or 'grpcio' (grpc.aio); the same protocol on the wire, so brokers of either "
         "kind link with each other (docs/benchmarks-cluster.md, Link runtimes)",

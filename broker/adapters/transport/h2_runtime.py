@@ -271,7 +271,7 @@ class _Connection(asyncio.Protocol):
         self.writable = True
         self.closed = False
         self.room: asyncio.Event = asyncio.Event()
-        self.pending = b""
+        self.pending = bytearray()
         self.preface_left = 0 if client_side else _PREFACE_BYTES
         self.transport: Any = None
         self.peer_der: bytes | None = None
@@ -349,10 +349,12 @@ class _Connection(asyncio.Protocol):
             return
         self.flush()
 
-    def _frames(self, data: bytes) -> None:
-        if self.pending:
-            data = self.pending + data
-            self.pending = b""
+    def _frames(self, data: bytes | bytearray) -> None:
+        if self.pending:  # a frame in parts (large DATA frames): grown in place, not copied per read
+            pending = self.pending
+            pending += data
+            data = pending
+            self.pending = bytearray()
         pos = 0
         if self.preface_left:
             take = min(self.preface_left, len(data))
@@ -378,8 +380,9 @@ class _Connection(asyncio.Protocol):
             else:
                 self._feed(data[pos:end])
             pos = end
+        del view
         if pos < size_all:
-            self.pending = bytes(data[pos:])
+            self.pending = data if pos == 0 and isinstance(data, bytearray) else bytearray(data[pos:])
 
     def _peer_link_data(self, stream: _Stream, payload: memoryview, flags: int, length: int) -> None:
         if flags & _PADDED and length:
@@ -414,8 +417,8 @@ class _Connection(asyncio.Protocol):
             self.streams[stream_id].send_window += increment
         self.room.set()
 
-    def _feed(self, frame: bytes) -> None:
-        for event in self.h2.receive_data(frame):
+    def _feed(self, frame: bytes | bytearray) -> None:
+        for event in self.h2.receive_data(bytes(frame)):
             self._event(event)
 
     def flush(self) -> None:

@@ -72,7 +72,7 @@ class TransportConfig:
     max_message_bytes: int = 64 * 1024 * 1024
     # the gRPC runtime under the links (cluster.link_runtime): "h2", SkipMQ's own on the event
     # loop (h2_runtime.py), or "grpcio" (grpc.aio, with its own threads)
-    runtime: str = "grpcio"
+    runtime: str = "h2"
 
     def __post_init__(self) -> None:
         if self.runtime not in RUNTIMES:

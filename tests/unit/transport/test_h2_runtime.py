@@ -181,3 +181,35 @@ def test_health_watch_streams_serving_then_not_serving_while_stopping() -> None:
         health_pb2.HealthCheckResponse.SERVING,
         health_pb2.HealthCheckResponse.NOT_SERVING,
     ]
+
+
+def test_a_broker_on_h2_and_one_on_grpcio_link_both_ways_in_order() -> None:
+    """The runtimes speak the same wire: a cluster switches runtime one broker at a time."""
+
+    async def scenario() -> None:
+        got: dict[str, list[object]] = {"h2": [], "grpcio": []}
+        transports = {
+            name: GrpcTransport(
+                advertise_host=HOST,
+                on_receive=lambda _sender, item, name=name: got[name].append(item),  # type: ignore[misc]
+                on_peer_down=lambda *_: None,
+                config=TransportConfig(runtime=name, connect_timeout_s=2.0),
+            )
+            for name in ("h2", "grpcio")
+        }
+        for transport in transports.values():
+            await transport.start(HOST, 0)
+        h2_side, grpcio_side = transports["h2"], transports["grpcio"]
+        for n in range(300):
+            h2_side.send(grpcio_side.self_id, om.PING(n))
+            grpcio_side.send(h2_side.self_id, om.PONG(n))
+            if n % 50 == 0:
+                await asyncio.sleep(0)
+        await _until(lambda: len(got["h2"]) == 300 and len(got["grpcio"]) == 300)
+        assert got["grpcio"] == [om.PING(n) for n in range(300)]
+        assert got["h2"] == [om.PONG(n) for n in range(300)]
+        assert len(h2_side.connected_peers()) == 1 and len(grpcio_side.connected_peers()) == 1
+        for transport in transports.values():
+            await transport.stop(drain_timeout_s=0.5)
+
+    asyncio.run(scenario())
