@@ -562,6 +562,13 @@ class FederationConfig:
         "place, last writer wins (docs/federation.md)",
         choices=("site", "place"),
     )
+    link_runtime: str = _key(
+        "h2",
+        "the gRPC runtime of the shared links: 'h2' (SkipMQ's own on the event loop, as "
+        "cluster.link_runtime; the dialer also checks that the answering certificate names the "
+        "dialed host:port) or 'grpcio' (grpc.aio); the same protocol on the wire",
+        choices=("h2", "grpcio"),
+    )
     tls_ca_file: str = _key(
         "",
         "PEM CA of the event place (skipmq certs init): linking brokers must present a certificate it signed",

@@ -65,6 +65,7 @@ _MAX_INBOUND_FRAME_BYTES = 1024 * 1024  # SETTINGS_MAX_FRAME_SIZE announced to t
 _SERVING, _NOT_SERVING, _SERVICE_UNKNOWN = 1, 2, 3
 
 Status = grpc.StatusCode
+Codec = Callable[[Any], Any]
 EOF = grpc.aio.EOF
 
 
@@ -481,12 +482,12 @@ class _Connection(asyncio.Protocol):
         content_type = headers.get(b"content-type", b"")
         if server is None or not content_type.startswith(b"application/grpc"):
             self._trailers_only(stream_id, Status.UNIMPLEMENTED, "not a gRPC request")
-        elif path == PEER_LINK_OPEN:
+        elif path == server.path:
             stream = _Stream(self, stream_id, self.limits.max_message_bytes)
             self.streams[stream_id] = stream
             self.h2.send_headers(stream_id, [(b":status", b"200"), (b"content-type", b"application/grpc")])
             stream.headers_sent = True
-            server.serve(_ServerContext(stream))
+            server.serve(_ServerContext(stream, server.decode, server.encode))
         elif path in (HEALTH_CHECK, HEALTH_WATCH):
             self.plain[stream_id] = _PlainStream(self, stream_id, server.health, watch=path == HEALTH_WATCH)
         else:
@@ -576,7 +577,7 @@ class _Connection(asyncio.Protocol):
         self.fail_stream(stream, Status.RESOURCE_EXHAUSTED, details)
 
     # ---------------------------------------------------------------- client side
-    def open_stream(self, authority: str, scheme: bytes) -> _Stream:
+    def open_stream(self, authority: str, scheme: bytes, path: str = PEER_LINK_OPEN) -> _Stream:
         stream_id = self.h2.get_next_available_stream_id()
         stream = _Stream(self, stream_id, self.limits.max_message_bytes)
         self.streams[stream_id] = stream
@@ -585,7 +586,7 @@ class _Connection(asyncio.Protocol):
             [
                 (b":method", b"POST"),
                 (b":scheme", scheme),
-                (b":path", PEER_LINK_OPEN.encode()),
+                (b":path", path.encode()),
                 (b":authority", authority.encode()),
                 (b"content-type", b"application/grpc"),
                 (b"te", b"trailers"),
@@ -745,16 +746,20 @@ class _PlainStream:
 
 # -------------------------------------------------------------------- server
 class _ServerContext:
-    """An accepted PeerLink call, as grpc.aio's ``ServicerContext`` (the part link.py uses)."""
+    """An accepted call, as grpc.aio's ``ServicerContext`` (the part link.py and the federation
+    node use); ``decode``/``encode``: the messages' codec (None: bytes, as PeerLink's)."""
 
-    def __init__(self, stream: _Stream) -> None:
+    def __init__(self, stream: _Stream, decode: Codec | None = None, encode: Codec | None = None) -> None:
         self.stream = stream
+        self.decode = decode
+        self.encode = encode
 
     async def read(self) -> Any:
-        return await self.stream.read()
+        message = await self.stream.read()
+        return message if message is EOF or self.decode is None else self.decode(message)
 
-    async def write(self, data: bytes) -> None:
-        await self.stream.write(data)
+    async def write(self, message: Any) -> None:
+        await self.stream.write(message if self.encode is None else self.encode(message))
 
     async def abort(self, code: grpc.StatusCode, details: str = "") -> None:
         self.stream.conn.finish_server_stream(self.stream, code, details)
@@ -773,16 +778,24 @@ class _ServerContext:
 
 
 class H2Server:
-    """Serves ``PeerLink/Open`` (``handler(None, context)`` per call, like a grpc.aio handler)
-    and the health service, on a socket the event loop reads itself."""
+    """Serves one bidirectional-stream method, ``PeerLink/Open`` unless ``path`` says another
+    (``handler(None, context)`` per call, like a grpc.aio handler), and the health service, on a
+    socket the event loop reads itself."""
 
     def __init__(
         self,
         handler: Callable[[Any, Any], Awaitable[None]],
         limits: Limits,
         ssl_context: Callable[[], ssl.SSLContext] | None,
+        *,
+        path: str = PEER_LINK_OPEN,
+        decode: Codec | None = None,
+        encode: Codec | None = None,
     ) -> None:
         self.handler = handler
+        self.path = path
+        self.decode = decode
+        self.encode = encode
         self.limits = limits
         self.ssl_context = ssl_context
         self.health = Health()
@@ -845,25 +858,37 @@ class H2Server:
 
 # -------------------------------------------------------------------- dialer
 class _Call:
-    """A dialed PeerLink call, as grpc.aio's ``StreamStreamCall`` (the part link.py uses)."""
+    """A dialed call, as grpc.aio's ``StreamStreamCall`` (the part link.py and the federation
+    node use); ``encode``/``decode``: the messages' codec (None: bytes, as PeerLink's)."""
 
-    def __init__(self, channel: H2Channel) -> None:
+    def __init__(
+        self, channel: H2Channel, path: str, encode: Codec | None = None, decode: Codec | None = None
+    ) -> None:
         self.channel = channel
+        self.path = path
+        self.encode = encode
+        self.decode = decode
         self.stream: _Stream | None = None
+        self.opening: asyncio.Future[_Stream] | None = None
         self.cancelled = False
 
     async def _open(self) -> _Stream:
         if self.stream is None:
-            self.stream = await self.channel.open_stream()
-            if self.cancelled:
-                self.cancel()
+            if self.opening is None:  # a reader and a writer may both be first: one stream
+                self.opening = asyncio.ensure_future(self.channel.open_stream(self.path))
+            stream = await asyncio.shield(self.opening)
+            if self.stream is None:
+                self.stream = stream
+                if self.cancelled:
+                    self.cancel()
         return self.stream
 
-    async def write(self, data: bytes) -> None:
-        await (await self._open()).write(data)
+    async def write(self, message: Any) -> None:
+        await (await self._open()).write(message if self.encode is None else self.encode(message))
 
     async def read(self) -> Any:
-        return await (await self._open()).read()
+        message = await (await self._open()).read()
+        return message if message is EOF or self.decode is None else self.decode(message)
 
     def deliver_to(self, receiver: Callable[[bytes], bool]) -> Awaitable[None]:
         assert self.stream is not None
@@ -911,12 +936,17 @@ class H2Channel:
         self.expect_peer_id = expect_peer_id
         self.conn: _Connection | None = None
 
-    def stream_stream(self, method: str) -> Callable[[], _Call]:
-        if method != PEER_LINK_OPEN:
-            raise ValueError(f"this runtime dials only {PEER_LINK_OPEN}, not {method}")
-        return lambda: _Call(self)
+    def stream_stream(
+        self,
+        method: str,
+        request_serializer: Codec | None = None,
+        response_deserializer: Codec | None = None,
+        **_options: Any,
+    ) -> Callable[[], _Call]:
+        """As grpc.aio's (generated stubs call it so): a bidirectional-stream call of ``method``."""
+        return lambda: _Call(self, method, request_serializer, response_deserializer)
 
-    async def open_stream(self) -> _Stream:
+    async def open_stream(self, path: str = PEER_LINK_OPEN) -> _Stream:
         from broker.adapters.transport.tls import peer_ids_of, split_peer_id
 
         if self.conn is None:
@@ -950,7 +980,7 @@ class H2Channel:
         conn = self.conn
         if conn.closed:
             raise rpc_error(Status.UNAVAILABLE, f"the connection to {self.target} closed")
-        return conn.open_stream(self.target, b"https" if self.ssl_context is not None else b"http")
+        return conn.open_stream(self.target, b"https" if self.ssl_context is not None else b"http", path)
 
     async def close(self) -> None:
         conn = self.conn
