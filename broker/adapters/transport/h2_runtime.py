@@ -18,14 +18,15 @@ h2``; ``grpcio`` (grpc.aio) is the alternative. What it does, and what it leaves
 * TLS is ``ssl.SSLContext`` (ALPN h2, client certificates required, the cluster CA; tls.py); the
   peer's certificate is read from the ssl object on both ends, so a dialer can check that the
   answering broker's certificate names the peer id it dialed (:class:`PeerIdentityError`).
-* ``grpc.health.v1.Health`` Check and Watch are served here (two tiny messages).
+* ``grpc.health.v1.Health`` Check and Watch are served by hand (h2_health.py).
 
 The objects mimic the part of grpc.aio's API that link.py uses (``read`` returning
 ``grpc.aio.EOF``, ``write``, ``abort``, ``peer``, ``auth_context``; errors as
 ``grpc.aio.AioRpcError``), so the link life cycle above is the same on both runtimes.
 
-Size: one HTTP/2 connection with its hand-made DATA path, the server and the dialer's channel,
-which share that connection class; the frame parser and the window accounting are one state.
+Size (~870 lines, over the house's ~800): one HTTP/2 connection with its hand-made DATA path,
+the server and the dialer's channel, which share that connection class; the frame parser and the
+window accounting are one state (the health service is in h2_health.py).
 """
 
 from __future__ import annotations
@@ -47,6 +48,8 @@ import h2.events
 import h2.exceptions
 import h2.settings
 
+from broker.adapters.transport.h2_health import Health, PlainStream, percent_encode
+
 log = logging.getLogger("skipmq.transport")
 
 PEER_LINK_OPEN = "/skipmq.v1.PeerLink/Open"
@@ -62,7 +65,6 @@ _MAX_WINDOW = 2**31 - 1
 # what this side grants each PeerLink stream and the connection (returned per half consumed)
 _RECEIVE_WINDOW_BYTES = 4 * 1024 * 1024
 _MAX_INBOUND_FRAME_BYTES = 1024 * 1024  # SETTINGS_MAX_FRAME_SIZE announced to the peer
-_SERVING, _NOT_SERVING, _SERVICE_UNKNOWN = 1, 2, 3
 
 Status = grpc.StatusCode
 Codec = Callable[[Any], Any]
@@ -265,7 +267,7 @@ class _Connection(asyncio.Protocol):
             h2.config.H2Configuration(client_side=client_side, header_encoding=None)
         )
         self.streams: dict[int, _Stream] = {}
-        self.plain: dict[int, _PlainStream] = {}  # h2-driven streams (health)
+        self.plain: dict[int, PlainStream] = {}  # h2-driven streams (health)
         self.send_window = 65_535  # the peer's connection window for us (real; h2 sees only part)
         self.consumed = 0  # received PeerLink DATA not yet returned to the connection window
         self.peer_max_frame = 16_384
@@ -489,7 +491,7 @@ class _Connection(asyncio.Protocol):
             stream.headers_sent = True
             server.serve(_ServerContext(stream, server.decode, server.encode))
         elif path in (HEALTH_CHECK, HEALTH_WATCH):
-            self.plain[stream_id] = _PlainStream(self, stream_id, server.health, watch=path == HEALTH_WATCH)
+            self.plain[stream_id] = PlainStream(self, stream_id, server.health, watch=path == HEALTH_WATCH)
         else:
             self._trailers_only(stream_id, Status.UNIMPLEMENTED, f"method {path} not found")
 
@@ -516,7 +518,7 @@ class _Connection(asyncio.Protocol):
             (b":status", b"200"),
             (b"content-type", b"application/grpc"),
             (b"grpc-status", str(code.value[0]).encode()),
-            (b"grpc-message", _percent_encode(details)),
+            (b"grpc-message", percent_encode(details)),
         ]
         with contextlib.suppress(h2.exceptions.ProtocolError):
             self.h2.send_headers(stream_id, headers, end_stream=True)
@@ -531,7 +533,7 @@ class _Connection(asyncio.Protocol):
         self.streams.pop(stream.id, None)
         trailers = [(b"grpc-status", str(code.value[0]).encode())]
         if details:
-            trailers.append((b"grpc-message", _percent_encode(details)))
+            trailers.append((b"grpc-message", percent_encode(details)))
         try:
             if not stream.headers_sent:
                 trailers = [(b":status", b"200"), (b"content-type", b"application/grpc"), *trailers]
@@ -618,130 +620,6 @@ class _Connection(asyncio.Protocol):
             )
             return
         self._schedule_keepalive()
-
-
-def _percent_encode(text: str) -> bytes:
-    out = bytearray()
-    for byte in text.encode("utf-8"):
-        out += bytes([byte]) if 0x20 <= byte <= 0x7E and byte != 0x25 else b"%%%02X" % byte
-    return bytes(out)
-
-
-# -------------------------------------------------------------------- the health service
-class Health:
-    """``grpc.health.v1.Health`` state, the calls of grpc_health's ``HealthServicer`` used here."""
-
-    def __init__(self) -> None:
-        self.statuses: dict[str, int] = {}
-        self.watchers: set[_PlainStream] = set()
-        self.shutting_down = False
-
-    async def set(self, service: str, status: int) -> None:
-        if self.shutting_down:
-            return
-        self._set(service, int(status))
-
-    def _set(self, service: str, status: int) -> None:
-        self.statuses[service] = status
-        for watcher in list(self.watchers):
-            watcher.status_changed(service)
-
-    async def enter_graceful_shutdown(self) -> None:
-        if self.shutting_down:
-            return
-        for service in list(self.statuses):
-            self._set(service, _NOT_SERVING)
-        self.shutting_down = True
-
-
-class _PlainStream:
-    """A health Check or Watch call, flow control and all by ``h2``."""
-
-    def __init__(self, conn: _Connection, stream_id: int, health: Health, *, watch: bool) -> None:
-        self.conn = conn
-        self.id = stream_id
-        self.health = health
-        self.watch = watch
-        self.request = bytearray()
-        self.service: str | None = None
-        self.sent: int | None = None
-        self.done = False
-
-    def data(self, chunk: bytes) -> None:
-        if self.service is not None:
-            return
-        self.request += chunk
-        if len(self.request) > 64 * 1024:
-            self._end(Status.RESOURCE_EXHAUSTED, "health request too large")
-            return
-        if len(self.request) >= 5 and len(self.request) >= 5 + int.from_bytes(self.request[1:5], "big"):
-            from grpc_health.v1 import health_pb2
-
-            try:
-                size = int.from_bytes(self.request[1:5], "big")
-                request = health_pb2.HealthCheckRequest.FromString(bytes(self.request[5 : 5 + size]))
-            except Exception:
-                self._end(Status.INTERNAL, "bad health request")
-                return
-            self.service = request.service
-            self._answer()
-
-    def ended(self) -> None:
-        if self.service is None and not self.done:
-            self._end(Status.INTERNAL, "no health request")
-
-    def _answer(self) -> None:
-        assert self.service is not None
-        status = self.health.statuses.get(self.service)
-        conn = self.conn
-        if not self.watch:
-            if status is None:
-                self._end(Status.NOT_FOUND, "unknown service")
-                return
-            self._send(status)
-            self._end(Status.OK, "")
-            return
-        conn.h2.send_headers(self.id, [(b":status", b"200"), (b"content-type", b"application/grpc")])
-        self.health.watchers.add(self)
-        self._send(_SERVICE_UNKNOWN if status is None else status)
-
-    def status_changed(self, service: str) -> None:
-        if service == self.service and not self.done:
-            self._send(self.health.statuses[service])
-
-    def _send(self, status: int) -> None:
-        if status == self.sent:
-            return
-        self.sent = status
-        body = b"\x08" + bytes([status])
-        message = b"\x00" + len(body).to_bytes(4, "big") + body
-        conn = self.conn
-        try:
-            if not self.watch:
-                conn.h2.send_headers(self.id, [(b":status", b"200"), (b"content-type", b"application/grpc")])
-            conn.h2.send_data(self.id, message)
-            conn.send_window -= len(message)
-        except h2.exceptions.ProtocolError:
-            self.closed()
-            return
-        conn.flush()
-
-    def _end(self, code: grpc.StatusCode, details: str) -> None:
-        self.done = True
-        self.health.watchers.discard(self)
-        self.conn.plain.pop(self.id, None)
-        trailers = [(b"grpc-status", str(code.value[0]).encode())]
-        if details:
-            trailers.append((b"grpc-message", _percent_encode(details)))
-        if self.sent is None and not self.watch:
-            trailers = [(b":status", b"200"), (b"content-type", b"application/grpc"), *trailers]
-        with contextlib.suppress(h2.exceptions.ProtocolError):
-            self.conn.h2.send_headers(self.id, trailers, end_stream=True)
-        self.conn.flush()
-
-    def closed(self) -> None:
-        self.done = True
-        self.health.watchers.discard(self)
 
 
 # -------------------------------------------------------------------- server
