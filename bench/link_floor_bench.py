@@ -20,8 +20,12 @@ clock for both processes on Linux). The links, interleaved within each round:
   header in front of the gRPC message; ``h2`` still does the preface, settings and headers): the
   floor of a gRPC layer with HTTP/2 framing of our own on the hot path;
 * ``PeerLink``: SkipMQ's broker link as it is in this tree (``broker.adapters.transport.GrpcTransport``,
-  plaintext, on uvloop like the broker), with overlay ``PING`` items as the messages (run the
-  bench from an older checkout for an older link: ``bench/compare_revisions.py`` style).
+  plaintext, on uvloop like the broker) on the ``grpcio`` runtime (grpc.aio), with overlay
+  ``PING`` items as the messages (run the bench from an older checkout for an older link:
+  ``bench/compare_revisions.py`` style);
+* ``PeerLink-h2``: the same broker link on the ``h2`` runtime (``cluster.link_runtime = h2``,
+  broker/adapters/transport/h2_runtime.py: DATA frames written and parsed by hand, frames
+  delivered from ``data_received``).
 
 Reported per link: one-way latency p50/p99, CPU per message of each process (utime+stime from
 ``/proc``, over the paced window, so the wake-ups between messages are in it) and its context
@@ -74,6 +78,7 @@ LINKS = (
     "h2+uvloop",
     "h2-lean+uvloop",
     "PeerLink",
+    "PeerLink-h2",
 )
 logging.getLogger("skipmq.transport").setLevel(logging.ERROR)
 
@@ -81,7 +86,14 @@ Write = Callable[[bytes], Awaitable[None]]
 
 
 def _uses_uvloop(link: str) -> bool:
-    return link.endswith("+uvloop") or link == "PeerLink"
+    return link.endswith("+uvloop") or link.startswith("PeerLink")
+
+
+def _peer_link_config(link: str) -> Any:
+    """``PeerLink``: the broker link on grpc.aio; ``PeerLink-h2``: on SkipMQ's own h2 runtime."""
+    from broker.adapters.transport import TransportConfig
+
+    return TransportConfig(runtime="h2" if link == "PeerLink-h2" else "grpcio")
 
 
 def _run(link: str, main: Callable[[], Awaitable[Any]]) -> Any:
@@ -396,7 +408,12 @@ async def _receive(link: str, port: int, counter: _Counter, ready: Any) -> None:
             if isinstance(item, PING):
                 counter.took(HEAD.pack(item.nonce) + b"p" * (MESSAGE_BYTES - HEAD.size))
 
-        transport = GrpcTransport(advertise_host=HOST, on_receive=on_receive, on_peer_down=lambda _p: None)
+        transport = GrpcTransport(
+            advertise_host=HOST,
+            on_receive=on_receive,
+            on_peer_down=lambda _p: None,
+            config=_peer_link_config(link),
+        )
         await transport.start(HOST, port)
         ready.set()
         await counter.done.wait()
@@ -469,7 +486,10 @@ async def _with_link(link: str, port: int, batch: int, body: Callable[[Write], A
         from broker.adapters.transport import GrpcTransport
 
         sender = GrpcTransport(
-            advertise_host=HOST, on_receive=lambda _p, _i: None, on_peer_down=lambda _p: None
+            advertise_host=HOST,
+            on_receive=lambda _p, _i: None,
+            on_peer_down=lambda _p: None,
+            config=_peer_link_config(link),
         )
         (own_port,) = free_ports(1)
         await sender.start(HOST, own_port)

@@ -74,7 +74,9 @@ class ClusterRuntime:
                 on_receive=engine.on_receive,
                 on_peer_down=engine.on_peer_down,
                 config=TransportConfig(
-                    max_batch_items=cluster.max_batch_items, max_message_bytes=cluster.max_frame_bytes
+                    max_batch_items=cluster.max_batch_items,
+                    max_message_bytes=cluster.max_frame_bytes,
+                    runtime=cluster.link_runtime,
                 ),
                 tls=cluster_tls(cluster),
                 identity=link_identity_for(cluster),  # who answers a dial (docs/security.md)
@@ -123,7 +125,9 @@ class ClusterRuntime:
 
 class _WithLinkMetrics(Collector):
     """The cluster's metric families plus the links' own: ``skipmq_cluster_link_refused_total``
-    (PeerLink streams this broker's transport refused before a link, by gRPC status code)."""
+    (PeerLink streams this broker's transport refused before a link, by gRPC status code),
+    ``skipmq_cluster_link_dial_refused_total{reason}`` and
+    ``skipmq_cluster_link_frames_oversized_total``."""
 
     def __init__(self, cluster: Collector, transport: Callable[[], Any]) -> None:
         self.cluster = cluster
@@ -142,7 +146,8 @@ class _WithLinkMetrics(Collector):
         dial_refused = CounterMetricFamily(
             "skipmq_cluster_link_dial_refused",
             "Dials refused because the answering broker's Hello did not prove the dialed peer id "
-            "(no_proof, wrong_proof, wrong_peer_id; docs/security.md)",
+            "(no_proof, wrong_proof, wrong_peer_id; certificate: on link runtime h2, its TLS "
+            "certificate did not name the dialed peer id; docs/security.md)",
             labels=["reason"],
         )
         refusals = getattr(self.transport(), "dial_refusals", {})
@@ -154,6 +159,14 @@ class _WithLinkMetrics(Collector):
             "Dialed links taken without an answer to the Hello challenge (cluster.origin_proofs = optional)",
             value=getattr(self.transport(), "unproven_links", 0),
         )
+        stats = getattr(self.transport(), "stats", None)
+        if stats is not None and hasattr(stats, "frames_oversized"):
+            yield CounterMetricFamily(
+                "skipmq_cluster_link_frames_oversized",
+                "Cluster link frames over cluster.max_frame_bytes that ended their stream with "
+                "RESOURCE_EXHAUSTED, read from the length prefix before buffering (link runtime h2)",
+                value=stats.frames_oversized,
+            )
 
 
 def cluster_tls(cluster: ClusterConfig) -> Any:

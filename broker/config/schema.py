@@ -494,6 +494,13 @@ class ClusterConfig:
         min_value=1,
         max_value=1_000_000,
     )
+    link_runtime: str = _key(
+        "h2",
+        "the gRPC runtime of the cluster links: 'h2' (SkipMQ's own on the event loop, no thread hop "
+        "per message) or 'grpcio' (grpc.aio); the same protocol on the wire, so brokers of either "
+        "kind link with each other (docs/benchmarks-cluster.md, Link runtimes)",
+        choices=("h2", "grpcio"),
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -559,6 +566,13 @@ class FederationConfig:
         "crosses as a live event); place: every retained write is stored by every broker of the "
         "place, last writer wins (docs/federation.md)",
         choices=("site", "place"),
+    )
+    link_runtime: str = _key(
+        "h2",
+        "the gRPC runtime of the shared links: 'h2' (SkipMQ's own on the event loop, as "
+        "cluster.link_runtime; the dialer also checks that the answering certificate names the "
+        "dialed host:port) or 'grpcio' (grpc.aio); the same protocol on the wire",
+        choices=("h2", "grpcio"),
     )
     tls_ca_file: str = _key(
         "",

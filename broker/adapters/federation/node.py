@@ -95,6 +95,16 @@ _SERVER_OPTIONS = [
 ]
 
 
+_LINK_METHOD = "/skipmq.v1.Federation/Link"
+
+
+def _h2_limits() -> Any:
+    """grpcio's defaults on the shared links: 4 MiB received per message, keepalive every 5 s."""
+    from broker.adapters.transport.h2_runtime import Limits
+
+    return Limits(max_message_bytes=4 * 1024 * 1024, keepalive_time_s=_KEEPALIVE_MS / 1000)
+
+
 class _Link:
     """One shared-link stream; ``outbox`` holds frames to write, None ends our direction."""
 
@@ -146,20 +156,7 @@ class FederationNode(pb_grpc.FederationServicer):
         self._tls = federation_tls(config)
         if self._tls is not None:
             self._identity = federation_link_identity_for(config, self.identity_mode)
-        server = grpc.aio.server(options=_SERVER_OPTIONS)
-        pb_grpc.add_FederationServicer_to_server(self, server)
-        try:
-            address = f"{config.host}:{config.port}"
-            if self._tls is None:
-                port = server.add_insecure_port(address)
-            else:
-                port = server.add_secure_port(address, self._tls.server_credentials())
-        except RuntimeError:  # grpc reports a port in use this way
-            port = 0
-        if port == 0:
-            raise OSError(98, f"cannot bind the federation listener {config.host}:{config.port}")
-        await server.start()
-        self._server = server
+        port = await (self._start_h2() if config.link_runtime == "h2" else self._start_grpcio())
         self.port = port
         name = f"{config.advertise_host or config.host}:{port}"
         settings = PlaceSettings(
@@ -195,6 +192,46 @@ class FederationNode(pb_grpc.FederationServicer):
             self._apply(self.router.set_upstream(config.upstream, time.monotonic(), one_way=config.one_way))
         self._ticker = asyncio.get_running_loop().create_task(self._tick_forever())
         self._log("federation_started", name=name, place=config.place, mode=config.mode)
+        return port
+
+    async def _start_grpcio(self) -> int:
+        config = self.config
+        server = grpc.aio.server(options=_SERVER_OPTIONS)
+        pb_grpc.add_FederationServicer_to_server(self, server)
+        try:
+            address = f"{config.host}:{config.port}"
+            if self._tls is None:
+                port = server.add_insecure_port(address)
+            else:
+                port = server.add_secure_port(address, self._tls.server_credentials())
+        except RuntimeError:  # grpc reports a port in use this way
+            port = 0
+        if port == 0:
+            raise OSError(98, f"cannot bind the federation listener {config.host}:{config.port}")
+        await server.start()
+        self._server = server
+        return int(port)
+
+    async def _start_h2(self) -> int:
+        """The shared links on SkipMQ's own gRPC runtime on the event loop (transport/h2_runtime.py)."""
+        from broker.adapters.transport.h2_runtime import H2Server
+
+        config = self.config
+        tls = self._tls
+        server = H2Server(
+            self.Link,
+            _h2_limits(),
+            tls.server_ssl_context if tls is not None else None,
+            path=_LINK_METHOD,
+            decode=pb.FedFrame.FromString,
+            encode=pb.FedFrame.SerializeToString,
+        )
+        try:
+            port = await server.bind(config.host, config.port)
+        except OSError as exc:
+            where = f"{config.host}:{config.port}"
+            raise OSError(exc.errno or 98, f"cannot bind the federation listener {where}") from None
+        self._server = server
         return port
 
     async def stop(self, *, leave: bool = True) -> None:
@@ -382,7 +419,17 @@ class FederationNode(pb_grpc.FederationServicer):
         link = _Link(peer, dialed=True)
         if self._identity is not None and self._identity.asks:
             link.challenge = secrets.token_bytes(CHALLENGE_BYTES)
-        if self._tls is None:
+        if self.config.link_runtime == "h2":
+            from broker.adapters.transport.h2_runtime import H2Channel
+
+            tls = self._tls
+            link.channel = H2Channel(
+                peer,
+                _h2_limits(),
+                tls.client_ssl_context() if tls is not None else None,
+                expect_peer_id=peer if tls is not None else None,
+            )
+        elif self._tls is None:
             link.channel = grpc.aio.insecure_channel(peer, options=_OPTIONS)
         else:
             link.channel = grpc.aio.secure_channel(peer, self._tls.channel_credentials(), options=_OPTIONS)
@@ -529,7 +576,17 @@ class FederationNode(pb_grpc.FederationServicer):
         except asyncio.CancelledError:
             raise
         except Exception as exc:
-            if not link.closed and not link.unlinked:
+            if type(exc).__name__ == "PeerIdentityError":  # h2 runtime: its certificate names another
+                self.dial_refusals["certificate"] = self.dial_refusals.get("certificate", 0) + 1
+                self._log(
+                    "federation_identity_refused",
+                    logging.WARNING,
+                    side="dialer",
+                    peer=link.peer,
+                    code="DIAL_CERTIFICATE",
+                    reason=str(exc),
+                )
+            elif not link.closed and not link.unlinked:
                 self._log("federation_stream_failed", peer=link.peer, reason=_describe(exc))
         self._lost(link)
 

@@ -25,6 +25,12 @@ Link life cycle:
 * ``on_peer_down`` fires once per outage: on a failed dial or a broken established link, and
   again only after a link to that peer has been up again.
 
+The runtime under the life cycle (``TransportConfig.runtime``, ``cluster.link_runtime``): ``h2``,
+SkipMQ's own gRPC layer on the event loop (h2_runtime.py: frames read and written in the socket
+callbacks, the dialer checks that the answering certificate names the peer id dialed, an oversized
+frame is logged and counted by the accepting side), or ``grpcio`` (grpc.aio). Same wire, same
+protos: brokers on either runtime link with each other.
+
 The standard health service ``grpc.health.v1.Health`` runs on the same server: SERVING after
 :meth:`GrpcTransport.start`, NOT_SERVING once :meth:`GrpcTransport.stop` begins.
 
@@ -63,6 +69,7 @@ from broker.logs import log_event
 
 log = logging.getLogger("skipmq.transport")
 
+RUNTIMES = ("h2", "grpcio")
 _FRAME_HEADROOM_BYTES = 64  # bytes kept free below max_message_bytes for the frame's own framing
 
 
@@ -75,8 +82,13 @@ class TransportConfig:
     reconnect_backoff_max_s: float = 2.0
     keepalive_time_s: float = 10.0  # gRPC keepalive pings on the long-lived stream
     max_message_bytes: int = 64 * 1024 * 1024
+    # the gRPC runtime under the links (cluster.link_runtime): "h2", SkipMQ's own on the event
+    # loop (h2_runtime.py), or "grpcio" (grpc.aio, with its own threads)
+    runtime: str = "h2"
 
     def __post_init__(self) -> None:
+        if self.runtime not in RUNTIMES:
+            raise ValueError(f"runtime must be one of {', '.join(RUNTIMES)}, got {self.runtime!r}")
         if self.max_batch_items < 1:
             raise ValueError(f"max_batch_items must be >= 1, got {self.max_batch_items}")
         if self.send_queue_limit < 1:
@@ -103,6 +115,8 @@ class TransportStats:
     bytes_received: int = 0
     items_malformed: int = 0  # received items that did not decode (logged and skipped)
     links_refused: int = 0  # PeerLink streams this side refused before a link (see ``refusals``)
+    dials_refused: int = 0  # dials refused: the answering certificate did not name the dialed id (h2)
+    frames_oversized: int = 0  # PeerLink messages over max_message_bytes that ended their stream (h2)
 
     def as_dict(self) -> dict[str, int]:
         return {field.name: getattr(self, field.name) for field in fields(self)}
@@ -131,6 +145,10 @@ class _Link:
         self.closed = asyncio.Event()
         self.reader_task: asyncio.Task[None] | None = None
 
+    def source(self) -> Any:
+        """The runtime's call or context under this link."""
+        raise NotImplementedError
+
     async def read(self) -> bytes | None:
         raise NotImplementedError
 
@@ -156,6 +174,9 @@ class _DialedLink(_Link):
         self.call = call
         self.background = background  # the transport's set of channel-closing tasks (awaited by stop)
 
+    def source(self) -> Any:
+        return self.call
+
     async def read(self) -> bytes | None:
         data = await self.call.read()
         return None if data is grpc.aio.EOF else bytes(data)
@@ -179,6 +200,9 @@ class _AcceptedLink(_Link):
     def __init__(self, peer_id: str, context: Any) -> None:
         super().__init__(peer_id, dialed=False)
         self.context = context
+
+    def source(self) -> Any:
+        return self.context
 
     async def read(self) -> bytes | None:
         data = await self.context.read()
@@ -282,6 +306,8 @@ class GrpcTransport:
         """Bind (``bind_port`` 0 = ephemeral), serve PeerLink and health; returns the port."""
         if self._server is not None:
             raise RuntimeError("GrpcTransport.start() called twice")
+        if self.config.runtime == "h2":
+            return await self._start_h2(bind_host, bind_port)
         server = grpc.aio.server(options=self._server_options())
         handler = grpc.method_handlers_generic_handler(
             "skipmq.v1.PeerLink", {"Open": grpc.stream_stream_rpc_method_handler(self._serve_open)}
@@ -304,6 +330,26 @@ class GrpcTransport:
         for service in ("", "skipmq.v1.PeerLink"):
             await self._health.set(service, health_pb2.HealthCheckResponse.SERVING)
         log.info("transport listening on %s as %s", address, self.self_id)
+        return port
+
+    async def _start_h2(self, bind_host: str, bind_port: int) -> int:
+        from broker.adapters.transport.h2_runtime import H2Server
+
+        tls = self._tls
+        server = H2Server(self._serve_open, self._h2_limits(), tls.server_ssl_context if tls else None)
+        self._health = server.health
+        address = _format_peer_id(bind_host, bind_port)
+        if bind_port:
+            _check_port_free(bind_host, bind_port)
+        try:
+            port = await server.bind(bind_host, bind_port)
+        except OSError as exc:
+            raise OSError(exc.errno, f"transport cannot bind {address}: {exc.strerror or exc}") from None
+        self._server = server
+        self.self_id = _format_peer_id(self.advertise_host, port)
+        for service in ("", "skipmq.v1.PeerLink"):
+            await self._health.set(service, health_pb2.HealthCheckResponse.SERVING)
+        log.info("transport listening on %s as %s (runtime h2)", address, self.self_id)
         return port
 
     def send(self, peer: str, item: object) -> None:
@@ -507,6 +553,8 @@ class GrpcTransport:
         except Exception as exc:
             call.cancel()
             await channel.close()
+            if type(exc).__name__ == "PeerIdentityError":
+                self._dial_refused(state.id, str(exc))
             if isinstance(exc, grpc.aio.AioRpcError) and exc.code() == grpc.StatusCode.ALREADY_EXISTS:
                 log.debug("dial to %s: the peer keeps its own stream", state.id)
                 return state.link is not None
@@ -659,6 +707,35 @@ class GrpcTransport:
         )
         await context.abort(code, reason)
 
+    def _dial_refused(self, dialed: str, reason: str) -> None:
+        """A dial refused before its Hello: the answering broker's certificate does not name the
+        peer id dialed (an impostor on that address). Counted and logged like an accepted refusal."""
+        self.stats.dials_refused += 1
+        self.dial_refusals["certificate"] = self.dial_refusals.get("certificate", 0) + 1
+        log_event(
+            log,
+            logging.WARNING,
+            "cluster_link_refused",
+            peer=dialed,
+            claimed=dialed,
+            code="DIAL_CERTIFICATE",
+            reason=reason,
+            side="dialer",
+        )
+
+    def _frame_oversized(self, peer: str, size: int, limit: int) -> None:
+        """A PeerLink message over max_message_bytes ended its stream (RESOURCE_EXHAUSTED)."""
+        self.stats.frames_oversized += 1
+        log_event(
+            log,
+            logging.WARNING,
+            "cluster_link_frame_oversized",
+            peer=peer,
+            size=size,
+            limit=limit,
+            reason=f"a frame of {size} bytes; cluster.max_frame_bytes is {limit}",
+        )
+
     # ------------------------------------------------------------------ link up / down
 
     def _install(self, state: _Peer, link: _Link) -> None:
@@ -706,36 +783,26 @@ class GrpcTransport:
 
     async def _read_loop(self, state: _Peer, link: _Link) -> None:
         reason = "end of stream"
-        stats = self.stats
+        stopped: list[str] = []
+
+        def take(data: bytes) -> bool:
+            outcome = self._take_frame(state, link, data)
+            if outcome is not None:
+                stopped.append(outcome)
+            return outcome is None
+
         try:
-            while True:
-                data = await link.read()
-                if data is None:
-                    break
-                stats.frames_received += 1
-                stats.bytes_received += len(data)
-                try:
-                    raw_items = wire.decode_frame_items(data)
-                    if len(raw_items) > self.config.max_batch_items:
-                        raise wire.WireError(
-                            f"{len(raw_items)} items in one frame; max_batch_items is "
-                            f"{self.config.max_batch_items}"
-                        )
-                except wire.WireError as exc:
-                    log.error("malformed frame from %s: %s; closing the link", state.id, exc)
-                    reason = f"malformed frame: {exc}"
-                    break
-                for raw in raw_items:
-                    if state.link is not link:
-                        return  # replaced: the peer resent nothing of this stream on the new one
-                    try:
-                        item = wire.item_from_proto(raw)
-                    except wire.WireError as exc:
-                        stats.items_malformed += 1
-                        log.error("skipping a malformed item from %s: %s", state.id, exc)
-                        continue
-                    stats.items_received += 1
-                    self._deliver(state.id, item)
+            deliver_to = getattr(link.source(), "deliver_to", None)
+            if deliver_to is not None:  # h2: frames handed over in the socket callback, no task hop
+                await deliver_to(take)
+            else:
+                while not stopped:
+                    data = await link.read()
+                    if data is None:
+                        break
+                    take(data)
+            if stopped:
+                reason = stopped[0]
         except asyncio.CancelledError:
             reason = "closed"
             raise
@@ -743,6 +810,33 @@ class GrpcTransport:
             reason = _describe(exc)
         finally:
             self._link_lost(state, link, reason)
+
+    def _take_frame(self, state: _Peer, link: _Link, data: bytes) -> str | None:
+        """Decode one received frame and deliver its items; a reason to end the link, or None."""
+        stats = self.stats
+        stats.frames_received += 1
+        stats.bytes_received += len(data)
+        try:
+            raw_items = wire.decode_frame_items(data)
+            if len(raw_items) > self.config.max_batch_items:
+                raise wire.WireError(
+                    f"{len(raw_items)} items in one frame; max_batch_items is {self.config.max_batch_items}"
+                )
+        except wire.WireError as exc:
+            log.error("malformed frame from %s: %s; closing the link", state.id, exc)
+            return f"malformed frame: {exc}"
+        for raw in raw_items:
+            if state.link is not link:
+                return "replaced"  # the peer resent nothing of this stream on the new one
+            try:
+                item = wire.item_from_proto(raw)
+            except wire.WireError as exc:
+                stats.items_malformed += 1
+                log.error("skipping a malformed item from %s: %s", state.id, exc)
+                continue
+            stats.items_received += 1
+            self._deliver(state.id, item)
+        return None
 
     def _deliver(self, peer_id: str, item: object) -> None:
         try:
@@ -757,12 +851,27 @@ class GrpcTransport:
             return int(server.add_insecure_port(address))
         return int(server.add_secure_port(address, self._tls.server_credentials()))
 
-    def _open_channel(self, peer_id: str) -> grpc.aio.Channel:
+    def _open_channel(self, peer_id: str) -> Any:
+        if self.config.runtime == "h2":
+            from broker.adapters.transport.h2_runtime import H2Channel
+
+            tls = self._tls
+            return H2Channel(
+                peer_id,
+                self._h2_limits(),
+                tls.client_ssl_context() if tls is not None else None,
+                expect_peer_id=peer_id if tls is not None else None,
+            )
         if self._tls is None:
             return grpc.aio.insecure_channel(peer_id, options=self._channel_options())
         return grpc.aio.secure_channel(
             peer_id, self._tls.channel_credentials(), options=self._channel_options()
         )
+
+    def _h2_limits(self) -> Any:
+        from broker.adapters.transport.h2_runtime import Limits
+
+        return Limits(self.config.max_message_bytes, self.config.keepalive_time_s, self._frame_oversized)
 
     def _identity_refusal(self, claimed: str, context: Any) -> str | None:
         """Why a Hello claiming peer id ``claimed`` is refused on this accepted stream (TLS only)."""

@@ -23,6 +23,7 @@ import datetime
 import ipaddress
 import logging
 import os
+import ssl
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -62,6 +63,7 @@ class ClusterTls:
         self._pem = files.read()
         check_pair(self._pem[1], self._pem[2], files)
         self._served: tuple[int, ...] = self._mtimes
+        self._client_context: tuple[tuple[int, ...], ssl.SSLContext] | None = None
 
     def _current(self) -> tuple[bytes, bytes, bytes]:
         try:
@@ -91,6 +93,55 @@ class ClusterTls:
     def channel_credentials(self) -> grpc.ChannelCredentials:
         ca, cert, key = self._current()
         return grpc.ssl_channel_credentials(root_certificates=ca, private_key=key, certificate_chain=cert)
+
+    # ssl.SSLContext for the h2 runtime (h2_runtime.py): ALPN h2, certificates required both ways
+
+    def server_ssl_context(self) -> ssl.SSLContext:
+        """The listener's context; each handshake swaps in a fresh one when the files changed
+        (the SNI callback runs for every ClientHello, with or without a server name)."""
+        contexts: dict[str, Any] = {"mtimes": self._mtimes, "context": _ssl_context(self._pem, server=True)}
+
+        def select(sslobj: ssl.SSLObject, _name: str | None, _context: ssl.SSLContext) -> None:
+            pem = self._current()
+            if self._mtimes != contexts["mtimes"]:
+                try:
+                    contexts["context"] = _ssl_context(pem, server=True, reload=select)
+                    contexts["mtimes"] = self._mtimes
+                except (OSError, ValueError, ssl.SSLError) as exc:
+                    log.warning("cluster TLS context not rebuilt (%s); keeping the previous one", exc)
+            sslobj.context = contexts["context"]
+
+        first = _ssl_context(self._pem, server=True, reload=select)
+        contexts["context"] = first
+        return first
+
+    def client_ssl_context(self) -> ssl.SSLContext:
+        """A dial's context from the current files (the acceptor's certificate must chain to the
+        CA and name the dialed host; the peer id is checked by the caller)."""
+        pem = self._current()
+        cached = self._client_context
+        if cached is None or cached[0] != self._mtimes:
+            cached = self._client_context = (self._mtimes, _ssl_context(pem, server=False))
+        return cached[1]
+
+
+def _ssl_context(pem: tuple[bytes, bytes, bytes], *, server: bool, reload: Any = None) -> ssl.SSLContext:
+    import tempfile
+
+    ca, cert, key = pem
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER if server else ssl.PROTOCOL_TLS_CLIENT)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    context.verify_mode = ssl.CERT_REQUIRED
+    context.load_verify_locations(cadata=ca.decode())
+    with tempfile.TemporaryDirectory() as directory:  # load_cert_chain reads files only
+        chain, private = Path(directory, "cert.pem"), Path(directory, "key.pem")
+        chain.write_bytes(cert)
+        _write_private(private, key)
+        context.load_cert_chain(str(chain), str(private))
+    context.set_alpn_protocols(["h2"])
+    if reload is not None:
+        context.sni_callback = reload
+    return context
 
 
 def check_pair(cert_pem: bytes, key_pem: bytes, files: TlsFiles | None = None) -> None:

@@ -51,6 +51,8 @@ from tools.ports import free_port
 
 pytestmark = pytest.mark.slow
 
+GRPCIO = ("--set", "federation.link_runtime=grpcio")  # the children whose Hello check is tested
+
 
 class Impostor(pb_grpc.FederationServicer):
     """X on ``address``: X's certificate, accepts every LinkRequest as ``address``, answers the
@@ -115,17 +117,24 @@ def test_a_child_refuses_a_certified_impostor_on_its_parents_address(sites: Site
     ca_dir = tmp_path / "ca"
     make_ca(ca_dir)
     cloud = sites.start("cloud", ca_dir=ca_dir)
-    edge = sites.start("edge", cloud, ca_dir=ca_dir, probe_hops="0")
+    # the Hello check is what these three children exercise: on the default link runtime (h2) the
+    # dialer refuses X's certificate before any Hello (h2_edge below), so they dial with grpcio
+    edge = sites.start("edge", cloud, ca_dir=ca_dir, args=GRPCIO, probe_hops="0")
     open_edge = sites.start(
-        "open_edge", cloud, ca_dir=ca_dir, args=("--set", "cluster.origin_proofs=off"), probe_hops="0"
+        "open_edge",
+        cloud,
+        ca_dir=ca_dir,
+        args=(*GRPCIO, "--set", "cluster.origin_proofs=off"),
+        probe_hops="0",
     )
     upgrading = sites.start(
         "upgrading_edge",
         cloud,
         ca_dir=ca_dir,
-        args=("--set", "cluster.origin_proofs=optional"),
+        args=(*GRPCIO, "--set", "cluster.origin_proofs=optional"),
         probe_hops="0",
     )
+    h2_edge = sites.start("h2_edge", cloud, ca_dir=ca_dir, probe_hops="0")
     at_cloud, at_edge, at_open = Client(cloud, "c-cloud"), Client(edge, "c-edge"), Client(open_edge, "c-open")
     impostor: Impostor | None = None
     try:
@@ -141,7 +150,9 @@ def test_a_child_refuses_a_certified_impostor_on_its_parents_address(sites: Site
         assert cloud.process is not None
         cloud.process.kill()  # kill -9
         cloud.process.wait()
-        wait_until(lambda: all(c.state()["parent"] is None for c in (edge, open_edge, upgrading)), WAIT_S)
+        wait_until(
+            lambda: all(c.state()["parent"] is None for c in (edge, open_edge, upgrading, h2_edge)), WAIT_S
+        )
         impostor = Impostor(ca_dir, tmp_path / "x", cloud.address)
 
         # the check off: X is taken for cloud, and what it sends is delivered
@@ -169,6 +180,19 @@ def test_a_child_refuses_a_certified_impostor_on_its_parents_address(sites: Site
         assert refusals[-1]["code"] == "DIAL_WRONG_PROOF"
         assert cloud.address in refusals[-1]["reason"]  # "... names [X], not '<cloud>'"
         assert metric_total(_metrics(open_edge), "skipmq_federation_link_dial_refused_total") == 0
+        # the default runtime (h2): X's certificate does not name cloud's address, refused before a Hello
+        wait_until(
+            lambda: (
+                metric_total(
+                    _metrics(h2_edge), "skipmq_federation_link_dial_refused_total", reason="certificate"
+                )
+                >= 1
+            ),
+            WAIT_S,
+            what="h2_edge refusing X's certificate",
+        )
+        assert h2_edge.state()["parent"] is None
+        assert _events(h2_edge, "federation_identity_refused")[-1]["code"] == "DIAL_CERTIFICATE"
         wait_until(
             lambda: (
                 metric_total(

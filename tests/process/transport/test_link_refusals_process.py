@@ -3,7 +3,9 @@ its default mutual TLS; a stock grpcio client in this process with a certificate
 own CA for its own peer id). Each refusal ends the stream with its status, is served on /metrics as
 ``skipmq_cluster_link_refused_total{code}`` and is logged as the structured event
 ``cluster_link_refused`` naming who claimed what; the same certified client speaking for itself is
-let in and counted as nothing."""
+let in and counted as nothing. A frame over the default ``cluster.max_frame_bytes`` from it ends
+the stream with RESOURCE_EXHAUSTED, read from its length prefix: the broker counts it
+(``skipmq_cluster_link_frames_oversized_total``) and logs ``cluster_link_frame_oversized``."""
 
 from __future__ import annotations
 
@@ -26,14 +28,19 @@ pytestmark = pytest.mark.slow
 HOST = "127.0.0.1"
 
 
-async def _hello(target: str, credentials: grpc.ChannelCredentials, first: bytes) -> Any:
-    """Open PeerLink/Open, write ``first``; the acceptor's first answer or the error."""
+async def _hello(target: str, credentials: grpc.ChannelCredentials, first: bytes, then: bytes = b"") -> Any:
+    """Open PeerLink/Open, write ``first``; the acceptor's first answer or the error (with
+    ``then``: written after that answer; the next answer or the error)."""
     channel = grpc.aio.secure_channel(target, credentials)
     try:
         call = channel.stream_stream(wire.PEER_LINK_OPEN_METHOD)()
-        async with asyncio.timeout(10.0):
+        async with asyncio.timeout(20.0):
             await call.write(first)
-            return await call.read()
+            answer = await call.read()
+            if then:
+                await call.write(then)
+                answer = await call.read()
+            return answer
     except grpc.aio.AioRpcError as exc:
         return exc
     finally:
@@ -58,6 +65,11 @@ def test_refused_handshakes_are_counted_on_metrics_and_logged(tmp_path: Path) ->
         )
         itself = asyncio.run(_hello(broker.peer_id, credentials, wire.encode_hello(own_id, 16)))
         assert not isinstance(itself, grpc.aio.AioRpcError), itself  # let in: not a refusal
+        # then a frame over the default cluster.max_frame_bytes (64 MiB): refused from its prefix
+        huge = b"\x0a" + b"x" * (64 * 1024 * 1024)
+        oversized = asyncio.run(_hello(broker.peer_id, credentials, wire.encode_hello(own_id, 16), huge))
+        assert isinstance(oversized, grpc.aio.AioRpcError), oversized
+        assert oversized.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
 
         def refused(code: str) -> float:
             return metric_total(cluster.metrics_text(0), "skipmq_cluster_link_refused_total", code=code)
@@ -65,6 +77,7 @@ def test_refused_handshakes_are_counted_on_metrics_and_logged(tmp_path: Path) ->
         wait_until(lambda: refused("PERMISSION_DENIED") == 1, 10.0, what="the refusal on /metrics")
         assert refused("FAILED_PRECONDITION") == 1
         assert refused("INVALID_ARGUMENT") == 0
+        assert metric_total(cluster.metrics_text(0), "skipmq_cluster_link_frames_oversized_total") == 1
         events = [
             json.loads(line)
             for line in broker.log_text().splitlines()
@@ -76,5 +89,13 @@ def test_refused_handshakes_are_counted_on_metrics_and_logged(tmp_path: Path) ->
         ]
         assert "certificate names" in events[0]["reason"] and own_id in events[0]["reason"]
         assert events[0]["level"] == "warning" and events[0]["peer"].startswith("ipv4:127.0.0.1:")
+        oversized_events = [
+            json.loads(line)
+            for line in broker.log_text().splitlines()
+            if line.startswith("{") and '"cluster_link_frame_oversized"' in line
+        ]
+        assert [(event["size"], event["limit"]) for event in oversized_events] == [
+            (len(huge), 64 * 1024 * 1024)
+        ]
     finally:
         cluster.close()
