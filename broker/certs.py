@@ -59,7 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     # here, not at the top: `skipmq` imports this module to check the cluster's files, and the
-    # transport package brings grpc and protobuf (~15 MiB) into a broker that may not cluster
+    # transport package brings grpc, protobuf and cryptography (~28 MiB) into a broker that may not cluster
     from broker.adapters.transport.tls import issue_broker_cert, make_ca, split_peer_id
 
     args = build_parser().parse_args(argv)

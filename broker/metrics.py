@@ -32,7 +32,7 @@ from broker.cluster.stats import LATENCY_SAMPLE_EVERY, METRIC_HOP_MAX, RTT_SAMPL
 from broker.config import BrokerConfig
 from broker.core.stats import QUEUE_NEAR_LIMIT, BrokerStats, Histogram
 
-if TYPE_CHECKING:  # a type only: overlay.node (~2 MiB) loads where a cluster starts
+if TYPE_CHECKING:  # a type only: overlay.node (~1 MiB) loads where a cluster starts
     from broker.cluster.overlay_figures import OverlayFigures
 
 # The classic text format generate_latest() writes; every Prometheus version understands it.
