@@ -23,8 +23,6 @@ import socket
 import sys
 from typing import TYPE_CHECKING
 
-from broker.adapters.transport.tls import issue_broker_cert, make_ca, split_peer_id
-
 if TYPE_CHECKING:
     from broker.config import BrokerConfig
 
@@ -60,6 +58,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    # here, not at the top: `skipmq` imports this module to check the cluster's files, and the
+    # transport package brings grpc, protobuf and cryptography (~28 MiB) into a broker that may not cluster
+    from broker.adapters.transport.tls import issue_broker_cert, make_ca, split_peer_id
+
     args = build_parser().parse_args(argv)
     try:
         if args.command == "init":

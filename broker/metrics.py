@@ -19,6 +19,7 @@ import platform
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, ProcessCollector
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
@@ -27,10 +28,12 @@ from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
 from broker import __version__
-from broker.cluster.overlay_figures import OverlayFigures
 from broker.cluster.stats import LATENCY_SAMPLE_EVERY, METRIC_HOP_MAX, RTT_SAMPLE_EVERY, ClusterStats
 from broker.config import BrokerConfig
 from broker.core.stats import QUEUE_NEAR_LIMIT, BrokerStats, Histogram
+
+if TYPE_CHECKING:  # a type only: overlay.node (~1 MiB) loads where a cluster starts
+    from broker.cluster.overlay_figures import OverlayFigures
 
 # The classic text format generate_latest() writes; every Prometheus version understands it.
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
