@@ -23,6 +23,9 @@ SQLite store when it has one (``custody_store.py``): an ``EventAck`` leaves only
 commit that made what it acknowledges durable (the deliveries into persistent sessions, the
 custody rows), and a restarted broker restores its custody. docs/federation.md says what that
 means and what is not done.
+
+Size: one link adapter for both link runtimes (grpcio and h2), the link request's identity
+check and the custody store's commits; its protocol is in broker/federation/ (router, custody).
 """
 
 from __future__ import annotations

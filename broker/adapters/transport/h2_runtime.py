@@ -24,7 +24,7 @@ The objects mimic the part of grpc.aio's API that link.py uses (``read`` returni
 ``grpc.aio.EOF``, ``write``, ``abort``, ``peer``, ``auth_context``; errors as
 ``grpc.aio.AioRpcError``), so the link life cycle above is the same on both runtimes.
 
-Size (~870 lines, over the house's ~800): one HTTP/2 connection with its hand-made DATA path,
+Size: ~870 lines, over the house's ~800: one HTTP/2 connection with its hand-made DATA path,
 the server and the dialer's channel, which share that connection class; the frame parser and the
 window accounting are one state (the health service is in h2_health.py).
 """
