@@ -488,3 +488,34 @@ def slow_beside_fast(
     run.world.at(2.5, run.connect, "pub")
     run.publish_stream("pub", messages, interval_s, 4.0, "slow/x")
     return run.finish(end_s=4.0 + messages * interval_s + 10.0), run
+
+
+def late_session_under_a_stream(
+    seed: int = 1,
+    *,
+    messages: int = 1500,
+    interval_s: float = 0.002,
+    drain_per_s: float = 2000.0,
+    down_s: float = 2.0,
+) -> Result:
+    """kill -9 of the subscriber's broker B under a 500 msg/s stream from A; the subscriber
+    reconnects to C 0.3 s later (a new session: B is down) and subscribes again, as a device does;
+    B restarts ``down_s`` after the kill and hands the old session to C, late, with its stream
+    positions (the chaos soak's session moves). Default limits. Before the late session's catch-up
+    stopped where C's own session had begun to get the stream, C delivered again all the stream
+    since B's positions (about 1,000 duplicates here)."""
+    run = Run(seed, Scenario(brokers=3, quiet_s=10.0, title="late session under a stream (default limits)"))
+    a, b, c = run.peer_ids
+    run.start_brokers()
+    run.add_client("pub", a, persistent=False)
+    subscriber = run.add_client("sub", b, persistent=True)
+    subscriber.drain_per_s = drain_per_s
+    subscriber.on_connack = lambda client, _present: client.subscribe("late/x")
+    run.world.at(2.0, run.connect, "sub")
+    run.world.at(2.5, run.connect, "pub")
+    run.publish_stream("pub", messages, interval_s, 4.0, "late/x")
+    kill_at = 4.0 + messages * interval_s / 3
+    run.world.at(kill_at, run.crash, b)
+    run.world.at(kill_at + 0.3, run.connect, "sub", c)
+    run.world.at(kill_at + down_s, run.restart, b)
+    return run.finish(end_s=4.0 + messages * interval_s + 25.0)
