@@ -251,7 +251,9 @@ class EngineReceiving(TakeoverGlue):
             if body.refused:
                 self._claim_refused(body)
                 return
-            outcome = self.takeover.on_reply(envelope.orig, body)  # orig: the answering broker
+            here = self.broker.client_connected(body.client_id)
+            # (orig: the answering broker)
+            outcome = self.takeover.on_reply(envelope.orig, body, client_here=here)
             if body.snapshot is None and self.takeover.answered_without_session(body.claim_id, envelope.orig):
                 self.store.set_pending_claim(body.claim_id, None)  # nobody has it in flight
             if isinstance(outcome, LateSession) and self._pass_on_late(body):

@@ -97,10 +97,17 @@ def test_takeover_the_same_session_answering_a_repeated_claim_again_is_not_merge
     assert t.tick(now=2.0) == [ClaimFinished(claim.claim_id, None)]  # x and y down: the wait ran out
     assert t.may_bring_session("c")
     reply = ClaimReply(claim.claim_id, "c", True, snapshot)
-    assert t.on_reply("x:1", reply) == LateSession(snapshot)
-    assert t.on_reply("x:1", reply) is None  # the answer to a repeat of the claim
-    assert t.on_reply("x:1", reply) is None
-    assert t.on_reply("y:1", ClaimReply(claim.claim_id, "c", True, other)) == LateSession(other)
+    assert t.on_reply("x:1", reply, client_here=True) == LateSession(snapshot)
+    assert t.on_reply("x:1", reply, client_here=True) is None  # the answer to a repeat of the claim
+    assert t.on_reply("x:1", reply, client_here=True) is None
+    other_reply = ClaimReply(claim.claim_id, "c", True, other)
+    assert t.on_reply("y:1", other_reply, client_here=True) == LateSession(other)
+    # merged while the client was elsewhere (stored, or passed on): a later answer still counts
+    claim2, _ = t.claim("d", False, ["x:1"], now=3.0, wall_ns=3)
+    assert t.tick(now=5.0) == [ClaimFinished(claim2.claim_id, None)]
+    reply2 = ClaimReply(claim2.claim_id, "d", True, snapshot)
+    assert t.on_reply("x:1", reply2, client_here=False) == LateSession(snapshot)
+    assert t.on_reply("x:1", reply2, client_here=False) == LateSession(snapshot)
     assert t.settled(claim.claim_id)
     assert not t.may_bring_session("c")
 
