@@ -7,6 +7,8 @@
     python -m simulation --seeds 0:1000 --faults crash,long-partition --loss 0.05
                                                      # partitions of 12-40 s: peers declared down
     python -m simulation --known                     # the three known faults, one run each
+    python -m simulation --seeds 0:1000 --faults crash,partition,move --loss 0.05 --finite-clients
+                                                     # streams of 125-500 msg/s, finite-rate clients
     python -m simulation --seeds 0:200 --conversation --loss 0.05 --faults crash,partition
                                                      # causal groups, every fault at once
 
@@ -109,6 +111,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         action="store_true",
         help="with --conversation: without cluster.causal_groups (shows the order it breaks)",
     )
+    parser.add_argument(
+        "--finite-clients",
+        action="store_true",
+        help="random script only: each publisher sends 200-600 messages at 125-500 msg/s and each "
+        "subscriber drains at 1.5-4 times the publishers' total rate (SimClient(drain_per_s=)), "
+        "with the default limits (queue 1,000 per session): the backlog a fault leaves must reach "
+        "a session no faster than it drains",
+    )
     parser.add_argument("--trace", type=int, default=40, help="client events shown for a failing seed (40)")
     return parser.parse_args(argv)
 
@@ -126,6 +136,8 @@ def main(argv: list[str] | None = None) -> int:
     }
     if args.brokers is not None:
         options["brokers"] = (args.brokers, args.brokers)
+    if args.finite_clients:
+        options["finite_clients"] = True
     if args.conversation:
         if "move" in args.faults:
             print("python -m simulation: --faults move is not part of --conversation", file=sys.stderr)
@@ -151,7 +163,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.seed is not None:
         result = _run(args.seed, options)
         print(result.report(trace_lines=args.trace))
-        print(f"  {result.events} events; {'OK' if result.ok else 'VIOLATIONS'}")
+        verdict = "OK" if result.ok else "VIOLATIONS"
+        print(f"  {result.events} events, {result.duplicates} duplicates; {verdict}")
         return 0 if result.ok else 1
     return _sweep(args.seeds, args.trace, options)
 
@@ -160,9 +173,13 @@ def _sweep(seeds: range, trace_lines: int, options: dict[str, object]) -> int:
     started = time.monotonic()
     failing: list[Result] = []
     events = 0
+    duplicates = received = most = 0
     for index, seed in enumerate(seeds, start=1):
         result = _run(seed, options)
         events += result.events
+        duplicates += result.duplicates
+        received += len(result.history.received)
+        most = max(most, result.duplicates)
         if not result.ok:
             failing.append(result)
             print(result.report(trace_lines=0), flush=True)
@@ -178,6 +195,11 @@ def _sweep(seeds: range, trace_lines: int, options: dict[str, object]) -> int:
         f"{len(seeds)} seeds in {elapsed:.1f} s ({len(seeds) / elapsed:.2f} seeds/s, "
         f"{events / elapsed:,.0f} events/s); {len(failing)} failing"
         + (f": {[r.seed for r in failing]}" if failing else "")
+    )
+    print(
+        f"duplicates: {duplicates:,} of {received:,} receipts"
+        f" ({duplicates / max(1, received - duplicates):.4f} per message received),"
+        f" at most {most:,} in one seed"
     )
     return 1 if failing else 0
 

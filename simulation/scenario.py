@@ -56,6 +56,9 @@ class Scenario:
     filters: tuple[str, ...] = ("plant/#", "plant/a/temp", "plant/+/temp", "plant/b/#")
     settings: tuple[tuple[str, Any], ...] = ()
     title: str = ""  # a scripted scenario's name (its script, not the random one, runs)
+    # each subscriber's drain rate (messages/s, ``SimClient(drain_per_s=)``; empty: it takes every
+    # message at once): ``random_scenario(finite_clients=True)``
+    drain_per_s: tuple[float, ...] = ()
 
     def describe(self) -> str:
         if self.title:
@@ -67,6 +70,13 @@ class Scenario:
             f"crashes {self.crashes} partitions {self.partitions}"
             + (f" ({self.partition_s[0]:g}-{self.partition_s[1]:g} s)" if self.partitions else "")
             + f" moves {self.moves}"
+            + (
+                f"; {1 / self.publish_interval_s:.0f} msg/s per publisher, subscribers drain "
+                + "/".join(f"{rate:.0f}" for rate in self.drain_per_s)
+                + " msg/s"
+                if self.drain_per_s
+                else ""
+            )
         )
 
 
@@ -78,8 +88,14 @@ def random_scenario(
     duplicate: float = 0.05,
     reorder: float = 0.05,
     faults: frozenset[str] = frozenset(),
+    finite_clients: bool = False,
 ) -> Scenario:
-    """The scenario of ``seed``: sizes, network fault rates and fault counts drawn from it."""
+    """The scenario of ``seed``: sizes, network fault rates and fault counts drawn from it.
+    ``finite_clients``: a stream that matters to the default queue limit (1,000) - each publisher
+    sends 200-600 messages at 125-500 msg/s - and subscribers that drain at a finite rate, 1.5-4
+    times the publishers' total rate (faster than the live stream: a subscriber slower than that
+    drops by its queue policy, as on one broker, which is not a cluster loss). Drawn after
+    everything else, so the rest of the seed's scenario is the same with or without."""
     rng = random.Random(f"scenario/{seed}")
     network = NetworkConfig(
         latency_s=rng.uniform(0.0005, 0.005),
@@ -105,6 +121,15 @@ def random_scenario(
         # 15 s of quiet still after it for the peers declared down to come back and catch up
         longest = LONG_PARTITION_S[1]
         scenario = replace(scenario, partition_s=LONG_PARTITION_S, quiet_s=2 * (longest + 15.0))
+    if finite_clients:
+        interval_s = rng.uniform(0.002, 0.008)
+        total_per_s = scenario.publishers / interval_s
+        scenario = replace(
+            scenario,
+            messages=rng.randint(200, 600),
+            publish_interval_s=interval_s,
+            drain_per_s=tuple(rng.uniform(1.5, 4.0) * total_per_s for _ in range(scenario.subscribers)),
+        )
     return scenario
 
 
@@ -122,6 +147,12 @@ class Result:
     @property
     def ok(self) -> bool:
         return not self.violations
+
+    @property
+    def duplicates(self) -> int:
+        """Receipts beyond the first of one message by one subscriber (QoS 1 allows them)."""
+        received = self.history.received
+        return len(received) - len({(r.subscriber, r.publisher, r.epoch, r.seq) for r in received})
 
     def report(self, trace_lines: int = 40) -> str:
         lines = [f"seed {self.seed}: {self.scenario.describe()}"]
@@ -253,7 +284,9 @@ class Run:
             world.at(0.2 * index, self.start_broker, peer_id)
         for index in range(scenario.subscribers):
             client_id = f"sub{index}"
-            self.add_client(client_id, rng.choice(self.peer_ids), persistent=True)
+            client = self.add_client(client_id, rng.choice(self.peer_ids), persistent=True)
+            if scenario.drain_per_s:
+                client.drain_per_s = scenario.drain_per_s[index]
             topic_filter = rng.choice(scenario.filters)
             self.clients[client_id].on_connack = _subscribe_once(topic_filter)
             world.at(scenario.join_s + 0.05 * index, self.connect, client_id)
@@ -336,6 +369,8 @@ def replay_command(seed: int, **options: Any) -> str:
     faults = options.get("faults")
     if faults:
         words.append("--faults " + ",".join(sorted(faults)))
+    if options.get("finite_clients"):
+        words.append("--finite-clients")
     for name in ("loss", "duplicate", "reorder"):
         if name in options:
             words.append(f"--{name} {options[name]}")
@@ -453,3 +488,34 @@ def slow_beside_fast(
     run.world.at(2.5, run.connect, "pub")
     run.publish_stream("pub", messages, interval_s, 4.0, "slow/x")
     return run.finish(end_s=4.0 + messages * interval_s + 10.0), run
+
+
+def late_session_under_a_stream(
+    seed: int = 1,
+    *,
+    messages: int = 1500,
+    interval_s: float = 0.002,
+    drain_per_s: float = 2000.0,
+    down_s: float = 2.0,
+) -> Result:
+    """kill -9 of the subscriber's broker B under a 500 msg/s stream from A; the subscriber
+    reconnects to C 0.3 s later (a new session: B is down) and subscribes again, as a device does;
+    B restarts ``down_s`` after the kill and hands the old session to C, late, with its stream
+    positions (the chaos soak's session moves). Default limits. Before the late session's catch-up
+    stopped where C's own session had begun to get the stream, C delivered again all the stream
+    since B's positions (about 1,000 duplicates here)."""
+    run = Run(seed, Scenario(brokers=3, quiet_s=10.0, title="late session under a stream (default limits)"))
+    a, b, c = run.peer_ids
+    run.start_brokers()
+    run.add_client("pub", a, persistent=False)
+    subscriber = run.add_client("sub", b, persistent=True)
+    subscriber.drain_per_s = drain_per_s
+    subscriber.on_connack = lambda client, _present: client.subscribe("late/x")
+    run.world.at(2.0, run.connect, "sub")
+    run.world.at(2.5, run.connect, "pub")
+    run.publish_stream("pub", messages, interval_s, 4.0, "late/x")
+    kill_at = 4.0 + messages * interval_s / 3
+    run.world.at(kill_at, run.crash, b)
+    run.world.at(kill_at + 0.3, run.connect, "sub", c)
+    run.world.at(kill_at + down_s, run.restart, b)
+    return run.finish(end_s=4.0 + messages * interval_s + 25.0)

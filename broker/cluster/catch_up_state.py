@@ -18,7 +18,7 @@ Pure: no I/O, no clock (``now`` is passed in).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable, Mapping
 from typing import Any
 
 from broker.cluster.messages import ForwardedMessage
@@ -30,6 +30,9 @@ CatchUpRow = tuple[str, str, int, int, bool]
 CatchUps = dict[StreamKey, list[list[Any]]]  # key -> [[next SEQ, end SEQ, client, since, counted]]
 AwaitingStart = dict[StreamKey, list[tuple[int, str, float]]]  # key -> [(next SEQ, client, since)]
 Held = dict[tuple[StreamKey, str], list[ForwardedMessage]]  # (key, client) -> held messages
+# topic filter -> stream key -> the SEQ from which a client's own subscription of that filter here
+# got every message of the stream (its REQ here, or this broker's next SEQ, when it subscribed)
+SubscribedAt = dict[str, dict[StreamKey, int]]
 
 
 def rows_of(client_id: str, catch_ups: CatchUps, awaiting_start: AwaitingStart) -> list[CatchUpRow]:
@@ -62,3 +65,28 @@ def restore(
     for client_id, forwarded in held:
         held_for.setdefault(((forwarded.origin, forwarded.stream), client_id), []).append(forwarded)
     return catch_ups, awaiting, held_for
+
+
+def upper_bound(
+    subscribed_at: Mapping[str, Mapping[StreamKey, int]], filters: Collection[str], key: StreamKey, start: int
+) -> int | None:
+    """Where a late session's catch-up of ``key`` may stop: the session it merges into subscribed
+    ``filters`` (every filter of the late session on the stream's class) here already, and got
+    every message of ``key`` from this SEQ on through those subscriptions. ``start``: where ``key``
+    started here (0: not known), the bound for a stream that reached this broker only after a
+    subscription was made. None: no bound (a filter the session did not subscribe here, or no
+    record): the catch-up goes to the stream's current position, as before."""
+    if not filters:
+        return None
+    bound = 0
+    for topic_filter in filters:
+        recorded = subscribed_at.get(topic_filter)
+        if recorded is None:
+            return None
+        at = recorded.get(key)
+        if at is None:
+            if not start:
+                return None
+            at = start
+        bound = max(bound, at)  # the latest subscription: it got what came after
+    return bound

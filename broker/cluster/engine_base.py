@@ -190,6 +190,9 @@ class EngineBase:
         # ((origin, class), client) -> messages held for a moved session until its catch-up on
         # that stream is done
         self._held_for: dict[tuple[tuple[str, str], str], list[ForwardedMessage]] = {}
+        # client -> filter -> stream key -> SEQ: where the streams stood when a client whose older
+        # session may still arrive (a late session) subscribed here (``catch_up_state.upper_bound``)
+        self._subscribed_at: dict[str, dict[str, dict[tuple[str, str], int]]] = {}
         self._deliver_pending_commit = False
         # the overlay's ACK and DONE, held per peer up to ack_delay_ms and sent with the stream
         # acknowledgements (``replies``, issue #11); None: each goes out at once

@@ -47,11 +47,13 @@ class EngineEntryPoints(EngineReceiving):
         if _local_only(topic_filter):
             return
         self._apply_interest(self.interest.subscribe(client_id, topic_filter, share_group))
+        self._note_subscribed(client_id, topic_filter, share_group)
 
     def on_unsubscribe(self, client_id: str, topic_filter: str, share_group: str | None) -> None:
         if _local_only(topic_filter):
             return
         self._apply_interest(self.interest.unsubscribe(client_id, topic_filter, share_group))
+        self._subscribed_at.get(client_id, {}).pop(topic_filter, None)
 
     def subscriptions_ready(self, topic_filters: list[tuple[str, str | None]]) -> Completion[bool] | None:
         """A completion done once the classes of ``topic_filters`` ((filter, share group) pairs)

@@ -251,7 +251,9 @@ class EngineReceiving(TakeoverGlue):
             if body.refused:
                 self._claim_refused(body)
                 return
-            outcome = self.takeover.on_reply(envelope.orig, body)  # orig: the answering broker
+            here = self.broker.client_connected(body.client_id)
+            # (orig: the answering broker)
+            outcome = self.takeover.on_reply(envelope.orig, body, client_here=here)
             if body.snapshot is None and self.takeover.answered_without_session(body.claim_id, envelope.orig):
                 self.store.set_pending_claim(body.claim_id, None)  # nobody has it in flight
             if isinstance(outcome, LateSession) and self._pass_on_late(body):
@@ -263,8 +265,9 @@ class EngineReceiving(TakeoverGlue):
                 self.broker.receive_late_session(outcome.snapshot)
                 self._claim_settled(body.claim_id)
                 if body.positions and self.broker.has_session(body.client_id):
-                    self._catch_up(body.client_id, body.positions)
-            elif outcome is None and body.had_client and body.positions:
+                    late = [s.match_filter for s in outcome.snapshot.subscriptions if s.share_group is None]
+                    self._catch_up(body.client_id, body.positions, late)
+            elif outcome is None and body.had_client and body.positions and body.snapshot is None:
                 # an answer (to a repeated claim) from a broker whose copy of the session was empty:
                 # what was published after its positions still has to reach the client here
                 if self.broker.has_session(body.client_id):

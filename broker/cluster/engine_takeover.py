@@ -4,19 +4,38 @@ docs/cluster.md "Session takeover").
 :class:`TakeoverGlue` is the part of ``broker.cluster.engine.ClusterEngine`` that carries out the
 decisions of the pure core ``takeover``: it answers claims (handing a session over with its stream
 positions, or refusing one bound to another user), passes on a session whose client moved on,
-settles our own claims and finishes the CONNECTs waiting for them. It holds no state of its own.
+settles our own claims and finishes the CONNECTs waiting for them. The stream positions a session
+leaves with (:meth:`TakeoverGlue._hand_over_positions`) and, for a session that may have an older
+one merged into it later (a late session), where its own subscriptions here began to get each
+stream (:meth:`TakeoverGlue._note_subscribed`: the late session's catch-up stops there). It holds
+no state of its own.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Collection, Iterator
+from typing import Any
 
+from broker.cluster import catch_up_state
 from broker.cluster.engine_retained import RetainedGlue
-from broker.cluster.messages import (
-    ClaimReply,
-    SessionClaim,
-)
+from broker.cluster.messages import ClaimReply, SessionClaim, StreamPosition
+from broker.cluster.stream_receiver import origin_peer
 from broker.cluster.takeover import Answer, ClaimFinished, HandOver, NoSession, Refuse
+from broker.core.session import SessionSnapshot
+
+
+def _take_client_entries(
+    table: dict[tuple[str, str], Any], client_id: str, client_at: int
+) -> Iterator[tuple[tuple[str, str], int]]:
+    """Remove the entries of ``client_id`` (at index ``client_at``; their first field is a SEQ)
+    from the lists of ``table``, dropping emptied keys; yield (stream key, SEQ) of each."""
+    for key, entries in list(table.items()):
+        for entry in [e for e in entries if e[client_at] == client_id]:
+            entries.remove(entry)
+            yield key, entry[0]
+        if not entries:
+            del table[key]
 
 
 class TakeoverGlue(RetainedGlue):
@@ -152,3 +171,81 @@ class TakeoverGlue(RetainedGlue):
             completion = self._claim_waits.pop(outcome.claim_id, None)
             if completion is not None:
                 self.scheduler.call_soon(completion.set_result, outcome.snapshot)
+
+    def _note_subscribed(self, client_id: str, topic_filter: str, share_group: str | None) -> None:
+        """A local subscription of ``client_id``: if an older session of the client may still be
+        merged into its session here (a late session: its broker was down or cut off when the
+        client connected here), where the streams of the filter's class stand now is kept - the
+        subscription gets every message from there on, so the late session's catch-up stops there
+        (``_catch_up``, :meth:`_late_session_end`) instead of delivering again what the client
+        already got here."""
+        takeover = self.takeover
+        if share_group is not None or takeover is None or not takeover.may_bring_session(client_id):
+            return
+        recorded = self._subscribed_at.setdefault(client_id, {})
+        if topic_filter in recorded:
+            return  # subscribed before: the first time counts
+        cls = self.interest.class_of(topic_filter)
+        at = {key: seq for key, seq in self.receiver.positions().items() if key[1] == cls}
+        sender = self.sender
+        if sender is not None:
+            at[(sender.origin, cls)] = sender.position(cls)  # local publishes reach it directly
+        recorded[topic_filter] = at
+
+    def _late_session_end(
+        self, client_id: str, filters: Collection[str] | None
+    ) -> Callable[[tuple[str, str], int], int]:
+        """For ``_catch_up`` of ``client_id`` (``filters``: the subscriptions of a late session
+        merged into its session here): where the catch-up of a stream stops - ``here`` (the
+        stream's position), or where the session's own subscriptions here began to get the
+        stream, if that is lower (``catch_up_state.upper_bound``). Uses up the record."""
+        subscribed_at = self._subscribed_at.pop(client_id, None)
+        if subscribed_at is None or not filters:
+            return lambda key, here: here
+        by_class: dict[str, list[str]] = {}
+        for topic_filter in filters:
+            by_class.setdefault(self.interest.class_of(topic_filter), []).append(topic_filter)
+        sender = self.sender
+        assert sender is not None
+
+        def end(key: tuple[str, str], here: int) -> int:
+            own = origin_peer(key[0]) == self.peer_id
+            if own and key[0] == sender.origin:
+                here = min(here, sender.position(key[1]))
+            start = 0 if own else self.receiver.start_of(key)
+            bound = catch_up_state.upper_bound(subscribed_at, by_class.get(key[1], ()), key, start)
+            return here if bound is None else min(here, bound)
+
+        return end
+
+    def _hand_over_positions(
+        self, snapshot: SessionSnapshot, before: dict[tuple[str, str], int]
+    ) -> tuple[StreamPosition, ...]:
+        """Where this broker stood in the streams of the classes of a session it hands over: the
+        new broker gets the messages published after (none is lost in the move)."""
+        sender = self.sender
+        assert sender is not None
+        classes = {self.interest.class_of(sub.match_filter) for sub in snapshot.subscriptions}
+        at = {key: p for key, p in before.items() if key[1] in classes}
+        for c in classes:
+            at[(sender.origin, c)] = sender.position(c)
+        # positions the session brought here and that were never applied (its client left before
+        # the CONNACK): the earliest of the two for each stream goes on with it
+        for position in self._moved_positions.pop(snapshot.client_id, ()):
+            key = (position.origin, position.stream)
+            at[key] = min(at.get(key, position.next_seq), position.next_seq)
+        # catch-ups of the session still running here (and the newer messages held for it): the
+        # next broker fetches them from where the session stands
+        client_id = snapshot.client_id
+        self._subscribed_at.pop(client_id, None)  # (its subscriptions leave with it)
+        for table, client_at in ((self._catch_ups, 2), (self._awaiting_start, 1)):
+            for key, seq in _take_client_entries(table, client_id, client_at):
+                at[key] = min(at.get(key, seq), seq)
+        for held_key in [k for k in self._held_for if k[1] == client_id]:
+            held = self._held_for.pop(held_key)
+            key = held_key[0]
+            at[key] = min(at.get(key, held[0].seq), held[0].seq)
+        # (in the hand-over's commit: the session and what it waited for leave together)
+        self.store.set_catch_ups(client_id, [])
+        self.store.release_held(client_id, None)
+        return tuple(StreamPosition(o, c, p) for (o, c), p in sorted(at.items()))

@@ -16,7 +16,7 @@ It holds no state of its own; the engine owns everything (attributes declared be
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Collection, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable
 from typing import TYPE_CHECKING, Any
 
 from broker.cluster import catch_up_state
@@ -43,7 +43,7 @@ if TYPE_CHECKING:
     from broker.cluster.store_port import ClusterStore
     from broker.config import ClusterConfig
     from broker.core.ports import BrokerApi, Scheduler
-    from broker.core.session import Message, SessionSnapshot
+    from broker.core.session import Message
 
 log = logging.getLogger("skipmq.cluster")
 
@@ -56,19 +56,6 @@ BATCH_MAX_MESSAGES = 256
 _NOBODY: frozenset[str] = frozenset()  # no moved session waits for a catch-up of this stream
 BATCH_MAX_BYTES = 256 * 1024
 BATCH_ITEM_OVERHEAD_BYTES = 256  # per message beyond payload, topic and properties (fields, framing)
-
-
-def _take_client_entries(
-    table: dict[tuple[str, str], Any], client_id: str, client_at: int
-) -> Iterator[tuple[tuple[str, str], int]]:
-    """Remove the entries of ``client_id`` (at index ``client_at``; their first field is a SEQ)
-    from the lists of ``table``, dropping emptied keys; yield (stream key, SEQ) of each."""
-    for key, entries in list(table.items()):
-        for entry in [e for e in entries if e[client_at] == client_id]:
-            entries.remove(entry)
-            yield key, entry[0]
-        if not entries:
-            del table[key]
 
 
 def _batch_cost(forwarded: ForwardedMessage) -> int:
@@ -114,6 +101,7 @@ class StreamsMixin:
     _moved_positions: dict[str, tuple[StreamPosition, ...]]
     _awaiting_start: dict[tuple[str, str], list[tuple[int, str, float]]]
     _held_for: dict[tuple[tuple[str, str], str], list[ForwardedMessage]]
+    _late_session_end: Callable[[str, Collection[str] | None], Callable[[tuple[str, str], int], int]]
     _now: Callable[[], float]
     _commit: Callable[[], None]
     _handle: Callable[[Any], None]
@@ -367,43 +355,17 @@ class StreamsMixin:
         class_of = self.interest.class_of
         return lambda topic_filter: class_of(topic_filter) == stream_class
 
-    def _hand_over_positions(
-        self, snapshot: SessionSnapshot, before: dict[tuple[str, str], int]
-    ) -> tuple[StreamPosition, ...]:
-        """Where this broker stood in the streams of the classes of a session it hands over: the
-        new broker gets the messages published after (none is lost in the move)."""
-        sender = self.sender
-        assert sender is not None
-        classes = {self.interest.class_of(sub.match_filter) for sub in snapshot.subscriptions}
-        at = {key: p for key, p in before.items() if key[1] in classes}
-        for c in classes:
-            at[(sender.origin, c)] = sender.position(c)
-        # positions the session brought here and that were never applied (its client left before
-        # the CONNACK): the earliest of the two for each stream goes on with it
-        for position in self._moved_positions.pop(snapshot.client_id, ()):
-            key = (position.origin, position.stream)
-            at[key] = min(at.get(key, position.next_seq), position.next_seq)
-        # catch-ups of the session still running here (and the newer messages held for it): the
-        # next broker fetches them from where the session stands
-        client_id = snapshot.client_id
-        for table, client_at in ((self._catch_ups, 2), (self._awaiting_start, 1)):
-            for key, seq in _take_client_entries(table, client_id, client_at):
-                at[key] = min(at.get(key, seq), seq)
-        for held_key in [k for k in self._held_for if k[1] == client_id]:
-            held = self._held_for.pop(held_key)
-            key = held_key[0]
-            at[key] = min(at.get(key, held[0].seq), held[0].seq)
-        # (in the hand-over's commit: the session and what it waited for leave together)
-        self.store.set_catch_ups(client_id, [])
-        self.store.release_held(client_id, None)
-        return tuple(StreamPosition(o, c, p) for (o, c), p in sorted(at.items()))
-
-    def _catch_up(self, client_id: str, positions: tuple[StreamPosition, ...]) -> None:
-        """A session moved here: deliver it what its old broker did not."""
+    def _catch_up(
+        self, client_id: str, positions: tuple[StreamPosition, ...], filters: Collection[str] | None = None
+    ) -> None:
+        """A session moved here: deliver it what its old broker did not. ``filters``: the
+        subscriptions of a late session merged into the client's session here, which may have
+        received part of it already (``catch_up_state.upper_bound``)."""
         sender = self.sender
         broker = self.broker
         assert sender is not None and broker is not None
         now = self._now()
+        end = self._late_session_end(client_id, filters)
         # the positions name every stream of the session's classes the old broker received (its
         # own included); a stream they do not name never reached it (the overlay delivered late),
         # nor the brokers the session was on before it, whose positions it had adopted. The
@@ -423,27 +385,37 @@ class StreamsMixin:
                     continue
                 messages, _kept_from = sender.logged_from(key, 0)
                 accept = self._class_filter(cls)
+                stop = end(key, 1 << 62)
                 for forwarded in messages:
+                    if forwarded.seq >= stop:
+                        break
                     broker.deliver_remote(forwarded.message, accept, client_id)
                     self._deliver_pending_commit = True
         # other brokers' streams of those classes received here: what this broker delivered of
         # them before the session arrived is asked for, for this client only (not counted as a
         # gap where the origin's log no longer has it: the client may never have needed it)
         for key, here in sorted(self.receiver.positions().items()):
-            if key[1] in classes and key not in named and origin_peer(key[0]) != self.peer_id and here > 1:
-                self._catch_ups.setdefault(key, []).append([1, here, client_id, now, False])
-                self._send_stream(origin_peer(key[0]), StreamRet(key[0], key[1], 1, here))
+            if key[1] in classes and key not in named and origin_peer(key[0]) != self.peer_id:
+                here = end(key, here)
+                if here > 1:
+                    self._catch_ups.setdefault(key, []).append([1, here, client_id, now, False])
+                    self._send_stream(origin_peer(key[0]), StreamRet(key[0], key[1], 1, here))
         for position in positions:
             key = (position.origin, position.stream)
             if origin_peer(position.origin) == self.peer_id:  # our stream (any incarnation): our log
                 messages, kept_from = sender.logged_from(key, position.next_seq)
                 self._count_given_up(key, kept_from - position.next_seq)
                 accept = self._class_filter(position.stream)
+                stop = end(key, 1 << 62)
                 for forwarded in messages:
+                    if forwarded.seq >= stop:
+                        break
                     broker.deliver_remote(forwarded.message, accept, client_id)
                     self._deliver_pending_commit = True
                 continue
             here = self.receiver.position(key)
+            if here:
+                here = end(key, here)
             if not here and self.interest.subscribed_by_others(position.stream, client_id):
                 # the stream is on its way here for the class's other subscribers (nothing of it
                 # arrived yet): starting it at the session's position would drop what they still

@@ -68,6 +68,7 @@ WINDOW = env_int("SKIPMQ_ZL_WINDOW", 100)
 # the kill -9 streams are paced: with the default queue limit a subscriber slower than the live
 # stream drops by policy (as on one broker), which is not what these tests look for
 RATE_PER_S = env_float("SKIPMQ_ZL_RATE", 500.0)
+DOWN_S = env_float("SKIPMQ_ZL_DOWN_S", 4.0)  # how long the subscriber's broker stays down (duplicates)
 STREAM_S = 90.0  # bound on a stream finishing (PUBACKs may wait publish_ack_wait_ms while a broker is down)
 MOVE_RATE_PER_S = 1000.0  # the move/takeover streams are paced so that the move happens mid-stream
 SESSION_EXPIRY_S = 600
@@ -222,6 +223,73 @@ def test_qos2_across_kill_9_of_the_subscribers_then_the_publishers_broker_delive
     report(f"QoS 2 stream of {stream.sent} took {time.monotonic() - started:.1f} s")
     assert len(stream.acked_ids()) == QOS2_MESSAGES
     check(result, qos=2)
+
+
+# ------------------------------------------------------------------ duplicates after kill -9
+
+# the broker's outgoing window per client (limits.max_inflight_messages, default) and the most a
+# sender sends unasked in one round (stream_sender.RESEND_BATCH): after a kill -9 a QoS 1
+# subscriber may get again what was in flight - its window plus one unacknowledged batch from
+# each sender of its stream - and the publisher's own window that paho sends again
+INFLIGHT_DEFAULT = 20
+SENDER_BATCH = 256
+
+
+def duplicate_bound(brokers: int, faults: int) -> int:
+    """Every broker but the subscriber's may send its stream (a publisher's broker, and the one
+    it moves to): per fault the window plus a batch from each, and the publisher's window once."""
+    return faults * (INFLIGHT_DEFAULT + (brokers - 1) * SENDER_BATCH) + WINDOW
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_duplicates_after_kill_9_stay_within_what_was_in_flight(
+    cluster_factory: ClusterFactory, client_factory: ClientFactory
+) -> None:
+    """QoS 1, default limits, one stream of MESSAGES at RATE_PER_S, two faults: kill -9 of B (the
+    subscriber's broker) - the subscriber reconnects to C at once (a new session there: B is down
+    and its session cannot be handed over) and subscribes again, as a device does; B restarts
+    DOWN_S later and hands the old session over to C, late, with its stream positions - then
+    kill -9 of A (the publisher's broker; the publisher goes on at B). 0 lost, and the
+    duplicates stay within what was in flight at each fault (``duplicate_bound``). Before C took
+    the late session once (B answers every repeat of C's claim with the session) and stopped its
+    catch-up where C's own session had begun to get the stream, C merged it again with every
+    answer and delivered the stream since B's positions each time: 9,613 duplicates, up to 10
+    copies of a message (issue #30, the chaos soak's re-delivery bursts)."""
+    cluster = cluster_factory(3)
+    topic = f"{unique_id('zdup')}/stream"
+    sub = subscribed(client_factory, cluster, B, topic)
+    pub = persistent(client_factory, cluster, A, "zl-dup-pub", max_inflight=WINDOW)
+    inbox = Inbox([sub])
+    stream = IdStream(pub, topic, limit=MESSAGES, window=WINDOW, rate_per_s=RATE_PER_S)
+    started = time.monotonic()
+    stream.start()
+    try:
+        stream.wait_acked(MESSAGES // 5, STREAM_S)
+        cluster.kill_broker(B)
+        sub.wait_disconnected(10)
+        sub.connect(cluster.brokers[C].mqtt_port)
+        assert not sub.session_present, "B is down: C cannot have the session yet"
+        sub.subscribe(topic, 1)
+        stream.wait_acked(min(stream.limit, len(stream.acked_ids()) + int(RATE_PER_S * DOWN_S)), STREAM_S)
+        cluster.restart_broker(B)  # its claim answered now: the old session goes to C, late
+        stream.wait_acked(MESSAGES * 3 // 5, STREAM_S)
+        cluster.kill_broker(A)
+        pub.wait_disconnected(10)
+        pub.connect(cluster.brokers[B].mqtt_port)  # paho sends again what was not acknowledged
+        cluster.restart_broker(A)
+        stream.wait_done(STREAM_S)
+    finally:
+        stream.stop()
+    result = tally("kill -9 of B (subscriber moves to C), then of A", inbox, stream.acked_ids(), DRAIN_S)
+    bound = duplicate_bound(3, 2)
+    twice = sorted(n for n, count in result.counts.items() if count > 1)
+    most = max(result.counts.values(), default=0)
+    report(f"duplicates {result.duplicates}, bound {bound}; stream of {stream.sent} took"
+           f" {time.monotonic() - started:.1f} s; ids received more than once: {len(twice)}"
+           f" ({twice[:1]}..{twice[-1:]}), at most {most} copies")  # fmt: skip
+    check(result)
+    assert result.duplicates <= bound, f"more duplicates than were in flight: {result}"
 
 
 # ---------------------------------------------------------------------- SUBACK, then publish

@@ -91,3 +91,19 @@ def test_the_memory_store_keeps_the_same_rows() -> None:
     memory.set_catch_ups("sub", [])
     memory.release_held("sub", C_STREAM)
     assert memory.load_catch_ups() == [] and memory.load_held() == []
+
+
+def test_a_late_sessions_catch_up_stops_where_the_sessions_own_subscriptions_began() -> None:
+    """Issue #30: a late session merged into a session that subscribed here meanwhile needs a
+    stream only up to where that session's own subscriptions began to get it; with a filter of
+    its own not subscribed here, or no record, nothing bounds the catch-up."""
+    d_stream = ("d:1/inc", "=cu")
+    subscribed_at = {"cu/#": {C_STREAM: 120}, "cu/x": {C_STREAM: 130}}
+    assert catch_up_state.upper_bound(subscribed_at, ["cu/#"], C_STREAM, start=0) == 120
+    # two filters of the class: the later subscription bounds it (it got what came after)
+    assert catch_up_state.upper_bound(subscribed_at, ["cu/#", "cu/x"], C_STREAM, start=0) == 130
+    # a stream that reached this broker after the subscription: from where it started here
+    assert catch_up_state.upper_bound(subscribed_at, ["cu/#"], d_stream, start=40) == 40
+    assert catch_up_state.upper_bound(subscribed_at, ["cu/#"], d_stream, start=0) is None
+    assert catch_up_state.upper_bound(subscribed_at, ["cu/#", "cu/y"], C_STREAM, start=0) is None
+    assert catch_up_state.upper_bound(subscribed_at, [], C_STREAM, start=0) is None

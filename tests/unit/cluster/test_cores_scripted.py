@@ -85,6 +85,33 @@ def test_takeover_snapshot_finishes_at_once_and_a_late_one_is_kept() -> None:
     assert late == LateSession(snapshot)
 
 
+def test_takeover_the_same_session_answering_a_repeated_claim_again_is_not_merged_twice() -> None:
+    """Issue #30: the claimant repeats an unanswered claim every ``repeat_s``; a restarting broker
+    answers each repeat with the reply it kept. The session arrived with the first answer: the
+    others are dropped (each merge queued every message of the session again - the chaos soak's
+    bursts of re-deliveries). A session from another broker is another session: merged."""
+    t = Takeover("a:1", wait_s=1.0)
+    snapshot = SessionSnapshot("c", 5, 3600, None, [], [], set())
+    other = SessionSnapshot("c", 5, 3600, None, [], [], {7})
+    claim, _ = t.claim("c", False, ["x:1", "y:1"], now=0.0, wall_ns=1)
+    assert t.tick(now=2.0) == [ClaimFinished(claim.claim_id, None)]  # x and y down: the wait ran out
+    assert t.may_bring_session("c")
+    reply = ClaimReply(claim.claim_id, "c", True, snapshot)
+    assert t.on_reply("x:1", reply, client_here=True) == LateSession(snapshot)
+    assert t.on_reply("x:1", reply, client_here=True) is None  # the answer to a repeat of the claim
+    assert t.on_reply("x:1", reply, client_here=True) is None
+    other_reply = ClaimReply(claim.claim_id, "c", True, other)
+    assert t.on_reply("y:1", other_reply, client_here=True) == LateSession(other)
+    # merged while the client was elsewhere (stored, or passed on): a later answer still counts
+    claim2, _ = t.claim("d", False, ["x:1"], now=3.0, wall_ns=3)
+    assert t.tick(now=5.0) == [ClaimFinished(claim2.claim_id, None)]
+    reply2 = ClaimReply(claim2.claim_id, "d", True, snapshot)
+    assert t.on_reply("x:1", reply2, client_here=False) == LateSession(snapshot)
+    assert t.on_reply("x:1", reply2, client_here=False) == LateSession(snapshot)
+    assert t.settled(claim.claim_id)
+    assert not t.may_bring_session("c")
+
+
 def test_takeover_peer_down_ends_claims_waiting_only_for_it_and_the_claim_is_repeated_to_it() -> None:
     """Issue #10: the CONNECT stops waiting for a broker that went down, but the claim is repeated
     to it (a partition heals, a broker restarts with a stored session): one owner per client id."""
