@@ -190,6 +190,12 @@ class EngineBase:
         # ((origin, class), client) -> messages held for a moved session until its catch-up on
         # that stream is done
         self._held_for: dict[tuple[tuple[str, str], str], list[ForwardedMessage]] = {}
+        # no head-of-line blocking in a catch-up (``EngineReceiving._room_for``): per stream, the
+        # connected sessions that gated it in the current window, those seen absent in it, and
+        # those set aside (slower than the live stream: their queue policy applies) until it is live
+        self._gated: dict[tuple[str, str], set[str]] = {}
+        self._absent_in_window: dict[tuple[str, str], set[str]] = {}
+        self._set_aside: dict[tuple[str, str], set[str]] = {}
         self._deliver_pending_commit = False
         # the overlay's ACK and DONE, held per peer up to ack_delay_ms and sent with the stream
         # acknowledgements (``replies``, issue #11); None: each goes out at once

@@ -97,17 +97,62 @@ class EngineReceiving(TakeoverGlue):
     def _room_for(self, key: tuple[str, str]) -> int:
         """How many more messages of stream ``key`` the local sessions of its class take now: the
         least room below half its queue limit over those sessions (the other half stays free for
-        live messages of other streams meanwhile); seed 004's minBUF of the flow condition."""
+        live messages of other streams meanwhile); seed 004's minBUF of the flow condition.
+        Sessions set aside on this stream (slower than the live stream) do not count; the
+        connected ones with no room are noted (``_catch_up_window_closed``)."""
         broker = self.broker
         if broker is None:
             return UNLIMITED
         room = UNLIMITED
+        set_aside = self._set_aside.get(key)
         for client_id in self.interest.clients_of(key[1]):
+            if set_aside is not None and client_id in set_aside:
+                continue
             depth = broker.queue_depth(client_id)
             if depth is not None:
                 queued, limit = depth
-                room = min(room, max(1, limit // 2) - queued)
+                left = max(1, limit // 2) - queued
+                if not broker.client_connected(client_id):
+                    self._absent_in_window.setdefault(key, set()).add(client_id)
+                elif left <= 0:
+                    self._gated.setdefault(key, set()).add(client_id)
+                room = min(room, left)
         return room
+
+    def _catch_up_window_closed(self, key: tuple[str, str], fell_behind: bool, behind: int) -> int:
+        """A window (``stream_receiver.SLOW_WINDOW_S``) of the catch-up of ``key`` is over. If it
+        fell further behind the live stream, the sessions that gated it while connected throughout
+        the window drain slower than the live stream: they stop pacing it (no head-of-line blocking:
+        the others' catch-up goes on at their pace) and take its messages with their queue policy,
+        as on one broker - drops counted (``queue_full_oldest``) and logged. An absent session keeps
+        gating (its client is reconnecting, e.g. after this broker restarted) up to the stall
+        (``StreamReceiver.stall_s``). How many sessions were set aside."""
+        gated = self._gated.pop(key, set())
+        absent = self._absent_in_window.pop(key, set())
+        broker = self.broker
+        if not fell_behind or broker is None:
+            return 0
+        slow = sorted(c for c in gated - absent if broker.client_connected(c))
+        if not slow:
+            return 0
+        self._set_aside.setdefault(key, set()).update(slow)
+        self.stats.catch_up_sessions_set_aside += len(slow)
+        for client_id in slow:
+            log.warning(
+                "cluster_catch_up_session_set_aside client_id=%s origin=%s stream=%s behind=%d "
+                "reason=slower_than_stream (its queue policy applies until the stream is live)",
+                client_id,
+                key[0],
+                key[1],
+                behind,
+            )
+        return len(slow)
+
+    def _catch_up_over(self, key: tuple[str, str]) -> None:
+        """The stream ``key`` is live again: every session paces its next catch-up."""
+        self._set_aside.pop(key, None)
+        self._gated.pop(key, None)
+        self._absent_in_window.pop(key, None)
 
     def _peer_left(self, peer: str) -> None:
         """``peer`` stops gracefully (its announcement ``leaving``): absent, as if down - the send
