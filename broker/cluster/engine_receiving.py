@@ -106,12 +106,14 @@ class EngineReceiving(TakeoverGlue):
         room = UNLIMITED
         set_aside = self._set_aside.get(key)
         for client_id in self.interest.clients_of(key[1]):
-            if set_aside is not None and client_id in set_aside:
-                continue
             depth = broker.queue_depth(client_id)
             if depth is not None:
                 queued, limit = depth
                 left = max(1, limit // 2) - queued
+                if set_aside is not None and client_id in set_aside:
+                    if queued > limit // 4:
+                        continue  # still behind: its queue policy applies
+                    set_aside.discard(client_id)  # drained to a quarter of its limit: paces again
                 if not broker.client_connected(client_id):
                     self._absent_in_window.setdefault(key, set()).add(client_id)
                 elif left <= 0:
@@ -126,7 +128,10 @@ class EngineReceiving(TakeoverGlue):
         the others' catch-up goes on at their pace) and take its messages with their queue policy,
         as on one broker - drops counted (``queue_full_oldest``) and logged. An absent session keeps
         gating (its client is reconnecting, e.g. after this broker restarted) up to the stall
-        (``StreamReceiver.stall_s``). How many sessions were set aside."""
+        (``StreamReceiver.stall_s``). A set-aside session paces again once it has drained to a
+        quarter of its queue limit (half when the stream is live again: ``_catch_up_over``) - not
+        at half, where a catch-up paced by the others leaves it between two windows. How many
+        sessions were set aside."""
         gated = self._gated.pop(key, set())
         absent = self._absent_in_window.pop(key, set())
         broker = self.broker
@@ -140,7 +145,7 @@ class EngineReceiving(TakeoverGlue):
         for client_id in slow:
             log.warning(
                 "cluster_catch_up_session_set_aside client_id=%s origin=%s stream=%s behind=%d "
-                "reason=slower_than_stream (its queue policy applies until the stream is live)",
+                "reason=slower_than_stream (its queue policy applies until it has drained)",
                 client_id,
                 key[0],
                 key[1],
@@ -149,10 +154,23 @@ class EngineReceiving(TakeoverGlue):
         return len(slow)
 
     def _catch_up_over(self, key: tuple[str, str]) -> None:
-        """The stream ``key`` is live again: every session paces its next catch-up."""
-        self._set_aside.pop(key, None)
+        """The stream ``key`` is live again. A set-aside session stays set aside until it has
+        drained below half its queue limit (``_room_for``): while its queue is that full it is
+        still behind the live stream, and a short lag of a live stream under load (more than
+        LIVE_SLACK behind for a moment) would otherwise make it gate the others again for a
+        window each time."""
         self._gated.pop(key, None)
         self._absent_in_window.pop(key, None)
+        set_aside = self._set_aside.get(key)
+        broker = self.broker
+        if set_aside is None or broker is None:
+            return
+        for client_id in list(set_aside):
+            depth = broker.queue_depth(client_id)
+            if depth is None or depth[0] < max(1, depth[1] // 2):
+                set_aside.discard(client_id)
+        if not set_aside:
+            del self._set_aside[key]
 
     def _peer_left(self, peer: str) -> None:
         """``peer`` stops gracefully (its announcement ``leaving``): absent, as if down - the send
