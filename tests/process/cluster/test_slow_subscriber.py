@@ -11,9 +11,9 @@ catch up (the backlog kept in A's send log while B was down) - paced by B's sess
 
 What is checked:
 
-* the fast subscriber gets every PUBACKed id (no head-of-line blocking: before, the slow session
-  held the whole class's catch-up - until a 10 s stall, then the backlog came unpaced - and the
-  fast one lost 1,000s or waited the whole stream out);
+* the fast subscriber gets every PUBACKed id (no head-of-line blocking: on the code before, the
+  slow session held the whole class's catch-up - until a 10 s stall, then the backlog came
+  unpaced - and the fast one lost 3,080 of 8,000, the stream taking 43.9 s instead of 14.6 s);
 * the slow one's missing ids equal B's ``skipmq_messages_dropped_total{reason="queue_full_oldest"}``
   (every drop is B's, after its restart: the test kills B before the slow queue could overflow,
   and checks that), and the ``messages_dropped`` lines B logged for it add up to the same number;
