@@ -27,6 +27,7 @@ import os
 import platform
 import re
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
@@ -62,7 +63,7 @@ class TimedClient(ClusterClient):
             if int(number) not in self.latency:
                 self.latency[int(number)] = now - float(sent)
                 self.sent_at[int(number)] = float(sent)
-        if self.drain_per_s:
+        if self.drain_per_s:  # (0: no sleep)
             time.sleep(1.0 / self.drain_per_s)
         super()._on_message(client, userdata, msg)  # (probe_route's probes)
 
@@ -91,11 +92,20 @@ def dropped(cluster: Any, index: int) -> int:
     return int(float(match.group(1))) if match else 0
 
 
-def one_round(mode: str, beside: bool, rate: float, seconds: float) -> dict[str, float]:
+def cpu_s(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` (from /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def one_round(
+    mode: str, beside: bool, rate: float, seconds: float, slow_share: float = 0.25
+) -> dict[str, float]:
     count = int(rate * seconds)
     with tempfile.TemporaryDirectory(prefix="slowbench") as root:
         cluster = start_cluster(3, settings=dict(SETTINGS), data_root=root)
         clients: list[ClusterClient] = []
+        slow_process: subprocess.Popen[str] | None = None
         try:
             cluster.wait_ready(30)
             port_b, host_b = cluster.brokers[B].mqtt_port, cluster.brokers[B].host
@@ -103,10 +113,24 @@ def one_round(mode: str, beside: bool, rate: float, seconds: float) -> dict[str,
             common: dict[str, Any] = {"clean": False, "session_expiry_s": 600, "host": host_b}
             fast = TimedClient(port_b, client_id=unique_id("fast"), **common)
             subs = [fast]
-            if beside:
-                slow = TimedClient(port_b, client_id=unique_id("slow"), drain_per_s=rate / 4, **common)
-                subs.append(slow)
             clients += subs
+            if beside:  # in a process of its own (its sleeps are not the fast one's interpreter's)
+                slow_process = subprocess.Popen(
+                    [
+                        sys.executable,
+                        __file__,
+                        "--slow-client",
+                        host_b,
+                        str(port_b),
+                        topic,
+                        str(rate * slow_share),
+                    ],
+                    stdout=subprocess.PIPE,
+                    text=True,
+                )
+                assert slow_process.stdout is not None
+                if slow_process.stdout.readline().strip() != "subscribed":
+                    raise RuntimeError("the slow subscriber did not subscribe")
             for sub in subs:
                 sub.subscribe(topic, 1)
                 probe_route(cluster, A, sub, topic)
@@ -117,6 +141,8 @@ def one_round(mode: str, beside: bool, rate: float, seconds: float) -> dict[str,
             clients.append(pub)
             stop = threading.Event()
             thread = threading.Thread(target=publish, args=(pub, topic, count, rate, stop), daemon=True)
+            process_b = cluster.brokers[B].process
+            cpu_before = cpu_s(process_b.pid) if process_b is not None else 0.0
             thread.start()
             down_s, back_at = 0.0, 0.0
             if mode == "restart":
@@ -139,6 +165,8 @@ def one_round(mode: str, beside: bool, rate: float, seconds: float) -> dict[str,
             acked = {int(p[1:].partition(b":")[0]) for p in pub.acked_snapshot()}
             while time.monotonic() < deadline and not acked <= set(fast.latency):
                 time.sleep(0.1)
+            process_b = cluster.brokers[B].process
+            cpu_b = cpu_s(process_b.pid) - (cpu_before if mode == "live" else 0.0) if process_b else 0.0
             got = [n for n in acked if n in fast.latency]
             latencies = sorted(fast.latency[n] for n in got)
             # the catch-up's own delay: from when the message was published or the subscribers were
@@ -153,8 +181,12 @@ def one_round(mode: str, beside: bool, rate: float, seconds: float) -> dict[str,
                 "delay_p99": delays[int(len(delays) * 0.99)],
                 "down_s": down_s,
                 "dropped": dropped(cluster, B),
+                "cpu_b": cpu_b,
             }
         finally:
+            if slow_process is not None:
+                slow_process.terminate()
+                slow_process.wait(10)
             for client in clients:
                 try:
                     client.close()
@@ -163,7 +195,32 @@ def one_round(mode: str, beside: bool, rate: float, seconds: float) -> dict[str,
             cluster.close()
 
 
+def slow_client(host: str, port: int, topic: str, drain_per_s: float) -> None:
+    """The slow subscriber's own process: subscribe, say so, drain; reconnect whenever the broker
+    goes away (a restart), until terminated."""
+    client_id = unique_id("slow")
+    client = TimedClient(
+        port, host=host, client_id=client_id, clean=False, session_expiry_s=600, drain_per_s=drain_per_s
+    )
+    client.subscribe(topic, 1)
+    print("subscribed", flush=True)
+    while True:
+        client.disconnected.wait()
+        while True:
+            try:
+                client.connect()
+                break
+            except Exception:
+                time.sleep(0.2)
+
+
 def main(argv: list[str] | None = None) -> int:
+    if argv is None:
+        argv = sys.argv[1:]
+    if argv[:1] == ["--slow-client"]:
+        host, port, topic, drain = argv[1:5]
+        slow_client(host, int(port), topic, float(drain))
+        return 0
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -173,9 +230,16 @@ def main(argv: list[str] | None = None) -> int:
         "--rate", type=float, default=600.0, help="publishes per second (the slow one drains 1/4)"
     )
     parser.add_argument("--seconds", type=float, default=10.0, help="length of the stream")
+    parser.add_argument(
+        "--slow-share",
+        type=float,
+        default=0.25,
+        help="the slow subscriber drains this share of the rate (0: as fast as paho goes, a control)",
+    )
     args = parser.parse_args(argv)
     print(f"machine: {platform.machine()} {os.cpu_count()} CPUs, {platform.platform()}; may be shared")
     ratios: dict[str, list[float]] = {}
+    p99s: dict[tuple[str, bool], list[float]] = {}
     loads: list[float] = []
     for number in range(args.rounds):
         for mode in args.modes.split(","):
@@ -183,7 +247,7 @@ def main(argv: list[str] | None = None) -> int:
             order = (False, True) if number % 2 == 0 else (True, False)  # interleaved both ways
             for beside in order:
                 loads.append(os.getloadavg()[0])
-                figures = one_round(mode, beside, args.rate, args.seconds)
+                figures = one_round(mode, beside, args.rate, args.seconds, args.slow_share)
                 pair[beside] = figures
                 print(
                     f"round {number} {mode:7} {'beside slow' if beside else 'alone':11} fast: "
@@ -196,10 +260,13 @@ def main(argv: list[str] | None = None) -> int:
                         if mode == "restart"
                         else ""
                     )
-                    + f"B dropped {figures['dropped']:.0f}; load {loads[-1]:.1f}",
+                    + f"B dropped {figures['dropped']:.0f}, B CPU {figures['cpu_b']:.1f} s; "
+                    f"load {loads[-1]:.1f}",
                     flush=True,
                 )
             ratios.setdefault(mode, []).append(pair[True]["p99"] / pair[False]["p99"])
+            for beside in (False, True):
+                p99s.setdefault((mode, beside), []).append(pair[beside]["p99"])
             if mode == "restart":
                 ratios.setdefault("restart (catch-up delay)", []).append(
                     pair[True]["delay_p99"] / pair[False]["delay_p99"]
@@ -208,6 +275,12 @@ def main(argv: list[str] | None = None) -> int:
         shown = ", ".join(f"{v:.2f}" for v in values)
         print(
             f"{mode}: fast p99 beside slow / alone per round: {shown}; median {statistics.median(values):.2f}"
+        )
+    for mode in args.modes.split(","):
+        p99_alone, p99_beside = (statistics.median(p99s[(mode, b)]) for b in (False, True))
+        print(
+            f"{mode}: median fast p99 alone {p99_alone * 1000:.1f} ms, beside slow "
+            f"{p99_beside * 1000:.1f} ms: {p99_beside / p99_alone:.2f}x"
         )
     print(f"load average (1 min) at the rounds' starts: {min(loads):.1f}-{max(loads):.1f}")
     return 0

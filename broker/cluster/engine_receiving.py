@@ -153,6 +153,36 @@ class EngineReceiving(TakeoverGlue):
             )
         return len(slow)
 
+    def _catch_up_stalled(self, key: tuple[str, str], behind: int) -> int:
+        """The catch-up of ``key`` has not shrunk for the stall (``StreamReceiver.stall_s``): the
+        sessions with no room hold it still - clients away all along - and stop pacing it (their
+        queue policy applies, as to an offline session on one broker), so that the others' catch-up
+        goes on paced instead of unpaced for everyone. How many were set aside."""
+        broker = self.broker
+        if broker is None:
+            return 0
+        holding = []
+        set_aside = self._set_aside.get(key, set())
+        for client_id in self.interest.clients_of(key[1]):
+            depth = broker.queue_depth(client_id)
+            if client_id not in set_aside and depth is not None and depth[0] >= max(1, depth[1] // 2):
+                holding.append(client_id)
+        if not holding:
+            return 0
+        self._set_aside.setdefault(key, set()).update(holding)
+        self.stats.catch_up_sessions_set_aside += len(holding)
+        for client_id in sorted(holding):
+            log.warning(
+                "cluster_catch_up_session_set_aside client_id=%s origin=%s stream=%s behind=%d "
+                "reason=stalled connected=%s (its queue policy applies until it has drained)",
+                client_id,
+                key[0],
+                key[1],
+                behind,
+                broker.client_connected(client_id),
+            )
+        return len(holding)
+
     def _catch_up_over(self, key: tuple[str, str]) -> None:
         """The stream ``key`` is live again. A set-aside session stays set aside until it has
         drained below half its queue limit (``_room_for``): while its queue is that full it is

@@ -50,7 +50,9 @@ Seed 004 (CO protocol) §3.2-§3.3 on each ``(origin, topic class)`` stream a br
   the window - they drain slower than the live stream and take its messages with their queue
   policy, as on one broker - so the others' catch-up goes on at their pace; ``caught_up`` when the
   stream is live again. A session that is away keeps gating up to ``stall_s`` (its client is
-  reconnecting, e.g. to this restarted broker).
+  reconnecting, e.g. to this restarted broker); then ``stalled`` sets it aside too (it takes the
+  backlog with its queue policy, as an offline session on one broker), and only a stall with no
+  session to set aside goes on unpaced.
 
 Events in (``receive``, ``gone``, ``restore``, ``tick`` with ``now``), deliveries and actions out.
 No I/O, no clock of its own.
@@ -159,6 +161,9 @@ class StreamReceiver:
         self.window_s = window_s
         self.window_closed: Callable[[StreamKey, bool, int], int] | None = None
         self.caught_up: Callable[[StreamKey], None] | None = None
+        # a catch-up stalled for ``stall_s``: ``stalled(key, behind)`` sets aside the sessions that
+        # still hold it (its clients away all along); only when there are none it goes unpaced
+        self.stalled: Callable[[StreamKey, int], int] | None = None
         self.refresh_s = refresh_s
         self._next_refresh: float | None = None
         self.ret_delay_s = ret_delay_s
@@ -480,14 +485,20 @@ class StreamReceiver:
             stream.least_behind = behind
             stream.improved_at = now
         elif not stream.unpaced and now - stream.improved_at > self.stall_s:
-            stream.unpaced = True
-            log.warning(
-                "cluster_catch_up_unpaced origin=%s stream=%s behind=%d stalled_s=%.1f",
-                key[0],
-                key[1],
-                behind,
-                now - stream.improved_at,
-            )
+            if self.stalled is not None and self.stalled(key, behind):
+                # the sessions that held it (away for the whole stall) take it with their queue
+                # policy now, as an offline session on one broker; the others pace it on
+                stream.least_behind = behind
+                stream.improved_at = now
+            else:
+                stream.unpaced = True
+                log.warning(
+                    "cluster_catch_up_unpaced origin=%s stream=%s behind=%d stalled_s=%.1f",
+                    key[0],
+                    key[1],
+                    behind,
+                    now - stream.improved_at,
+                )
         if stream.unpaced:
             return UNLIMITED
         if left is not None:

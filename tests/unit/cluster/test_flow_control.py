@@ -204,3 +204,25 @@ def test_each_window_of_a_catch_up_says_whether_it_fell_behind_the_live_stream()
         receiver.receive(_fwd(n), 1, now=2.4)
     assert receiver.position(KEY) == 4001
     assert caught_up == [KEY]  # live again: every session paces the next catch-up
+
+
+def test_a_stall_first_sets_aside_the_sessions_holding_it_and_goes_on_paced() -> None:
+    """After ``stall_s`` the engine is asked to set aside the sessions that still hold the catch-up
+    (``stalled``: clients away all along); when it did, the catch-up goes on paced by the others
+    (the budget they grant), not unpaced for every session."""
+    room = Room(0)
+    receiver = _receiver(room, stall_s=5.0)
+    stalls: list[tuple[tuple[str, str], int]] = []
+
+    def stalled(key: tuple[str, str], behind: int) -> int:
+        stalls.append((key, behind))
+        room.value = 3  # the session away no longer counts: the others' room
+        return 1
+
+    receiver.stalled = stalled
+    _behind(receiver, 600)
+    for seq in range(2, 300):
+        receiver.receive(_fwd(seq), 1, now=1.0)
+    assert receiver.poll(now=5.9) == []
+    assert _seqs(receiver.poll(now=6.2)) == [2, 3, 4]  # paced by the others' room, not unpaced
+    assert stalls == [(KEY, 599)]
