@@ -14,6 +14,7 @@ below as attributes.
 from __future__ import annotations
 
 import random
+from collections import Counter
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -193,7 +194,7 @@ class EngineBase:
         # no head-of-line blocking in a catch-up (``EngineReceiving._room_for``): per stream, the
         # connected sessions that gated it in the current window, those seen absent in it, and
         # those set aside (slower than the live stream: their queue policy applies) until it is live
-        self._gated: dict[tuple[str, str], set[str]] = {}
+        self._gated: dict[tuple[str, str], Counter[str]] = {}
         self._absent_in_window: dict[tuple[str, str], set[str]] = {}
         self._set_aside: dict[tuple[str, str], set[str]] = {}
         self._deliver_pending_commit = False

@@ -10,6 +10,7 @@ state of its own.
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from dataclasses import replace
 
 from broker.cluster.engine_base import (
@@ -34,7 +35,7 @@ from broker.cluster.messages import (
     RetainedUpdate,
     SessionClaim,
 )
-from broker.cluster.stream_receiver import UNLIMITED
+from broker.cluster.stream_receiver import RET_WINDOW, UNLIMITED
 from broker.cluster.streams import CONTROL_CLASS
 from broker.cluster.takeover import LateSession
 from overlay import api
@@ -105,6 +106,7 @@ class EngineReceiving(TakeoverGlue):
             return UNLIMITED
         room = UNLIMITED
         set_aside = self._set_aside.get(key)
+        least: list[str] = []  # the connected sessions with the least room (they gate it)
         for client_id in self.interest.clients_of(key[1]):
             depth = broker.queue_depth(client_id)
             if depth is not None:
@@ -116,9 +118,15 @@ class EngineReceiving(TakeoverGlue):
                     set_aside.discard(client_id)  # drained to a quarter of its limit: paces again
                 if not broker.client_connected(client_id):
                     self._absent_in_window.setdefault(key, set()).add(client_id)
-                elif left <= 0:
-                    self._gated.setdefault(key, set()).add(client_id)
+                elif left < room:
+                    least = [client_id]
+                elif left == room:
+                    least.append(client_id)
                 room = min(room, left)
+        if least and room < RET_WINDOW:  # it holds the catch-up below one window
+            gated = self._gated.setdefault(key, Counter())
+            for client_id in least:
+                gated[client_id] += 1
         return room
 
     def _catch_up_window_closed(self, key: tuple[str, str], fell_behind: bool, behind: int) -> int:
@@ -132,12 +140,16 @@ class EngineReceiving(TakeoverGlue):
         quarter of its queue limit (half when the stream is live again: ``_catch_up_over``) - not
         at half, where a catch-up paced by the others leaves it between two windows. How many
         sessions were set aside."""
-        gated = self._gated.pop(key, set())
+        gated = self._gated.pop(key, Counter())
         absent = self._absent_in_window.pop(key, set())
         broker = self.broker
-        if not fell_behind or broker is None:
+        if not fell_behind or broker is None or not gated:
             return 0
-        slow = sorted(c for c in gated - absent if broker.client_connected(c))
+        # the sessions that held it most of the window (not one that drained a restored queue first)
+        most = max(gated.values())
+        slow = sorted(
+            c for c, n in gated.items() if n * 2 >= most and c not in absent and broker.client_connected(c)
+        )
         if not slow:
             return 0
         self._set_aside.setdefault(key, set()).update(slow)
@@ -165,8 +177,12 @@ class EngineReceiving(TakeoverGlue):
         set_aside = self._set_aside.get(key, set())
         for client_id in self.interest.clients_of(key[1]):
             depth = broker.queue_depth(client_id)
-            if client_id not in set_aside and depth is not None and depth[0] >= max(1, depth[1] // 2):
-                holding.append(client_id)
+            if (
+                client_id not in set_aside
+                and depth is not None
+                and max(1, depth[1] // 2) - depth[0] < RET_WINDOW
+            ):
+                holding.append(client_id)  # its room holds the catch-up below one window
         if not holding:
             return 0
         self._set_aside.setdefault(key, set()).update(holding)

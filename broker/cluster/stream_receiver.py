@@ -493,11 +493,16 @@ class StreamReceiver:
             else:
                 stream.unpaced = True
                 log.warning(
-                    "cluster_catch_up_unpaced origin=%s stream=%s behind=%d stalled_s=%.1f",
+                    "cluster_catch_up_unpaced origin=%s stream=%s behind=%d stalled_s=%.1f budget=%d "
+                    "held=%d asked_to=%d req=%d",
                     key[0],
                     key[1],
                     behind,
                     now - stream.improved_at,
+                    budget(key),
+                    len(stream.held),
+                    stream.asked_to,
+                    stream.next_seq,
                 )
         if stream.unpaced:
             return UNLIMITED
