@@ -292,6 +292,11 @@ class ClusterCollector(Collector):
             stats.reordered,
         )
         yield CounterMetricFamily(
+            "skipmq_cluster_catch_up_sessions_set_aside",
+            "Sessions that stopped pacing a catch-up (slower than the live stream: queue policy applies)",
+            stats.catch_up_sessions_set_aside,
+        )
+        yield CounterMetricFamily(
             "skipmq_cluster_gaps_skipped",
             "Missing forwarded messages given up because their sender no longer had them",
             stats.gaps_skipped,

@@ -109,6 +109,9 @@ class ClusterEngine(EngineEntryPoints):
         )
         self.sender.confirm_seconds = self.stats.publish_confirm_seconds
         self.receiver.budget = self._room_for  # the flow condition of catch-up (stream_receiver)
+        self.receiver.window_closed = self._catch_up_window_closed  # ... without head-of-line blocking
+        self.receiver.caught_up = self._catch_up_over
+        self.receiver.stalled = self._catch_up_stalled
         if self.origin_checks is not None:
             self.origin_checks.stats = self.stats  # (its counters are the engine's)
         self.receiver.set_causal(peer_id, self.interest.subscribes, cluster.causal_wait_ms / 1000.0)

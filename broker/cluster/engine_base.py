@@ -14,6 +14,7 @@ below as attributes.
 from __future__ import annotations
 
 import random
+from collections import Counter
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -193,6 +194,12 @@ class EngineBase:
         # client -> filter -> stream key -> SEQ: where the streams stood when a client whose older
         # session may still arrive (a late session) subscribed here (``catch_up_state.upper_bound``)
         self._subscribed_at: dict[str, dict[str, dict[tuple[str, str], int]]] = {}
+        # no head-of-line blocking in a catch-up (``EngineReceiving._room_for``): per stream, the
+        # connected sessions that gated it in the current window, those seen absent in it, and
+        # those set aside (slower than the live stream: their queue policy applies) until it is live
+        self._gated: dict[tuple[str, str], Counter[str]] = {}
+        self._absent_in_window: dict[tuple[str, str], set[str]] = {}
+        self._set_aside: dict[tuple[str, str], set[str]] = {}
         self._deliver_pending_commit = False
         # the overlay's ACK and DONE, held per peer up to ack_delay_ms and sent with the stream
         # acknowledgements (``replies``, issue #11); None: each goes out at once

@@ -10,6 +10,7 @@ state of its own.
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from dataclasses import replace
 
 from broker.cluster.engine_base import (
@@ -34,7 +35,7 @@ from broker.cluster.messages import (
     RetainedUpdate,
     SessionClaim,
 )
-from broker.cluster.stream_receiver import UNLIMITED
+from broker.cluster.stream_receiver import RET_WINDOW, UNLIMITED
 from broker.cluster.streams import CONTROL_CLASS
 from broker.cluster.takeover import LateSession
 from overlay import api
@@ -97,17 +98,125 @@ class EngineReceiving(TakeoverGlue):
     def _room_for(self, key: tuple[str, str]) -> int:
         """How many more messages of stream ``key`` the local sessions of its class take now: the
         least room below half its queue limit over those sessions (the other half stays free for
-        live messages of other streams meanwhile); seed 004's minBUF of the flow condition."""
+        live messages of other streams meanwhile); seed 004's minBUF of the flow condition.
+        Sessions set aside on this stream (slower than the live stream) do not count; the
+        connected ones with no room are noted (``_catch_up_window_closed``)."""
         broker = self.broker
         if broker is None:
             return UNLIMITED
         room = UNLIMITED
+        set_aside = self._set_aside.get(key)
+        least: list[str] = []  # the connected sessions with the least room (they gate it)
         for client_id in self.interest.clients_of(key[1]):
             depth = broker.queue_depth(client_id)
             if depth is not None:
                 queued, limit = depth
-                room = min(room, max(1, limit // 2) - queued)
+                left = max(1, limit // 2) - queued
+                if set_aside is not None and client_id in set_aside:
+                    if queued > limit // 4:
+                        continue  # still behind: its queue policy applies
+                    set_aside.discard(client_id)  # drained to a quarter of its limit: paces again
+                if not broker.client_connected(client_id):
+                    self._absent_in_window.setdefault(key, set()).add(client_id)
+                elif left < room:
+                    least = [client_id]
+                elif left == room:
+                    least.append(client_id)
+                room = min(room, left)
+        if least and room < RET_WINDOW:  # it holds the catch-up below one window
+            gated = self._gated.setdefault(key, Counter())
+            for client_id in least:
+                gated[client_id] += 1
         return room
+
+    def _catch_up_window_closed(self, key: tuple[str, str], fell_behind: bool, behind: int) -> int:
+        """A window (``stream_receiver.SLOW_WINDOW_S``) of the catch-up of ``key`` is over. If it
+        fell further behind the live stream, the sessions that gated it while connected throughout
+        the window drain slower than the live stream: they stop pacing it (no head-of-line blocking:
+        the others' catch-up goes on at their pace) and take its messages with their queue policy,
+        as on one broker - drops counted (``queue_full_oldest``) and logged. An absent session keeps
+        gating (its client is reconnecting, e.g. after this broker restarted) up to the stall
+        (``StreamReceiver.stall_s``). A set-aside session paces again once it has drained to a
+        quarter of its queue limit (half when the stream is live again: ``_catch_up_over``) - not
+        at half, where a catch-up paced by the others leaves it between two windows. How many
+        sessions were set aside."""
+        gated = self._gated.pop(key, Counter())
+        absent = self._absent_in_window.pop(key, set())
+        broker = self.broker
+        if not fell_behind or broker is None or not gated:
+            return 0
+        # the sessions that held it most of the window (not one that drained a restored queue first)
+        most = max(gated.values())
+        slow = sorted(
+            c for c, n in gated.items() if n * 2 >= most and c not in absent and broker.client_connected(c)
+        )
+        if not slow:
+            return 0
+        self._set_aside.setdefault(key, set()).update(slow)
+        self.stats.catch_up_sessions_set_aside += len(slow)
+        for client_id in slow:
+            log.warning(
+                "cluster_catch_up_session_set_aside client_id=%s origin=%s stream=%s behind=%d "
+                "reason=slower_than_stream (its queue policy applies until it has drained)",
+                client_id,
+                key[0],
+                key[1],
+                behind,
+            )
+        return len(slow)
+
+    def _catch_up_stalled(self, key: tuple[str, str], behind: int) -> int:
+        """The catch-up of ``key`` has not shrunk for the stall (``StreamReceiver.stall_s``): the
+        sessions with no room hold it still - clients away all along - and stop pacing it (their
+        queue policy applies, as to an offline session on one broker), so that the others' catch-up
+        goes on paced instead of unpaced for everyone. How many were set aside."""
+        broker = self.broker
+        if broker is None:
+            return 0
+        holding = []
+        set_aside = self._set_aside.get(key, set())
+        for client_id in self.interest.clients_of(key[1]):
+            depth = broker.queue_depth(client_id)
+            if (
+                client_id not in set_aside
+                and depth is not None
+                and max(1, depth[1] // 2) - depth[0] < RET_WINDOW
+            ):
+                holding.append(client_id)  # its room holds the catch-up below one window
+        if not holding:
+            return 0
+        self._set_aside.setdefault(key, set()).update(holding)
+        self.stats.catch_up_sessions_set_aside += len(holding)
+        for client_id in sorted(holding):
+            log.warning(
+                "cluster_catch_up_session_set_aside client_id=%s origin=%s stream=%s behind=%d "
+                "reason=stalled connected=%s (its queue policy applies until it has drained)",
+                client_id,
+                key[0],
+                key[1],
+                behind,
+                broker.client_connected(client_id),
+            )
+        return len(holding)
+
+    def _catch_up_over(self, key: tuple[str, str]) -> None:
+        """The stream ``key`` is live again. A set-aside session stays set aside until it has
+        drained below half its queue limit (``_room_for``): while its queue is that full it is
+        still behind the live stream, and a short lag of a live stream under load (more than
+        LIVE_SLACK behind for a moment) would otherwise make it gate the others again for a
+        window each time."""
+        self._gated.pop(key, None)
+        self._absent_in_window.pop(key, None)
+        set_aside = self._set_aside.get(key)
+        broker = self.broker
+        if set_aside is None or broker is None:
+            return
+        for client_id in list(set_aside):
+            depth = broker.queue_depth(client_id)
+            if depth is None or depth[0] < max(1, depth[1] // 2):
+                set_aside.discard(client_id)
+        if not set_aside:
+            del self._set_aside[key]
 
     def _peer_left(self, peer: str) -> None:
         """``peer`` stops gracefully (its announcement ``leaving``): absent, as if down - the send

@@ -57,6 +57,9 @@ class ClusterStats:
         # than HOLD_WINDOW ahead of REQ (asked for again), and catch-ups that waited for room
         self.beyond_window = 0
         self.paced_waits = 0
+        # sessions that stopped pacing a catch-up: slower than the live stream (no head-of-line
+        # blocking; engine_receiving._catch_up_window_closed)
+        self.catch_up_sessions_set_aside = 0
         self.receivers_given_up = 0  # receiver brokers silent for cluster.send_log_retention_s
         self.causal_held = 0  # causal-group messages that waited for a message they depend on
         self.causal_given_up = 0  # ... and were delivered after cluster.causal_wait_ms without it

@@ -44,9 +44,21 @@ Seed 004 (CO protocol) §3.2-§3.3 on each ``(origin, topic class)`` stream a br
   queue policy, as on one broker. A catch-up whose backlog has not shrunk for ``stall_s`` (a
   session slower than the live stream gates it, or one that stays away) goes on unpaced until the
   stream is live again (docs/cluster.md, "Flow control").
+* **No head-of-line blocking.** A catch-up is measured over windows of ``window_s``: one that fell
+  further behind its head (REQ moved less than the head did) is reported to the engine
+  (``window_closed``), which stops pacing it by the connected sessions that gated it throughout
+  the window - they drain slower than the live stream and take its messages with their queue
+  policy, as on one broker - so the others' catch-up goes on at their pace; ``caught_up`` when the
+  stream is live again. A session that is away keeps gating up to ``stall_s`` (its client is
+  reconnecting, e.g. to this restarted broker); then ``stalled`` sets it aside too (it takes the
+  backlog with its queue policy, as an offline session on one broker), and only a stall with no
+  session to set aside goes on unpaced.
 
 Events in (``receive``, ``gone``, ``restore``, ``tick`` with ``now``), deliveries and actions out.
 No I/O, no clock of its own.
+
+Size: one class whose every part - acceptance, gaps, causal holds, the flow condition - reads and
+moves the same per-stream REQ and held messages; split, each part would reach into the others.
 """
 
 from __future__ import annotations
@@ -69,6 +81,7 @@ LIVE_SLACK = 256  # a stream whose head is at most this far ahead of REQ is live
 HOLD_WINDOW = 1024  # messages held ahead of REQ at most; further ones stay in the sender's log
 RET_WINDOW = 256  # messages asked for in one RET at most (what one resend carries)
 POLL_S = 0.02  # a catch-up waiting for room looks again this often
+SLOW_WINDOW_S = 1.0  # a catch-up is measured over windows this long (slower than the live stream?)
 UNLIMITED = 1 << 62
 StreamKey = tuple[str, str]  # (origin, topic class)
 
@@ -115,6 +128,11 @@ class _Stream:
     # restored after a restart, or started at a moved session's position: behind by an unknown
     # amount, so paced until it has caught up once (REQ past every SEQ seen, nothing held)
     resumed: bool = False
+    # the catch-up's current measuring window (no head-of-line blocking): since when, and REQ and
+    # head at its start (0: none open)
+    window_at: float = 0.0
+    window_req: int = 0
+    window_head: int = 0
 
 
 class StreamReceiver:
@@ -130,11 +148,22 @@ class StreamReceiver:
         stats: ClusterStats | None = None,
         budget: Callable[[StreamKey], int] | None = None,
         stall_s: float = 10.0,
+        window_s: float = SLOW_WINDOW_S,
     ) -> None:
         # flow control: how many more messages of a stream the local sessions take now (None:
         # unlimited), and how long a catch-up may go without its backlog shrinking
         self.budget = budget
         self.stall_s = stall_s
+        # no head-of-line blocking: every ``window_s`` of a catch-up, ``window_closed(key,
+        # fell_behind, behind)`` tells the engine whether the stream fell further behind its head
+        # (REQ moved less than the head did): the sessions that gated it throughout are then slower
+        # than the live stream and stop pacing it; ``caught_up(key)`` when it is live again
+        self.window_s = window_s
+        self.window_closed: Callable[[StreamKey, bool, int], int] | None = None
+        self.caught_up: Callable[[StreamKey], None] | None = None
+        # a catch-up stalled for ``stall_s``: ``stalled(key, behind)`` sets aside the sessions that
+        # still hold it (its clients away all along); only when there are none it goes unpaced
+        self.stalled: Callable[[StreamKey, int], int] | None = None
         self.refresh_s = refresh_s
         self._next_refresh: float | None = None
         self.ret_delay_s = ret_delay_s
@@ -437,20 +466,44 @@ class StreamReceiver:
             if stream.unpaced or stream.least_behind:
                 stream.unpaced = False
                 stream.least_behind = 0
+            if stream.window_at:
+                stream.window_at = 0.0
+                if self.caught_up is not None:
+                    self.caught_up(key)
             return UNLIMITED
         behind = max(1, stream.head - stream.next_seq + 1)
+        if stream.head > stream.next_seq:  # the head is known (a restored stream learns it)
+            if not stream.window_at:
+                stream.window_at, stream.window_req, stream.window_head = now, stream.next_seq, stream.head
+            elif now - stream.window_at >= self.window_s:
+                # no head-of-line blocking: did the catch-up fall further behind the live stream?
+                fell_behind = stream.next_seq - stream.window_req < stream.head - stream.window_head
+                if self.window_closed is not None and self.window_closed(key, fell_behind, behind):
+                    stream.least_behind = 0  # paced by other sessions from here: a new stall measure
+                stream.window_at, stream.window_req, stream.window_head = now, stream.next_seq, stream.head
         if not stream.least_behind or behind < stream.least_behind:
             stream.least_behind = behind
             stream.improved_at = now
         elif not stream.unpaced and now - stream.improved_at > self.stall_s:
-            stream.unpaced = True
-            log.warning(
-                "cluster_catch_up_unpaced origin=%s stream=%s behind=%d stalled_s=%.1f",
-                key[0],
-                key[1],
-                behind,
-                now - stream.improved_at,
-            )
+            if self.stalled is not None and self.stalled(key, behind):
+                # the sessions that held it (away for the whole stall) take it with their queue
+                # policy now, as an offline session on one broker; the others pace it on
+                stream.least_behind = behind
+                stream.improved_at = now
+            else:
+                stream.unpaced = True
+                log.warning(
+                    "cluster_catch_up_unpaced origin=%s stream=%s behind=%d stalled_s=%.1f budget=%d "
+                    "held=%d asked_to=%d req=%d",
+                    key[0],
+                    key[1],
+                    behind,
+                    now - stream.improved_at,
+                    budget(key),
+                    len(stream.held),
+                    stream.asked_to,
+                    stream.next_seq,
+                )
         if stream.unpaced:
             return UNLIMITED
         if left is not None:

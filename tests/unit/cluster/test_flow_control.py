@@ -177,3 +177,52 @@ def test_a_restored_stream_is_paced_until_it_has_caught_up_once() -> None:
     assert receiver.position(KEY) == 104  # caught up: nothing held, every SEQ seen taken
     room.value = 0
     assert _seqs(receiver.receive(_fwd(104), 1, now=0.4)) == [104]  # live now: not gated
+
+
+def test_each_window_of_a_catch_up_says_whether_it_fell_behind_the_live_stream() -> None:
+    """No head-of-line blocking: every ``window_s`` of a catch-up the engine learns whether REQ
+    moved less than the head did (the sessions that gated it are slower than the live stream),
+    and when the stream is live again."""
+    room = Room(10)
+    receiver = _receiver(room)
+    closed: list[tuple[tuple[str, str], bool, int]] = []
+    caught_up: list[tuple[str, str]] = []
+    receiver.window_closed = lambda key, fell_behind, behind: closed.append((key, fell_behind, behind)) or 0
+    receiver.caught_up = caught_up.append
+    _behind(receiver, 3000)
+    assert _seqs(receiver.receive(_fwd(2), 1, now=0.1)) == [2]  # opens a window: REQ 2, head 3000
+    receiver.receive(_fwd(4000), 1, now=0.5)  # the live stream goes on: head 4000
+    assert _seqs(receiver.receive(_fwd(3), 1, now=1.2)) == [3]
+    assert closed == [(KEY, True, 3998)]  # REQ moved 1, the head 1,000: fell behind
+    room.value = 10**6  # a session that drains fast paces it now
+    for n in range(4, 1501):
+        assert _seqs(receiver.receive(_fwd(n), 1, now=1.5)) == [n]
+    assert _seqs(receiver.receive(_fwd(1501), 1, now=2.3)) == [1501]
+    assert closed[1:] == [(KEY, False, 2500)]  # REQ moved 1,498, the head 0
+    assert caught_up == []
+    for n in range(1502, 4001):
+        receiver.receive(_fwd(n), 1, now=2.4)
+    assert receiver.position(KEY) == 4001
+    assert caught_up == [KEY]  # live again: every session paces the next catch-up
+
+
+def test_a_stall_first_sets_aside_the_sessions_holding_it_and_goes_on_paced() -> None:
+    """After ``stall_s`` the engine is asked to set aside the sessions that still hold the catch-up
+    (``stalled``: clients away all along); when it did, the catch-up goes on paced by the others
+    (the budget they grant), not unpaced for every session."""
+    room = Room(0)
+    receiver = _receiver(room, stall_s=5.0)
+    stalls: list[tuple[tuple[str, str], int]] = []
+
+    def stalled(key: tuple[str, str], behind: int) -> int:
+        stalls.append((key, behind))
+        room.value = 3  # the session away no longer counts: the others' room
+        return 1
+
+    receiver.stalled = stalled
+    _behind(receiver, 600)
+    for seq in range(2, 300):
+        receiver.receive(_fwd(seq), 1, now=1.0)
+    assert receiver.poll(now=5.9) == []
+    assert _seqs(receiver.poll(now=6.2)) == [2, 3, 4]  # paced by the others' room, not unpaced
+    assert stalls == [(KEY, 599)]
