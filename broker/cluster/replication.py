@@ -89,6 +89,9 @@ class Replication:
         self.retention_s = retention_s
         self.started_empty = started_empty
         self._members: set[str] = {peer_id}
+        # members this incarnation heard from and not reported down since: only they hold replicas
+        # (a member that never answers - removed, or not started - is never waited for)
+        self._live: set[str] = {peer_id}
         self._down: dict[str, float] = {}  # peer -> reported down since
         self._incarnation_of: dict[str, str] = {}
         # origin side
@@ -110,6 +113,11 @@ class Replication:
     def start(self, members: Iterable[str], now: float) -> list[ReplicationAction]:
         """This incarnation starts among ``members``: tell each one who we are."""
         self._members.update(members)
+        for origin, _incarnation in self._held:
+            # a log restored from disk whose origin does not answer is taken over after
+            # ``failover_after_s``, as if it had been reported down at our start
+            self._members.add(origin)
+            self._down.setdefault(origin, now)
         hello = ReplicaHello(self.incarnation, self.started_empty, wants_reply=True)
         return [SendReplica(peer, hello) for peer in sorted(self._members) if peer != self.peer_id]
 
@@ -122,7 +130,7 @@ class Replication:
             if len(holders) >= self.replicas - 1:
                 break
             peer = ring[(start + step) % len(ring)]
-            if peer not in self._down:
+            if peer in self._live and peer != origin:
                 holders.append(peer)
         return holders
 
@@ -131,13 +139,15 @@ class Replication:
         if peer == self.peer_id or peer in self._down:
             return []
         self._members.add(peer)
+        self._live.discard(peer)
         self._down[peer] = now
         return self._send_due(now, force=True) + self._check_durable()
 
     def _heard_from(self, peer: str, now: float) -> list[ReplicationAction]:
         actions: list[ReplicationAction] = []
-        if peer not in self._members or peer in self._down:
+        if peer not in self._live:
             self._members.add(peer)
+            self._live.add(peer)
             self._down.pop(peer, None)
             actions += self._send_due(now, force=True)
         return actions
@@ -320,7 +330,7 @@ class Replication:
 
     # ------------------------------------------------------------------ holder: failover
     def restore_held(self, key: LogKey, first_seq: int, messages: Iterable[Message]) -> None:
-        """A restarted holder (its disk kept) loads what it held of ``key``."""
+        """A restarted holder (its disk kept) loads what it held of ``key`` (before :meth:`start`)."""
         held = self._held.get(key)
         if held is None:
             held = self._held[key] = _Held()
@@ -348,6 +358,14 @@ class Replication:
 
     def held_count(self) -> int:
         return sum(len(held.entries) for held in self._held.values() if not held.gone)
+
+    def held_logs(self) -> dict[LogKey, int]:
+        """The logs this broker holds entries of (not taken over), with their entry counts."""
+        return {
+            key: len(held.entries)
+            for key, held in sorted(self._held.items())
+            if not held.gone and held.entries
+        }
 
     # ------------------------------------------------------------------ time
     def tick(self, now: float) -> list[ReplicationAction]:

@@ -105,11 +105,15 @@ def test_one_replica_is_durable_at_once_and_sends_nothing() -> None:
 def test_holders_are_the_next_live_brokers_on_the_ring_of_peer_ids() -> None:
     cluster = Cluster([C, A, B], replicas=2)
     core = cluster.cores[A]
+    assert core.holders_of(A) == []  # a member holds replicas once heard from (removed: never)
+    cluster.deliver()
     assert core.holders_of(A) == [B]
     assert core.holders_of(C) == [A]  # the ring wraps
     core.on_peer_down(B, 0.0)
     assert core.holders_of(A) == [C]
-    assert Cluster([A, B, C], replicas=3).cores[A].holders_of(B) == [C, A]
+    three = Cluster([A, B, C], replicas=3)
+    three.deliver()
+    assert three.cores[A].holders_of(B) == [C, A]
 
 
 def test_an_entry_is_durable_only_once_its_holder_committed_it() -> None:
@@ -233,3 +237,20 @@ def test_a_holder_back_with_its_disk_lost_gets_the_entries_again() -> None:
 def test_replicas_below_one_are_refused() -> None:
     with pytest.raises(ValueError, match="replicas"):
         Replication(A, "x", replicas=0, retransmit_s=1, failover_after_s=1, retention_s=1, started_empty=True)
+
+
+def test_a_restarted_holder_takes_over_a_restored_log_whose_origin_never_answers() -> None:
+    cluster = Cluster([A, B, C])
+    cluster.deliver()
+    cluster.append(A, 1)
+    cluster.deliver()
+    key = (A, f"{A}#1")
+    # A is removed for good while B is down; B starts again on its disk and restores what it held
+    restarted = Replication(
+        B, "b#2", replicas=2, retransmit_s=0.1, failover_after_s=5.0, retention_s=30.0, started_empty=False
+    )
+    restarted.restore_held(key, 1, [msg(1)])
+    restarted.start([A, B, C], 0.0)
+    assert [a for a in restarted.tick(4.9) if isinstance(a, TakeOver)] == []
+    (takeover,) = [a for a in restarted.tick(5.1) if isinstance(a, TakeOver)]
+    assert takeover == TakeOver(key, 1, (msg(1),))
