@@ -94,7 +94,7 @@ class ReplicaDisk:
 class ReplicationNode:
     """One broker incarnation's replication: the pure core and what carries out its actions."""
 
-    def __init__(self, sim: ReplicatedSimBroker, network: Network, members: list[str], replicas: int) -> None:
+    def __init__(self, sim: ReplicatedSimBroker, network: Network, members: list[str]) -> None:
         self.sim = sim
         self.scheduler = sim.scheduler
         self.peer_id = sim.peer_id
@@ -105,7 +105,7 @@ class ReplicationNode:
         self.core = Replication(
             sim.peer_id,
             f"{rng.getrandbits(48):012x}",
-            replicas=replicas,
+            replicas=cluster.replicas,
             retransmit_s=self.retransmit_s,
             failover_after_s=sim.failover_after_s,
             retention_s=float(cluster.send_log_retention_s),
@@ -274,8 +274,9 @@ def _both(first: Completion[bool] | None, second: Completion[bool]) -> Completio
 
 
 class ReplicatedSimBroker(SimBroker):
-    """A simulated broker whose QoS >= 1 publishes are acknowledged once durable on ``replicas``
-    brokers. ``started_empty``: its data directory held no store when it started."""
+    """A simulated broker whose QoS >= 1 publishes are acknowledged once durable on
+    ``cluster.replicas`` brokers (its settings). ``started_empty``: its data directory held no
+    store when it started."""
 
     def __init__(
         self,
@@ -286,7 +287,6 @@ class ReplicatedSimBroker(SimBroker):
         *,
         replica_network: Network,
         members: list[str],
-        replicas: int,
         failover_after_s: float,
         history_note: Any = None,
         **options: Any,
@@ -295,13 +295,12 @@ class ReplicatedSimBroker(SimBroker):
         self.failover_after_s = failover_after_s
         self._replica_network = replica_network
         self._members = members
-        self._replicas = replicas
         self.history_note = history_note or (lambda *event: None)
         super().__init__(world, network, peer_id, data_dir, **options)
 
     def _cluster_port(self) -> ClusterPort:
         os.makedirs(self.data_dir, exist_ok=True)
-        self.replication = ReplicationNode(self, self._replica_network, self._members, self._replicas)
+        self.replication = ReplicationNode(self, self._replica_network, self._members)
         return ReplicatedCluster(self.engine, self.replication)
 
     def start(self, contacts: list[str]) -> None:

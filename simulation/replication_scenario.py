@@ -85,11 +85,10 @@ class ReplicationRun(Run):
             self.data_dir(peer_id),
             replica_network=self.replica_network,
             members=self.members,
-            replicas=self.replicas,
             failover_after_s=FAILOVER_AFTER_S,
             history_note=self.history.trace,
             incarnation=incarnation,
-            settings=dict(self.scenario.settings),
+            settings={**dict(self.scenario.settings), "cluster.replicas": self.replicas},
             clock_offset_s=self.rng.uniform(-0.05, 0.05),
         )
 
