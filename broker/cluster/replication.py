@@ -93,6 +93,7 @@ class Replication:
         # (a member that never answers - removed, or not started - is never waited for)
         self._live: set[str] = {peer_id}
         self._down: dict[str, float] = {}  # peer -> reported down since
+        self._hello_at: dict[str, float] = {}  # member not heard from -> when it was last greeted
         self._incarnation_of: dict[str, str] = {}
         # origin side
         self._log: dict[int, Message] = {}  # seq -> entry not released yet
@@ -119,7 +120,21 @@ class Replication:
             self._members.add(origin)
             self._down.setdefault(origin, now)
         hello = ReplicaHello(self.incarnation, self.started_empty, wants_reply=True)
-        return [SendReplica(peer, hello) for peer in sorted(self._members) if peer != self.peer_id]
+        others = [peer for peer in sorted(self._members) if peer != self.peer_id]
+        for peer in others:
+            self._hello_at[peer] = now
+        return [SendReplica(peer, hello) for peer in others]
+
+    def _greet_silent(self, now: float) -> list[ReplicationAction]:
+        """A hello again, every ``retransmit_s``, to each member not heard from (a lost hello
+        would otherwise leave two brokers each waiting for the other to speak first)."""
+        hello = ReplicaHello(self.incarnation, self.started_empty, wants_reply=True)
+        actions: list[ReplicationAction] = []
+        for peer in sorted(self._members - self._live):
+            if now - self._hello_at.get(peer, now - self.retransmit_s) >= self.retransmit_s:
+                self._hello_at[peer] = now
+                actions.append(SendReplica(peer, hello))
+        return actions
 
     def holders_of(self, origin: str) -> list[str]:
         """The N-1 live brokers after ``origin`` on the ring of peer ids (this broker's view)."""
@@ -370,7 +385,7 @@ class Replication:
     # ------------------------------------------------------------------ time
     def tick(self, now: float) -> list[ReplicationAction]:
         """Retransmission to holders, releases, failover of origins down for good, expiry."""
-        actions = self._send_due(now, force=False) + self._send_releases()
+        actions = self._greet_silent(now) + self._send_due(now, force=False) + self._send_releases()
         for key, held in sorted(self._held.items()):
             if held.gone:
                 continue

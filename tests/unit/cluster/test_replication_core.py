@@ -254,3 +254,17 @@ def test_a_restarted_holder_takes_over_a_restored_log_whose_origin_never_answers
     assert [a for a in restarted.tick(4.9) if isinstance(a, TakeOver)] == []
     (takeover,) = [a for a in restarted.tick(5.1) if isinstance(a, TakeOver)]
     assert takeover == TakeOver(key, 1, (msg(1),))
+
+
+def test_a_lost_hello_is_sent_again_so_two_brokers_do_not_wait_for_each_other() -> None:
+    cluster = Cluster([A, B])
+    cluster.deliver(keep=lambda src, send: False)  # every hello lost (seed 206 of the sweep)
+    cluster.append(A, 1)
+    cluster.deliver()
+    assert cluster.durable[A] == set()  # A has heard from no holder
+    cluster.tick(0.05)
+    cluster.deliver()
+    assert cluster.durable[A] == set()  # within the retransmit period
+    cluster.tick(0.1)
+    cluster.deliver()
+    assert cluster.durable[A] == {1}
