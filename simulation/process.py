@@ -28,6 +28,7 @@ from simulation.world import ProcessScheduler, World
 
 if TYPE_CHECKING:
     from broker.core.client import ClientConnection
+    from broker.core.ports import ClusterPort
     from simulation.clients import SimSocket
     from simulation.network import Network, PeerEndpoint
 
@@ -81,7 +82,7 @@ class SimBroker:
             authenticator=authenticator,
             acl=acl,
             store=self.store,
-            cluster=self.engine,
+            cluster=self._cluster_port(),
             rng=world.rng_for("broker", peer_id, incarnation),
         )
         # insertion-ordered (not a set of objects hashed by address): a crash resets the client
@@ -89,6 +90,11 @@ class SimBroker:
         self.sockets: dict[SimSocket, None] = {}
         self.endpoint: PeerEndpoint = network.endpoint(peer_id, self._on_receive, self._on_peer_down)
         self.network = network
+
+    def _cluster_port(self) -> ClusterPort:
+        """The core's cluster port: the engine itself (a subclass may wrap it:
+        ``simulation.replication``)."""
+        return self.engine
 
     def start(self, contacts: list[str]) -> None:
         """Restore the store, enter the overlay through ``contacts`` (the start-up order of

@@ -190,20 +190,28 @@ class Run:
     def start_broker(self, peer_id: str) -> SimBroker:
         incarnation = self._incarnations.get(peer_id, 0) + 1
         self._incarnations[peer_id] = incarnation
-        sim = SimBroker(
-            self.world,
-            self.network,
-            peer_id,
-            os.path.join(self.workdir, peer_id.replace(":", "_")),
-            incarnation=incarnation,
-            settings=dict(self.scenario.settings),
-            clock_offset_s=self.rng.uniform(-0.05, 0.05),
-        )
+        sim = self.new_broker(peer_id, incarnation)
         contacts = [p for p, b in self.brokers.items() if b.alive and p != peer_id]
         self.brokers[peer_id] = sim
         sim.start(contacts)
         self.history.trace("broker_start", peer_id, incarnation)
         return sim
+
+    def data_dir(self, peer_id: str) -> str:
+        return os.path.join(self.workdir, peer_id.replace(":", "_"))
+
+    def new_broker(self, peer_id: str, incarnation: int) -> SimBroker:
+        """The process of ``peer_id``'s ``incarnation`` (a subclass may build another kind:
+        ``simulation.replication``)."""
+        return SimBroker(
+            self.world,
+            self.network,
+            peer_id,
+            self.data_dir(peer_id),
+            incarnation=incarnation,
+            settings=dict(self.scenario.settings),
+            clock_offset_s=self.rng.uniform(-0.05, 0.05),
+        )
 
     def start_brokers(self, step_s: float = 0.2) -> None:
         """Start the brokers at virtual times 0, ``step_s``, 2 ``step_s``... (each joins through those up)."""

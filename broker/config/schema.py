@@ -501,6 +501,14 @@ class ClusterConfig:
         "kind link with each other (docs/benchmarks-cluster.md, Link runtimes)",
         choices=("h2", "grpcio"),
     )
+    replicas: int = _key(
+        1,
+        "copies of each QoS>=1 send-log entry the publisher's PUBACK waits for (this broker and the "
+        "next N-1 on the ring of peer ids); 1 = no replication. Values above 1 run in the "
+        "whole-cluster simulation only today: a broker process refuses them (docs/notes/replication.md)",
+        min_value=1,
+        max_value=7,
+    )
 
 
 @dataclass(frozen=True, slots=True)

@@ -214,6 +214,13 @@ def validate_cluster_links(config: BrokerConfig) -> None:
     starts (``skipmq``), not by ``load_config``: in-process engines (the simulation, tests) have
     no links."""
     cluster = config.cluster
+    if cluster.replicas > 1:
+        raise ConfigError(
+            f"cluster.replicas: {cluster.replicas} is not supported by a broker process yet: "
+            "replication runs in the whole-cluster simulation only (docs/notes/replication.md); "
+            "use 1",
+            key="cluster.replicas",
+        )
     if not cluster.enabled or cluster.insecure:
         return
     names = ("tls_ca_file", "tls_cert_file", "tls_key_file")

@@ -1,0 +1,314 @@
+"""Replicated durability in the simulated broker (``cluster.replicas`` > 1): the adapter of the pure
+core ``broker.cluster.replication`` on the simulation's clock, network and a real SQLite file.
+
+* :class:`ReplicaDisk` - what a broker holds of other brokers' logs, in ``replicas.db`` in its
+  data directory (committed before the ack that follows it; gone with the directory).
+* :class:`ReplicationNode` - one broker incarnation's core, its link to the other brokers (a
+  second :class:`~simulation.network.Network` with the same latency, loss and partitions as the
+  cluster's, carrying the replication records as they are: they are not in ``protos/`` yet), a
+  tick every ``cluster.retransmit_ms``, and the origin's release: an entry is released once the
+  engine's send log no longer holds any of the stream entries it became (every receiver broker
+  took them, or nothing needed them).
+* :class:`ReplicatedCluster` - the cluster port the broker core is given: the real
+  :class:`~broker.cluster.engine.ClusterEngine` unchanged, with each QoS >= 1 publish also
+  appended to the replication log and its PUBACK/PUBREC held until the entry is durable on N.
+* :class:`ReplicatedSimBroker` - :class:`~simulation.process.SimBroker` with the above.
+
+A failover (``TakeOver``) publishes the gone origin's entries again through this broker's router
+(``Router.publish``, as a will is): local subscribers get them, and so do the other brokers on
+this broker's own streams; the copy is dropped once they are durable here.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import sqlite3
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+from broker.cluster.classes import topic_classes
+from broker.cluster.replication import Replication
+from broker.cluster.replication_messages import (
+    Drop,
+    Durable,
+    LogKey,
+    Persist,
+    ReplicaItem,
+    ReplicationAction,
+    SendReplica,
+    TakeOver,
+)
+from broker.core.ports import Completion
+from simulation.process import SimBroker
+
+if TYPE_CHECKING:
+    from broker.cluster.engine import ClusterEngine
+    from broker.core.messages import Message
+    from broker.core.ports import ClusterPort, SessionSnapshot
+    from simulation.network import Network, PeerEndpoint
+    from simulation.world import World
+
+StreamEntry = tuple[tuple[str, str], int]  # ((origin, class), SEQ) in the engine's send log
+
+
+class ReplicaDisk:
+    """The entries this broker holds for other brokers, in SQLite (one commit per write)."""
+
+    def __init__(self, path: str) -> None:
+        self.connection = sqlite3.connect(path)
+        self.connection.execute(
+            "CREATE TABLE IF NOT EXISTS held (origin TEXT, incarnation TEXT, seq INTEGER, message BLOB,"
+            " PRIMARY KEY (origin, incarnation, seq))"
+        )
+        self.connection.commit()
+
+    def persist(self, action: Persist) -> None:
+        origin, incarnation = action.key
+        rows = [
+            (origin, incarnation, action.first_seq + offset, pickle.dumps(message))
+            for offset, message in enumerate(action.messages)
+        ]
+        self.connection.executemany("INSERT OR REPLACE INTO held VALUES (?, ?, ?, ?)", rows)
+        self.connection.commit()
+
+    def drop(self, action: Drop) -> None:
+        origin, incarnation = action.key
+        if action.below_seq is None:
+            self.connection.execute("DELETE FROM held WHERE origin = ? AND incarnation = ?", action.key)
+        else:
+            self.connection.execute(
+                "DELETE FROM held WHERE origin = ? AND incarnation = ? AND seq < ?",
+                (origin, incarnation, action.below_seq),
+            )
+        self.connection.commit()
+
+    def load(self) -> list[tuple[LogKey, int, Message]]:
+        rows = self.connection.execute("SELECT origin, incarnation, seq, message FROM held ORDER BY 1, 2, 3")
+        return [((origin, inc), seq, pickle.loads(blob)) for origin, inc, seq, blob in rows]
+
+    def close(self) -> None:
+        self.connection.close()
+
+
+class ReplicationNode:
+    """One broker incarnation's replication: the pure core and what carries out its actions."""
+
+    def __init__(self, sim: ReplicatedSimBroker, network: Network, members: list[str]) -> None:
+        self.sim = sim
+        self.scheduler = sim.scheduler
+        self.peer_id = sim.peer_id
+        self.members = members
+        cluster = sim.config.cluster
+        self.retransmit_s = cluster.retransmit_ms / 1000.0
+        rng = sim.world.rng_for("replication", sim.peer_id, sim.incarnation)
+        self.core = Replication(
+            sim.peer_id,
+            f"{rng.getrandbits(48):012x}",
+            replicas=cluster.replicas,
+            retransmit_s=self.retransmit_s,
+            failover_after_s=sim.failover_after_s,
+            retention_s=float(cluster.send_log_retention_s),
+            started_empty=sim.started_empty,
+        )
+        self.disk = ReplicaDisk(os.path.join(sim.data_dir, "replicas.db"))
+        for key, seq, message in self.disk.load():
+            self.core.restore_held(key, seq, [message])
+        self.endpoint: PeerEndpoint = network.endpoint(sim.peer_id, self._on_receive, self._on_peer_down)
+        self.network = network
+        self.waiting: dict[int, Completion[bool]] = {}  # log seq -> the PUBACK it holds
+        self.stream_entries: dict[int, list[StreamEntry]] = {}  # log seq -> its send-log entries
+        self.release_from = 1
+        self.taken_over = 0  # entries published again for a gone origin (figures for the tests)
+
+    # ------------------------------------------------------------------ life
+    def start(self) -> None:
+        self.apply(self.core.start(self.members, self.scheduler.time()))
+        self.scheduler.call_later(self.retransmit_s, self._tick)
+
+    def crash(self) -> None:
+        self.network.process_died(self.peer_id)
+        self.disk.close()
+
+    def _tick(self) -> None:
+        now = self.scheduler.time()
+        self.apply(self.core.tick(now))
+        self._release(now)
+        self.scheduler.call_later(self.retransmit_s, self._tick)
+
+    # ------------------------------------------------------------------ the origin's log
+    def append(self, message: Message, entries: list[StreamEntry]) -> Completion[bool]:
+        durable: Completion[bool] = Completion()
+        seq, actions = self.core.append(message, self.scheduler.time())
+        self.waiting[seq] = durable
+        self.stream_entries[seq] = entries
+        self.apply(actions)
+        return durable
+
+    def _release(self, now: float) -> None:
+        sender = self.sim.engine.sender
+        if sender is None:
+            return
+        start = self.release_from
+        while self.release_from in self.stream_entries:
+            entries = self.stream_entries[self.release_from]
+            if any(sender.logged_from(key, seq)[1] <= seq for key, seq in entries):
+                break  # still in the send log: a receiver broker may need it
+            del self.stream_entries[self.release_from]
+            self.release_from += 1
+        if self.release_from > start:
+            self.apply(self.core.released(self.release_from, now))
+
+    # ------------------------------------------------------------------ actions
+    def apply(self, actions: list[ReplicationAction]) -> None:
+        for action in actions:
+            if isinstance(action, SendReplica):
+                self.endpoint.send(action.peer, action.item)
+            elif isinstance(action, Durable):
+                for seq in range(action.first_seq, action.end_seq):
+                    waiting = self.waiting.pop(seq, None)
+                    if waiting is not None:
+                        waiting.set_result(True)
+            elif isinstance(action, Persist):
+                self.disk.persist(action)
+            elif isinstance(action, Drop):
+                self.disk.drop(action)
+            elif isinstance(action, TakeOver):
+                self._take_over(action)
+
+    def _take_over(self, action: TakeOver) -> None:
+        """Publish a gone origin's entries again as this broker's own (the failover)."""
+        router = self.sim.broker.router
+        waits: list[Completion[bool]] = []
+        for message in action.messages:
+            again = replace(message, retain=False, origin=self.peer_id)
+            result = router.publish(again, None)
+            if result.wait is not None:
+                waits.append(result.wait)
+        self.taken_over += len(action.messages)
+        self.sim.history_note("take_over", action.key[0], len(action.messages))
+        pending = [len(waits)]
+
+        def one_done(_done: object) -> None:
+            pending[0] -= 1
+            if pending[0] == 0 and self.sim.alive:
+                self.apply(self.core.taken_over(action.key))
+
+        if not waits:
+            self.apply(self.core.taken_over(action.key))
+        for wait in waits:
+            wait.add_done_callback(one_done)
+
+    # ------------------------------------------------------------------ network
+    def _on_receive(self, sender: str, item: object) -> None:
+        if self.sim.alive:
+            self.apply(self.core.on_item(sender, _as_item(item), self.scheduler.time()))
+
+    def _on_peer_down(self, peer: str) -> None:
+        if self.sim.alive:
+            self.apply(self.core.on_peer_down(peer, self.scheduler.time()))
+
+
+def _as_item(item: object) -> ReplicaItem:
+    return item  # type: ignore[return-value]  # only replication records travel this network
+
+
+class ReplicatedCluster:
+    """The cluster port of a replicating broker: the engine, plus the replication log."""
+
+    def __init__(self, engine: ClusterEngine, node: ReplicationNode) -> None:
+        self.engine = engine
+        self.node = node
+
+    def on_publish(self, message: Message, from_client_id: str | None) -> Completion[bool] | None:
+        engine = self.engine
+        sender = engine.sender
+        if message.qos == 0 or message.topic.startswith("$SYS") or sender is None:
+            return engine.on_publish(message, from_client_id)
+        classes = topic_classes(message.topic, engine.interest.class_levels)
+        before = {cls: sender.position(cls) for cls in classes}
+        wait = engine.on_publish(message, from_client_id)
+        entries = [((sender.origin, cls), seq) for cls, seq in before.items() if sender.position(cls) > seq]
+        durable = self.node.append(message, entries)
+        return _both(wait, durable)
+
+    def on_subscribe(self, client_id: str, topic_filter: str, share_group: str | None, qos: int) -> None:
+        self.engine.on_subscribe(client_id, topic_filter, share_group, qos)
+
+    def on_unsubscribe(self, client_id: str, topic_filter: str, share_group: str | None) -> None:
+        self.engine.on_unsubscribe(client_id, topic_filter, share_group)
+
+    def before_attach(
+        self, client_id: str, clean_start: bool, username: str | None = None
+    ) -> Completion[SessionSnapshot | None] | None:
+        return self.engine.before_attach(client_id, clean_start, username)
+
+    def owns_share_group(self, group: str, topic_filter: str) -> bool:
+        return self.engine.owns_share_group(group, topic_filter)
+
+    def subscriptions_ready(self, topic_filters: list[tuple[str, str | None]]) -> Completion[bool] | None:
+        return self.engine.subscriptions_ready(topic_filters)
+
+    def on_client_connected(self, client_id: str, session_present: bool) -> None:
+        self.engine.on_client_connected(client_id, session_present)
+
+    def on_client_disconnected(self, client_id: str) -> None:
+        self.engine.on_client_disconnected(client_id)
+
+
+def _both(first: Completion[bool] | None, second: Completion[bool]) -> Completion[bool]:
+    """Done when both are (``first`` None: ``second``)."""
+    if first is None:
+        return second
+    both: Completion[bool] = Completion()
+    pending = [2]
+
+    def one_done(_done: object) -> None:
+        pending[0] -= 1
+        if pending[0] == 0:
+            both.set_result(True)
+
+    first.add_done_callback(one_done)
+    second.add_done_callback(one_done)
+    return both
+
+
+class ReplicatedSimBroker(SimBroker):
+    """A simulated broker whose QoS >= 1 publishes are acknowledged once durable on
+    ``cluster.replicas`` brokers (its settings). ``started_empty``: its data directory held no
+    store when it started."""
+
+    def __init__(
+        self,
+        world: World,
+        network: Network,
+        peer_id: str,
+        data_dir: str,
+        *,
+        replica_network: Network,
+        members: list[str],
+        failover_after_s: float,
+        history_note: Any = None,
+        **options: Any,
+    ) -> None:
+        self.started_empty = not os.path.exists(os.path.join(data_dir, "skipmq.db"))
+        self.failover_after_s = failover_after_s
+        self._replica_network = replica_network
+        self._members = members
+        self.history_note = history_note or (lambda *event: None)
+        super().__init__(world, network, peer_id, data_dir, **options)
+
+    def _cluster_port(self) -> ClusterPort:
+        os.makedirs(self.data_dir, exist_ok=True)
+        self.replication = ReplicationNode(self, self._replica_network, self._members)
+        return ReplicatedCluster(self.engine, self.replication)
+
+    def start(self, contacts: list[str]) -> None:
+        super().start(contacts)
+        self.replication.start()
+
+    def crash(self) -> None:
+        if not self.alive:
+            return
+        super().crash()
+        self.replication.crash()
