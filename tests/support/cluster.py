@@ -272,14 +272,17 @@ class ClusterClient:
                 continue
         return out
 
-    def drain(self, settle_s: float = 0.3) -> list[Received]:
-        """Everything that arrives until nothing came for settle_s."""
+    def drain(self, settle_s: float = 0.3, max_s: float | None = None) -> list[Received]:
+        """Everything that arrives until nothing came for settle_s, or max_s passed (a live stream
+        never leaves a gap of settle_s: what comes after max_s stays queued for the next call)."""
         out: list[Received] = []
-        while True:
+        deadline = None if max_s is None else time.monotonic() + max_s
+        while deadline is None or time.monotonic() < deadline:
             try:
                 out.append(self.messages.get(timeout=settle_s))
             except queue.Empty:
                 return out
+        return out
 
     def assert_no_message(self, within_s: float = 0.5) -> None:
         try:

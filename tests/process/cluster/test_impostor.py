@@ -161,7 +161,8 @@ def test_a_certified_impostor_on_a_crashed_brokers_address_is_refused(
     try:
         stream_a.wait_acked(20)
         cluster.kill_broker(2)
-        received_d.extend(message.payload for message in sub_d.drain(0.05))  # (got before the crash)
+        # (got before the crash)
+        received_d.extend(message.payload for message in sub_d.drain(0.05, max_s=1.0))
         sub_d.close()
         impostor = Impostor(cluster, tmp_path, d)
         refused_before = [_dial_refused(cluster, i) for i in (0, 1)]
@@ -190,7 +191,7 @@ def test_a_certified_impostor_on_a_crashed_brokers_address_is_refused(
                 harm.append(f"broker {index} has a link to d while d is down")
         impostor.close()
         impostor = None
-        received_b.extend(message.payload for message in sub_b.drain(0.05))
+        received_b.extend(message.payload for message in sub_b.drain(0.05, max_s=1.0))
         cluster.restart_broker(2)
     finally:
         stream_a.stop()
@@ -201,8 +202,8 @@ def test_a_certified_impostor_on_a_crashed_brokers_address_is_refused(
     sub_d = client_factory(cluster, 2, client_id=sub_d_id, clean=False, session_expiry_s=300)
 
     def everything_in() -> bool:
-        received_b.extend(message.payload for message in sub_b.drain(0.05))
-        received_d.extend(message.payload for message in sub_d.drain(0.05))
+        received_b.extend(message.payload for message in sub_b.drain(0.05, max_s=1.0))
+        received_d.extend(message.payload for message in sub_d.drain(0.05, max_s=1.0))
         return (
             acked_a <= set(numbers(received_b, b"a"))
             and acked_a <= set(numbers(received_d, b"a"))
