@@ -14,9 +14,9 @@ idle ACK goes ``--ack-delay`` R after something new was accepted. Measured:
   the send with R per hop), and the messages a member received between receiving p and
   delivering p (the seed: 2nW until acknowledgement).
 
-    /work/main/.venv/bin/python bench/co_bench.py --help
-    /work/main/.venv/bin/python bench/co_bench.py                  # n = 2,4,8,16,32; ~1 min
-    /work/main/.venv/bin/python bench/co_bench.py --sizes 2,4 --no-plot
+    .venv/bin/python bench/co_bench.py --help
+    .venv/bin/python bench/co_bench.py                  # n = 2,4,8,16,32; ~1 min
+    .venv/bin/python bench/co_bench.py --sizes 2,4 --no-plot
 """
 
 from __future__ import annotations

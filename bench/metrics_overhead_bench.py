@@ -1,4 +1,4 @@
-"""What issue #14's metrics add per message, measured in isolation (run by hand; not part of CI).
+"""What the cluster's metrics add per message, measured in isolation (run by hand; not part of CI).
 
     .venv/bin/python bench/metrics_overhead_bench.py [--repeat 7] [--number 200000]
 
@@ -31,7 +31,7 @@ OLD_BOUNDS = (1, 2, 3, 4, 6, 8, 12, 16)
 
 
 class OldHops:
-    """``ClusterStats.observe_hops`` before issue #14."""
+    """``ClusterStats.observe_hops`` before the hop histogram and overlay counters were added."""
 
     def __init__(self) -> None:
         self.hop_counts = [0] * (len(OLD_BOUNDS) + 1)

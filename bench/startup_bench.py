@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Start-up time of the broker, and what pydantic-settings would cost (issue 17, docs/operations.md).
+"""Start-up time of the broker, and what pydantic-settings would cost (docs/operations.md).
 
 Measured side by side in one run, each in fresh processes, ``--runs`` times (median, p90):
 
@@ -9,7 +9,7 @@ Measured side by side in one run, each in fresh processes, ``--runs`` times (med
   (tools/launcher, as the chart's pods start) until every ``/readyz`` answers 200;
 * ``config``: a fresh interpreter importing the configuration loader and loading the defaults
   plus a TOML file and two SKIPMQ_* variables: the hand-written ``broker.config`` beside a
-  pydantic-settings model of the same 106 keys (generated from ``broker.config.KEYS``; TOML, env
+  pydantic-settings model of the same keys (generated from ``broker.config.KEYS``; TOML, env
   and init sources; skipped if pydantic-settings is not installed), and ``python -c pass``.
 
     .venv/bin/python bench/startup_bench.py --runs 10 [--size 3] [--json out.json]
