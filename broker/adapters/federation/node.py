@@ -46,7 +46,7 @@ from broker.adapters.federation.metrics import FederationCollector
 from broker.adapters.origin_keys import federation_link_identity_for
 from broker.adapters.transport._pb.skipmq.v1 import federation_pb2 as pb
 from broker.adapters.transport._pb.skipmq.v1 import federation_pb2_grpc as pb_grpc
-from broker.adapters.transport.tls import ClusterTls, TlsFiles, identity_refusal
+from broker.adapters.transport.tls import ClusterTls, PeerIdentityError, TlsFiles, identity_refusal
 from broker.cluster.origin_hello import (
     CHALLENGE_BYTES,
     DIAL_REFUSAL_REASONS,
@@ -579,7 +579,7 @@ class FederationNode(pb_grpc.FederationServicer):
         except asyncio.CancelledError:
             raise
         except Exception as exc:
-            if type(exc).__name__ == "PeerIdentityError":  # h2 runtime: its certificate names another
+            if isinstance(exc, PeerIdentityError):  # h2 runtime: its certificate names another
                 self.dial_refusals["certificate"] = self.dial_refusals.get("certificate", 0) + 1
                 self._log(
                     "federation_identity_refused",

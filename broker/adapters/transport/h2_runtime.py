@@ -49,6 +49,7 @@ import h2.exceptions
 import h2.settings
 
 from broker.adapters.transport.h2_health import Health, PlainStream, percent_encode
+from broker.adapters.transport.tls import PeerIdentityError
 
 log = logging.getLogger("skipmq.transport")
 
@@ -69,15 +70,6 @@ _MAX_INBOUND_FRAME_BYTES = 1024 * 1024  # SETTINGS_MAX_FRAME_SIZE announced to t
 Status = grpc.StatusCode
 Codec = Callable[[Any], Any]
 EOF = grpc.aio.EOF
-
-
-class PeerIdentityError(ConnectionError):
-    """The answering broker's certificate does not name the peer id that was dialed."""
-
-    def __init__(self, dialed: str, names: set[str]) -> None:
-        super().__init__(f"the certificate of the broker at {dialed} names {sorted(names)}, not {dialed!r}")
-        self.dialed = dialed
-        self.names = names
 
 
 def rpc_error(code: grpc.StatusCode, details: str) -> grpc.aio.AioRpcError:

@@ -56,7 +56,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from broker.adapters.transport import wire
-from broker.adapters.transport.tls import ClusterTls, identity_refusal
+from broker.adapters.transport.tls import ClusterTls, PeerIdentityError, identity_refusal
 from broker.cluster.messages import OriginProof
 from broker.cluster.origin_hello import (
     CHALLENGE_BYTES,
@@ -553,7 +553,7 @@ class GrpcTransport:
         except Exception as exc:
             call.cancel()
             await channel.close()
-            if type(exc).__name__ == "PeerIdentityError":
+            if isinstance(exc, PeerIdentityError):
                 self._dial_refused(state.id, str(exc))
             if isinstance(exc, grpc.aio.AioRpcError) and exc.code() == grpc.StatusCode.ALREADY_EXISTS:
                 log.debug("dial to %s: the peer keeps its own stream", state.id)

@@ -35,6 +35,15 @@ log = logging.getLogger("skipmq.transport")
 URI_SCHEME = "skipmq://"
 
 
+class PeerIdentityError(ConnectionError):
+    """The answering broker's certificate does not name the peer id that was dialed."""
+
+    def __init__(self, dialed: str, names: set[str]) -> None:
+        super().__init__(f"the certificate of the broker at {dialed} names {sorted(names)}, not {dialed!r}")
+        self.dialed = dialed
+        self.names = names
+
+
 @dataclass(frozen=True)
 class TlsFiles:
     """PEM files of one broker: the cluster CA, its certificate (chain) and private key."""
