@@ -25,7 +25,9 @@ from prometheus_client.registry import Collector
 from broker.adapters.class_snapshots import ClassSnapshotPublisher
 from broker.adapters.cluster_store import SqliteClusterStore
 from broker.adapters.origin_keys import link_identity_for, origin_checks_for
+from broker.adapters.replication import replication_for, start_replication, with_replication_gauges
 from broker.cluster.engine import ClusterEngine
+from broker.cluster.engine_replication import ReplicatedClusterPort
 from broker.cluster.origin_hello import DIAL_REFUSAL_REASONS
 from broker.metrics import ClusterCollector
 
@@ -34,7 +36,7 @@ log = logging.getLogger("skipmq.cluster")
 if TYPE_CHECKING:
     from broker.adapters.sqlite_store import Store
     from broker.config import BrokerConfig, ClusterConfig
-    from broker.core.ports import BrokerApi, Scheduler
+    from broker.core.ports import BrokerApi, ClusterPort, Scheduler
 
 
 class ClusterRuntime:
@@ -54,6 +56,14 @@ class ClusterRuntime:
         # origin proofs (docs/security.md): signed with and checked against the cluster TLS files
         self.engine.origin_checks = origin_checks_for(config.cluster)
         self._transport_factory = transport_factory
+        # replicated durability (cluster.replicas > 1): the engine with its replication log is the
+        # core's cluster port; with 1 copy the engine itself (broker/cluster/engine_replication.py)
+        self.replication = replication_for(config, self.engine)
+        self.port: ClusterPort = (
+            ReplicatedClusterPort(self.engine, self.replication)
+            if self.replication is not None
+            else self.engine
+        )
         self.transport: Any = None
         self.http_port = 0  # announced to peers in Hello; see announce_http_port
         self.snapshots: ClassSnapshotPublisher | None = None
@@ -66,13 +76,16 @@ class ClusterRuntime:
         )
         factory = self._transport_factory
         engine = self.engine
+        replication = self.replication
+        on_receive = replication.on_receive if replication is not None else engine.on_receive
+        on_peer_down = replication.on_peer_down if replication is not None else engine.on_peer_down
         if factory is None:
             from broker.adapters.transport import GrpcTransport, TransportConfig
 
             self.transport = GrpcTransport(
                 advertise_host=advertise,
-                on_receive=engine.on_receive,
-                on_peer_down=engine.on_peer_down,
+                on_receive=on_receive,
+                on_peer_down=on_peer_down,
                 config=TransportConfig(
                     max_batch_items=cluster.max_batch_items,
                     max_message_bytes=cluster.max_frame_bytes,
@@ -84,13 +97,16 @@ class ClusterRuntime:
             self.transport.http_port = self.http_port
         else:
             self.transport = factory(
-                advertise_host=advertise, on_receive=engine.on_receive, on_peer_down=engine.on_peer_down
+                advertise_host=advertise, on_receive=on_receive, on_peer_down=on_peer_down
             )
         port = int(await self.transport.start(cluster.host, cluster.port))
         # the send log and stream positions live in the broker's store (none: persistence off)
         cluster_store = SqliteClusterStore(store) if store is not None else None
         engine.bind(broker, self.transport, self.transport.self_id, cluster_store)
-        engine.start(await resolve_contacts(cluster.join, engine.peer_id, port))
+        contacts = await resolve_contacts(cluster.join, engine.peer_id, port)
+        engine.start(contacts)
+        if replication is not None:
+            start_replication(replication, broker, store, contacts)
         self.snapshots = ClassSnapshotPublisher(engine, broker, float(cluster.class_snapshot_interval_s))
         self.snapshots.start()
         return port
@@ -99,6 +115,8 @@ class ClusterRuntime:
         """Graceful leave: UNSUB/LEAVE every virtual node, drain the links, close."""
         if self.snapshots is not None:
             await self.snapshots.stop()
+        if self.replication is not None:
+            self.replication.stop()
         self.engine.stop()
         if self.transport is not None:
             await self.transport.stop(drain_timeout_s=2.0)
@@ -117,9 +135,9 @@ class ClusterRuntime:
 
     def collector(self) -> Collector:
         engine = self.engine
-        cluster = ClusterCollector(
-            engine.stats, engine.gauges, engine.overlay_figures, engine.sender_counters
-        )
+        replication = self.replication
+        gauges = engine.gauges if replication is None else with_replication_gauges(engine.gauges, replication)
+        cluster = ClusterCollector(engine.stats, gauges, engine.overlay_figures, engine.sender_counters)
         return _WithLinkMetrics(cluster, lambda: self.transport)
 
 

@@ -156,7 +156,7 @@ class BrokerServer:
             self.runtime = ClusterRuntime(config, scheduler)
             if config.http.enabled:  # an ephemeral port (0) is announced once bound, below
                 self.runtime.announce_http_port(config.http.port)
-            cluster = self.runtime.engine
+            cluster = self.runtime.port  # the engine (with its replication log: cluster.replicas)
         if config.federation.enabled:  # the core's events go to the cluster and to the federation
             from broker.adapters.federation.node import FederationNode
             from broker.adapters.federation.port import FederatedClusterPort

@@ -125,6 +125,18 @@ class Replication:
             self._hello_at[peer] = now
         return [SendReplica(peer, hello) for peer in others]
 
+    def meet(self, peers: Iterable[str], now: float) -> list[ReplicationAction]:
+        """Brokers learnt of after :meth:`start` (a broker process hears of members through its
+        cluster links): greeted as ``start`` greets, and again while silent (``_greet_silent``)."""
+        new = sorted({peer for peer in peers if peer != self.peer_id and peer not in self._members})
+        if not new:
+            return []
+        self._members.update(new)
+        hello = ReplicaHello(self.incarnation, self.started_empty, wants_reply=True)
+        for peer in new:
+            self._hello_at[peer] = now
+        return [SendReplica(peer, hello) for peer in new]
+
     def _greet_silent(self, now: float) -> list[ReplicationAction]:
         """A hello again, every ``retransmit_s``, to each member not heard from (a lost hello
         would otherwise leave two brokers each waiting for the other to speak first)."""

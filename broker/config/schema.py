@@ -504,10 +504,17 @@ class ClusterConfig:
     replicas: int = _key(
         1,
         "copies of each QoS>=1 send-log entry the publisher's PUBACK waits for (this broker and the "
-        "next N-1 on the ring of peer ids); 1 = no replication. Values above 1 run in the "
-        "whole-cluster simulation only today: a broker process refuses them (docs/notes/replication.md)",
+        "next N-1 on the ring of peer ids); 1 = no replication. Above 1 a broker needs "
+        "store.persistence and a cluster; persistent sessions are not replicated yet (docs/cluster.md)",
         min_value=1,
         max_value=7,
+    )
+    replica_failover_s: int = _key(
+        30,
+        "with cluster.replicas > 1: a broker reported down this long is gone for good and its replica "
+        "holders publish its entries again (at once when it comes back with its data directory lost)",
+        min_value=1,
+        max_value=30 * 86400,
     )
 
 

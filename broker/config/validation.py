@@ -214,11 +214,15 @@ def validate_cluster_links(config: BrokerConfig) -> None:
     starts (``skipmq``), not by ``load_config``: in-process engines (the simulation, tests) have
     no links."""
     cluster = config.cluster
-    if cluster.replicas > 1:
+    if cluster.replicas > 1 and not cluster.enabled:
         raise ConfigError(
-            f"cluster.replicas: {cluster.replicas} is not supported by a broker process yet: "
-            "replication runs in the whole-cluster simulation only (docs/notes/replication.md); "
-            "use 1",
+            f"cluster.replicas: {cluster.replicas} copies need a cluster (cluster.enabled); use 1",
+            key="cluster.replicas",
+        )
+    if cluster.replicas > 1 and (not config.store.persistence or config.store.path == ":memory:"):
+        raise ConfigError(
+            f"cluster.replicas: {cluster.replicas} copies need this broker's own copy on disk "
+            "(store.persistence, a store file); use 1",
             key="cluster.replicas",
         )
     if not cluster.enabled or cluster.insecure:

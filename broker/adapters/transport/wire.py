@@ -41,6 +41,7 @@ from broker.adapters.transport.wire_overlay import (
     overlay_from_proto,
     overlay_to_proto,
 )
+from broker.adapters.transport.wire_replication import REPLICA_KINDS, replica_from_proto, replica_to_proto
 from broker.cluster.messages import (
     Envelope,
     ForwardedBatch,
@@ -57,10 +58,12 @@ PEER_LINK_OPEN_METHOD = "/skipmq.v1.PeerLink/Open"
 
 
 def item_to_proto(item: object) -> Any:
-    """An overlay message or an :class:`Envelope` as ``pb.Item``."""
+    """An overlay message, an :class:`Envelope` or a replication record as ``pb.Item``."""
     out = pb.Item()
     if isinstance(item, Envelope):
         envelope_to_proto(item, out.envelope)
+    elif type(item) in REPLICA_KINDS:  # replicated durability (cluster.replicas, wire_replication)
+        replica_to_proto(item, out.replica)  # type: ignore[arg-type]
     else:
         overlay_to_proto(item, out.overlay, "item")
     return out
@@ -72,6 +75,8 @@ def item_from_proto(src: Any) -> object:
         return overlay_from_proto(src.overlay, "item")
     if case == "envelope":
         return envelope_from_proto(src.envelope)
+    if case == "replica":
+        return replica_from_proto(src.replica)
     raise WireError("item: Item without a kind (unknown to this schema version?)")
 
 

@@ -1,5 +1,6 @@
 """``cluster.replicas``: default 1 (no replication), validated, and refused by a broker process above
-1 while replication runs in the whole-cluster simulation only (docs/notes/replication.md)."""
+1 where it cannot be honoured - without a cluster, or without this broker's own copy on disk
+(docs/cluster.md, Replicas)."""
 
 from __future__ import annotations
 
@@ -24,11 +25,16 @@ def test_replicas_defaults_to_one_and_is_checked_against_its_range() -> None:
         load_config(env={"SKIPMQ_CLUSTER_REPLICAS": "two"})
 
 
-def test_a_broker_process_refuses_more_than_one_replica_naming_the_key(tmp_path: Path) -> None:
-    config = load_config(env={}, overrides={"cluster.replicas": 2, "cluster.insecure": True})
-    with pytest.raises(ConfigError, match=r"cluster\.replicas: 2 is not supported by a broker process"):
-        validate_cluster_links(config)
+def test_a_broker_process_refuses_replicas_it_cannot_honour_naming_the_key(tmp_path: Path) -> None:
+    clustered = {"cluster.enabled": True, "cluster.insecure": True}
+    validate_cluster_links(load_config(env={}, overrides={**clustered, "cluster.replicas": 2}))  # starts
     validate_cluster_links(load_config(env={}, overrides={"cluster.insecure": True}))  # 1 starts
+    with pytest.raises(ConfigError, match=r"cluster\.replicas: 2 copies need a cluster"):
+        validate_cluster_links(load_config(env={}, overrides={"cluster.replicas": 2}))
+    for store in ({"store.persistence": False}, {"store.path": ":memory:"}):
+        config = load_config(env={}, overrides={**clustered, **store, "cluster.replicas": 3})
+        with pytest.raises(ConfigError, match=r"cluster\.replicas: 3 copies need this broker.s own copy"):
+            validate_cluster_links(config)
     env = {k: v for k, v in os.environ.items() if not k.startswith("SKIPMQ_")}
     args = ["--port", "0", "--http-port", "0", "--data-dir", str(tmp_path), "--set", "cluster.replicas=2"]
     failed = subprocess.run(
@@ -41,4 +47,4 @@ def test_a_broker_process_refuses_more_than_one_replica_naming_the_key(tmp_path:
         check=False,
     )
     assert failed.returncode == 2 and "Traceback" not in failed.stderr, failed.stderr[-2000:]
-    assert "configuration error: cluster.replicas: 2 is not supported" in failed.stderr
+    assert "configuration error: cluster.replicas: 2 copies need a cluster" in failed.stderr

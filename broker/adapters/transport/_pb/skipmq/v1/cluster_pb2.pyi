@@ -562,6 +562,56 @@ class StreamResend(_message.Message):
     gone_below: int
     def __init__(self, origin: _Optional[str] = ..., stream: _Optional[str] = ..., messages: _Optional[_Iterable[_Union[ForwardedMessage, _Mapping]]] = ..., gone_below: _Optional[int] = ...) -> None: ...
 
+class ReplicaHello(_message.Message):
+    __slots__ = ("incarnation", "started_empty", "wants_reply")
+    INCARNATION_FIELD_NUMBER: _ClassVar[int]
+    STARTED_EMPTY_FIELD_NUMBER: _ClassVar[int]
+    WANTS_REPLY_FIELD_NUMBER: _ClassVar[int]
+    incarnation: str
+    started_empty: bool
+    wants_reply: bool
+    def __init__(self, incarnation: _Optional[str] = ..., started_empty: _Optional[bool] = ..., wants_reply: _Optional[bool] = ...) -> None: ...
+
+class ReplicaAppend(_message.Message):
+    __slots__ = ("incarnation", "first_seq", "messages", "released")
+    INCARNATION_FIELD_NUMBER: _ClassVar[int]
+    FIRST_SEQ_FIELD_NUMBER: _ClassVar[int]
+    MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    RELEASED_FIELD_NUMBER: _ClassVar[int]
+    incarnation: str
+    first_seq: int
+    messages: _containers.RepeatedCompositeFieldContainer[MqttMessage]
+    released: int
+    def __init__(self, incarnation: _Optional[str] = ..., first_seq: _Optional[int] = ..., messages: _Optional[_Iterable[_Union[MqttMessage, _Mapping]]] = ..., released: _Optional[int] = ...) -> None: ...
+
+class ReplicaAck(_message.Message):
+    __slots__ = ("incarnation", "next_seq")
+    INCARNATION_FIELD_NUMBER: _ClassVar[int]
+    NEXT_SEQ_FIELD_NUMBER: _ClassVar[int]
+    incarnation: str
+    next_seq: int
+    def __init__(self, incarnation: _Optional[str] = ..., next_seq: _Optional[int] = ...) -> None: ...
+
+class ReplicaRelease(_message.Message):
+    __slots__ = ("incarnation", "upto")
+    INCARNATION_FIELD_NUMBER: _ClassVar[int]
+    UPTO_FIELD_NUMBER: _ClassVar[int]
+    incarnation: str
+    upto: int
+    def __init__(self, incarnation: _Optional[str] = ..., upto: _Optional[int] = ...) -> None: ...
+
+class Replica(_message.Message):
+    __slots__ = ("hello", "append", "ack", "release")
+    HELLO_FIELD_NUMBER: _ClassVar[int]
+    APPEND_FIELD_NUMBER: _ClassVar[int]
+    ACK_FIELD_NUMBER: _ClassVar[int]
+    RELEASE_FIELD_NUMBER: _ClassVar[int]
+    hello: ReplicaHello
+    append: ReplicaAppend
+    ack: ReplicaAck
+    release: ReplicaRelease
+    def __init__(self, hello: _Optional[_Union[ReplicaHello, _Mapping]] = ..., append: _Optional[_Union[ReplicaAppend, _Mapping]] = ..., ack: _Optional[_Union[ReplicaAck, _Mapping]] = ..., release: _Optional[_Union[ReplicaRelease, _Mapping]] = ...) -> None: ...
+
 class Hello(_message.Message):
     __slots__ = ("peer_id", "schema_version", "max_batch_items", "http_port", "challenge", "identity_proof")
     PEER_ID_FIELD_NUMBER: _ClassVar[int]
@@ -579,12 +629,14 @@ class Hello(_message.Message):
     def __init__(self, peer_id: _Optional[str] = ..., schema_version: _Optional[int] = ..., max_batch_items: _Optional[int] = ..., http_port: _Optional[int] = ..., challenge: _Optional[bytes] = ..., identity_proof: _Optional[_Union[OriginProof, _Mapping]] = ...) -> None: ...
 
 class Item(_message.Message):
-    __slots__ = ("overlay", "envelope")
+    __slots__ = ("overlay", "envelope", "replica")
     OVERLAY_FIELD_NUMBER: _ClassVar[int]
     ENVELOPE_FIELD_NUMBER: _ClassVar[int]
+    REPLICA_FIELD_NUMBER: _ClassVar[int]
     overlay: OverlayMessage
     envelope: Envelope
-    def __init__(self, overlay: _Optional[_Union[OverlayMessage, _Mapping]] = ..., envelope: _Optional[_Union[Envelope, _Mapping]] = ...) -> None: ...
+    replica: Replica
+    def __init__(self, overlay: _Optional[_Union[OverlayMessage, _Mapping]] = ..., envelope: _Optional[_Union[Envelope, _Mapping]] = ..., replica: _Optional[_Union[Replica, _Mapping]] = ...) -> None: ...
 
 class Frame(_message.Message):
     __slots__ = ("hello", "items")

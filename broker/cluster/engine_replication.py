@@ -1,0 +1,450 @@
+"""Replicated durability in a broker (``cluster.replicas`` = N > 1): the glue between the cluster
+engine (``broker.cluster.engine``) and the pure core ``broker.cluster.replication``
+(docs/notes/replication.md; seed 004 §2.4, §3.3-§3.5 over a replica group).
+
+* :class:`ReplicatedClusterPort` - the core's cluster port when N > 1: the engine, unchanged, with
+  each QoS >= 1 publish also appended to this broker's replication log and its PUBACK/PUBREC held
+  until the entry is durable on N brokers (the core's ``Durable``: seed 004's
+  pre-acknowledgement) as well as committed here. With N = 1 the engine itself is the port: not
+  one call more on the publish path.
+* :class:`EngineReplication` - one broker incarnation's core and what carries out its actions:
+  records to other brokers on the engine's transport (the ``replica`` kind of a link Item),
+  merged per peer for one event-loop iteration (one ``ReplicaAppend`` for every publish of the
+  iteration, one ``ReplicaAck`` for every append received); the holder's copies in the broker's
+  store (:class:`ReplicaStore`, in the group-commit transaction: an ack leaves only after the
+  commit of what it acknowledges); a tick every ``cluster.retransmit_ms`` (retransmission,
+  failover, membership); the release (seed 004 §3.5): an entry is released once the engine's
+  send log holds none of the stream entries it became (every receiver broker took them, or
+  nothing needed them); and the failover: a ``TakeOver`` publishes a gone origin's entries again
+  through this broker's router (``republish``: local subscribers get them, the other brokers on
+  this broker's own streams), and the copy is dropped once they are durable here.
+
+Membership: the brokers of ``cluster.join`` at start, then every broker the engine hears of
+(``ClusterEngine._known_peers``, read on each tick). A peer the transport reports down leaves the
+holder sets until it talks again (the core).
+
+No I/O here: the store is a port (``broker.adapters.replication_store`` in a broker process), time
+and timers come from the engine's scheduler.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import replace
+from typing import TYPE_CHECKING, Protocol
+
+from broker.cluster.classes import topic_classes
+from broker.cluster.replication import Replication
+from broker.cluster.replication_messages import (
+    Drop,
+    Durable,
+    LogKey,
+    Persist,
+    ReplicaAck,
+    ReplicaAppend,
+    ReplicaHello,
+    ReplicaItem,
+    ReplicaRelease,
+    ReplicationAction,
+    SendReplica,
+    TakeOver,
+)
+from broker.core.ports import Completion
+
+if TYPE_CHECKING:
+    from broker.cluster.engine import ClusterEngine
+    from broker.core.messages import Message
+    from broker.core.ports import SessionSnapshot, TimerHandle
+
+log = logging.getLogger("skipmq.cluster")
+
+REPLICA_KINDS: frozenset[type] = frozenset((ReplicaHello, ReplicaAppend, ReplicaAck, ReplicaRelease))
+MAX_MERGED_ENTRIES = 1024  # entries of one ReplicaAppend merged from an event-loop iteration's
+StreamEntry = tuple[tuple[str, str], int]  # ((origin, class), SEQ) in the engine's send log
+
+
+class ReplicaStore(Protocol):
+    """What a holder keeps of other brokers' logs (durable with the broker's next commit)."""
+
+    def persist(self, key: LogKey, first_seq: int, messages: tuple[Message, ...]) -> None: ...
+
+    def drop(self, key: LogKey, below_seq: int | None) -> None: ...
+
+    def load(self) -> list[tuple[LogKey, int, Message]]: ...
+
+
+class MemoryReplicaStore:
+    """A :class:`ReplicaStore` in memory (in-process engines, tests)."""
+
+    def __init__(self) -> None:
+        self.rows: dict[LogKey, dict[int, Message]] = {}
+
+    def persist(self, key: LogKey, first_seq: int, messages: tuple[Message, ...]) -> None:
+        held = self.rows.setdefault(key, {})
+        for offset, message in enumerate(messages):
+            held[first_seq + offset] = message
+
+    def drop(self, key: LogKey, below_seq: int | None) -> None:
+        if below_seq is None:
+            self.rows.pop(key, None)
+            return
+        held = self.rows.get(key, {})
+        for seq in [seq for seq in held if seq < below_seq]:
+            del held[seq]
+
+    def load(self) -> list[tuple[LogKey, int, Message]]:
+        return [
+            (key, seq, self.rows[key][seq]) for key in sorted(self.rows) for seq in sorted(self.rows[key])
+        ]
+
+
+class _Append:
+    """A ``ReplicaAppend`` being merged in the outbox (built into the record when sent)."""
+
+    __slots__ = ("first_seq", "incarnation", "messages", "released")
+
+    def __init__(self, item: ReplicaAppend) -> None:
+        self.incarnation = item.incarnation
+        self.first_seq = item.first_seq
+        self.messages = list(item.messages)
+        self.released = item.released
+
+    def record(self) -> ReplicaAppend:
+        return ReplicaAppend(self.incarnation, self.first_seq, tuple(self.messages), self.released)
+
+
+class EngineReplication:
+    """See the module docstring. Construct with the engine (bound), ``start`` after the engine's
+    start, route the transport's inputs through :meth:`on_receive` / :meth:`on_peer_down`."""
+
+    def __init__(
+        self,
+        engine: ClusterEngine,
+        *,
+        started_empty: bool,
+        failover_after_s: float,
+        store: ReplicaStore | None = None,
+    ) -> None:
+        self.engine = engine
+        self.started_empty = started_empty
+        self.failover_after_s = failover_after_s
+        self.store: ReplicaStore = store if store is not None else MemoryReplicaStore()
+        # publishes a gone origin's entry again here (the router's publish; set by the runtime)
+        self.republish: Callable[[Message], Completion[bool] | None] | None = None
+        self.core: Replication | None = None
+        self.stopped = True
+        self._waiting: dict[int, Completion[bool]] = {}  # log seq -> the PUBACK it holds
+        self._stream_entries: dict[int, list[StreamEntry]] = {}  # log seq -> its send-log entries
+        self._appended_end = 1  # the next log seq
+        self._release_from = 1  # entries below are released
+        self._outbox: dict[str, list[ReplicaItem | _Append]] = {}
+        self._flush_armed = False
+        self._persisted = False  # rows written since the last flush: committed before acks leave
+        self._timer: TimerHandle | None = None
+        self.taken_over_total = 0  # entries of gone origins published again here
+        self.takeovers_total = 0  # gone origin logs taken over
+
+    # ------------------------------------------------------------------ life
+    def start(self, contacts: list[str]) -> None:
+        engine = self.engine
+        cluster = engine.cluster
+        core = self.core = Replication(
+            engine.peer_id,
+            engine.incarnation,
+            replicas=cluster.replicas,
+            retransmit_s=engine.retransmit_s,
+            failover_after_s=self.failover_after_s,
+            retention_s=float(cluster.send_log_retention_s),
+            started_empty=self.started_empty,
+        )
+        rows = self.store.load()
+        for key, seq, message in rows:
+            core.restore_held(key, seq, [message])
+        self.stopped = False
+        now = self._now()
+        self._apply(core.start([peer for peer in contacts if peer != engine.peer_id], now))
+        if rows:
+            log.info("replication_restored %d entries of %d logs", len(rows), len(core.held_logs()))
+        self._timer = engine.scheduler.call_later(engine.retransmit_s, self._tick)
+
+    def stop(self) -> None:
+        if self.stopped:
+            return
+        self._flush()
+        self.stopped = True
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _now(self) -> float:
+        return self.engine.scheduler.time()
+
+    # ------------------------------------------------------------------ transport inputs
+    def on_receive(self, sender: str, item: object) -> None:
+        """The transport's ``on_receive``: replication records here, everything else to the engine."""
+        if type(item) not in REPLICA_KINDS:
+            self.engine.on_receive(sender, item)
+            return
+        core = self.core
+        if core is None or self.stopped:
+            return
+        try:
+            self._apply(core.on_item(sender, item, self._now()))  # type: ignore[arg-type]
+        except Exception:
+            log.exception("replication: failed to handle %s from %s", type(item).__name__, sender)
+
+    def on_peer_down(self, peer: str) -> None:
+        self.engine.on_peer_down(peer)
+        core = self.core
+        if core is not None and not self.stopped:
+            self._apply(core.on_peer_down(peer, self._now()))
+
+    # ------------------------------------------------------------------ the origin's log
+    def append(self, message: Message, entries: list[StreamEntry]) -> Completion[bool]:
+        """A QoS >= 1 publish accepted here (``entries``: the send-log entries it became): done
+        once durable on N brokers."""
+        core = self.core
+        assert core is not None
+        durable: Completion[bool] = Completion()
+        seq, actions = core.append(message, self._now())
+        self._appended_end = seq + 1
+        self._waiting[seq] = durable
+        if entries:
+            self._stream_entries[seq] = entries
+        self._apply(actions)
+        return durable
+
+    def _release(self, now: float) -> None:
+        """Seed 004 §3.5: entries none of whose stream entries the send log still holds."""
+        sender = self.engine.sender
+        core = self.core
+        if sender is None or core is None:
+            return
+        first_logged: dict[tuple[str, str], int] = {}
+        start = seq = self._release_from
+        end = self._appended_end
+        entries_of = self._stream_entries
+        while seq < end:
+            entries = entries_of.get(seq)
+            if entries is not None:
+                still = False
+                for key, stream_seq in entries:
+                    first = first_logged.get(key)
+                    if first is None:
+                        first = first_logged[key] = sender.logged_from(key, 1)[1]
+                    if stream_seq >= first:
+                        still = True
+                        break
+                if still:
+                    break
+                del entries_of[seq]
+            seq += 1
+        if seq > start:
+            self._release_from = seq
+            self._apply(core.released(seq, now))
+
+    # ------------------------------------------------------------------ time
+    def _tick(self) -> None:
+        self._timer = None
+        if self.stopped or self.core is None:
+            return
+        engine = self.engine
+        now = self._now()
+        try:
+            self._apply(self.core.meet(engine._known_peers(), now))
+            self._apply(self.core.tick(now))
+            self._release(now)
+        except Exception:
+            log.exception("replication: tick failed")
+        self._timer = engine.scheduler.call_later(engine.retransmit_s, self._tick)
+
+    # ------------------------------------------------------------------ actions
+    def _apply(self, actions: list[ReplicationAction]) -> None:
+        for action in actions:
+            if isinstance(action, SendReplica):
+                self._queue(action.peer, action.item)
+            elif isinstance(action, Durable):
+                waiting = self._waiting
+                for seq in range(action.first_seq, action.end_seq):
+                    completion = waiting.pop(seq, None)
+                    if completion is not None:
+                        completion.set_result(True)
+            elif isinstance(action, Persist):
+                self.store.persist(action.key, action.first_seq, action.messages)
+                self._persisted = True
+            elif isinstance(action, Drop):
+                self.store.drop(action.key, action.below_seq)
+                self._persisted = True
+            elif isinstance(action, TakeOver):
+                self._take_over(action)
+
+    def _take_over(self, action: TakeOver) -> None:
+        """Publish a gone origin's entries again as this broker's own (the failover), in order."""
+        republish = self.republish
+        core = self.core
+        assert core is not None
+        if republish is None:
+            log.error("replication: cannot take over %s (no republish)", action.key)
+            return
+        waits: list[Completion[bool]] = []
+        for message in action.messages:
+            wait = republish(replace(message, retain=False))
+            if wait is not None:
+                waits.append(wait)
+        self.taken_over_total += len(action.messages)
+        self.takeovers_total += 1
+        log.warning(
+            "replication_take_over origin=%s incarnation=%s entries=%d (its broker is gone: published here)",
+            action.key[0],
+            action.key[1],
+            len(action.messages),
+        )
+        pending = [len(waits)]
+
+        def one_done(_done: object) -> None:
+            pending[0] -= 1
+            if pending[0] == 0 and not self.stopped and self.core is not None:
+                self._apply(self.core.taken_over(action.key))
+
+        if not waits:
+            self._apply(core.taken_over(action.key))
+        for wait in waits:
+            wait.add_done_callback(one_done)
+
+    def _queue(self, peer: str, item: ReplicaItem) -> None:
+        """Into the outbox of ``peer``, merged with the records of this event-loop iteration."""
+        items = self._outbox.get(peer)
+        if items is None:
+            items = self._outbox[peer] = []
+        if items:
+            last = items[-1]
+            kind = type(item)
+            if kind is ReplicaAppend and type(last) is _Append:
+                assert isinstance(item, ReplicaAppend)
+                if (
+                    last.incarnation == item.incarnation
+                    and last.first_seq + len(last.messages) == item.first_seq
+                    and len(last.messages) + len(item.messages) <= MAX_MERGED_ENTRIES
+                ):
+                    last.messages.extend(item.messages)
+                    last.released = max(last.released, item.released)
+                    return
+            elif kind is ReplicaAck and type(last) is ReplicaAck:
+                assert isinstance(item, ReplicaAck) and isinstance(last, ReplicaAck)
+                if last.incarnation == item.incarnation:
+                    items[-1] = ReplicaAck(item.incarnation, max(last.next_seq, item.next_seq))
+                    return
+        items.append(_Append(item) if isinstance(item, ReplicaAppend) else item)
+        if not self._flush_armed:
+            self._flush_armed = True
+            self.engine.scheduler.call_soon(self._flush)
+
+    def _flush(self) -> None:
+        """Send the outbox; what was persisted is committed first (acks never run ahead of disk)."""
+        self._flush_armed = False
+        outbox, self._outbox = self._outbox, {}
+        if not outbox:
+            return
+        engine = self.engine
+        broker = engine.broker
+        if self._persisted:
+            self._persisted = False
+            if broker is not None and broker.store_pending() and not broker.commit_now():
+                # the commit failed: nothing it would acknowledge leaves (the origin sends again)
+                outbox = {
+                    peer: [i for i in items if type(i) is not ReplicaAck] for peer, items in outbox.items()
+                }
+        transport = engine.transport
+        if transport is None:
+            return
+        for peer, items in outbox.items():
+            for entry in items:
+                item = entry.record() if type(entry) is _Append else entry
+                try:
+                    transport.send(peer, item)
+                except (ValueError, RuntimeError) as exc:  # WireError is a ValueError
+                    log.error("replication: cannot send %s to %s: %s", type(item).__name__, peer, exc)
+
+    # ------------------------------------------------------------------ introspection
+    def gauges(self) -> dict[str, int]:
+        core = self.core
+        if core is None:
+            return {"under_replicated": 0, "held_entries": 0, "held_logs": 0}
+        return {
+            "under_replicated": core.under_replicated(),
+            "held_entries": core.held_count(),
+            "held_logs": len(core.held_logs()),
+        }
+
+
+class ReplicatedClusterPort:
+    """The core's cluster port with ``cluster.replicas`` > 1: ``engine`` plus ``replication``."""
+
+    def __init__(self, engine: ClusterEngine, replication: EngineReplication) -> None:
+        self.engine = engine
+        self.replication = replication
+
+    def on_publish(self, message: Message, from_client_id: str | None) -> Completion[bool] | None:
+        engine = self.engine
+        sender = engine.sender
+        replication = self.replication
+        if (
+            not message.qos
+            or sender is None
+            or engine.stopped
+            or replication.stopped
+            or message.topic.startswith("$SYS")
+        ):
+            return engine.on_publish(message, from_client_id)
+        classes = engine._classes_of.get(message.topic) or topic_classes(
+            message.topic, engine.interest.class_levels
+        )
+        before = [(cls, sender.position(cls)) for cls in classes]
+        wait = engine.on_publish(message, from_client_id)
+        origin = sender.origin
+        entries = [((origin, cls), seq) for cls, seq in before if sender.position(cls) > seq]
+        durable = replication.append(message, entries)
+        return _both(wait, durable)
+
+    def on_subscribe(self, client_id: str, topic_filter: str, share_group: str | None, qos: int) -> None:
+        self.engine.on_subscribe(client_id, topic_filter, share_group, qos)
+
+    def on_unsubscribe(self, client_id: str, topic_filter: str, share_group: str | None) -> None:
+        self.engine.on_unsubscribe(client_id, topic_filter, share_group)
+
+    def before_attach(
+        self, client_id: str, clean_start: bool, username: str | None = None
+    ) -> Completion[SessionSnapshot | None] | None:
+        return self.engine.before_attach(client_id, clean_start, username)
+
+    def owns_share_group(self, group: str, topic_filter: str) -> bool:
+        return self.engine.owns_share_group(group, topic_filter)
+
+    def subscriptions_ready(self, topic_filters: list[tuple[str, str | None]]) -> Completion[bool] | None:
+        return self.engine.subscriptions_ready(topic_filters)
+
+    def on_client_connected(self, client_id: str, session_present: bool) -> None:
+        self.engine.on_client_connected(client_id, session_present)
+
+    def on_client_disconnected(self, client_id: str) -> None:
+        self.engine.on_client_disconnected(client_id)
+
+
+def _both(first: Completion[bool] | None, second: Completion[bool]) -> Completion[bool]:
+    """Done when both are (``first`` None: ``second``)."""
+    if first is None or first.done():
+        return second
+    if second.done():
+        return first
+    both: Completion[bool] = Completion()
+    pending = [2]
+
+    def one_done(_done: object) -> None:
+        pending[0] -= 1
+        if pending[0] == 0:
+            both.set_result(True)
+
+    first.add_done_callback(one_done)
+    second.add_done_callback(one_done)
+    return both
