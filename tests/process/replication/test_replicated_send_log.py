@@ -54,11 +54,7 @@ STREAM_S = 90.0
 LINK_GONE_S = 60.0  # S notices that A is gone (keep-alive across the cut)
 
 _REASON = unavailable_reason()
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.timeout(400),
-    pytest.mark.skipif(_REASON is not None, reason=f"these tests need network namespaces: {_REASON}"),
-]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(400)]
 
 
 @pytest.fixture
@@ -76,6 +72,7 @@ def _metric(cluster: LocalCluster, index: int, name: str) -> float:
     return metric_total(cluster.metrics_text(index), name)
 
 
+@pytest.mark.skipif(_REASON is not None, reason=f"this test needs network namespaces: {_REASON}")
 @pytest.mark.parametrize("replicas", [2, 1])
 def test_publishers_broker_killed_with_its_disk_loses_nothing_acknowledged_with_two_copies(
     lab: NetnsLab, tmp_path: Path, replicas: int
@@ -156,6 +153,52 @@ def test_publishers_broker_killed_with_its_disk_loses_nothing_acknowledged_with_
             # the control: the same steps with one copy lose what the killed broker held for S
             assert result.lost, f"one copy lost nothing: the scenario does not test replication ({result})"
         assert len(acked) >= MESSAGES
+    finally:
+        for client in made:
+            with contextlib.suppress(Exception):
+                client.close()
+        cluster.close()
+        LIVE_CLUSTERS.remove(cluster)
+
+
+def test_a_puback_waits_for_the_second_copy_and_none_is_given_while_only_one_broker_is_up(
+    tmp_path: Path,
+) -> None:
+    """With 2 copies and the only other broker killed, a QoS 1 publish is not acknowledged (one
+    copy is not 2: the publisher keeps it); once that broker is back, the PUBACK comes."""
+    settings = {**FAST_SETTINGS, "cluster.replicas": "2"}
+    cluster = LocalCluster(2, settings=settings, data_root=str(tmp_path))
+    LIVE_CLUSTERS.append(cluster)
+    made: list[ClusterClient] = []
+    try:
+        cluster.start()
+        cluster.wait_ready(READY_TIMEOUT_S)
+        topic = f"{unique_id('repl')}/acks"
+        pub = _client(cluster, 0, client_id=unique_id("repl-pub"))
+        made.append(pub)
+        pub.publish_nowait(topic, b"both-up", 1)
+        wait_until(lambda: not pub.pending, 15, what="the PUBACK with both brokers up")
+        cluster.kill_broker(1)
+        peer_1 = cluster.brokers[1].peer_id
+        wait_until(
+            lambda: peer_1 not in cluster.cluster_state(0).get("connected_peers", []),
+            LINK_GONE_S,
+            interval_s=0.2,
+            what="broker 0 dropped its link to the killed broker",
+        )
+        pub.publish_nowait(topic, b"one-up", 1)
+        with pytest.raises(TimeoutError):
+            wait_until(lambda: not pub.pending, 3.0, what="a PUBACK with one copy")
+        assert _metric(cluster, 0, "skipmq_cluster_replication_under_replicated") >= 1
+        cluster.restart_broker(1)
+        wait_until(lambda: not pub.pending, 30, what="the PUBACK once the second broker is back")
+        assert pub.acked_payloads[-1] == b"one-up"
+        wait_until(
+            lambda: _metric(cluster, 0, "skipmq_cluster_replication_under_replicated") == 0,
+            15,
+            interval_s=0.3,
+            what="nothing under-replicated",
+        )
     finally:
         for client in made:
             with contextlib.suppress(Exception):
