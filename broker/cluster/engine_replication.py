@@ -232,7 +232,7 @@ class EngineReplication:
                 for key, stream_seq in entries:
                     first = first_logged.get(key)
                     if first is None:
-                        first = first_logged[key] = sender.logged_from(key, 1)[1]
+                        first = first_logged[key] = sender.first_logged(key)
                     if stream_seq >= first:
                         still = True
                         break

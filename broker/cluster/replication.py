@@ -348,7 +348,11 @@ class Replication:
         return self._drop_below(key, held, release.upto)
 
     def _drop_below(self, key: LogKey, held: _Held, upto: int) -> list[ReplicationAction]:
-        stale = [seq for seq in held.entries if seq < upto]
+        stale: list[int] = []
+        for seq in held.entries:  # in ascending order: appended, and restored, in log order
+            if seq >= upto:
+                break  # (not a scan of every entry held on each append: a holder's CPU)
+            stale.append(seq)
         if not stale:
             return []
         for seq in stale:

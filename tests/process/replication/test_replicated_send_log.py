@@ -164,8 +164,11 @@ def test_publishers_broker_killed_with_its_disk_loses_nothing_acknowledged_with_
 def test_a_puback_waits_for_the_second_copy_and_none_is_given_while_only_one_broker_is_up(
     tmp_path: Path,
 ) -> None:
-    """With 2 copies and the only other broker killed, a QoS 1 publish is not acknowledged (one
-    copy is not 2: the publisher keeps it); once that broker is back, the PUBACK comes."""
+    """With 2 copies and the only other broker killed, a QoS 1 publish that broker's persistent
+    subscriber needs is not acknowledged (one copy is not 2: the publisher keeps it); once that
+    broker is back, the PUBACK comes, and the subscriber gets the message. (A message nobody
+    else needs - no receiver broker, or every one took it - is released, seed 004 §3.5, and
+    acknowledged without a second copy: its only copy is where it was delivered.)"""
     settings = {**FAST_SETTINGS, "cluster.replicas": "2"}
     cluster = LocalCluster(2, settings=settings, data_root=str(tmp_path))
     LIVE_CLUSTERS.append(cluster)
@@ -174,6 +177,11 @@ def test_a_puback_waits_for_the_second_copy_and_none_is_given_while_only_one_bro
         cluster.start()
         cluster.wait_ready(READY_TIMEOUT_S)
         topic = f"{unique_id('repl')}/acks"
+        sub_id = unique_id("repl-sub")
+        sub = _client(cluster, 1, client_id=sub_id, clean=False, session_expiry_s=600)
+        made.append(sub)
+        sub.subscribe(topic, 1)
+        probe_route(cluster, 0, sub, topic)
         pub = _client(cluster, 0, client_id=unique_id("repl-pub"))
         made.append(pub)
         pub.publish_nowait(topic, b"both-up", 1)
@@ -193,6 +201,13 @@ def test_a_puback_waits_for_the_second_copy_and_none_is_given_while_only_one_bro
         cluster.restart_broker(1)
         wait_until(lambda: not pub.pending, 30, what="the PUBACK once the second broker is back")
         assert pub.acked_payloads[-1] == b"one-up"
+        again = _client(cluster, 1, client_id=sub_id, clean=False, session_expiry_s=600)
+        made.append(again)
+        payloads: list[bytes] = []
+        with contextlib.suppress(TimeoutError):
+            while b"one-up" not in payloads:
+                payloads.append(again.wait_message(20).payload)
+        assert b"one-up" in payloads, payloads
         wait_until(
             lambda: _metric(cluster, 0, "skipmq_cluster_replication_under_replicated") == 0,
             15,

@@ -1,0 +1,340 @@
+"""The PUBACK cost of ``cluster.replicas`` (docs/cluster.md, Replicas): QoS 1 with 1 copy vs N copies,
+side by side, on 3-broker clusters on loopback (run by hand; docs/notes/replication.md).
+
+One cluster per variant (``--replicas 1,2``), all running at once; each round measures every
+variant in turn (rotating order), and the report gives per-variant medians over rounds and the
+ratio to the first variant within each round (the machine is noisy: ratios of one round compare
+like with like). Per variant and round:
+
+* **PUBACK latency**: a closed loop (one QoS 1 PUBLISH in flight) of ``--latency-count`` messages
+  from a publisher on broker 0; p50 / p99 of PUBLISH -> PUBACK;
+* **throughput**: ``--messages`` QoS 1 messages with ``--window`` in flight; messages/s from the
+  first PUBLISH to the last PUBACK, and the CPU seconds of the 3 broker processes per message.
+
+A subscriber on broker 1 (QoS 0 subscription, so its own acknowledgements cost nothing) makes
+the messages cross the cluster, as in production (the send log and the replicas are released
+once it took them). The clients are a minimal asyncio MQTT 3.1.1 client (CONNECT, SUBSCRIBE,
+PUBLISH, PUBACK) to keep the client side cheap on a 2-core machine. Brokers run with the
+defaults (mutual TLS on the cluster links, persistence on).
+
+    .venv/bin/python bench/replication_bench.py --help
+    .venv/bin/python bench/replication_bench.py --rounds 3 --json /tmp/replication.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import statistics
+import struct
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+if str(REPO_ROOT) not in sys.path:
+    sys.path.insert(0, str(REPO_ROOT))
+
+from tools.launcher import LocalCluster, start_cluster  # noqa: E402
+
+
+def _remaining_length(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte = n % 128
+        n //= 128
+        out.append(byte | (0x80 if n else 0))
+        if not n:
+            return bytes(out)
+
+
+def _string(text: str) -> bytes:
+    data = text.encode()
+    return struct.pack("!H", len(data)) + data
+
+
+def connect_packet(client_id: str) -> bytes:
+    body = _string("MQTT") + bytes((4, 0x02)) + struct.pack("!H", 60) + _string(client_id)
+    return b"\x10" + _remaining_length(len(body)) + body
+
+
+def publish_packet(topic: str, payload: bytes, packet_id: int) -> bytes:
+    body = _string(topic) + struct.pack("!H", packet_id) + payload
+    return b"\x32" + _remaining_length(len(body)) + body
+
+
+def publish_qos0_packet(topic: str, payload: bytes) -> bytes:
+    body = _string(topic) + payload
+    return b"\x30" + _remaining_length(len(body)) + body
+
+
+def subscribe_packet(topic_filter: str, packet_id: int) -> bytes:
+    body = struct.pack("!H", packet_id) + _string(topic_filter) + b"\x00"
+    return b"\x82" + _remaining_length(len(body)) + body
+
+
+class Client(asyncio.Protocol):
+    """Counts PUBACKs (by packet id) and received PUBLISHes; nothing else is parsed."""
+
+    def __init__(self) -> None:
+        self.transport: asyncio.Transport | None = None
+        self.buffer = bytearray()
+        self.connacked = asyncio.Event()
+        self.subacked = asyncio.Event()
+        self.acked: dict[int, float] = {}
+        self.received = 0
+        self.progress = asyncio.Event()
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        buffer = self.buffer
+        buffer += data
+        while len(buffer) >= 2:
+            length, shift, pos = 0, 0, 1
+            while True:
+                if pos >= len(buffer):
+                    return
+                byte = buffer[pos]
+                length |= (byte & 0x7F) << shift
+                shift += 7
+                pos += 1
+                if not byte & 0x80:
+                    break
+            if len(buffer) < pos + length:
+                return
+            kind = buffer[0] >> 4
+            body = bytes(buffer[pos : pos + length])
+            del buffer[: pos + length]
+            if kind == 4:  # PUBACK
+                self.acked[struct.unpack("!H", body[:2])[0]] = time.perf_counter()
+                self.progress.set()
+            elif kind == 3:
+                self.received += 1
+                self.progress.set()
+            elif kind == 2:
+                self.connacked.set()
+            elif kind == 9:
+                self.subacked.set()
+
+    def send(self, data: bytes) -> None:
+        assert self.transport is not None
+        self.transport.write(data)
+
+
+async def connect(port: int, host: str, client_id: str) -> Client:
+    loop = asyncio.get_running_loop()
+    _transport, client = await loop.create_connection(Client, host, port)
+    client.send(connect_packet(client_id))
+    await asyncio.wait_for(client.connacked.wait(), 10)
+    return client
+
+
+async def wait_for(predicate: Any, client: Client, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise TimeoutError("no progress")
+        client.progress.clear()
+        if predicate():
+            return
+        try:
+            await asyncio.wait_for(client.progress.wait(), remaining)
+        except TimeoutError:
+            pass
+
+
+def cpu_s(pids: list[int]) -> float:
+    total = 0.0
+    tick = os.sysconf("SC_CLK_TCK")
+    for pid in pids:
+        with open(f"/proc/{pid}/stat") as stat:
+            fields = stat.read().rpartition(")")[2].split()
+        total += (int(fields[11]) + int(fields[12])) / tick
+    return total
+
+
+class Variant:
+    def __init__(self, replicas: int, cluster: LocalCluster) -> None:
+        self.replicas = replicas
+        self.cluster = cluster
+        self.publisher: Client | None = None
+        self.subscriber: Client | None = None
+        self.next_id = 1
+        self.topic = f"bench/replicas{replicas}/t"
+
+    def pids(self) -> list[int]:
+        return [b.process.pid for b in self.cluster.brokers if b.process is not None]
+
+    async def open(self) -> None:
+        b0, b1 = self.cluster.brokers[0], self.cluster.brokers[1]
+        self.subscriber = await connect(b1.mqtt_port, b1.host, f"bench-sub-{self.replicas}")
+        self.subscriber.send(subscribe_packet(self.topic, 1))
+        await asyncio.wait_for(self.subscriber.subacked.wait(), 10)
+        self.publisher = await connect(b0.mqtt_port, b0.host, f"bench-pub-{self.replicas}")
+        deadline = time.monotonic() + 30
+        while self.subscriber.received == 0:  # the route is there once a probe arrives
+            if time.monotonic() > deadline:
+                raise TimeoutError("no route to the subscriber")
+            self.publisher.send(publish_qos0_packet(self.topic, b"probe"))
+            await asyncio.sleep(0.1)
+
+    def _packet_id(self) -> int:
+        packet_id = self.next_id
+        self.next_id = packet_id % 65535 + 1
+        return packet_id
+
+    async def latency(self, count: int) -> list[float]:
+        publisher = self.publisher
+        assert publisher is not None
+        values = []
+        for n in range(count):
+            packet_id = self._packet_id()
+            publisher.acked.pop(packet_id, None)
+            sent = time.perf_counter()
+            publisher.send(publish_packet(self.topic, b"l%d" % n, packet_id))
+            await wait_for(lambda pid=packet_id: pid in publisher.acked, publisher, 30)
+            values.append(publisher.acked[packet_id] - sent)
+        return values
+
+    async def throughput(self, messages: int, window: int) -> tuple[float, float]:
+        publisher = self.publisher
+        assert publisher is not None
+        publisher.acked.clear()
+        pids = self.pids()
+        cpu_before = cpu_s(pids)
+        started = time.perf_counter()
+        in_flight: list[int] = []
+        done = 0
+        sent = 0
+        while done < messages:
+            while sent < messages and len(in_flight) < window:
+                packet_id = self._packet_id()
+                publisher.acked.pop(packet_id, None)
+                publisher.send(publish_packet(self.topic, b"t%d" % sent, packet_id))
+                in_flight.append(packet_id)
+                sent += 1
+            await wait_for(lambda: in_flight[0] in publisher.acked, publisher, 60)
+            while in_flight and in_flight[0] in publisher.acked:
+                in_flight.pop(0)
+                done += 1
+        elapsed = time.perf_counter() - started
+        await asyncio.sleep(0.5)  # the replicas' and the subscriber's work after the last PUBACK
+        cpu = cpu_s(pids) - cpu_before
+        return messages / elapsed, cpu / messages
+
+
+def percentile(values: list[float], fraction: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
+
+
+async def run(args: argparse.Namespace) -> dict[str, Any]:
+    replicas = [int(item) for item in args.replicas.split(",")]
+    variants: list[Variant] = []
+    results: dict[str, Any] = {
+        "machine": {
+            "nproc": os.cpu_count(),
+            "platform": platform.platform(),
+            "python": sys.version.split()[0],
+        },
+        "args": vars(args),
+        "rounds": [],
+    }
+    try:
+        for n in replicas:
+            print(f"starting a 3-broker cluster with cluster.replicas = {n}", flush=True)
+            cluster = start_cluster(3, settings={"cluster.replicas": str(n)})
+            variant = Variant(n, cluster)
+            variants.append(variant)
+            print(f"replicas {n}: broker pids {variant.pids()}", flush=True)
+            await variant.open()
+        for variant in variants:  # warm-up
+            await variant.latency(50)
+            await variant.throughput(min(500, args.messages), args.window)
+        for round_no in range(args.rounds):
+            order = variants[round_no % len(variants) :] + variants[: round_no % len(variants)]
+            record: dict[str, Any] = {"load": os.getloadavg()[0]}
+            for variant in order:
+                lat = await variant.latency(args.latency_count)
+                rate, cpu = await variant.throughput(args.messages, args.window)
+                record[str(variant.replicas)] = {
+                    "p50_ms": percentile(lat, 0.5) * 1000,
+                    "p99_ms": percentile(lat, 0.99) * 1000,
+                    "msg_per_s": rate,
+                    "cpu_us_per_msg": cpu * 1e6,
+                }
+            record["load_after"] = os.getloadavg()[0]
+            results["rounds"].append(record)
+            print(f"round {round_no + 1}: {json.dumps(record)}", flush=True)
+    finally:
+        for variant in variants:
+            variant.cluster.close()
+    return results
+
+
+def report(results: dict[str, Any]) -> str:
+    rounds = results["rounds"]
+    keys = [key for key in rounds[0] if key.isdigit()]
+    base = keys[0]
+    lines = [
+        "| replicas | PUBACK p50 (ms) | PUBACK p99 (ms) | QoS 1 msg/s (window) | broker CPU per msg (us) |"
+        " p50 ratio | msg/s ratio | CPU ratio |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for key in keys:
+
+        def med(name: str, key: str = key) -> float:
+            return statistics.median(r[key][name] for r in rounds)
+
+        def ratio(name: str, key: str = key) -> float:
+            return statistics.median(r[key][name] / r[base][name] for r in rounds)
+
+        lines.append(
+            f"| {key} | {med('p50_ms'):.2f} | {med('p99_ms'):.2f} | {med('msg_per_s'):,.0f} |"
+            f" {med('cpu_us_per_msg'):,.0f} | {ratio('p50_ms'):.2f}x | {ratio('msg_per_s'):.2f}x |"
+            f" {ratio('cpu_us_per_msg'):.2f}x |"
+        )
+    loads = [r["load"] for r in rounds] + [r["load_after"] for r in rounds]
+    lines.append("")
+    lines.append(
+        f"{len(rounds)} rounds (medians; ratios to replicas {base} within each round), load average"
+        f" {min(loads):.1f}-{max(loads):.1f}, {results['machine']['nproc']} cores"
+    )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--replicas", default="1,2", help="comma-separated cluster.replicas values (default 1,2)"
+    )
+    parser.add_argument(
+        "--rounds", type=int, default=3, help="rounds, each measuring every variant (default 3)"
+    )
+    parser.add_argument(
+        "--latency-count", type=int, default=300, help="closed-loop PUBLISH -> PUBACK samples per round"
+    )
+    parser.add_argument("--messages", type=int, default=3000, help="QoS 1 messages per throughput run")
+    parser.add_argument("--window", type=int, default=50, help="QoS 1 PUBLISHes in flight (throughput)")
+    parser.add_argument("--json", metavar="PATH", help="also write the raw results as JSON")
+    args = parser.parse_args(argv)
+    results = asyncio.run(run(args))
+    text = report(results)
+    print(text)
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
