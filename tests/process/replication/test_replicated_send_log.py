@@ -12,11 +12,13 @@ id: A (the publisher's), H (A's replica holder: the next on the ring), S (the su
    in its send log (and, with 2 copies, H holds them too);
 2. kill -9 of A and ``rm -rf`` of its data directory; the partition heals once S's link to A is
    gone (nothing left in A's sockets can reach S afterwards);
-3. A starts again, empty (same peer id); the publisher goes on from broker H until
-   SKIPMQ_REPL_MESSAGES ids were PUBACKed in all;
+3. A starts again, empty (same peer id) - or, in the "never" case, stays gone for good (its holder
+   takes over after ``cluster.replica_failover_s``, 30 s by default); the publisher goes on from
+   broker H until SKIPMQ_REPL_MESSAGES ids were PUBACKed in all;
 4. every PUBACKed id must reach the subscriber (bounded wait SKIPMQ_ZL_DRAIN_S).
 
-With 2 copies H publishes A's entries again when A comes back empty (the take-over, logged and
+With 2 copies H publishes A's entries again when A comes back empty or stays down for
+``cluster.replica_failover_s`` (the take-over, logged and
 counted in ``skipmq_cluster_replication_taken_over_entries``), and the cluster is back to
 everything durable on 2 (``skipmq_cluster_replication_under_replicated`` 0 everywhere).
 """
@@ -52,6 +54,7 @@ DRAIN_S = env_float("SKIPMQ_ZL_DRAIN_S", 30.0)
 WINDOW = env_int("SKIPMQ_ZL_WINDOW", 100)
 STREAM_S = 90.0
 LINK_GONE_S = 60.0  # S notices that A is gone (keep-alive across the cut)
+FAILOVER_WAIT_S = 90.0  # cluster.replica_failover_s (30 s by default) after the holder saw A go, and more
 
 _REASON = unavailable_reason()
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(400)]
@@ -73,9 +76,9 @@ def _metric(cluster: LocalCluster, index: int, name: str) -> float:
 
 
 @pytest.mark.skipif(_REASON is not None, reason=f"this test needs network namespaces: {_REASON}")
-@pytest.mark.parametrize("replicas", [2, 1])
+@pytest.mark.parametrize(("replicas", "comeback"), [(2, "empty"), (2, "never"), (1, "empty")])
 def test_publishers_broker_killed_with_its_disk_loses_nothing_acknowledged_with_two_copies(
-    lab: NetnsLab, tmp_path: Path, replicas: int
+    lab: NetnsLab, tmp_path: Path, replicas: int, comeback: str
 ) -> None:
     settings = {**FAST_SETTINGS, "cluster.replicas": str(replicas)}
     cluster = LocalCluster(3, settings=settings, data_root=str(tmp_path), placement=lab.placement)
@@ -115,7 +118,8 @@ def test_publishers_broker_killed_with_its_disk_loses_nothing_acknowledged_with_
             what="the subscriber's broker dropped its link to the killed broker",
         )
         lab.heal()
-        cluster.restart_broker(a)  # empty: a new incarnation that restored nothing
+        if comeback == "empty":
+            cluster.restart_broker(a)  # empty: a new incarnation that restored nothing
         pub2 = _client(cluster, h, client_id=unique_id("repl-pub"), max_inflight=WINDOW)
         made.append(pub2)
         second = IdStream(pub2, topic, limit=10**9, window=WINDOW, rate_per_s=RATE_PER_S)
@@ -127,9 +131,16 @@ def test_publishers_broker_killed_with_its_disk_loses_nothing_acknowledged_with_
             second.wait_done(STREAM_S)
         finally:
             second.stop()
+        if comeback == "never":  # gone for good: taken over once down for cluster.replica_failover_s
+            wait_until(
+                lambda: _metric(cluster, h, "skipmq_cluster_replication_taken_over_entries") > 0,
+                FAILOVER_WAIT_S,
+                interval_s=0.5,
+                what="the holder took over the gone broker's log",
+            )
         acked = first.acked_ids() | second.acked_ids()
         during = {n for n in first.acked_ids() if n >= cut_at}
-        result = tally(f"replicas {replicas}: subscriber on broker {s}", inbox, acked, DRAIN_S)
+        result = tally(f"replicas {replicas} ({comeback}): subscriber on broker {s}", inbox, acked, DRAIN_S)
         report(result)
         lost_during = len(result.lost & during)
         report(
@@ -142,7 +153,8 @@ def test_publishers_broker_killed_with_its_disk_loses_nothing_acknowledged_with_
 
             def replicated() -> bool:
                 return all(
-                    _metric(cluster, i, "skipmq_cluster_replication_under_replicated") == 0 for i in range(3)
+                    _metric(cluster, i, "skipmq_cluster_replication_under_replicated") == 0
+                    for i in cluster.live_indexes()
                 )
 
             wait_until(replicated, DRAIN_S, interval_s=0.5, what="every entry durable on 2 brokers")
