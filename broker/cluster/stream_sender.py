@@ -518,15 +518,6 @@ class StreamSender:
         messages = [entries[seq].forwarded for seq in entries.irange(minimum=from_seq)]
         return messages, max(from_seq, first)
 
-    def first_logged(self, key: StreamKey) -> int:
-        """The lowest SEQ of ``key`` the log still holds (its next SEQ when it holds none; a stream
-        it no longer has holds nothing): every message below is no longer needed by any receiver
-        (replication's release reads it)."""
-        stream = self._streams.get(key)
-        if stream is None:
-            return 2**63
-        return stream.entries.peekitem(0)[0] if stream.entries else stream.next_seq
-
     # ------------------------------------------------------------------ introspection
     def logged_count(self) -> int:
         return sum(len(stream.entries) for stream in self._streams.values())
