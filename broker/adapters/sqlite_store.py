@@ -18,6 +18,13 @@ Durability: ``journal_mode=WAL`` with ``synchronous=NORMAL`` (the default) means
 commits. ``synchronous=FULL`` (config ``store.synchronous = "full"``) also survives power loss, at
 the price of one fsync per commit.
 
+Checkpoints: with ``checkpoint="background"`` (the broker's default, config ``store.checkpoint``)
+no COMMIT runs SQLite's automatic checkpoint every 1,000 WAL pages (a copy into the database and
+two fsyncs, on the event loop); a thread with its own connection runs PASSIVE checkpoints
+(``_Checkpointer``), and the COMMIT checkpoints only when the WAL reaches ``WAL_BOUND_PAGES``. The
+commit-before-PUBACK rule is unchanged: a checkpoint only moves committed pages from the WAL into
+the database file.
+
 Payloads fanned out to many sessions are stored once: a ``messages`` row carries a reference
 count of the ``queue`` rows pointing at it, and a trigger deletes the message when its last queue
 row goes (ack, drop, session deletion).
@@ -32,6 +39,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -52,6 +60,11 @@ from broker.core.stats import Histogram
 SCHEMA_VERSION = 1
 
 SYNCHRONOUS_MODES = ("normal", "full")
+
+# "inline": SQLite's automatic checkpoint runs inside the COMMIT that crosses 1,000 WAL pages (on the
+# caller's thread, with an fsync of the WAL and of the database); "background": COMMIT never
+# checkpoints, a thread of the store's own runs them (see ``_Checkpointer``)
+CHECKPOINT_MODES = ("inline", "background")
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL);
@@ -212,6 +225,67 @@ class _Counters:
     depth: dict[str, int] = field(default_factory=dict)  # queue depth cache, loaded lazily
 
 
+# The background checkpointer. A PASSIVE checkpoint on a thread copies the WAL into the database
+# (with its two fsyncs) while the event loop keeps committing; SQLite can start the WAL over only
+# once every frame is copied, and the COMMIT that starts it over syncs the new WAL header (one
+# fsync on the loop, synchronous=NORMAL included). So the thread checkpoints once per
+# CHECKPOINT_EVERY_COMMITS commits (a pass that no commit overlaps completes, and the next COMMIT
+# starts the WAL over), and under sustained load, where some commit overlaps every pass, SQLite's
+# own checkpoint on the store's connection at WAL_BOUND_PAGES completes it (it then copies only
+# what came since the thread's last pass). The WAL file is kept up to JOURNAL_SIZE_LIMIT_BYTES, so
+# it is reused rather than regrown.
+CHECKPOINT_EVERY_COMMITS = 250
+WAL_BOUND_PAGES = 10_000
+JOURNAL_SIZE_LIMIT_BYTES = 48 * 2**20
+
+
+class _Checkpointer:
+    """PASSIVE checkpoints of the store's WAL on a thread with its own connection, so that the
+    event loop's COMMIT neither copies pages into the database nor waits for its fsyncs
+    (``Store(checkpoint="background")``).
+
+    A PASSIVE checkpoint never takes the writer's lock: the store's connection keeps committing
+    while it runs. SQLite starts the WAL over at the next write once every frame has been copied.
+    """
+
+    def __init__(self, path: str, synchronous: str) -> None:
+        self.wanted = threading.Event()
+        self.passes = 0  # checkpoints run
+        self.completed = 0  # passes that copied every frame there was when they started
+        self.errors = 0
+        self.last_error = ""
+        self._stopping = False
+        self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        self._db.execute(f"PRAGMA synchronous={synchronous.upper()}")
+        self._thread = threading.Thread(target=self._run, name="skipmq-store-checkpoint", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        wanted = self.wanted
+        db = self._db
+        while True:
+            wanted.wait()
+            if self._stopping:
+                return
+            wanted.clear()
+            try:
+                # fetchall: the statement runs to its end (no read transaction left open)
+                ((_busy, wal_frames, copied),) = db.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+            except sqlite3.Error as exc:
+                self.errors += 1
+                self.last_error = str(exc)
+                continue
+            self.passes += 1
+            if copied >= wal_frames:
+                self.completed += 1
+
+    def stop(self) -> None:
+        self._stopping = True
+        self.wanted.set()
+        self._thread.join()
+        self._db.close()
+
+
 class Store:
     """SQLite-backed durable state with group commit (see the module docstring); implements
     ``broker.core.ports.StorePort``."""
@@ -219,14 +293,16 @@ class Store:
     # what a failing store raises: the core then rewrites the store from memory
     errors: tuple[type[BaseException], ...] = (StoreError, sqlite3.Error)
 
-    def __init__(self, path: str, *, synchronous: str = "normal") -> None:
+    def __init__(self, path: str, *, synchronous: str = "normal", checkpoint: str = "inline") -> None:
         if synchronous not in SYNCHRONOUS_MODES:
             raise ValueError(f"synchronous must be one of {SYNCHRONOUS_MODES}, got {synchronous!r}")
+        if checkpoint not in CHECKPOINT_MODES:
+            raise ValueError(f"checkpoint must be one of {CHECKPOINT_MODES}, got {checkpoint!r}")
         self.path = path
         # isolation_level=None: we issue BEGIN/COMMIT ourselves (group commit).
         try:
             self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
-            self._db.execute("PRAGMA journal_mode=WAL")
+            journal_mode = self._db.execute("PRAGMA journal_mode=WAL").fetchall()[0][0]
         except sqlite3.Error as exc:
             raise StoreError(f"cannot open store {path!r}: {exc}") from exc
         self._closed = False
@@ -240,6 +316,17 @@ class Store:
         # each COMMIT's duration goes here when set (``skipmq_store_commit_seconds``; the server
         # sets the broker's ``stats.store_commit_seconds``): once per group commit, not per message
         self.commit_seconds: Histogram | None = None
+        self._checkpointer: _Checkpointer | None = None
+        self._commits_since_checkpoint = 0
+        if checkpoint == "background" and journal_mode == "wal":  # not ":memory:"
+            self._db.execute(f"PRAGMA wal_autocheckpoint={WAL_BOUND_PAGES}")
+            self._db.execute(f"PRAGMA journal_size_limit={JOURNAL_SIZE_LIMIT_BYTES}")
+            self._checkpointer = _Checkpointer(path, synchronous)
+
+    @property
+    def checkpoints_run(self) -> int:
+        """Passes of the background checkpointer so far (0 when inline)."""
+        return self._checkpointer.passes if self._checkpointer is not None else 0
 
     # --- schema and transactions ------------------------------------------------------------------
 
@@ -309,20 +396,33 @@ class Store:
         histogram = self.commit_seconds
         if histogram is not None:
             histogram.observe(time.perf_counter() - started)
+        if self._checkpointer is not None:
+            self._commits_since_checkpoint += 1
+            if self._commits_since_checkpoint >= CHECKPOINT_EVERY_COMMITS:
+                self._commits_since_checkpoint = 0
+                self._checkpointer.wanted.set()
 
     def close(self) -> None:
         """Commit pending work and close the database. Idempotent."""
         if self._closed:
             return
         self.commit()
+        self._stop_checkpointer()
         self._db.close()
         self._closed = True
+
+    def _stop_checkpointer(self) -> None:
+        checkpointer = self._checkpointer
+        if checkpointer is not None:
+            self._checkpointer = None
+            checkpointer.stop()
 
     def abandon(self) -> None:
         """Close the database without committing: the open transaction is rolled back, as a
         ``kill -9`` of the broker leaves it (the whole-cluster simulation's crash). Idempotent."""
         if self._closed:
             return
+        self._stop_checkpointer()
         self._db.close()
         self._closed = True
 
