@@ -321,7 +321,12 @@ class Store:
         if checkpoint == "background" and journal_mode == "wal":  # not ":memory:"
             self._db.execute(f"PRAGMA wal_autocheckpoint={WAL_BOUND_PAGES}")
             self._db.execute(f"PRAGMA journal_size_limit={JOURNAL_SIZE_LIMIT_BYTES}")
-            self._checkpointer = _Checkpointer(path, synchronous)
+            try:
+                self._checkpointer = _Checkpointer(path, synchronous)
+            except sqlite3.Error as exc:
+                self._db.close()
+                self._closed = True
+                raise StoreError(f"cannot open store {path!r} for checkpoints: {exc}") from exc
 
     @property
     def checkpoints_run(self) -> int:
