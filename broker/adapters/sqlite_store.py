@@ -21,9 +21,9 @@ the price of one fsync per commit.
 Checkpoints: with ``checkpoint="background"`` (the broker's default, config ``store.checkpoint``)
 no COMMIT runs SQLite's automatic checkpoint every 1,000 WAL pages (a copy into the database and
 two fsyncs, on the event loop); a thread with its own connection runs PASSIVE checkpoints
-(``_Checkpointer``), and the COMMIT checkpoints only when the WAL reaches ``WAL_BOUND_PAGES``. The
-commit-before-PUBACK rule is unchanged: a checkpoint only moves committed pages from the WAL into
-the database file.
+(``broker.adapters.sqlite_checkpoint``), and the COMMIT checkpoints only when the WAL reaches
+``WAL_BOUND_PAGES``. The commit-before-PUBACK rule is unchanged: a checkpoint only moves
+committed pages from the WAL into the database file.
 
 Payloads fanned out to many sessions are stored once: a ``messages`` row carries a reference
 count of the ``queue`` rows pointing at it, and a trigger deletes the message when its last queue
@@ -39,12 +39,12 @@ from __future__ import annotations
 
 import json
 import sqlite3
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from broker.adapters.sqlite_checkpoint import JOURNAL_SIZE_LIMIT_BYTES, WAL_BOUND_PAGES, Checkpointer
 from broker.core.records import (
     PUBLISH_SENT,
     PUBREL_SENT,
@@ -63,7 +63,7 @@ SYNCHRONOUS_MODES = ("normal", "full")
 
 # "inline": SQLite's automatic checkpoint runs inside the COMMIT that crosses 1,000 WAL pages (on the
 # caller's thread, with an fsync of the WAL and of the database); "background": COMMIT never
-# checkpoints, a thread of the store's own runs them (see ``_Checkpointer``)
+# checkpoints, a thread of the store's own runs them (see ``Checkpointer``)
 CHECKPOINT_MODES = ("inline", "background")
 
 _SCHEMA = """
@@ -225,67 +225,6 @@ class _Counters:
     depth: dict[str, int] = field(default_factory=dict)  # queue depth cache, loaded lazily
 
 
-# The background checkpointer. A PASSIVE checkpoint on a thread copies the WAL into the database
-# (with its two fsyncs) while the event loop keeps committing; SQLite can start the WAL over only
-# once every frame is copied, and the COMMIT that starts it over syncs the new WAL header (one
-# fsync on the loop, synchronous=NORMAL included). So the thread checkpoints once per
-# CHECKPOINT_EVERY_COMMITS commits (a pass that no commit overlaps completes, and the next COMMIT
-# starts the WAL over), and under sustained load, where some commit overlaps every pass, SQLite's
-# own checkpoint on the store's connection at WAL_BOUND_PAGES completes it (it then copies only
-# what came since the thread's last pass). The WAL file is kept up to JOURNAL_SIZE_LIMIT_BYTES, so
-# it is reused rather than regrown.
-CHECKPOINT_EVERY_COMMITS = 250
-WAL_BOUND_PAGES = 10_000
-JOURNAL_SIZE_LIMIT_BYTES = 48 * 2**20
-
-
-class _Checkpointer:
-    """PASSIVE checkpoints of the store's WAL on a thread with its own connection, so that the
-    event loop's COMMIT neither copies pages into the database nor waits for its fsyncs
-    (``Store(checkpoint="background")``).
-
-    A PASSIVE checkpoint never takes the writer's lock: the store's connection keeps committing
-    while it runs. SQLite starts the WAL over at the next write once every frame has been copied.
-    """
-
-    def __init__(self, path: str, synchronous: str) -> None:
-        self.wanted = threading.Event()
-        self.passes = 0  # checkpoints run
-        self.completed = 0  # passes that copied every frame there was when they started
-        self.errors = 0
-        self.last_error = ""
-        self._stopping = False
-        self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
-        self._db.execute(f"PRAGMA synchronous={synchronous.upper()}")
-        self._thread = threading.Thread(target=self._run, name="skipmq-store-checkpoint", daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        wanted = self.wanted
-        db = self._db
-        while True:
-            wanted.wait()
-            if self._stopping:
-                return
-            wanted.clear()
-            try:
-                # fetchall: the statement runs to its end (no read transaction left open)
-                ((_busy, wal_frames, copied),) = db.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
-            except sqlite3.Error as exc:
-                self.errors += 1
-                self.last_error = str(exc)
-                continue
-            self.passes += 1
-            if copied >= wal_frames:
-                self.completed += 1
-
-    def stop(self) -> None:
-        self._stopping = True
-        self.wanted.set()
-        self._thread.join()
-        self._db.close()
-
-
 class Store:
     """SQLite-backed durable state with group commit (see the module docstring); implements
     ``broker.core.ports.StorePort``."""
@@ -316,13 +255,13 @@ class Store:
         # each COMMIT's duration goes here when set (``skipmq_store_commit_seconds``; the server
         # sets the broker's ``stats.store_commit_seconds``): once per group commit, not per message
         self.commit_seconds: Histogram | None = None
-        self._checkpointer: _Checkpointer | None = None
+        self._checkpointer: Checkpointer | None = None
         self._commits_since_checkpoint = 0
         if checkpoint == "background" and journal_mode == "wal":  # not ":memory:"
             self._db.execute(f"PRAGMA wal_autocheckpoint={WAL_BOUND_PAGES}")
             self._db.execute(f"PRAGMA journal_size_limit={JOURNAL_SIZE_LIMIT_BYTES}")
             try:
-                self._checkpointer = _Checkpointer(path, synchronous)
+                self._checkpointer = Checkpointer(path, synchronous)
             except sqlite3.Error as exc:
                 self._db.close()
                 self._closed = True
@@ -403,7 +342,7 @@ class Store:
             histogram.observe(time.perf_counter() - started)
         if self._checkpointer is not None:
             self._commits_since_checkpoint += 1
-            if self._commits_since_checkpoint >= CHECKPOINT_EVERY_COMMITS:
+            if self._commits_since_checkpoint >= self._checkpointer.every_commits:
                 self._commits_since_checkpoint = 0
                 self._checkpointer.wanted.set()
 

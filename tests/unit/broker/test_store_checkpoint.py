@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from broker.adapters import sqlite_store
+from broker.adapters import sqlite_checkpoint
 from broker.adapters.sqlite_store import PUBLISH_SENT, Store, StoredMessage
 
 PAYLOAD = bytes(6000)  # two overflow pages per message: many WAL frames per commit, quickly
@@ -46,15 +46,14 @@ def open_store(path: str, checkpoint: str) -> Store:
     return store
 
 
-def test_commit_checkpoints_inline_but_not_in_background(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # the thread is never asked: only SQLite's own checkpoint could bring the WAL back
-    monkeypatch.setattr(sqlite_store, "CHECKPOINT_EVERY_COMMITS", 10**9)
+def test_commit_checkpoints_inline_but_not_in_background(tmp_path: Path) -> None:
     frames = {}
     for mode in ("inline", "background"):
         path = str(tmp_path / f"{mode}.db")
         store = open_store(path, mode)
+        if store._checkpointer is not None:
+            # the thread is never asked: only SQLite's own checkpoint could bring the WAL back
+            store._checkpointer.every_commits = 10**9
         commit_messages(store, 600)  # ~3 pages a commit: past SQLite's default 1,000-page checkpoint
         frames[mode] = wal_frames(path)
         store.close()
@@ -78,8 +77,8 @@ def test_background_checkpoints_and_bounds_the_wal(tmp_path: Path) -> None:
     assert checkpointer.passes >= 1 and checkpointer.errors == 0, checkpointer.last_error
     # bounded: the WAL starts over soon after it reaches WAL_BOUND_PAGES (SQLite's checkpoint on
     # the store's connection retries at each COMMIT while the thread's pass holds the lock)
-    assert most <= 1.25 * sqlite_store.WAL_BOUND_PAGES, most
-    assert Path(path + "-wal").stat().st_size <= sqlite_store.JOURNAL_SIZE_LIMIT_BYTES
+    assert most <= 1.25 * sqlite_checkpoint.WAL_BOUND_PAGES, most
+    assert Path(path + "-wal").stat().st_size <= sqlite_checkpoint.JOURNAL_SIZE_LIMIT_BYTES
     store.close()
     assert not checkpointer._thread.is_alive()
 
