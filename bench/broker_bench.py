@@ -39,6 +39,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -480,6 +481,39 @@ async def run_latency(
     }
 
 
+def store_commits(http_port: int) -> dict[str, Any]:
+    """The broker's ``skipmq_store_commit_seconds`` histogram (the whole life of the broker: the
+    paced run and its warm-up) from its /metrics: how many group commits, how long in all, how many
+    over 1, 10 and 100 ms (a COMMIT blocks the event loop, so every message behind it waits)."""
+    url = f"http://{HOST}:{http_port}/metrics"
+    try:
+        with urllib.request.urlopen(url, timeout=10) as response:
+            text = response.read().decode()
+    except OSError as exc:
+        return {"store_commits_error": str(exc)}
+    buckets: dict[float, float] = {}
+    total_s = 0.0
+    for line in text.splitlines():
+        if line.startswith("skipmq_store_commit_seconds_bucket"):
+            bound = line.split('le="', 1)[1].split('"', 1)[0]
+            buckets[float(bound)] = float(line.rsplit(" ", 1)[1])
+        elif line.startswith("skipmq_store_commit_seconds_sum"):
+            total_s = float(line.rsplit(" ", 1)[1])
+    count = buckets.get(float("inf"), 0.0)
+
+    def over(bound_s: float) -> int:
+        return int(count - buckets.get(bound_s, count))
+
+    return {
+        "store_commits": int(count),
+        "store_commit_total_ms": total_s * 1e3,
+        "store_commits_over_1ms": over(0.001),
+        "store_commits_over_10ms": over(0.01),
+        "store_commits_over_100ms": over(0.1),
+        "store_commit_buckets": {str(k): v for k, v in sorted(buckets.items())},
+    }
+
+
 async def hold_unrelated_subscriptions(port: int, count: int) -> Client:
     client = await open_client(port, "bench-noise")
     per_packet = 100
@@ -546,6 +580,7 @@ class BrokerUnderTest:
         self.kind = kind
         self.workdir = workdir
         self.port = free_port()
+        self.http_port = free_port()
         self.proc: subprocess.Popen[bytes] | None = None
         self.version = ""
 
@@ -553,7 +588,7 @@ class BrokerUnderTest:
         if self.kind == "skipmq":
             return [
                 sys.executable, "-m", "broker", "--bind", HOST, "--port", str(self.port),
-                "--http-port", str(free_port()), "--data-dir", str(self.workdir / "data"),
+                "--http-port", str(self.http_port), "--data-dir", str(self.workdir / "data"),
                 "--log-level", "warning", "--log-format", "json",
             ]  # fmt: skip
         if self.kind == "mosquitto":
@@ -674,12 +709,17 @@ async def bench_one(kind: str, workdir: Path, settings: Settings) -> dict[str, A
             broker.stop()
 
     paced = [(q, r) for q in settings.latency_qos for r in settings.latency_rates]
+
+    async def paced_run(b: BrokerUnderTest, rate: int, qos: int) -> dict[str, Any]:
+        res = await run_latency(b.port, b.pid, rate, settings.latency_duration_s, kind[:2], qos)
+        if kind == "skipmq" and qos:
+            res.update(await asyncio.to_thread(store_commits, b.http_port))
+        return res
+
     for qos, rate in paced if not settings.skip_latency else []:
         res = await with_broker(
             f"latency QoS {qos} @ {rate}/s",
-            lambda b, rate=rate, qos=qos: run_latency(
-                b.port, b.pid, rate, settings.latency_duration_s, kind[:2], qos
-            ),
+            lambda b, rate=rate, qos=qos: paced_run(b, rate, qos),
             SETUP_TIMEOUT_S,
             rt=settings.latency_realtime,
         )
@@ -690,6 +730,12 @@ async def bench_one(kind: str, workdir: Path, settings: Settings) -> dict[str, A
             f"{kind}: latency QoS {qos} @ {rate}/s: p50 {_fmt(res.get('p50_ms'), 3)} ms, "
             f"p99 {_fmt(res.get('p99_ms'), 3)} ms, p99.9 {_fmt(res.get('p999_ms'), 3)} ms, "
             f"broker run-queue wait {_fmt(res.get('broker_run_queue_wait_ms'), 1)} ms"
+            + (
+                f"; store commits {res['store_commits']}, {res['store_commit_total_ms']:.0f} ms in all, "
+                f"over 10 ms {res['store_commits_over_10ms']}, over 100 ms {res['store_commits_over_100ms']}"
+                if "store_commits" in res
+                else ""
+            )
         )
     # each scenario runs without and then with the unrelated subscriptions, back to back, so a
     # change in the machine's background load affects both sides of the comparison alike

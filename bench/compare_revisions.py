@@ -177,6 +177,12 @@ def main(argv: list[str] | None = None) -> int:
         help="with --quick: the paced latency runs as SCHED_FIFO (broker_bench.py --latency-realtime; "
         "root), so that a shared machine's other jobs do not decide the p99",
     )
+    parser.add_argument(
+        "--script-here",
+        action="store_true",
+        help="run the --bench script from THIS checkout for both revisions (with --broker-root {root} "
+        "in the command, the same load client drives both brokers; --quick does this)",
+    )
     parser.add_argument("--timeout-s", type=float, default=1800.0, help="per benchmark run (default 1800)")
     parser.add_argument("--out", default=None, help="also write the markdown report here")
     parser.add_argument("--raw-json", default=None, help="write every round's flattened results here")
@@ -186,7 +192,7 @@ def main(argv: list[str] | None = None) -> int:
         args.keys = args.keys or QUICK_KEYS
     elif args.bench is None:
         parser.error("--bench is required (or --quick)")
-    script_here = args.quick
+    script_here = args.quick or args.script_here
 
     with tempfile.TemporaryDirectory(prefix="skipmq-compare-") as tmp:
         scratch = Path(tmp)

@@ -78,7 +78,7 @@ def open_store(config: BrokerConfig) -> Store | None:
             path = os.path.join(config.data_dir, "skipmq.db")
         elif path != ":memory:":
             os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-        return Store(path, synchronous=config.store.synchronous)
+        return Store(path, synchronous=config.store.synchronous, checkpoint=config.store.checkpoint)
     except (OSError, sqlite3.Error) as exc:
         where = f"data directory {config.data_dir!r}" if not config.store.path else f"store.path {path!r}"
         raise StartupError(f"cannot open the store in {where}: {_reason(exc)}") from exc

@@ -18,6 +18,13 @@ Durability: ``journal_mode=WAL`` with ``synchronous=NORMAL`` (the default) means
 commits. ``synchronous=FULL`` (config ``store.synchronous = "full"``) also survives power loss, at
 the price of one fsync per commit.
 
+Checkpoints: with ``checkpoint="background"`` (the broker's default, config ``store.checkpoint``)
+no COMMIT runs SQLite's automatic checkpoint every 1,000 WAL pages (a copy into the database and
+two fsyncs, on the event loop); a thread with its own connection runs PASSIVE checkpoints
+(``broker.adapters.sqlite_checkpoint``), and the COMMIT checkpoints only when the WAL reaches
+``WAL_BOUND_PAGES``. The commit-before-PUBACK rule is unchanged: a checkpoint only moves
+committed pages from the WAL into the database file.
+
 Payloads fanned out to many sessions are stored once: a ``messages`` row carries a reference
 count of the ``queue`` rows pointing at it, and a trigger deletes the message when its last queue
 row goes (ack, drop, session deletion).
@@ -37,6 +44,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from broker.adapters.sqlite_checkpoint import JOURNAL_SIZE_LIMIT_BYTES, WAL_BOUND_PAGES, Checkpointer
 from broker.core.records import (
     PUBLISH_SENT,
     PUBREL_SENT,
@@ -52,6 +60,11 @@ from broker.core.stats import Histogram
 SCHEMA_VERSION = 1
 
 SYNCHRONOUS_MODES = ("normal", "full")
+
+# "inline": SQLite's automatic checkpoint runs inside the COMMIT that crosses 1,000 WAL pages (on the
+# caller's thread, with an fsync of the WAL and of the database); "background": COMMIT never
+# checkpoints, a thread of the store's own runs them (see ``Checkpointer``)
+CHECKPOINT_MODES = ("inline", "background")
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL);
@@ -219,14 +232,16 @@ class Store:
     # what a failing store raises: the core then rewrites the store from memory
     errors: tuple[type[BaseException], ...] = (StoreError, sqlite3.Error)
 
-    def __init__(self, path: str, *, synchronous: str = "normal") -> None:
+    def __init__(self, path: str, *, synchronous: str = "normal", checkpoint: str = "inline") -> None:
         if synchronous not in SYNCHRONOUS_MODES:
             raise ValueError(f"synchronous must be one of {SYNCHRONOUS_MODES}, got {synchronous!r}")
+        if checkpoint not in CHECKPOINT_MODES:
+            raise ValueError(f"checkpoint must be one of {CHECKPOINT_MODES}, got {checkpoint!r}")
         self.path = path
         # isolation_level=None: we issue BEGIN/COMMIT ourselves (group commit).
         try:
             self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
-            self._db.execute("PRAGMA journal_mode=WAL")
+            journal_mode = self._db.execute("PRAGMA journal_mode=WAL").fetchall()[0][0]
         except sqlite3.Error as exc:
             raise StoreError(f"cannot open store {path!r}: {exc}") from exc
         self._closed = False
@@ -240,6 +255,22 @@ class Store:
         # each COMMIT's duration goes here when set (``skipmq_store_commit_seconds``; the server
         # sets the broker's ``stats.store_commit_seconds``): once per group commit, not per message
         self.commit_seconds: Histogram | None = None
+        self._checkpointer: Checkpointer | None = None
+        self._commits_since_checkpoint = 0
+        if checkpoint == "background" and journal_mode == "wal":  # not ":memory:"
+            self._db.execute(f"PRAGMA wal_autocheckpoint={WAL_BOUND_PAGES}")
+            self._db.execute(f"PRAGMA journal_size_limit={JOURNAL_SIZE_LIMIT_BYTES}")
+            try:
+                self._checkpointer = Checkpointer(path, synchronous)
+            except sqlite3.Error as exc:
+                self._db.close()
+                self._closed = True
+                raise StoreError(f"cannot open store {path!r} for checkpoints: {exc}") from exc
+
+    @property
+    def checkpoints_run(self) -> int:
+        """Passes of the background checkpointer so far (0 when inline)."""
+        return self._checkpointer.passes if self._checkpointer is not None else 0
 
     # --- schema and transactions ------------------------------------------------------------------
 
@@ -309,20 +340,33 @@ class Store:
         histogram = self.commit_seconds
         if histogram is not None:
             histogram.observe(time.perf_counter() - started)
+        if self._checkpointer is not None:
+            self._commits_since_checkpoint += 1
+            if self._commits_since_checkpoint >= self._checkpointer.every_commits:
+                self._commits_since_checkpoint = 0
+                self._checkpointer.wanted.set()
 
     def close(self) -> None:
         """Commit pending work and close the database. Idempotent."""
         if self._closed:
             return
         self.commit()
+        self._stop_checkpointer()
         self._db.close()
         self._closed = True
+
+    def _stop_checkpointer(self) -> None:
+        checkpointer = self._checkpointer
+        if checkpointer is not None:
+            self._checkpointer = None
+            checkpointer.stop()
 
     def abandon(self) -> None:
         """Close the database without committing: the open transaction is rolled back, as a
         ``kill -9`` of the broker leaves it (the whole-cluster simulation's crash). Idempotent."""
         if self._closed:
             return
+        self._stop_checkpointer()
         self._db.close()
         self._closed = True
 

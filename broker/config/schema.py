@@ -49,6 +49,13 @@ class StoreConfig:
         "lose the last commits) or full (fsync per commit, survives power loss)",
         choices=("normal", "full"),
     )
+    checkpoint: str = _key(
+        "background",
+        "where WAL checkpoints run: background (a thread of the store; a COMMIT on the event loop "
+        "checkpoints only when the WAL reaches 10,000 pages) or inline (SQLite's automatic "
+        "checkpoint inside the COMMIT every 1,000 pages)",
+        choices=("background", "inline"),
+    )
     persistence: bool = _key(True, "keep persistent sessions, queues and retained messages in the store")
 
 

@@ -158,14 +158,18 @@ class _Node(Generic[K, V]):
     ``exact_filter`` / ``multi_filter`` (the full filter strings of the match results) are set
     when the bucket is created, to the subscriber's own filter string: a node that only leads
     further holds neither, and the strings are shared with the sessions' subscription records
-    (each client's own filter costs two nodes; idle memory: docs/benchmarks.md)."""
+    (each client's own filter costs two nodes; idle memory: docs/benchmarks.md).
+
+    ``children`` is the only child node itself while there is one (most nodes below a device's
+    own level: "<device>/status"), a dict by word from the second child on: a one-entry dict
+    costs 184 bytes per node."""
 
     __slots__ = ("children", "exact", "exact_filter", "multi", "multi_filter", "parent", "single", "word")
 
     def __init__(self, parent: _Node[K, V] | None, word: str) -> None:
         self.parent = parent
         self.word = word
-        self.children: dict[str, _Node[K, V]] | None = None
+        self.children: dict[str, _Node[K, V]] | _Node[K, V] | None = None
         self.single: _Node[K, V] | None = None
         self.exact: dict[K, V] | None = None
         self.multi: dict[K, V] | None = None
@@ -174,6 +178,28 @@ class _Node(Generic[K, V]):
 
     def is_empty(self) -> bool:
         return not self.children and self.single is None and self.exact is None and self.multi is None
+
+    def child(self, word: str) -> _Node[K, V] | None:
+        children = self.children
+        if children is None:
+            return None
+        if children.__class__ is _Node:
+            return children if children.word == word else None
+        return children.get(word)  # type: ignore[union-attr]
+
+    def child_nodes(self) -> list[_Node[K, V]]:
+        children = self.children
+        if children is None:
+            return []
+        if isinstance(children, _Node):
+            return [children]
+        return list(children.values())
+
+
+# A word is interned (one string for every node of that word) where its level is narrow: below a
+# level with this many children the words are identifiers (device ids, one each), and interning
+# them would only grow the interpreter's table of interned strings.
+INTERN_BELOW_CHILDREN = 16
 
 
 _Bucket = tuple[str, dict]  # (filter, subscribers) as stored in the match cache
@@ -211,11 +237,7 @@ class SubscriptionTrie(Generic[K, V]):
         node: _Node[K, V] | None = self._root
         for level in levels:
             assert node is not None
-            if level == "+":
-                node = node.single
-            else:
-                children = node.children
-                node = None if children is None else children.get(level)
+            node = node.single if level == "+" else node.child(level)
             if node is None:
                 return None, multi
         return node, multi
@@ -237,13 +259,22 @@ class SubscriptionTrie(Generic[K, V]):
                 if nxt is None:
                     nxt = node.single = _Node(node, "+")
             else:
-                children = node.children
-                if children is None:
-                    children = node.children = {}
-                nxt = children.get(level)
-                if nxt is None:  # one string per distinct word ("status" of 10,000 devices)
-                    level = sys.intern(level)
-                    nxt = children[level] = _Node(node, level)
+                nxt = node.child(level)
+                if nxt is None:
+                    children = node.children
+                    if (
+                        children is None
+                        or isinstance(children, _Node)
+                        or len(children) < INTERN_BELOW_CHILDREN
+                    ):
+                        level = sys.intern(level)  # one string per word ("status" of 10,000 devices)
+                    nxt = _Node(node, level)
+                    if children is None:
+                        node.children = nxt
+                    elif isinstance(children, _Node):
+                        node.children = {children.word: children, level: nxt}
+                    else:
+                        children[level] = nxt
             node = nxt
         if multi:
             bucket = node.multi
@@ -291,9 +322,13 @@ class SubscriptionTrie(Generic[K, V]):
                 parent.single = None
             else:
                 children = parent.children
-                if children is not None:
+                if children is node:
+                    parent.children = None
+                elif isinstance(children, dict):
                     children.pop(node.word, None)
-                    if not children:
+                    if len(children) == 1:
+                        parent.children = next(iter(children.values()))
+                    elif not children:
                         parent.children = None
             node.parent = None
             node = parent
@@ -330,9 +365,13 @@ class SubscriptionTrie(Generic[K, V]):
                     buckets.append((node.multi_filter, node.multi))
                 children = node.children
                 if children is not None:
-                    child = children.get(level)
-                    if child is not None:
-                        following.append(child)
+                    if children.__class__ is _Node:
+                        if children.word == level:
+                            following.append(children)
+                    else:
+                        child = children.get(level)  # type: ignore[union-attr]
+                        if child is not None:
+                            following.append(child)
                 if node.single is not None and not (dollar and node is self._root):
                     following.append(node.single)
             if not following:
@@ -375,8 +414,8 @@ class SubscriptionTrie(Generic[K, V]):
                 yield node.exact_filter
             if node.multi:
                 yield node.multi_filter
-            if node.children:
-                stack.extend(node.children.values())
+            if node.children is not None:
+                stack.extend(node.child_nodes())
             if node.single is not None:
                 stack.append(node.single)
 

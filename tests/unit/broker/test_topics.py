@@ -5,6 +5,7 @@ Examples follow MQTT 3.1.1 §4.7 / MQTT 5.0 §4.7 (non-normative examples) and �
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
@@ -439,3 +440,33 @@ def test_trie_interleaved_operations_keep_cache_coherent(
             assert sorted(trie.match(text)) == expected
             assert trie.has_match(text) == bool(expected)
         assert len(trie) == len(model)
+
+
+def test_single_child_nodes_hold_the_child_itself_and_match_through_every_shape() -> None:
+    """A node with one child keeps that node, not a one-entry dict (idle memory per device); the
+    trie matches the same through the switch to a dict, the prune back and the removal."""
+    trie: SubscriptionTrie[str, int] = SubscriptionTrie()
+    trie.add("dev/1/status", "c1", 1)
+    device = trie._find("dev/1")[0]
+    assert device is not None and isinstance(device.children, type(device))  # the "status" node
+    trie.add("dev/1/temp", "c2", 2)
+    assert isinstance(device.children, dict) and set(device.children) == {"status", "temp"}
+    assert trie.match("dev/1/status") == [("dev/1/status", "c1", 1)]
+    assert trie.match("dev/1/temp") == [("dev/1/temp", "c2", 2)]
+    assert sorted(trie.filters()) == ["dev/1/status", "dev/1/temp"]
+    trie.remove("dev/1/status", "c1")
+    assert isinstance(device.children, type(device)) and device.children.word == "temp"
+    assert trie.match("dev/1/status") == [] and trie.match("dev/1/temp") == [("dev/1/temp", "c2", 2)]
+    trie.remove("dev/1/temp", "c2")
+    assert trie._root.children is None and len(trie) == 0 and list(trie.filters()) == []
+    # words below a wide level (identifiers) are not interned; words below a narrow one are
+    for n in range(40):
+        trie.add(f"wide/{n}x/status", f"c{n}", n)
+    wide = trie._find("wide")[0]
+    assert wide is not None and isinstance(wide.children, dict)
+    ids = list(wide.children)
+    assert sys.intern(ids[0]) is ids[0]  # below 16 children: interned
+    assert all(isinstance(node.children, type(wide)) for node in wide.children.values())
+    statuses = {id(node.children.word) for node in wide.children.values()}
+    assert len(statuses) == 1  # one "status" string for every device
+    assert trie.match("wide/39x/status") == [("wide/39x/status", "c39", 39)]

@@ -1,0 +1,114 @@
+"""The store's WAL checkpoints off the event loop (``Store(checkpoint="background")``, the broker's
+default): a COMMIT does not copy the WAL into the database, a thread does; the WAL stays bounded;
+nothing committed is lost across a crash (``abandon``, as ``kill -9`` leaves the files) and reopen.
+
+The WAL's frame count is read from the WAL-index header in the ``-shm`` file (``mxFrame``, a
+32-bit native-order integer at byte 16: https://www.sqlite.org/walformat.html, 2.2.1)."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from broker.adapters import sqlite_checkpoint
+from broker.adapters.sqlite_store import PUBLISH_SENT, Store, StoredMessage
+
+PAYLOAD = bytes(6000)  # two overflow pages per message: many WAL frames per commit, quickly
+
+
+def wal_frames(path: str) -> int:
+    """Frames in the WAL now (0 after SQLite started it over)."""
+    header = Path(path + "-shm").read_bytes()[:24]
+    return int.from_bytes(header[16:20], sys.byteorder)
+
+
+def commit_messages(store: Store, count: int, first_seq: int | None = None) -> int | None:
+    """``count`` group commits of one QoS 1 message each, acknowledging the previous one, as the
+    broker does for a persistent subscriber; returns the last seq (still queued)."""
+    previous = first_seq
+    for _ in range(count):
+        seq = store.enqueue("sub", StoredMessage("t/1", PAYLOAD, 1, False, {}, None, "node"))
+        store.set_inflight("sub", seq, seq % 65535 + 1, PUBLISH_SENT)
+        if previous is not None:
+            store.ack("sub", previous)
+        previous = seq
+        store.commit()
+    return previous
+
+
+def open_store(path: str, checkpoint: str) -> Store:
+    store = Store(path, checkpoint=checkpoint)
+    store.upsert_session("sub", protocol_level=4, expiry_interval_s=3600, username=None, disconnected_at=None)
+    store.commit()
+    return store
+
+
+def test_commit_checkpoints_inline_but_not_in_background(tmp_path: Path) -> None:
+    frames = {}
+    for mode in ("inline", "background"):
+        path = str(tmp_path / f"{mode}.db")
+        store = open_store(path, mode)
+        if store._checkpointer is not None:
+            # the thread is never asked: only SQLite's own checkpoint could bring the WAL back
+            store._checkpointer.every_commits = 10**9
+        commit_messages(store, 600)  # ~3 pages a commit: past SQLite's default 1,000-page checkpoint
+        frames[mode] = wal_frames(path)
+        store.close()
+    assert frames["inline"] < 1000, frames  # a COMMIT crossed 1,000 pages and checkpointed
+    assert frames["background"] > 1000, frames  # no COMMIT on the caller's thread checkpointed
+
+
+def test_background_checkpoints_and_bounds_the_wal(tmp_path: Path) -> None:
+    path = str(tmp_path / "store.db")
+    store = open_store(path, "background")
+    checkpointer = store._checkpointer
+    assert checkpointer is not None
+    most = 0
+    last = None
+    for _ in range(24):  # 24 x 300 commits x ~3-4 pages: about twice the bound
+        last = commit_messages(store, 300, last)
+        most = max(most, wal_frames(path))
+    deadline = time.monotonic() + 10
+    while checkpointer.passes == 0 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert checkpointer.passes >= 1 and checkpointer.errors == 0, checkpointer.last_error
+    # bounded: the WAL starts over soon after it reaches WAL_BOUND_PAGES (SQLite's checkpoint on
+    # the store's connection retries at each COMMIT while the thread's pass holds the lock)
+    assert most <= 1.25 * sqlite_checkpoint.WAL_BOUND_PAGES, most
+    assert Path(path + "-wal").stat().st_size <= sqlite_checkpoint.JOURNAL_SIZE_LIMIT_BYTES
+    store.close()
+    assert not checkpointer._thread.is_alive()
+
+
+def test_background_checkpoint_loses_nothing_committed_across_a_crash(tmp_path: Path) -> None:
+    path = str(tmp_path / "store.db")
+    store = open_store(path, "background")
+    last = commit_messages(store, 1200)  # several background passes
+    assert last is not None
+    kept = [
+        store.enqueue("sub", StoredMessage(f"kept/{n}", b"x%d" % n, 1, False, {}, None, "node"))
+        for n in range(5)
+    ]
+    store.commit()
+    store.enqueue("sub", StoredMessage("lost/uncommitted", b"y", 1, False, {}, None, "node"))
+    store.abandon()  # the open transaction is rolled back, as kill -9 leaves it
+    reopened = Store(path, checkpoint="background")
+    entries = reopened.load_queue("sub")
+    assert [e.seq for e in entries] == [last, *kept]
+    assert [e.message.topic for e in entries[1:]] == [f"kept/{n}" for n in range(5)]
+    assert entries[0].message.payload == PAYLOAD and entries[0].state == PUBLISH_SENT
+    reopened.close()
+
+
+def test_memory_store_runs_no_checkpointer() -> None:
+    store = Store(":memory:", checkpoint="background")
+    assert store._checkpointer is None
+    store.close()
+
+
+def test_bad_checkpoint_mode_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="checkpoint must be one of"):
+        Store(str(tmp_path / "x.db"), checkpoint="sometimes")
