@@ -13,7 +13,9 @@ set +e
 # suite takes about half the wall time on 2 cores; --dist loadfile keeps a module's tests (and
 # its module-scoped cluster, and the one Spark session of tests/pipeline/test_pipeline_job.py) on
 # one worker. SKIPMQ_TEST_WORKERS=0 runs everything in this process (docs/testing.md).
-.venv/bin/python -m pytest -q -n "${SKIPMQ_TEST_WORKERS:-2}" --dist loadfile "$@"
+# --no-loadscope-reorder: the files go out in the order tests/conftest.py gives them, the longest
+# first (tests/file_durations.json), so that no long file starts last while the other worker idles.
+.venv/bin/python -m pytest -q -n "${SKIPMQ_TEST_WORKERS:-2}" --dist loadfile --no-loadscope-reorder "$@"
 rc=$?
 set -e
 # pytest exits 5 when it collected no test: that is a failure for this project, not a pass.

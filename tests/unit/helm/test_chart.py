@@ -10,8 +10,10 @@ against what that loader returns.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import tomllib
+from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -30,6 +32,18 @@ PEERS = f"{FULLNAME}-peers"
 MIN_KUBERNETES = (1, 30)
 # Custom resources kubernetes-validate has no schema for; checked by hand below.
 CUSTOM_KINDS = {"ServiceMonitor", "PrometheusRule", "Issuer", "Certificate"}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _schemas_read_once() -> Iterator[None]:
+    """kubernetes-validate reads and parses its JSON schemas (the definitions file is megabytes)
+    and lists its version directories on every call: ~1,000 calls here. Read once, the same
+    schemas validate the same objects (about 0.5 s -> 0.07 s of CPU per value set)."""
+    patch = pytest.MonkeyPatch()
+    patch.setattr(kv_utils, "schema_contents", functools.cache(kv_utils.schema_contents))
+    patch.setattr(kv_utils, "all_versions", functools.cache(kv_utils.all_versions))
+    yield
+    patch.undo()
 
 
 def kubernetes_versions() -> list[str]:
