@@ -1,0 +1,184 @@
+"""Where a forwarded message's time goes: sums py-spy collapsed-stack files (``py-spy record -f raw``,
+as ``bench/cluster_bench.py --profile DIR`` writes them, one per broker and round) into the parts
+of the cluster path, per broker (run by hand; docs/benchmarks-cluster.md).
+
+Each sample is given to one part, by the innermost frame of the stack that belongs to a part
+(leaf first): so protobuf's own frames count under the wire codec that called them, and ``h2``'s
+under the runtime. The parts:
+
+* ``wire``: the codec (broker/adapters/transport/wire*.py, forwarded_codec.py, protobuf);
+* ``h2 runtime``: SkipMQ's HTTP/2 framing (h2_runtime.py) and the ``h2``/``hpack`` library;
+* ``link``: the link above the runtime (link.py: the drain task, frame assembly, delivery);
+* ``cluster engine``: broker/cluster/ (streams, ordering, routing of forwarded messages);
+* ``mqtt + core``: broker/mqtt/, broker/core/ (the subscribers' PUBLISH, the session queues);
+* ``asyncio``: the event loop's Python (asyncio/, tasks, events, uvloop's Python parts);
+* ``loop (C)``: uvloop's C code (socket reads and writes, TLS records, epoll): samples whose
+  innermost Python frame is the loop's run call. With ``--nonblocking`` py-spy cannot tell a wait
+  in ``epoll_wait`` from work there, so this part is computed instead, as the broker's CPU (from
+  /proc, ``--cpu-us``) less the Python parts;
+* ``other``: the rest (metrics, logging, sqlite, ...).
+
+    .venv/bin/python bench/cluster_bench.py --no-standalone --brokers 3 --skip-small-l \\
+        --kinds latency --latency-rate 1000 --latency-s 8 --rounds 2 --profile /tmp/prof
+    .venv/bin/python bench/link_profile.py /tmp/prof --messages 16000 --cpu-us 300,250,250
+
+With ``--profile-tool perf`` (``perf record -g``, native stacks, the kernel included) the files are
+``*.data``; ``--perf`` sums them by shared object instead: the interpreter, the kernel (system
+calls, loopback TCP), the origin proofs' ECDSA (the ``cryptography`` package's Rust/OpenSSL),
+protobuf, TLS (libssl/libcrypto), uvloop. That split is CPU time; py-spy's samples are taken
+whenever a thread is runnable, so on a loaded machine they also count the time a thread waits for
+a CPU (most after a write that wakes another process) and only their Python split is used.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+PARTS: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("wire", re.compile(r"transport/(wire\w*|forwarded_codec)\.py|google/protobuf")),
+    ("h2 runtime", re.compile(r"transport/h2_runtime\.py|transport/h2_health\.py|/h2/|/hpack/")),
+    ("link", re.compile(r"transport/link\.py")),
+    ("cluster engine", re.compile(r"broker/cluster/|broker/adapters/cluster")),
+    ("mqtt + core", re.compile(r"broker/mqtt/|broker/core/|broker/adapters/listeners")),
+    ("asyncio", re.compile(r"asyncio/|uvloop/")),
+)
+LOOP_C = "loop (C)"
+OTHER = "other"
+ORDER = [name for name, _ in PARTS] + [LOOP_C, OTHER]
+_FRAME = re.compile(r"^(?P<function>.*?) \((?P<file>[^()]*?)(?::\d+)?\)$")
+
+
+def part_of(stack: str) -> str:
+    frames = stack.split(";")
+    runner = next((i for i, frame in enumerate(frames) if "asyncio/runners.py" in frame), -1)
+    frames = frames[runner + 1 :]  # the frames below the event loop's run call
+    if not frames:
+        return LOOP_C
+    for frame in reversed(frames):
+        match = _FRAME.match(frame.strip())
+        where = match.group("file") if match else frame
+        for name, pattern in PARTS:
+            if pattern.search(where):
+                return name
+    return OTHER
+
+
+DSO_PARTS: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("Python interpreter", re.compile(r"libpython|^python")),
+    ("kernel", re.compile(r"kernel")),
+    ("origin-proof ECDSA (cryptography)", re.compile(r"_rust\.abi3")),
+    ("protobuf (upb)", re.compile(r"_message\.abi3|_upb")),
+    ("TLS (libssl, libcrypto)", re.compile(r"libssl|libcrypto")),
+    ("uvloop", re.compile(r"^loop\.cpython")),
+    ("libc", re.compile(r"^libc\.")),
+)
+
+
+def read_perf(path: Path) -> Counter[str]:
+    """Percent of ``path``'s samples per part (perf report, self time by shared object)."""
+    out = subprocess.run(
+        ["perf", "report", "-i", str(path), "--no-children", "--sort", "dso", "-g", "none", "--stdio"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    parts: Counter[str] = Counter()
+    for line in out.splitlines():
+        fields = line.split()
+        if len(fields) < 2 or not fields[0].endswith("%") or line.lstrip().startswith("#"):
+            continue
+        dso = fields[1]
+        name = next((part for part, pattern in DSO_PARTS if pattern.search(dso)), OTHER)
+        parts[name] += float(fields[0].rstrip("%"))
+    return parts
+
+
+def perf_main(directory: Path, cpu: list[float]) -> int:
+    per_broker: dict[str, list[Counter[str]]] = {}
+    for path in sorted(directory.glob("*-broker*.data")):
+        per_broker.setdefault(path.stem.rsplit("-", 1)[-1], []).append(read_perf(path))
+    if not per_broker:
+        print(f"no *-broker*.data files in {directory}", file=sys.stderr)
+        return 1
+    brokers = sorted(per_broker)
+    unit = " (us per message)" if cpu else ""
+    print(f"| CPU by shared object{unit} | " + " | ".join(brokers) + " |")
+    print("|---|" + "---:|" * len(brokers))
+    for part in [name for name, _ in DSO_PARTS] + [OTHER]:
+        cells = []
+        for index, broker in enumerate(brokers):
+            runs = per_broker[broker]
+            share = sum(run[part] for run in runs) / len(runs) / 100
+            cells.append(
+                f"{share * 100:.1f} %" + (f" ({share * cpu[index]:.1f})" if index < len(cpu) else "")
+            )
+        print(f"| {part} | " + " | ".join(cells) + " |")
+    return 0
+
+
+def read_samples(path: Path) -> Counter[str]:
+    parts: Counter[str] = Counter()
+    for line in path.read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
+        if stack and count.isdigit():
+            parts[part_of(stack)] += int(count)
+    return parts
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("directory", type=Path, help="the --profile directory of cluster_bench.py")
+    parser.add_argument("--perf", action="store_true", help="sum perf record files (*.data) by shared object")
+    parser.add_argument("--rate-hz", type=float, default=250.0, help="py-spy's sampling rate (default 250)")
+    parser.add_argument(
+        "--messages", type=int, default=0, help="messages published in all the profiled runs together"
+    )
+    parser.add_argument(
+        "--cpu-us",
+        help="CPU per published message of each broker, comma-separated (us; utime + stime from /proc"
+        " in the same runs): the loop's C part is given as what the Python parts leave of it",
+    )
+    args = parser.parse_args(argv)
+    cpu = [float(x) for x in args.cpu_us.split(",")] if args.cpu_us else []
+    if args.perf:
+        return perf_main(args.directory, cpu)
+    if args.messages < 1:
+        parser.error("--messages is needed for py-spy files")
+    per_broker: dict[str, Counter[str]] = {}
+    for path in sorted(args.directory.glob("*-broker*.txt")):
+        broker = path.stem.rsplit("-", 1)[-1]
+        per_broker.setdefault(broker, Counter()).update(read_samples(path))
+    if not per_broker:
+        print(f"no *-broker*.txt files in {args.directory}", file=sys.stderr)
+        return 1
+    brokers = sorted(per_broker)
+    us_per_sample = 1e6 / args.rate_hz / args.messages
+    print("| part (us per published message) | " + " | ".join(brokers) + " |")
+    print("|---|" + "---:|" * len(brokers))
+    python_us = {b: 0.0 for b in brokers}
+    for part in ORDER:
+        if part == LOOP_C:
+            continue
+        cells = []
+        for broker in brokers:
+            value = per_broker[broker][part] * us_per_sample
+            python_us[broker] += value
+            cells.append(f"{value:.1f}")
+        print(f"| {part} | " + " | ".join(cells) + " |")
+    print("| Python, sum | " + " | ".join(f"{python_us[b]:.1f}" for b in brokers) + " |")
+    if cpu:
+        cells = [f"{max(0.0, cpu[i] - python_us[b]):.1f}" for i, b in enumerate(brokers) if i < len(cpu)]
+        print("| loop (C): CPU minus the Python parts | " + " | ".join(cells) + " |")
+        print("| CPU (/proc) | " + " | ".join(f"{x:.1f}" for x in cpu) + " |")
+    samples = [str(sum(per_broker[b].values())) for b in brokers]
+    print("| samples (idle included) | " + " | ".join(samples) + " |")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
