@@ -155,6 +155,11 @@ class _Link:
     async def write(self, data: bytes) -> None:
         raise NotImplementedError
 
+    def try_write(self, data: bytes) -> bool:
+        """Write ``data`` now, without waiting, if the runtime can (h2: the windows and the socket
+        have room); False: nothing written, ``write`` must be awaited."""
+        return False
+
     async def finish_writing(self) -> None:
         """Graceful end of our direction (the peer reads end-of-stream)."""
 
@@ -172,6 +177,7 @@ class _DialedLink(_Link):
         super().__init__(peer_id, dialed=True)
         self.channel = channel
         self.call = call
+        self.try_write = getattr(call, "try_write", super().try_write)  # type: ignore[method-assign]
         self.background = background  # the transport's set of channel-closing tasks (awaited by stop)
 
     def source(self) -> Any:
@@ -200,6 +206,7 @@ class _AcceptedLink(_Link):
     def __init__(self, peer_id: str, context: Any) -> None:
         super().__init__(peer_id, dialed=False)
         self.context = context
+        self.try_write = getattr(context, "try_write", super().try_write)  # type: ignore[method-assign]
 
     def source(self) -> Any:
         return self.context
@@ -222,6 +229,7 @@ class _Peer:
         "down_reported",
         "drop_logged",
         "ever_up",
+        "flush_due",
         "http_port",
         "id",
         "link",
@@ -245,6 +253,7 @@ class _Peer:
         self.down_reported = False
         self.ever_up = False
         self.drop_logged = False
+        self.flush_due = False  # a write of the queue is scheduled for the end of this loop turn
         self.backoff_failures = 0
         self.http_port = 0  # from the peer's last Hello; 0 = not announced
         self.sender_task: asyncio.Task[None] | None = None
@@ -383,7 +392,30 @@ class GrpcTransport:
                     self.config.send_queue_limit,
                 )
         queue.append(data)
-        state.wakeup.set()
+        if state.link is None or state.writing:
+            state.wakeup.set()
+        elif not state.flush_due:  # one write per peer and loop turn, from the loop, no task wake-up
+            state.flush_due = True
+            asyncio.get_running_loop().call_soon(self._flush, state)
+
+    def _flush(self, state: _Peer) -> None:
+        """Write what is queued for ``state`` now, a frame at a time, while the link's runtime can
+        write without waiting (h2); the drain task (woken) takes whatever is left."""
+        state.flush_due = False
+        link = state.link
+        queue = state.queue
+        stats = self.stats
+        while queue and link is not None and not state.writing and not self._stopped:
+            encoded = self._take_batch(queue)
+            frame = wire.encode_frame_from_items(encoded)
+            if not link.try_write(frame):
+                queue.extendleft(reversed(encoded))
+                break
+            stats.frames_sent += 1
+            stats.items_sent += len(encoded)
+            stats.bytes_sent += len(frame)
+        if queue:
+            state.wakeup.set()
 
     def queued(self, peer: str) -> int:
         state = self._peers.get(peer)
