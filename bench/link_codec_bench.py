@@ -3,7 +3,8 @@
 What one cluster frame costs to encode on the publisher's broker and to decode on a subscriber's
 broker (broker/adapters/transport/wire*.py), for a PUB carrying a ForwardedBatch of 1 message (a
 paced publisher: every message alone in its frame) and of 50 (a closed loop), with an origin
-proof, 64-byte payloads; best of ``--repeat`` timing runs, us per frame and per message.
+proof, 64-byte payloads; the process's CPU time (not the wall clock: a loaded machine takes the
+CPU away between calls), best of ``--repeat`` timing runs, us per frame and per message.
 
 ``--root DIR`` imports SkipMQ from DIR instead of this checkout, so that
 ``bench/compare_revisions.py`` can run this script against a revision that does not have it:
@@ -19,6 +20,7 @@ import argparse
 import json
 import os
 import sys
+import time
 import timeit
 from pathlib import Path
 
@@ -79,7 +81,8 @@ def main(argv: list[str] | None = None) -> int:
                 wire.item_from_proto(raw)
 
         for name, func in (("encode", encode), ("decode", decode)):
-            best = min(timeit.repeat(func, number=args.number, repeat=args.repeat)) / args.number * 1e6
+            best = min(timeit.repeat(func, number=args.number, repeat=args.repeat, timer=time.process_time))
+            best = best / args.number * 1e6
             results[f"{name}_batch{size}_us_per_frame"] = best
             results[f"{name}_batch{size}_us_per_message"] = best / size
             print(f"{name} batch of {size:2d}: {best:7.2f} us per frame, {best / size:6.2f} us per message")
