@@ -6,21 +6,24 @@ Each sample is given to one part, by the innermost frame of the stack that belon
 (leaf first): so protobuf's own frames count under the wire codec that called them, and ``h2``'s
 under the runtime. The parts:
 
+* ``socket writes``: samples whose innermost frame is a socket write (h2_runtime.py's DATA frame
+  write, the MQTT connections' flush, ``SSLObject``): uvloop, TLS and the system call below it;
 * ``wire``: the codec (broker/adapters/transport/wire*.py, forwarded_codec.py, protobuf);
 * ``h2 runtime``: SkipMQ's HTTP/2 framing (h2_runtime.py) and the ``h2``/``hpack`` library;
 * ``link``: the link above the runtime (link.py: the drain task, frame assembly, delivery);
 * ``cluster engine``: broker/cluster/ (streams, ordering, routing of forwarded messages);
 * ``mqtt + core``: broker/mqtt/, broker/core/ (the subscribers' PUBLISH, the session queues);
 * ``asyncio``: the event loop's Python (asyncio/, tasks, events, uvloop's Python parts);
-* ``loop (C)``: uvloop's C code (socket reads and writes, TLS records, epoll): samples whose
-  innermost Python frame is the loop's run call. With ``--nonblocking`` py-spy cannot tell a wait
-  in ``epoll_wait`` from work there, so this part is computed instead, as the broker's CPU (from
-  /proc, ``--cpu-us``) less the Python parts;
+* ``loop (C)``: samples whose innermost Python frame is the loop's run call (uvloop's C code:
+  socket reads and writes, TLS records, epoll); left out of the shares, which are of the Python
+  samples (perf below splits the C part);
 * ``other``: the rest (metrics, logging, sqlite, ...).
 
     .venv/bin/python bench/cluster_bench.py --no-standalone --brokers 3 --skip-small-l \\
         --kinds latency --latency-rate 1000 --latency-s 8 --rounds 2 --profile /tmp/prof
-    .venv/bin/python bench/link_profile.py /tmp/prof --messages 16000 --cpu-us 300,250,250
+    .venv/bin/python bench/cluster_bench.py ... --profile /tmp/perf --profile-tool perf
+    .venv/bin/python bench/link_profile.py /tmp/perf --perf --cpu-us 220,150,150
+    .venv/bin/python bench/link_profile.py /tmp/prof
 
 With ``--profile-tool perf`` (``perf record -g``, native stacks, the kernel included) the files are
 ``*.data``; ``--perf`` sums them by shared object instead: the interpreter, the kernel (system
@@ -36,7 +39,7 @@ import argparse
 import re
 import subprocess
 import sys
-from collections import Counter
+from collections import Counter, defaultdict
 from pathlib import Path
 
 PARTS: tuple[tuple[str, re.Pattern[str]], ...] = (
@@ -49,7 +52,10 @@ PARTS: tuple[tuple[str, re.Pattern[str]], ...] = (
 )
 LOOP_C = "loop (C)"
 OTHER = "other"
-ORDER = [name for name, _ in PARTS] + [LOOP_C, OTHER]
+SOCKET = "socket writes"
+# innermost frames whose time is the C below them: a socket write (uvloop, TLS, the system call)
+SOCKET_WRITE = re.compile(r"(_Stream\.(try_write|write|_write_slowly)|ClientBase\.flush|SSLObject\.\w+) \(")
+ORDER = [SOCKET] + [name for name, _ in PARTS] + [LOOP_C, OTHER]
 _FRAME = re.compile(r"^(?P<function>.*?) \((?P<file>[^()]*?)(?::\d+)?\)$")
 
 
@@ -59,6 +65,8 @@ def part_of(stack: str) -> str:
     frames = frames[runner + 1 :]  # the frames below the event loop's run call
     if not frames:
         return LOOP_C
+    if SOCKET_WRITE.match(frames[-1].strip()):
+        return SOCKET
     for frame in reversed(frames):
         match = _FRAME.match(frame.strip())
         where = match.group("file") if match else frame
@@ -79,7 +87,7 @@ DSO_PARTS: tuple[tuple[str, re.Pattern[str]], ...] = (
 )
 
 
-def read_perf(path: Path) -> Counter[str]:
+def read_perf(path: Path) -> defaultdict[str, float]:
     """Percent of ``path``'s samples per part (perf report, self time by shared object)."""
     out = subprocess.run(
         ["perf", "report", "-i", str(path), "--no-children", "--sort", "dso", "-g", "none", "--stdio"],
@@ -87,7 +95,7 @@ def read_perf(path: Path) -> Counter[str]:
         text=True,
         check=True,
     ).stdout
-    parts: Counter[str] = Counter()
+    parts: defaultdict[str, float] = defaultdict(float)
     for line in out.splitlines():
         fields = line.split()
         if len(fields) < 2 or not fields[0].endswith("%") or line.lstrip().startswith("#"):
@@ -99,7 +107,7 @@ def read_perf(path: Path) -> Counter[str]:
 
 
 def perf_main(directory: Path, cpu: list[float]) -> int:
-    per_broker: dict[str, list[Counter[str]]] = {}
+    per_broker: dict[str, list[defaultdict[str, float]]] = {}
     for path in sorted(directory.glob("*-broker*.data")):
         per_broker.setdefault(path.stem.rsplit("-", 1)[-1], []).append(read_perf(path))
     if not per_broker:
@@ -134,21 +142,15 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("directory", type=Path, help="the --profile directory of cluster_bench.py")
     parser.add_argument("--perf", action="store_true", help="sum perf record files (*.data) by shared object")
-    parser.add_argument("--rate-hz", type=float, default=250.0, help="py-spy's sampling rate (default 250)")
-    parser.add_argument(
-        "--messages", type=int, default=0, help="messages published in all the profiled runs together"
-    )
     parser.add_argument(
         "--cpu-us",
-        help="CPU per published message of each broker, comma-separated (us; utime + stime from /proc"
-        " in the same runs): the loop's C part is given as what the Python parts leave of it",
+        help="with --perf: CPU per published message of each broker, comma-separated (us; utime +"
+        " stime from /proc in the same runs): the shares also in us per message",
     )
     args = parser.parse_args(argv)
     cpu = [float(x) for x in args.cpu_us.split(",")] if args.cpu_us else []
     if args.perf:
         return perf_main(args.directory, cpu)
-    if args.messages < 1:
-        parser.error("--messages is needed for py-spy files")
     per_broker: dict[str, Counter[str]] = {}
     for path in sorted(args.directory.glob("*-broker*.txt")):
         broker = path.stem.rsplit("-", 1)[-1]
@@ -157,26 +159,18 @@ def main(argv: list[str] | None = None) -> int:
         print(f"no *-broker*.txt files in {args.directory}", file=sys.stderr)
         return 1
     brokers = sorted(per_broker)
-    us_per_sample = 1e6 / args.rate_hz / args.messages
-    print("| part (us per published message) | " + " | ".join(brokers) + " |")
+    python_parts = [part for part in ORDER if part != LOOP_C]
+    print("| part (share of the Python samples) | " + " | ".join(brokers) + " |")
     print("|---|" + "---:|" * len(brokers))
-    python_us = {b: 0.0 for b in brokers}
-    for part in ORDER:
-        if part == LOOP_C:
-            continue
+    for part in python_parts:
         cells = []
         for broker in brokers:
-            value = per_broker[broker][part] * us_per_sample
-            python_us[broker] += value
-            cells.append(f"{value:.1f}")
+            counts = per_broker[broker]
+            total = sum(counts[name] for name in python_parts)
+            cells.append(f"{counts[part] / max(1, total) * 100:.1f} %")
         print(f"| {part} | " + " | ".join(cells) + " |")
-    print("| Python, sum | " + " | ".join(f"{python_us[b]:.1f}" for b in brokers) + " |")
-    if cpu:
-        cells = [f"{max(0.0, cpu[i] - python_us[b]):.1f}" for i, b in enumerate(brokers) if i < len(cpu)]
-        print("| loop (C): CPU minus the Python parts | " + " | ".join(cells) + " |")
-        print("| CPU (/proc) | " + " | ".join(f"{x:.1f}" for x in cpu) + " |")
-    samples = [str(sum(per_broker[b].values())) for b in brokers]
-    print("| samples (idle included) | " + " | ".join(samples) + " |")
+    samples = [str(sum(per_broker[b][name] for name in python_parts)) for b in brokers]
+    print("| Python samples | " + " | ".join(samples) + " |")
     return 0
 
 
