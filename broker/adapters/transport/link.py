@@ -16,9 +16,12 @@ Link life cycle:
   larger side accepts and abandons its own dial. The stream dialed by the smaller id remains.
   A ``Hello`` from a peer that already has a link otherwise replaces the old link (the peer
   restarted and knows nothing of it).
-* Per peer, one queue (bounded; the oldest item is dropped beyond ``send_queue_limit``) and one
-  drain task: it takes everything queued up to ``max_batch_items`` into one frame and awaits the
-  stream write (HTTP/2 flow control is the backpressure). With no link it dials, retrying with
+* Per peer, one queue (bounded; the oldest item is dropped beyond ``send_queue_limit``), taken
+  up to ``max_batch_items`` at a time into one frame. While the link is up and no write waits,
+  ``send`` schedules one flush per peer and loop turn (``call_soon``) that writes the frames at
+  once when the runtime can without waiting (h2: the stream's windows and the socket have room);
+  otherwise the peer's drain task awaits the stream write (HTTP/2 flow control is the
+  backpressure; grpcio always takes this path). With no link the drain task dials, retrying with
   jittered exponential backoff while items wait. Items are queued as encoded bytes, so order is
   per-direction FIFO across reconnects; a frame written to a stream that then breaks may be
   lost (at-most-once, like any datagram the overlay sends; the overlay acks what matters).
