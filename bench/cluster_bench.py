@@ -543,6 +543,7 @@ async def measure_latency(setup: Setup, rate_per_s: float, duration_s: float) ->
     prefix = raw.publish_prefix(TOPIC, 0, PAYLOAD_BYTES)
     hops_before = await asyncio.to_thread(setup.scrape_hops)
     cpu_before = setup.cpu_s()
+    cpu_each_before = [process_cpu_s(pid) for pid in setup.pids]
     switches_before = setup.switches()
     start_ns = time.perf_counter_ns()
     for seq in range(count):
@@ -554,6 +555,10 @@ async def measure_latency(setup: Setup, rate_per_s: float, duration_s: float) ->
     # the brokers' CPU per message published at this paced rate (every message alone in its
     # event-loop iteration: what a cross-broker hop costs unbatched, issue #11)
     cpu_us_per_publish = (setup.cpu_s() - cpu_before) * 1e6 / count
+    cpu_us_each = [
+        (process_cpu_s(pid) - before) * 1e6 / count
+        for pid, before in zip(setup.pids, cpu_each_before, strict=True)
+    ]
     # ... and how many times a broker thread slept and was woken per message (each a hand-off
     # between threads or processes: docs/benchmarks-cluster.md, "Why the latency goal ...")
     switches_per_publish = (setup.switches() - switches_before) / count
@@ -579,6 +584,7 @@ async def measure_latency(setup: Setup, rate_per_s: float, duration_s: float) ->
     return {
         "published": count,
         "broker_cpu_us_per_publish": cpu_us_per_publish,
+        "broker_cpu_us_per_publish_each": cpu_us_each,  # per broker process (broker 0 first)
         "broker_switches_per_publish": switches_per_publish,
         "expected": expected,
         "received": received,
@@ -702,6 +708,8 @@ class Plan:
     small_l_repeats: int
     kinds: tuple[str, ...] = MAIN_KINDS
     local: bool = False  # every subscriber on the publisher's broker (local deliveries in a cluster)
+    profile_dir: str | None = None  # --profile: py-spy samples of every broker in the latency runs
+    profile_tool: str = "py-spy"  # --profile-tool: py-spy (Python stacks) or perf (native, kernel)
 
 
 async def run_main_phase(plan: Plan, results: dict[str, Any]) -> None:
@@ -729,7 +737,9 @@ async def run_main_phase(plan: Plan, results: dict[str, Any]) -> None:
                 for setup in order:
                     load_before = os.getloadavg()
                     if kind == "latency":
+                        spies = start_profilers(plan, setup, round_index, kind, plan.latency_s)
                         result = await measure_latency(setup, plan.latency_rate_per_s, plan.latency_s)
+                        await finish_profilers(spies)
                         summary = (
                             f"p50 {result['all']['p50_ms']:.3f} ms p99 {result['all']['p99_ms']:.3f} ms"
                             + (
@@ -738,12 +748,15 @@ async def run_main_phase(plan: Plan, results: dict[str, Any]) -> None:
                                 else ""
                             )
                             + f" lost {result['lost']} hops {result['hops'] or '-'}"
-                            + f" (brokers {result['broker_cpu_us_per_publish']:.0f} us CPU,"
+                            + f" (brokers {result['broker_cpu_us_per_publish']:.0f} us CPU"
+                            + f" {'/'.join(f'{x:.0f}' for x in result['broker_cpu_us_per_publish_each'])},"
                             f" {result['broker_switches_per_publish']:.1f} context switches per message)"
                         )
                     else:
                         qos = 0 if kind == "qos0" else 1
+                        spies = start_profilers(plan, setup, round_index, kind, plan.throughput_s)
                         result = await measure_throughput(setup, qos, plan.throughput_s, plan.qos1_window)
+                        await finish_profilers(spies)
                         cpu = result["broker_cpu_us_per_msg"]
                         summary = (
                             f"{result['delivered_per_s']:,.0f} delivered/s"
@@ -771,6 +784,49 @@ async def run_main_phase(plan: Plan, results: dict[str, Any]) -> None:
     finally:
         for setup in setups:
             setup.close()
+
+
+def start_profilers(
+    plan: Plan, setup: Setup, round_index: int, kind: str, duration_s: float
+) -> list[subprocess.Popen[bytes]]:
+    """--profile: ``py-spy record --nonblocking -f raw`` (collapsed stacks) of every broker of a
+    cluster for a run's length, one file per broker, kind and round (bench/link_profile.py)."""
+    if plan.profile_dir is None or not setup.clustered:
+        return []
+    spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
+    out_dir = Path(plan.profile_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    label = setup.label.replace(" ", "-").replace(",", "")
+    seconds = str(max(1, math.ceil(duration_s)))
+    spies = []
+    for index, pid in enumerate(setup.pids):
+        name = f"{label}-{kind}-r{round_index + 1}-broker{index}"
+        if plan.profile_tool == "perf":  # native stacks, kernel included: perf report -i FILE --sort dso
+            command = ["perf", "record", "-F", "499", "-g", "-p", str(pid), "-o", f"{out_dir / name}.data"]
+            command += ["--", "sleep", seconds]
+        else:
+            command = [
+                spy,
+                "record",
+                "--nonblocking",
+                "-r",
+                "250",
+                "-f",
+                "raw",
+                "-o",
+                f"{out_dir / name}.txt",
+            ]
+            command += ["-d", seconds, "-p", str(pid)]
+        spies.append(subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+    return spies
+
+
+async def finish_profilers(spies: list[subprocess.Popen[bytes]]) -> None:
+    for spy in spies:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            await asyncio.to_thread(spy.wait, 30)
+        if spy.poll() is None:
+            spy.kill()
 
 
 async def run_small_l_phase(plan: Plan, results: dict[str, Any]) -> None:
@@ -1571,6 +1627,19 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run_length("--small-l-settle-s", float, "small-L step: seconds from the warm-up to the settled window")
     run_length("--small-l-repeats", int, "fresh clusters per L (new random overlay keys)")
+    parser.add_argument(
+        "--profile",
+        metavar="DIR",
+        help="record every cluster broker with py-spy (--nonblocking, collapsed stacks) during each"
+        " measurement into DIR (one file per broker, kind and round; bench/link_profile.py sums them)",
+    )
+    parser.add_argument(
+        "--profile-tool",
+        choices=("py-spy", "perf"),
+        default="py-spy",
+        help="--profile with py-spy (Python stacks, default) or perf record -g (native and kernel"
+        " stacks: where the C part of the event loop goes; read with perf report --sort dso,sym)",
+    )
     parser.add_argument("--skip-main", action="store_true", help="skip the 1 vs 3 vs 5 comparison")
     parser.add_argument("--skip-small-l", action="store_true", help="skip the small-L run")
     parser.add_argument("--json", metavar="PATH", help="also write the raw results (all rounds) as JSON")
@@ -1625,6 +1694,8 @@ def plan_from_args(args: argparse.Namespace) -> Plan:
         small_l_repeats=args.small_l_repeats,
         kinds=tuple(args.kinds),
         local=args.local,
+        profile_dir=args.profile,
+        profile_tool=args.profile_tool,
     )
     return plan
 

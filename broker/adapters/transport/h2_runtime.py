@@ -203,33 +203,37 @@ class _Stream:
         if self.error is not None:
             raise self.error
 
-    async def write(self, data: bytes) -> None:
+    def try_write(self, data: bytes) -> bool:
+        """Write ``data`` as one message now, in one DATA frame, if the windows, the peer's frame
+        size and the socket allow it; False (nothing written) otherwise, or if the call is over:
+        ``write`` then waits for room, or raises the call's error."""
         conn = self.conn
-        if self.local_done or (self.ended.done() and self.error is not None):
-            raise self.error or rpc_error(Status.CANCELLED, "the stream is closed")
         size = len(data) + 5
         if (
-            conn.writable
-            and size <= self.send_window
-            and size <= conn.send_window
-            and size <= conn.peer_max_frame
+            size > self.send_window
+            or size > conn.send_window
+            or size > conn.peer_max_frame
+            or not conn.writable
+            or self.local_done
+            or conn.closed
+            or (self.error is not None and self.ended.done())
         ):
-            self.send_window -= size
-            conn.send_window -= size
-            conn.transport.write(
-                b"".join(
-                    (
-                        size.to_bytes(3, "big"),
-                        b"\x00\x00",
-                        self.sid,
-                        b"\x00",
-                        (size - 5).to_bytes(4, "big"),
-                        data,
-                    )
-                )
+            return False
+        self.send_window -= size
+        conn.send_window -= size
+        conn.transport.write(
+            b"".join(
+                (size.to_bytes(3, "big"), b"\x00\x00", self.sid, b"\x00", (size - 5).to_bytes(4, "big"), data)
             )
+        )
+        return True
+
+    async def write(self, data: bytes) -> None:
+        if self.local_done or (self.ended.done() and self.error is not None):
+            raise self.error or rpc_error(Status.CANCELLED, "the stream is closed")
+        if self.try_write(data):
             return
-        await self._write_slowly(b"\x00" + (size - 5).to_bytes(4, "big") + data)
+        await self._write_slowly(b"\x00" + len(data).to_bytes(4, "big") + data)
 
     async def _write_slowly(self, message: bytes) -> None:
         conn = self.conn
@@ -637,6 +641,10 @@ class _ServerContext:
     def deliver_to(self, receiver: Callable[[bytes], bool]) -> Awaitable[None]:
         return self.stream.deliver_to(receiver)
 
+    def try_write(self, data: bytes) -> bool:
+        """PeerLink (bytes, no codec): ``data`` written now if it fits (``_Stream.try_write``)."""
+        return self.encode is None and self.stream.try_write(data)
+
     def peer(self) -> str:
         return self.stream.conn.peer
 
@@ -763,6 +771,11 @@ class _Call:
     def deliver_to(self, receiver: Callable[[bytes], bool]) -> Awaitable[None]:
         assert self.stream is not None
         return self.stream.deliver_to(receiver)
+
+    def try_write(self, data: bytes) -> bool:
+        """PeerLink (bytes, no codec): ``data`` written now if it fits (``_Stream.try_write``)."""
+        stream = self.stream
+        return stream is not None and self.encode is None and stream.try_write(data)
 
     async def done_writing(self) -> None:
         stream = await self._open()

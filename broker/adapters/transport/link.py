@@ -16,9 +16,12 @@ Link life cycle:
   larger side accepts and abandons its own dial. The stream dialed by the smaller id remains.
   A ``Hello`` from a peer that already has a link otherwise replaces the old link (the peer
   restarted and knows nothing of it).
-* Per peer, one queue (bounded; the oldest item is dropped beyond ``send_queue_limit``) and one
-  drain task: it takes everything queued up to ``max_batch_items`` into one frame and awaits the
-  stream write (HTTP/2 flow control is the backpressure). With no link it dials, retrying with
+* Per peer, one queue (bounded; the oldest item is dropped beyond ``send_queue_limit``), taken
+  up to ``max_batch_items`` at a time into one frame. While the link is up and no write waits,
+  ``send`` schedules one flush per peer and loop turn (``call_soon``) that writes the frames at
+  once when the runtime can without waiting (h2: the stream's windows and the socket have room);
+  otherwise the peer's drain task awaits the stream write (HTTP/2 flow control is the
+  backpressure; grpcio always takes this path). With no link the drain task dials, retrying with
   jittered exponential backoff while items wait. Items are queued as encoded bytes, so order is
   per-direction FIFO across reconnects; a frame written to a stream that then breaks may be
   lost (at-most-once, like any datagram the overlay sends; the overlay acks what matters).
@@ -155,6 +158,11 @@ class _Link:
     async def write(self, data: bytes) -> None:
         raise NotImplementedError
 
+    def try_write(self, data: bytes) -> bool:
+        """Write ``data`` now, without waiting, if the runtime can (h2: the windows and the socket
+        have room); False: nothing written, ``write`` must be awaited."""
+        return False
+
     async def finish_writing(self) -> None:
         """Graceful end of our direction (the peer reads end-of-stream)."""
 
@@ -172,6 +180,7 @@ class _DialedLink(_Link):
         super().__init__(peer_id, dialed=True)
         self.channel = channel
         self.call = call
+        self.try_write = getattr(call, "try_write", super().try_write)  # type: ignore[method-assign]
         self.background = background  # the transport's set of channel-closing tasks (awaited by stop)
 
     def source(self) -> Any:
@@ -200,6 +209,7 @@ class _AcceptedLink(_Link):
     def __init__(self, peer_id: str, context: Any) -> None:
         super().__init__(peer_id, dialed=False)
         self.context = context
+        self.try_write = getattr(context, "try_write", super().try_write)  # type: ignore[method-assign]
 
     def source(self) -> Any:
         return self.context
@@ -222,6 +232,7 @@ class _Peer:
         "down_reported",
         "drop_logged",
         "ever_up",
+        "flush_due",
         "http_port",
         "id",
         "link",
@@ -245,6 +256,7 @@ class _Peer:
         self.down_reported = False
         self.ever_up = False
         self.drop_logged = False
+        self.flush_due = False  # a write of the queue is scheduled for the end of this loop turn
         self.backoff_failures = 0
         self.http_port = 0  # from the peer's last Hello; 0 = not announced
         self.sender_task: asyncio.Task[None] | None = None
@@ -383,7 +395,30 @@ class GrpcTransport:
                     self.config.send_queue_limit,
                 )
         queue.append(data)
-        state.wakeup.set()
+        if state.link is None or state.writing:
+            state.wakeup.set()
+        elif not state.flush_due:  # one write per peer and loop turn, from the loop, no task wake-up
+            state.flush_due = True
+            asyncio.get_running_loop().call_soon(self._flush, state)
+
+    def _flush(self, state: _Peer) -> None:
+        """Write what is queued for ``state`` now, a frame at a time, while the link's runtime can
+        write without waiting (h2); the drain task (woken) takes whatever is left."""
+        state.flush_due = False
+        link = state.link
+        queue = state.queue
+        stats = self.stats
+        while queue and link is not None and not state.writing and not self._stopped:
+            encoded = self._take_batch(queue)
+            frame = wire.encode_frame_from_items(encoded)
+            if not link.try_write(frame):
+                queue.extendleft(reversed(encoded))
+                break
+            stats.frames_sent += 1
+            stats.items_sent += len(encoded)
+            stats.bytes_sent += len(frame)
+        if queue:
+            state.wakeup.set()
 
     def queued(self, peer: str) -> int:
         state = self._peers.get(peer)

@@ -98,16 +98,41 @@ def _encode_batch_pub(pub: om.PUB) -> bytes:
     """A PUB carrying a ForwardedBatch as a ``pb.Item``: the PUB's own fields through the generated
     class, the batch's bytes (built once per batch, ``_encoded_batch``) appended as its payload
     field and the enclosing lengths written here - not parsed into the PUB and serialized again
-    for every destination (issue #11). A parser reads fields in any order: the same Item."""
+    for every destination (issue #11). The PUB's fields that repeat on a route are encoded once
+    (``_PUB_HEADERS``; a value equal to a cached one, such as True for 1, takes its encoding).
+    A parser reads fields in any order: the same Item."""
+    route = (pub.dest, pub.sender, pub.topic, pub.forwarder, pub.hops, pub.lo, pub.hi)
+    header_key: tuple[object, ...] | None = route
+    try:
+        header = _PUB_HEADERS.get(route)
+    except TypeError:  # (an unhashable value: not a valid PUB, the codec below says why)
+        header_key, header = None, None
+    if header is None:  # the fields that repeat from PUB to PUB on a route, encoded once
+        body = pb.Pub()
+        for name, put, _get in _PUB_CODEC.fields:
+            if name not in _PUB_PER_MESSAGE:
+                put(body, name, getattr(pub, name), f"item.PUB.{name}")
+        header = bytes(body.SerializeToString())
+        if len(_PUB_HEADERS) >= _PUB_HEADERS_LIMIT:
+            _PUB_HEADERS.clear()
+        if header_key is not None:
+            _PUB_HEADERS[header_key] = header
     body = pb.Pub()
-    for name, put, _get in _PUB_CODEC.fields:
-        if name != "payload":
-            put(body, name, getattr(pub, name), f"item.PUB.{name}")
+    for name, put, _get in _PUB_NUMBERS:
+        put(body, name, getattr(pub, name), f"item.PUB.{name}")
     payload = _length_delimited(
         _PAYLOAD_BATCH_NUMBER, _encoded_batch(pub.payload, "item.PUB.payload.ForwardedBatch")
     )
-    pub_bytes = bytes(body.SerializeToString()) + _length_delimited(_PUB_PAYLOAD_NUMBER, payload)
+    pub_bytes = header + bytes(body.SerializeToString()) + _length_delimited(_PUB_PAYLOAD_NUMBER, payload)
     return _length_delimited(_ITEM_OVERLAY_NUMBER, _length_delimited(_OVERLAY_PUB_NUMBER, pub_bytes))
+
+
+# a PUB's fields that change from message to message (the rest: ``_PUB_HEADERS``)
+_PUB_PER_MESSAGE = ("payload", "publication_id", "ack_id")
+_PUB_NUMBERS = tuple(entry for entry in _PUB_CODEC.fields if entry[0] in ("publication_id", "ack_id"))
+# (dest, sender, topic, forwarder, hops, lo, hi) -> those fields of a pb.Pub, serialized
+_PUB_HEADERS: dict[tuple[object, ...], bytes] = {}
+_PUB_HEADERS_LIMIT = 1024
 
 
 def decode_item(data: bytes) -> object:

@@ -76,7 +76,10 @@ def _put_key(out: Any, key: Any, where: str) -> None:
 
 
 def _get_key(src: Any, where: str) -> tuple[Any, ...]:
-    has_topic, has_role, has_peer = src.HasField("topic"), src.HasField("role"), src.HasField("peer_id")
+    has = src.HasField
+    if has("peer_id") and has("role") and has("topic"):  # (a node's key: the common case)
+        return (src.topic, src.role, src.peer_id)
+    has_topic, has_role, has_peer = has("topic"), has("role"), has("peer_id")
     if (has_peer and not has_role) or (has_role and not has_topic):
         raise WireError(f"{where}: key fields must form a prefix of (topic, role, peer_id)")
     if has_peer:
@@ -270,10 +273,45 @@ def overlay_from_proto(src: Any, where: str = "overlay") -> Any:
     case = src.WhichOneof("kind")
     if case is None:
         raise WireError(f"{where}: OverlayMessage without a kind (unknown to this schema version?)")
+    if case == "pub":
+        pub = src.pub
+        has = pub.HasField
+        if has("dest") and has("sender") and has("payload") and has("forwarder") and has("lo") and has("hi"):
+            return _pub_from_proto(pub, where)  # (the hot kind, without the generic field loop)
     kind_codec = _CODECS_BY_CASE[case]
     body = getattr(src, case)
-    values = {
-        name: get(body, name, f"{where}.{kind_codec.cls.__name__}.{name}")
-        for name, _put, get in kind_codec.fields
-    }
-    return kind_codec.cls(**values)
+    wheres = kind_codec.wheres.get(where)
+    if wheres is None:  # the error-message paths of the fields, built once per ``where``
+        wheres = kind_codec.wheres[where] = tuple(
+            f"{where}.{kind_codec.cls.__name__}.{name}" for name, _put, _get in kind_codec.fields
+        )
+    # (positional, in the dataclass's field order: the fields of a codec are built in that order)
+    return kind_codec.cls(
+        *[
+            get(body, name, field_where)
+            for (name, _put, get), field_where in zip(kind_codec.fields, wheres, strict=True)
+        ]
+    )
+
+
+_PUB_WHERES: dict[str, tuple[str, ...]] = {}
+
+
+def _pub_from_proto(body: Any, where: str) -> om.PUB:
+    """A PUB whose message fields are all present: the same values as the generic path's."""
+    wheres = _PUB_WHERES.get(where)
+    if wheres is None:
+        names = ("dest", "sender", "payload", "forwarder", "lo", "hi")
+        wheres = _PUB_WHERES[where] = tuple(f"{where}.PUB.{name}" for name in names)
+    return om.PUB(
+        _get_key(body.dest, wheres[0]),
+        _get_ref(body.sender, wheres[1]),
+        body.topic,
+        payload_from_proto(body.payload, wheres[2]),
+        body.publication_id,
+        _get_ref(body.forwarder, wheres[3]),
+        body.hops,
+        _get_key(body.lo, wheres[4]),
+        _get_key(body.hi, wheres[5]),
+        body.ack_id,
+    )

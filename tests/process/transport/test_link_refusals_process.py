@@ -30,7 +30,8 @@ HOST = "127.0.0.1"
 
 async def _hello(target: str, credentials: grpc.ChannelCredentials, first: bytes, then: bytes = b"") -> Any:
     """Open PeerLink/Open, write ``first``; the acceptor's first answer or the error (with
-    ``then``: written after that answer; the next answer or the error)."""
+    ``then``: written after that answer; the error that ends the call, or EOF: frames the broker
+    sends the linked peer meanwhile, such as its overlay PINGs, are read past)."""
     channel = grpc.aio.secure_channel(target, credentials)
     try:
         call = channel.stream_stream(wire.PEER_LINK_OPEN_METHOD)()
@@ -39,7 +40,8 @@ async def _hello(target: str, credentials: grpc.ChannelCredentials, first: bytes
             answer = await call.read()
             if then:
                 await call.write(then)
-                answer = await call.read()
+                while answer is not grpc.aio.EOF:
+                    answer = await call.read()
             return answer
     except grpc.aio.AioRpcError as exc:
         return exc

@@ -451,3 +451,37 @@ def test_refused_handshakes_are_counted_by_code_and_logged_as_structured_events(
     assert fields[0]["claimed"] == f"{HOST}:7" and "schema version 99" in fields[0]["reason"]
     assert fields[1]["claimed"] == "no-port" and fields[1]["peer"].startswith("ipv4:127.0.0.1:")
     assert "must hold a Hello" in fields[2]["reason"]
+
+
+def test_frames_leave_from_the_loop_in_one_turn_and_keep_their_order_past_a_frame_that_must_wait() -> None:
+    """h2: what is sent in one loop turn leaves as one frame in the next (written by a flush the
+    loop runs, link.py ``_flush``); a frame too big for one HTTP/2 DATA frame goes through the
+    drain task (split, awaited) and what is sent meanwhile, by either path, stays behind it."""
+
+    async def scenario() -> None:
+        a, b = await Node().start(), await Node().start()
+        a.transport.send(b.id, om.PING(0))
+        await wait_until(_last_nonce_is(b, 0), what="the link")
+        frames = a.transport.stats.frames_sent
+        for n in range(1, 6):
+            a.transport.send(b.id, om.PING(n))
+        await asyncio.sleep(0)  # one loop turn: the flush ran, the frame is written
+        assert a.transport.stats.frames_sent == frames + 1
+        assert a.transport.queued(b.id) == 0
+        await wait_until(_last_nonce_is(b, 5), what="the turn's frame")
+        ref = (("t", 1, a.id), 5)  # a PUB of a 2 MiB retained message: > SETTINGS_MAX_FRAME_SIZE
+        big = om.PUB(ref[0], ref, "t", _retained(b"x" * (2 * 1024 * 1024)), 1, ref, 1, ("t", 1), ("t", 2), 0)
+        a.transport.send(b.id, om.PING(6))
+        a.transport.send(b.id, big)
+        await asyncio.sleep(0)
+        for n in range(7, 200):
+            a.transport.send(b.id, om.PING(n))
+            if n % 10 == 0:
+                await asyncio.sleep(0)
+        await wait_until(_last_nonce_is(b, 199), what="everything after the big frame")
+        kinds = [item.nonce if isinstance(item, om.PING) else "big" for _, item in b.received]
+        assert kinds == [*range(7), "big", *range(7, 200)]
+        await a.transport.stop()
+        await b.transport.stop()
+
+    run(scenario)

@@ -493,3 +493,19 @@ def test_a_pub_of_a_batch_written_around_the_batch_bytes_is_the_pub_the_generate
     parsed = pb.Item()
     parsed.ParseFromString(spliced)
     assert bytes(parsed.SerializeToString()) == generated
+
+
+def test_pubs_on_one_route_share_their_encoded_header_and_keep_their_own_numbers() -> None:
+    """The publisher's broker encodes a route's PUB fields once (wire._PUB_HEADERS): PUBs that
+    differ in publication id, ack id, hops or batch still decode to themselves."""
+    batches = [ForwardedBatch((ForwardedMessage(A, "s", n, _message()),)) for n in (1, 2)]
+    pubs = [
+        om.PUB(KEY, REF_B, "s", batches[0], 1, REF, 1, LO, HI, 0),
+        om.PUB(KEY, REF_B, "s", batches[1], 2, REF, 1, LO, HI, 7),
+        om.PUB(KEY, REF_B, "s", batches[1], 2**64 - 1, REF, 3, LO, HI, 2**64 - 1),
+        om.PUB(KEY, REF, "s", batches[0], 1, REF_B, 1, LO, HI, 0),
+    ]
+    for pub in pubs * 2:
+        assert wire.decode_item(wire.encode_item(pub)) == pub
+    with pytest.raises(wire.WireError, match="role"):
+        wire.encode_item(om.PUB(("s", True, A), REF_B, "s", batches[0], 1, REF, 1, LO, HI, 0))
