@@ -230,6 +230,7 @@ def main(argv: list[str] | None = None) -> int:
                 reason = f"the Spark JVM went away ({type(exc).__name__})"
                 break
             if error is not None:
+                reason = "failed"
                 _log("pipeline_failed", error=error)
                 return 1
             if time.monotonic() - last_report >= 30:
