@@ -527,3 +527,39 @@ def late_session_under_a_stream(
     run.world.at(kill_at + 0.3, run.connect, "sub", c)
     run.world.at(kill_at + down_s, run.restart, b)
     return run.finish(end_s=4.0 + messages * interval_s + 25.0)
+
+
+def absent_beside_fast_across_a_restart(
+    seed: int = 1,
+    *,
+    with_absent: bool = True,
+    away_s: float = 8.0,
+    messages: int = 6000,
+    interval_s: float = 0.001,
+    drain_per_s: float = 4000.0,
+) -> tuple[Result, Run]:
+    """An absent persistent session beside a connected one on the same broker and class, across a
+    catch-up, default limits: ``messages`` QoS 1 at 1/``interval_s`` from A; on B ``fast``
+    (``drain_per_s``) and, with ``with_absent``, ``away`` (the same drain rate), same class;
+    ``away``'s client disconnects 0.3 s into the stream and reconnects ``away_s`` later; B is
+    killed 0.5 s into the stream and restarted 1.5 s later, so that B's stream from A catches up
+    from A's send log while ``away`` is absent. The run is returned too, for its counters."""
+    title = "absent session beside a connected one across a restart (default limits)"
+    run = Run(seed, Scenario(brokers=3, quiet_s=10.0, title=title))
+    a, b, _c = run.peer_ids
+    run.start_brokers()
+    run.add_client("pub", a, persistent=False)
+    for client_id in ("fast", "away") if with_absent else ("fast",):
+        client = run.add_client(client_id, b, persistent=True)
+        client.drain_per_s = drain_per_s
+        client.on_connack = _subscribe_once("absent/#")
+        run.world.at(2.0, run.connect, client_id)
+    run.world.at(2.5, run.connect, "pub")
+    run.publish_stream("pub", messages, interval_s, 4.0, "absent/x")
+    if with_absent:
+        away = run.clients["away"]
+        run.world.at(4.3, away.disconnect)
+        run.world.at(4.3 + away_s, run.connect, "away")
+    run.world.at(4.5, run.crash, b)
+    run.world.at(6.0, run.restart, b)
+    return run.finish(end_s=4.0 + messages * interval_s + away_s + 20.0), run

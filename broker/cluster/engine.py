@@ -52,6 +52,7 @@ from typing import TYPE_CHECKING, Any
 
 from broker.cluster.class_stats import SnapshotBuilder
 from broker.cluster.engine_base import (
+    DOWN_PEER_MEMORY_S,
     INTEREST_REFRESH_RETRANSMITS,
     RETAINED_SYNC_TIMEOUT_S,
     SWEEP_INTERVAL_S,
@@ -137,6 +138,8 @@ class ClusterEngine(EngineEntryPoints):
         self.stopped = False
         self._founded_alone = all(peer == self.peer_id for peer in contacts)
         now = self._now()
+        self._unheard_contacts = {peer for peer in contacts if peer != self.peer_id}
+        self._unheard_until = now + DOWN_PEER_MEMORY_S
         # resume the streams a previous incarnation left: what it had not delivered everywhere is
         # published again, and our positions tell the senders what we missed while down
         logged = self.store.load_log()

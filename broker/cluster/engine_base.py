@@ -194,6 +194,14 @@ class EngineBase:
         # client -> filter -> stream key -> SEQ: where the streams stood when a client whose older
         # session may still arrive (a late session) subscribed here (``catch_up_state.upper_bound``)
         self._subscribed_at: dict[str, dict[str, dict[tuple[str, str], int]]] = {}
+        # client -> (its ``_subscribed_at`` record, the filters of the session handed over): kept
+        # when a session handed over replaces one here, whose subscriptions the import ends
+        # (``EngineReceiving._keep_local_record``, ``_moved_catch_up_filters``)
+        self._kept_subscribed_at: dict[str, tuple[dict[str, dict[tuple[str, str], int]], list[str]]] = {}
+        # client -> the filters of the session handed over that is about to replace its session
+        # here: the replaced session's subscriptions of those filters go on in it, so the import
+        # does not leave their classes (``EngineReceiving._continued_by_import``)
+        self._replacing: dict[str, set[str]] = {}
         # no head-of-line blocking in a catch-up (``EngineReceiving._room_for``): per stream, the
         # connected sessions that gated it in the current window, those seen absent in it, and
         # those set aside (slower than the live stream: their queue policy applies) until it is live
@@ -212,6 +220,10 @@ class EngineBase:
         self._classes_of: dict[str, list[str]] = {}
         self._quiet: dict[str, tuple[float, int]] = {}
         self._founded_alone = False  # started without contacts other than itself (``start``)
+        # the contacts this incarnation started with and has not heard from yet, and until when
+        # that matters (``EngineEntryPoints._may_miss_subscribers``)
+        self._unheard_contacts: set[str] = set()
+        self._unheard_until = 0.0
         # batching (issue #11, ``StreamsMixin._publish_forwarded``)
         self._outbox: dict[tuple[str, str], list[ForwardedMessage]] = {}
         self._outbox_armed = False
@@ -221,3 +233,41 @@ class EngineBase:
         # checked; set by the runtime before ``start`` (None: off, e.g. with cluster.insecure)
         self.origin_checks: OriginChecks | None = None
         self._receiving_from = ""  # the peer whose item is being handled (who relayed a payload)
+
+    def _keep_local_record(self, snapshot: SessionSnapshot) -> None:
+        """A session handed over is about to replace the client's session here (the core imports
+        it; what that one had queued is kept behind it). Its subscriptions end with it, and with
+        them the record of where they began to get each stream (``_note_subscribed``): kept here,
+        so that the handed-over session's catch-up stops where the session here began to get a
+        stream (``_moved_catch_up_filters``) instead of delivering again, on top of its queue,
+        what it already has - the queue limit would drop acknowledged messages for it (seed 166
+        of ``--faults crash,partition,move --loss 0.05 --finite-clients``)."""
+        client_id = snapshot.client_id
+        if self.broker is None or not self.broker.has_session(client_id):
+            return
+        filters = [s.match_filter for s in snapshot.subscriptions if s.share_group is None]
+        self._replacing[client_id] = set(filters)
+        recorded = self._subscribed_at.get(client_id)
+        if recorded:
+            self._kept_subscribed_at[client_id] = ({f: dict(at) for f, at in recorded.items()}, filters)
+
+    def _continued_by_import(self, client_id: str, topic_filter: str) -> bool:
+        """Whether the end of the client's subscription of ``topic_filter`` here is the import of a
+        session handed over that subscribes it too (``_keep_local_record``): the subscription goes
+        on, so its class is not left - leaving it forgot the stream positions here and what they
+        held back, and the stream started again at its next message: the messages in between were
+        lost for the client (seed 166 of ``--faults crash,partition,move --loss 0.05
+        --finite-clients``). Its record (``_note_subscribed``) stays too."""
+        replacing = self._replacing.get(client_id)
+        return replacing is not None and topic_filter in replacing
+
+    def _moved_catch_up_filters(self, client_id: str) -> list[str] | None:
+        """For the catch-up of a session handed over and imported: the filters whose catch-up
+        stops where the replaced session here began to get their streams (its record is put back
+        for ``_late_session_end``); None: no session was replaced, the catch-up is unbounded."""
+        self._replacing.pop(client_id, None)  # (imported: its own subscriptions count from here)
+        kept = self._kept_subscribed_at.pop(client_id, None)
+        if kept is None:
+            return None
+        self._subscribed_at[client_id] = kept[0]
+        return kept[1]

@@ -52,6 +52,8 @@ class EngineEntryPoints(EngineReceiving):
     def on_unsubscribe(self, client_id: str, topic_filter: str, share_group: str | None) -> None:
         if _local_only(topic_filter):
             return
+        if share_group is None and self._continued_by_import(client_id, topic_filter):
+            return
         self._apply_interest(self.interest.unsubscribe(client_id, topic_filter, share_group))
         self._subscribed_at.get(client_id, {}).pop(topic_filter, None)
 
@@ -217,7 +219,24 @@ class EngineEntryPoints(EngineReceiving):
             # subscribers a moment ago (one moving or restarting): logged, published when presence
             # returns
             return ROUTE_HELD
+        if message.qos and self._may_miss_subscribers(now):
+            # a contact we have not heard from since we started (down, or on the other side of a
+            # partition) may subscribe it: logged, it gets what the log holds when it talks to us
+            return ROUTE_DIRECT
         return ROUTE_SKIP  # nobody subscribes (exhaust data, seed 003 §3.2)
+
+    def _may_miss_subscribers(self, now: float) -> bool:
+        """Whether a broker may subscribe a class without this one knowing: a contact it started
+        with has not talked to this incarnation yet (for at most ``DOWN_PEER_MEMORY_S``). A broker
+        restarted into a partition knows none of the other side's subscriptions (the interest it
+        was told of went with the crash): it published to nobody and dropped what it acknowledged
+        (seed 955 of ``--faults crash,partition,move --loss 0.05 --finite-clients``)."""
+        if not self._unheard_contacts:
+            return False
+        if now > self._unheard_until:
+            self._unheard_contacts.clear()
+            return False
+        return True
 
     def _send_on_class(
         self,
@@ -299,7 +318,7 @@ class EngineEntryPoints(EngineReceiving):
     def on_client_connected(self, client_id: str, session_present: bool) -> None:
         positions = self._moved_positions.pop(client_id, None)
         if positions:
-            self._catch_up(client_id, positions)
+            self._catch_up(client_id, positions, self._moved_catch_up_filters(client_id))
         if self.takeover is not None and self.transport is not None:
             # brokers that came back while the CONNECT waited get its claim now (one may hold the
             # client's older session), repeated until they answer

@@ -55,6 +55,7 @@ class EngineReceiving(TakeoverGlue):
         if sender not in self._heard_from or sender in self._down_peers:
             self._departed.discard(sender)
             self._heard_from.add(sender)
+            self._unheard_contacts.discard(sender)
             self._peer_back(sender)
         kind = type(item)
         self.stats.overlay_received[kind] += 1
@@ -386,6 +387,7 @@ class EngineReceiving(TakeoverGlue):
                     self.stats.sessions_received += 1
                     if body.positions:
                         self._moved_positions[body.client_id] = body.positions
+                        self._keep_local_record(outcome.snapshot)
                 self._finish_claims([outcome])  # schedules the completion: the core imports then
                 if outcome.snapshot is not None:
                     # scheduled after the import, in its commit: what the old broker had not

@@ -112,7 +112,7 @@ class TakeoverGlue(RetainedGlue):
             return  # not imported: kept for the CONNACK, or passed on with the session
         positions = self._moved_positions.pop(client_id, None)
         if positions:
-            self._catch_up(client_id, positions)
+            self._catch_up(client_id, positions, self._moved_catch_up_filters(client_id))
             self._after_event()
 
     def _pass_on_late(self, reply: ClaimReply) -> bool:
@@ -173,14 +173,14 @@ class TakeoverGlue(RetainedGlue):
                 self.scheduler.call_soon(completion.set_result, outcome.snapshot)
 
     def _note_subscribed(self, client_id: str, topic_filter: str, share_group: str | None) -> None:
-        """A local subscription of ``client_id``: if an older session of the client may still be
-        merged into its session here (a late session: its broker was down or cut off when the
-        client connected here), where the streams of the filter's class stand now is kept - the
-        subscription gets every message from there on, so the late session's catch-up stops there
-        (``_catch_up``, :meth:`_late_session_end`) instead of delivering again what the client
-        already got here."""
-        takeover = self.takeover
-        if share_group is not None or takeover is None or not takeover.may_bring_session(client_id):
+        """A local subscription of ``client_id``: where the streams of the filter's class stand now
+        is kept - the subscription gets every message from there on, so the catch-up of an older
+        session merged into it later (a late session: its broker was down or cut off when the
+        client connected here), or of one handed over that replaces it (``_keep_local_record``),
+        stops there (``_catch_up``, :meth:`_late_session_end`) instead of delivering again what the
+        client already got here. Kept for every subscription, not only while a claim is pending:
+        a session here may be replaced by one from a broker that was cut off when it was made."""
+        if share_group is not None or self.takeover is None:
             return
         recorded = self._subscribed_at.setdefault(client_id, {})
         if topic_filter in recorded:

@@ -429,6 +429,11 @@ class StreamsMixin:
                 request = StreamRet(position.origin, position.stream, position.next_seq, here)
                 self._send_stream(origin_peer(position.origin), request)
         self._persist_catch_ups((client_id,))
+        # streams started at the session's positions (``adopt``) are durable in the same commit:
+        # nothing may be delivered on them for a while (a paced catch-up), and a crash meanwhile
+        # restarted them at their next message - what lay between came after newer ones (seed 381
+        # of ``--faults crash,partition,move --loss 0.05 --finite-clients``)
+        self._persist_positions()
 
     def _repeat_catch_ups(self, now: float, retransmit_s: float, give_up_s: float) -> float | None:
         """Ask again for what a moved session still waits for (a RET or its answer was lost); give

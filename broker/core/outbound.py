@@ -203,11 +203,14 @@ class Outbound:
         conn = session.connection
         direct = conn is not None and not queue and len(session.inflight) < self.window(session)
         if not direct and len(queue) >= self._max_queued:
-            if not self._drop_oldest:
+            if session.overdraft and len(queue) < self._max_queued + session.overdraft:
+                pass  # room a merged session's backlog made (``allow_merged``), until drained
+            elif not self._drop_oldest:
                 self.drops.dropped(session.client_id, QUEUE_FULL_NEW)
                 return 0
-            self.drops.dropped(session.client_id, QUEUE_FULL_OLDEST)
-            self._durability.ack(session, session.queue_to_fill().popleft())
+            else:
+                self.drops.dropped(session.client_id, QUEUE_FULL_OLDEST)
+                self._durability.ack(session, session.queue_to_fill().popleft())
         if session.persistent:  # only persistent sessions are stored (Durability checks it too)
             self._durability.enqueue(session, entry)
         if direct:
@@ -215,6 +218,15 @@ class Outbound:
         else:
             session.queue_to_fill().append(entry)
         return 1
+
+    def allow_merged(self, session: Session, count: int) -> None:
+        """``count`` messages of another session of the same client are about to be queued into
+        ``session`` (a late session merged by the cluster, ``SessionRegistry.adopt_entries``): the
+        queue may exceed its limit by what they bring, so the merge itself drops nothing; once the
+        queue has drained below its limit, the limit alone applies again (``pump``; docs/cluster.md)."""
+        excess = len(session.queue) + count - self._max_queued
+        if excess > session.overdraft:
+            session.overdraft = excess
 
     def _send_entry(self, session: Session, entry: OutEntry) -> bool:
         conn = session.connection
@@ -269,6 +281,8 @@ class Outbound:
         assert isinstance(queue, deque)
         while queue and session.connection is not None and len(session.inflight) < window:
             self._send_entry(session, queue.popleft())
+        if session.overdraft and len(queue) < self._max_queued:
+            session.overdraft = 0  # a merged backlog drained: the limit alone applies again
 
     def resume(self, session: Session) -> None:
         """After CONNACK: re-send unacknowledged messages (DUP=1 / PUBREL), then queued ones.

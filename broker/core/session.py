@@ -69,6 +69,7 @@ class Session:
         "inflight",
         "next_packet_id",
         "out_aliases",
+        "overdraft",
         "persistent",
         "present_at_connect",
         "protocol_level",
@@ -108,6 +109,11 @@ class Session:
         self.ended = False
         # the last CONNACK said "session present": the client relies on its subscriptions
         self.present_at_connect = False
+        # messages the queue may hold beyond the queue limit: another session of the same client,
+        # merged in (a session handed over late by another broker of the cluster), is the
+        # cluster's backlog, not this client's falling behind; 0 again once the queue has drained
+        # below the limit (``Outbound.allow_merged``, ``Outbound.pump``)
+        self.overdraft = 0
 
     def queue_to_fill(self) -> deque[OutEntry]:
         """The session's queue, to append to (created on the first queued message)."""

@@ -361,9 +361,11 @@ class SessionRegistry:
 
         A QoS 2 message whose PUBREC already came (PUBREL sent) reached the client: it is not
         queued again (that would deliver it twice, MQTT-4.3.3); everything else is re-sent."""
+        entries = [e for e in entries if not (e.qos == 2 and e.state == STATE_PUBREL_SENT)]
+        # the other session's messages are the cluster's backlog, not this client's falling behind:
+        # the merge may take the queue past its limit, drained before the limit applies again
+        self._outbound.allow_merged(session, len(entries))
         for entry in entries:
-            if entry.qos == 2 and entry.state == STATE_PUBREL_SENT:
-                continue
             self._outbound.enqueue(
                 session,
                 OutEntry(entry.message, entry.qos, entry.retain, list(entry.subscription_identifiers)),

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from simulation.checkers import History, lost_acknowledged
 from simulation.clients import SimClient
-from simulation.scenario import Result, Run, Scenario, slow_beside_fast
+from simulation.scenario import Result, Run, Scenario, absent_beside_fast_across_a_restart, slow_beside_fast
 
 RATE_PER_S = 1000.0
 CATCH_UP_MESSAGES = 6000
@@ -85,3 +85,21 @@ def test_across_a_catch_up_the_slow_one_is_set_aside_and_the_fast_one_is_not_hel
     p99_alone = fast_latencies(alone.history)[int(0.99 * CATCH_UP_MESSAGES)]
     p99_beside = fast_latencies(history)[int(0.99 * CATCH_UP_MESSAGES)]
     assert p99_beside <= 2 * p99_alone, (p99_alone, p99_beside)
+
+
+def test_an_absent_session_holds_a_catch_up_up_to_the_stall_then_drops_by_policy_counted() -> None:
+    """An absent persistent session beside a connected one across a catch-up (its client away for
+    15 s, B killed and restarted meanwhile): the connected one loses nothing; the absent one paces
+    the catch-up up to the stall (``StreamReceiver.stall_s``, 10 s), is then set aside and takes
+    the backlog with its queue policy - every message it misses is a counted drop. (Per-session
+    positions, which would leave its backlog in the sender's log instead, are not built:
+    docs/notes/recovery.md.)"""
+    result, run = absent_beside_fast_across_a_restart(away_s=15.0, messages=3000)
+    history = result.history
+    assert len([r for r in history.acked if r.acked_at is not None]) == 3000
+    lost = lost_acknowledged(history)
+    assert not [v for v in lost if "never reached fast" in v.detail]
+    away_lost = [v for v in lost if "never reached away" in v.detail]
+    restarted = run.brokers[run.peer_ids[1]]
+    assert restarted.broker.stats.messages_dropped["queue_full_oldest"] == len(away_lost)
+    assert restarted.engine.stats.catch_up_sessions_set_aside >= 1
