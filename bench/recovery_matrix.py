@@ -53,7 +53,8 @@ from tools.netns import unavailable_reason
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m bench.recovery_matrix",
-        description=__doc__.split("\n\n")[0] if __doc__ else None,
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="Cells and counting: tests/support/recovery_cells.py. Figures: docs/cluster.md.",
     )
     parser.add_argument(
@@ -102,7 +103,7 @@ def machine() -> dict[str, Any]:
 def table(cells: list[CellResult]) -> str:
     head = (
         f"{'fault':<11} {'QoS':>3} {'acked':>7} {'lost':>5} {'dups':>5} {'bound':>5} {'max unacked':>11}"
-        f" {'msg/s':>6} {'fault s':>7} {'drops':>5} {'load':>5}  result"
+        f" {'msg/s':>6} {'fault s':>7} {'dropped':>7} {'load':>5}  result"
     )
     rows = [head, "-" * len(head)]
     for c in cells:
@@ -110,8 +111,8 @@ def table(cells: list[CellResult]) -> str:
         rows.append(
             f"{c.fault:<11} {c.qos:>3} {c.acknowledged:>7} {c.lost:>5} {c.duplicates:>5}"
             f" {c.duplicate_bound if c.qos == 1 else 0:>5} {c.max_unacknowledged:>11}"
-            f" {c.rate_outside_fault_per_s:>6.0f} {c.fault_s:>7.1f} {c.drops_logged:>5} {c.load_after:>5.1f}"
-            f"  {verdict}"
+            f" {c.rate_outside_fault_per_s:>6.0f} {c.fault_s:>7.1f} {c.dropped_by_policy:>7}"
+            f" {c.load_after:>5.1f}  {verdict}"
         )
     return "\n".join(rows)
 
@@ -149,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
             result = CellResult(
                 fault=fault, qos=qos, acknowledged=0, lost=0, duplicates=0, duplicated_ids=0, most_copies=0,
                 duplicate_bound=0, max_unacknowledged=0, rate_outside_fault_per_s=0.0, rate_overall_per_s=0.0,
-                fault_s=0.0, stream_s=0.0, session_present=False, drops_logged=0, load_before=0.0,
+                fault_s=0.0, stream_s=0.0, session_present=False, dropped_by_policy=0, load_before=0.0,
                 load_after=os.getloadavg()[0], lost_sample=[], error=f"{type(exc).__name__}: {exc}",
             )  # fmt: skip
         cells.append(result)
