@@ -102,14 +102,16 @@ def machine() -> dict[str, Any]:
 
 def table(cells: list[CellResult]) -> str:
     head = (
-        f"{'fault':<11} {'QoS':>3} {'acked':>7} {'lost':>5} {'dups':>5} {'bound':>5} {'max unacked':>11}"
+        f"{'fault':<11} {'QoS':>3} {'acked':>7} {'lost':>5} {'beyond':>6} {'dups':>5} {'bound':>5}"
+        f" {'max unacked':>11}"
         f" {'msg/s':>6} {'fault s':>7} {'dropped':>7} {'load':>5}  result"
     )
     rows = [head, "-" * len(head)]
     for c in cells:
         verdict = "pass" if c.passed else f"FAIL{' ' + c.error if c.error else ''}"
         rows.append(
-            f"{c.fault:<11} {c.qos:>3} {c.acknowledged:>7} {c.lost:>5} {c.duplicates:>5}"
+            f"{c.fault:<11} {c.qos:>3} {c.acknowledged:>7} {c.lost:>5} {c.lost_beyond_policy:>6}"
+            f" {c.duplicates:>5}"
             f" {c.duplicate_bound if c.qos == 1 else 0:>5} {c.max_unacknowledged:>11}"
             f" {c.rate_outside_fault_per_s:>6.0f} {c.fault_s:>7.1f} {c.dropped_by_policy:>7}"
             f" {c.load_after:>5.1f}  {verdict}"

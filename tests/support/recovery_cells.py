@@ -110,8 +110,14 @@ class CellResult:
             return self.duplicates == 0
         return self.duplicates <= self.duplicate_bound
 
+    @property
+    def lost_beyond_policy(self) -> int:
+        """Lost and not counted as dropped by a queue policy: what the cluster itself lost (drops of
+        a killed broker's last, unlogged 10 s interval count here too)."""
+        return max(0, self.lost - self.dropped_by_policy)
+
     def as_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "passed": self.passed}
+        return {**asdict(self), "lost_beyond_policy": self.lost_beyond_policy, "passed": self.passed}
 
 
 class _PendingWatch(threading.Thread):
