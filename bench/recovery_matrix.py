@@ -17,12 +17,16 @@ most, and injects one fault halfway (tests/support/recovery_cells.py says exactl
 Counted per cell: acknowledged (PUBACK / PUBCOMP received), lost (acknowledged, never received
 after --drain-s), duplicates, the acknowledged rate outside the fault window, the publisher's
 most unacknowledged publishes seen, the QoS 1 duplicate bound (what may be in flight at the
-fault). A cell passes with 0 lost and, QoS 2, 0 duplicates, QoS 1, duplicates <= the bound.
+fault), what the brokers dropped by queue policy (``skipmq_messages_dropped_total``, queue full,
+read from each broker before it is killed and at the end: a subscriber slower than the live
+stream drops so on one broker too; the ``none`` control shows whether the subscriber keeps up on
+this machine at all) and, in the table's ``beyond`` column, what was lost beyond those drops.
+A cell passes with 0 lost and, QoS 2, 0 duplicates, QoS 1, duplicates <= the bound.
 
 Progress lines go to stderr; a table to stdout at the end; the JSON summary (machine, load,
 parameters, cells) to --out. Exit status 1 when a cell fails.
 
-    .venv/bin/python -m bench.recovery_matrix --out docs/recovery_matrix.json
+    .venv/bin/python -m bench.recovery_matrix --out docs/recovery_matrix_2000.json
     .venv/bin/python -m bench.recovery_matrix --faults kill-sub,move --qos 2 --messages 20000
 
 ``--fast-detection`` (on by default) uses the cluster tests' failure detection

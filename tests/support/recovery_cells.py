@@ -30,7 +30,7 @@ a long fault makes the stream longer). Faults (``FAULTS``):
 Result (``CellResult``): acknowledged, lost (acknowledged, never received), duplicates, the
 acknowledged rate outside the fault, the publisher's most unacknowledged publishes seen, the
 QoS 1 duplicate bound (``duplicate_bound``), and what the brokers dropped by queue policy
-(``messages_dropped``; the ``none`` control shows whether the subscriber keeps up at all).
+(``PolicyDrops``; the ``none`` control shows whether the subscriber keeps up at all).
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tests.support.cluster import ClusterClient, probe_route, unique_id, wait_until
+from tests.support.cluster import ClusterClient, metric_total, probe_route, unique_id, wait_until
 from tests.support.zeroloss import IdStream, Inbox, tally
 from tools.launcher import LocalCluster
 from tools.netns import NetnsLab
@@ -164,15 +164,33 @@ def _client(cluster: LocalCluster, index: int, made: list[ClusterClient], **kwar
     return client
 
 
-def _dropped_by_policy(cluster: LocalCluster) -> int:
-    """Messages the brokers dropped by a session's queue policy (their ``messages_dropped`` log
-    lines): a subscriber slower than the live stream, as on one broker, or set aside in a catch-up."""
-    count = 0
-    for broker in cluster.brokers:
-        for record in broker.log_records():
-            if record.get("event") == "messages_dropped":
-                count += int(record.get("dropped", 0))
-    return count
+POLICY_REASONS = ("queue_full_oldest", "queue_full_new")
+
+
+class PolicyDrops:
+    """Messages the brokers dropped by a session's queue policy (``skipmq_messages_dropped_total``
+    with a queue-full reason: a subscriber slower than the live stream, as on one broker, or set
+    aside in a catch-up), summed over every incarnation: a broker's counter is read just before
+    it is killed (its log's last 10 s interval is never written) and at the end."""
+
+    def __init__(self, cluster: LocalCluster) -> None:
+        self.cluster = cluster
+        self.counted = 0
+
+    def read(self, index: int) -> int:
+        try:
+            text = self.cluster.metrics_text(index)
+        except Exception:  # a broker that does not answer: its drops are not counted
+            return 0
+        return int(sum(metric_total(text, "skipmq_messages_dropped_total", reason=r) for r in POLICY_REASONS))
+
+    def before_kill(self, index: int) -> None:
+        self.counted += self.read(index)
+
+    def total(self) -> int:
+        return self.counted + sum(
+            self.read(i) for i in range(len(self.cluster.brokers)) if self.cluster.brokers[i].alive()
+        )
 
 
 def _load() -> float:
@@ -204,6 +222,7 @@ def run_cell(
             pub = _client(cluster, A, made, client_id=unique_id("rm-pub"), clean=False,
                           session_expiry_s=SESSION_EXPIRY_S, max_inflight=params.window)  # fmt: skip
             inbox = Inbox([sub])
+            drops = PolicyDrops(cluster)
             stream = IdStream(
                 pub, topic, qos=qos, limit=10**9, window=params.window, rate_per_s=params.rate_per_s
             )
@@ -220,7 +239,8 @@ def run_cell(
                     fault_at, acked_at_fault = time.monotonic(), len(stream.acked_ids())
                     progress(f"{fault} QoS {qos}: {acked_at_fault} acknowledged, {step}")
                     session_present = (
-                        _inject(step, qos, cluster, lab, pub, sub, params, progress) and session_present
+                        _inject(step, qos, cluster, lab, pub, sub, params, progress, drops)
+                        and session_present
                     )
                     fault_end, acked_at_end = time.monotonic(), len(stream.acked_ids())
                     fault_s += fault_end - fault_at
@@ -248,7 +268,7 @@ def run_cell(
                 rate_outside_fault_per_s=round((len(acked) - acked_in_faults) / outside_s, 1),
                 rate_overall_per_s=round(len(acked) / (ended - started), 1),
                 fault_s=round(fault_s, 2), stream_s=round(ended - started, 2),
-                session_present=session_present, dropped_by_policy=_dropped_by_policy(cluster),
+                session_present=session_present, dropped_by_policy=drops.total(),
                 load_before=round(load_before, 2), load_after=round(_load(), 2),
                 lost_sample=sorted(result.lost)[:20],
             )  # fmt: skip
@@ -267,6 +287,7 @@ def _inject(
     sub: ClusterClient,
     params: CellParams,
     progress: Callable[[str], None],
+    drops: PolicyDrops,
 ) -> bool:
     """Do ``fault`` while the stream runs; returns whether the sessions that had to reconnect
     found their session (True when none had to)."""
@@ -274,6 +295,7 @@ def _inject(
     if fault == "none":
         time.sleep(params.down_s)
     elif fault == "kill-sub":
+        drops.before_kill(B)
         cluster.kill_broker(B)
         sub.wait_disconnected(10)
         time.sleep(params.down_s)  # the stream goes on into B's send logs
@@ -281,6 +303,7 @@ def _inject(
         sub.connect()
         present = sub.session_present
     elif fault == "kill-pub":
+        drops.before_kill(A)
         cluster.kill_broker(A)
         pub.wait_disconnected(10)
         if qos == 1:
@@ -293,6 +316,7 @@ def _inject(
             pub.connect()
             present = pub.session_present
     elif fault == "kill-third":
+        drops.before_kill(C)
         cluster.kill_broker(C)
         time.sleep(params.down_s)
         cluster.restart_broker(C)
