@@ -146,6 +146,7 @@ def main(argv: list[str] | None = None) -> int:
 
     cells: list[CellResult] = []
     started = time.time()
+    host = machine()  # (the commit the run starts on)
     root = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="skipmq-recovery-matrix-"))
     plan = [(fault, qos) for _ in range(args.repeat) for fault in faults for qos in qos_levels]
     for number, (fault, qos) in enumerate(plan, 1):
@@ -172,7 +173,7 @@ def main(argv: list[str] | None = None) -> int:
         "command": "python -m bench.recovery_matrix " + " ".join(argv if argv is not None else sys.argv[1:]),
         "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
         "seconds": round(time.time() - started, 1),
-        "machine": machine(),
+        "machine": host,
         "parameters": {**vars(args), "settings": params.settings},
         "cells": [c.as_dict() for c in cells],
         "all_passed": all(c.passed for c in cells),
