@@ -207,6 +207,7 @@ class EngineBase:
         # those set aside (slower than the live stream: their queue policy applies) until it is live
         self._gated: dict[tuple[str, str], Counter[str]] = {}
         self._absent_in_window: dict[tuple[str, str], set[str]] = {}
+        self._least_behind_at_close: dict[tuple[str, str], int] = {}  # per catch-up (engine_receiving)
         self._set_aside: dict[tuple[str, str], set[str]] = {}
         self._deliver_pending_commit = False
         # the overlay's ACK and DONE, held per peer up to ack_delay_ms and sent with the stream

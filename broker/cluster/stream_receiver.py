@@ -480,6 +480,10 @@ class StreamReceiver:
                 fell_behind = stream.next_seq - stream.window_req < stream.head - stream.window_head
                 if self.window_closed is not None and self.window_closed(key, fell_behind, behind):
                     stream.least_behind = 0  # paced by other sessions from here: a new stall measure
+                elif stream.next_seq - stream.window_req > stream.head - stream.window_head:
+                    # the backlog shrank over the window: progress, not a stall (behind may still be
+                    # above its least, taken before the head was learned after a restart)
+                    stream.least_behind = 0
                 stream.window_at, stream.window_req, stream.window_head = now, stream.next_seq, stream.head
         if not stream.least_behind or behind < stream.least_behind:
             stream.least_behind = behind
