@@ -102,7 +102,9 @@ class Replication:
         self._durable = 1  # entries below were reported Durable (pre-acknowledged, §3.4)
         self._al: dict[str, int] = {}  # holder -> its acceptance (next seq it expects)
         self._sent_to: dict[str, int] = {}  # holder -> next seq sent to it
-        # holder -> when it last made progress (acknowledged more) or was sent entries again
+        # holder -> when it last made progress (acknowledged more) or was sent its unacknowledged
+        # entries again; sending it *new* entries does not count (seed 536: a publisher faster than
+        # the retransmit period kept a holder's gap from ever being filled)
         self._progress_at: dict[str, float] = {}
         self._replicated_to: set[str] = set()  # peers that may hold entries of this log
         self._release_sent: dict[str, int] = {}
@@ -211,15 +213,15 @@ class Replication:
                 continue
             sent = self._sent_to.get(holder, 1)
             progress = self._progress_at.get(holder)
-            if force or progress is None:
-                first = acked  # a new holder, or its holder set changed: from what it accepted
+            if force or progress is None or now - progress >= self.retransmit_s:
+                # a new holder, its holder set changed, or no progress for a retransmit period
+                # (§3.3): from what it accepted; the retransmission timer starts again
+                first = acked
+                self._progress_at[holder] = now
             elif sent < self._next_seq:
-                first = max(sent, acked)  # only what was never sent to it
-            elif now - progress >= self.retransmit_s:
-                first = acked  # no progress for a retransmit period: again (§3.3)
+                first = max(sent, acked)  # only what was never sent to it (the timer runs on)
             else:
                 continue
-            self._progress_at[holder] = now
             end = min(self._next_seq, first + RESEND_BATCH)
             messages = tuple(self._log[seq] for seq in range(first, end))
             item = ReplicaAppend(self.incarnation, first, messages, self._released)
