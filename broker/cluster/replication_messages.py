@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from broker.core.messages import Message
+from broker.core.messages import Message, SessionSnapshot
 
 LogKey = tuple[str, str]  # (origin peer id, origin incarnation): one replication log
 
@@ -62,7 +62,55 @@ class ReplicaRelease:
     upto: int
 
 
-ReplicaItem = ReplicaHello | ReplicaAppend | ReplicaAck | ReplicaRelease
+@dataclass(frozen=True, slots=True)
+class SessionReplica:
+    """The home broker's latest state of the persistent session ``client_id`` (``version``
+    numbered per home incarnation, increasing: a holder keeps the highest). ``snapshot`` None:
+    the session ended here (clean start, expiry, moved to another broker) - the holders delete it."""
+
+    incarnation: str
+    client_id: str
+    version: int
+    snapshot: SessionSnapshot | None
+
+
+@dataclass(frozen=True, slots=True)
+class SessionAck:
+    """A holder's acceptance of a session: ``version`` (or a later one) of ``client_id`` is on its
+    disk."""
+
+    incarnation: str
+    client_id: str
+    version: int
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaLeaving:
+    """A broker being removed gracefully (a drain): hold nothing more on it; what it holds of your
+    log and sessions, give to your next holder, then answer :class:`ReplicaHandedOver`. When its
+    link breaks afterwards its own log and sessions are taken over at once (no failover wait)."""
+
+    incarnation: str
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaHandedOver:
+    """An origin's answer to :class:`ReplicaLeaving`: everything of ``incarnation`` (its log and
+    its sessions) is on N brokers without the leaving one: drop what you hold of it."""
+
+    incarnation: str
+
+
+ReplicaItem = (
+    ReplicaHello
+    | ReplicaAppend
+    | ReplicaAck
+    | ReplicaRelease
+    | SessionReplica
+    | SessionAck
+    | ReplicaLeaving
+    | ReplicaHandedOver
+)
 
 
 # ---------------------------------------------------------------------- actions for the adapter
@@ -113,4 +161,51 @@ class TakeOver:
     messages: tuple[Message, ...]
 
 
-ReplicationAction = SendReplica | Durable | Persist | Drop | TakeOver
+@dataclass(frozen=True, slots=True)
+class PersistSession:
+    """Holder: commit the session ``client_id`` of ``key``'s home (``snapshot`` None: delete it)
+    before the :class:`SendReplica` that follows (its ack)."""
+
+    key: LogKey
+    client_id: str
+    snapshot: SessionSnapshot | None
+
+
+@dataclass(frozen=True, slots=True)
+class SessionDurable:
+    """Home: ``version`` of the session ``client_id`` is on N brokers (what waited on it - a stream
+    acknowledgement of a message queued into it, a SUBACK - may go)."""
+
+    client_id: str
+    version: int
+
+
+@dataclass(frozen=True, slots=True)
+class AdoptSessions:
+    """Holder: the home of ``key`` is gone (disk lost, down for good, or removed gracefully): make
+    these sessions this broker's own stored sessions (a client reconnecting to any broker gets its
+    session through the cluster's takeover claim, ``session present``), then tell the core
+    ``sessions_adopted(key)``."""
+
+    key: LogKey
+    snapshots: tuple[SessionSnapshot, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class DropSessions:
+    """Holder: delete every session held of ``key``'s home."""
+
+    key: LogKey
+
+
+ReplicationAction = (
+    SendReplica
+    | Durable
+    | Persist
+    | Drop
+    | TakeOver
+    | PersistSession
+    | SessionDurable
+    | AdoptSessions
+    | DropSessions
+)
