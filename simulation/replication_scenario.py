@@ -51,15 +51,24 @@ class ReplicationOptions:
     removals: int = 0
     crashes: int = 0
     loss: float = 0.0
+    # the victims of disk losses and removals may be the subscribers' brokers too: their
+    # persistent subscribers reconnect to another broker and must find their session there
+    sessions: bool = False
 
 
 class ReplicationRun(Run):
     """A :class:`~simulation.scenario.Run` whose brokers replicate (``replicas`` > 1) and that has
     the disk-loss faults. With ``replicas`` 1 the brokers are plain :class:`SimBroker` processes."""
 
-    def __init__(self, seed: int, scenario: Scenario, replicas: int, workdir: str | None = None) -> None:
+    def __init__(
+        self, seed: int, scenario: Scenario, replicas: int, workdir: str | None = None, *, move: bool = False
+    ) -> None:
         super().__init__(seed, scenario, workdir)
         self.replicas = replicas
+        # a persistent client whose broker is down reconnects to another live broker
+        self.move = move
+        # (when, broker, its persistent clients then): a disk loss or removal of their broker
+        self.homes_lost: list[tuple[float, str, list[str]]] = []
         self.members = list(self.peer_ids)
         # the replication records are not in protos/ yet: carried as they are (no wire codec)
         self.replica_network = Network(self.world, replace(scenario.network, wire=False))
@@ -98,6 +107,9 @@ class ReplicationRun(Run):
         if not sim.alive:
             return
         self.history.trace("crash_disk_loss", peer_id)
+        persistent = [cid for cid, client in self.clients.items() if not client.clean_start]
+        homed = [cid for cid in persistent if self.home.get(cid) == peer_id]
+        self.homes_lost.append((self.world.now, peer_id, homed))
         sim.crash()
         shutil.rmtree(self.data_dir(peer_id), ignore_errors=True)
 
@@ -112,6 +124,21 @@ class ReplicationRun(Run):
     def restart(self, peer_id: str) -> None:
         if peer_id not in self.removed:
             super().restart(peer_id)
+
+    def _reconnect(self, client_id: str) -> None:
+        client = self.clients[client_id]
+        home = self.brokers.get(self.home[client_id])
+        if (
+            self.move
+            and not client.clean_start
+            and client.socket is None
+            and (home is None or not home.alive)
+        ):
+            live = [p for p in self.peer_ids if p in self.brokers and self.brokers[p].alive]
+            if live:
+                self.connect(client_id, self.rng.choice(live))
+                return
+        super()._reconnect(client_id)
 
     def partition(self, group: list[str]) -> None:
         super().partition(group)
@@ -130,6 +157,7 @@ class ReplicationRun(Run):
         result = super().finish(end_s=end)
         if self.replicas > 1:
             result.violations += copies_restored(figures)
+        result.violations += sessions_present(self.homes_lost, result.history.events)
         return result
 
     def replication_figures(self) -> dict[str, tuple[int, int]]:
@@ -155,6 +183,33 @@ class ReplicationRun(Run):
                 if peer in self.removed or later_empty:
                     gone.add((peer, incarnation))
         return gone
+
+
+def sessions_present(
+    homes_lost: list[tuple[float, str, list[str]]], events: list[tuple[object, ...]]
+) -> list[Violation]:
+    """Every persistent session present after failover: a client whose broker lost its disk (or
+    was removed) gets ``session present`` on its first CONNACK after that, wherever it reconnects."""
+    violations = []
+    for at, peer, clients in homes_lost:
+        for client_id in clients:
+            first = next(
+                (e for e in events if e[1] == "connack" and e[2] == client_id and float(str(e[0])) > at),
+                None,
+            )
+            if first is None:
+                violations.append(
+                    Violation("session", f"{client_id} never reconnected after {peer} lost its disk")
+                )
+            elif first[3] is not True:
+                violations.append(
+                    Violation(
+                        "session",
+                        f"{client_id}: no session present at {first[0]}"
+                        f" after {peer} lost its disk at {at:.3f}",
+                    )
+                )
+    return violations
 
 
 def copies_restored(figures: dict[str, tuple[int, int]]) -> list[Violation]:
@@ -203,7 +258,7 @@ def replication_scenario(seed: int, options: ReplicationOptions) -> tuple[Scenar
 def run_replication_seed(seed: int, options: ReplicationOptions, *, workdir: str | None = None) -> Result:
     """One seed with ``options.replicas``: the script of :func:`replication_scenario`."""
     scenario, plan = replication_scenario(seed, options)
-    run = ReplicationRun(seed, scenario, options.replicas, workdir)
+    run = ReplicationRun(seed, scenario, options.replicas, workdir, move=options.sessions)
     rng = random.Random(f"replication-script/{seed}")
     world = run.world
     peers = list(run.peer_ids)
@@ -223,7 +278,7 @@ def run_replication_seed(seed: int, options: ReplicationOptions, *, workdir: str
     # one fault at a time: each in its own slot of the publishing window
     faults = ["disk"] * options.disk_losses + ["remove"] * options.removals + ["crash"] * options.crashes
     rng.shuffle(faults)
-    victims = list(others)
+    victims = list(peers) if options.sessions else list(others)
     for index, fault in enumerate(faults):
         start = scenario.settle_s + index * FAULT_SLOT_S
         if fault == "crash":
@@ -251,7 +306,7 @@ def run_replication_seed(seed: int, options: ReplicationOptions, *, workdir: str
     result.replay = (
         f"python -m simulation.replication_scenario --seed {seed} --replicas {options.replicas}"
         f" --disk-losses {options.disk_losses} --removals {options.removals}"
-        f" --crashes {options.crashes} --loss {options.loss}"
+        f" --crashes {options.crashes} --loss {options.loss}" + (" --sessions" if options.sessions else "")
     )
     return result
 
@@ -285,8 +340,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--removals", type=int, default=0, help="brokers removed for good per run")
     parser.add_argument("--crashes", type=int, default=0, help="kill -9 with restart on the same disk")
     parser.add_argument("--loss", type=float, default=0.0, help="maximum share of items lost per link")
+    parser.add_argument(
+        "--sessions",
+        action="store_true",
+        help="disk losses and removals may hit the subscribers' brokers too; their persistent "
+        "subscribers reconnect to another broker and must get their session (session present)",
+    )
     args = parser.parse_args(argv)
-    options = ReplicationOptions(args.replicas, args.disk_losses, args.removals, args.crashes, args.loss)
+    options = ReplicationOptions(
+        args.replicas, args.disk_losses, args.removals, args.crashes, args.loss, sessions=args.sessions
+    )
     if args.seed is not None:
         seeds = [args.seed]
     else:

@@ -49,6 +49,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from broker.cluster.messages import StreamPosition
 from broker.cluster.replication_messages import (
     AdoptSessions,
     Drop,
@@ -79,7 +80,7 @@ RESEND_BATCH = 256  # entries per ReplicaAppend sent again (one batch, like a st
 class _Held:
     """What this broker holds of one origin incarnation: its log and its persistent sessions."""
 
-    __slots__ = ("entries", "gone", "next_seq", "session_versions", "sessions")
+    __slots__ = ("entries", "gone", "next_seq", "session_positions", "session_versions", "sessions")
 
     def __init__(self) -> None:
         self.entries: dict[int, Message] = {}
@@ -87,6 +88,12 @@ class _Held:
         self.gone = False  # taken over (or handed over): nothing more is held of it
         self.sessions: dict[str, SessionSnapshot] = {}
         self.session_versions: dict[str, int] = {}  # highest version accepted (deleted ones too)
+        self.session_positions: dict[str, tuple[StreamPosition, ...]] = {}
+
+    def adopt(self, client_ids: list[str], key: LogKey) -> AdoptSessions:
+        snapshots = tuple(self.sessions[client_id] for client_id in client_ids)
+        positions = tuple(self.session_positions.get(client_id, ()) for client_id in client_ids)
+        return AdoptSessions(key, snapshots, positions)
 
 
 class Replication:
@@ -138,6 +145,7 @@ class Replication:
         self._expires: dict[LogKey, float] = {}  # superseded logs dropped at that time
         # sessions, home side: client id -> (latest version, its state; None: ended)
         self._sessions: dict[str, tuple[int, SessionSnapshot | None]] = {}
+        self._session_positions: dict[str, tuple[StreamPosition, ...]] = {}
         self._session_version = 0
         self._session_al: dict[str, dict[str, int]] = {}  # holder -> client id -> version accepted
         self._session_sent: dict[str, dict[str, tuple[int, float]]] = {}  # ... -> (version, when)
@@ -188,6 +196,10 @@ class Replication:
             if peer in self._live and peer != origin and peer not in self._leaving:
                 holders.append(peer)
         return holders
+
+    def is_live(self, peer: str) -> bool:
+        """``peer`` was heard from and not reported down since (this broker's view)."""
+        return peer in self._live
 
     def on_peer_down(self, peer: str, now: float) -> list[ReplicationAction]:
         """The link to ``peer`` broke (its process died, or keep-alive gave up across a cut)."""
@@ -413,17 +425,23 @@ class Replication:
 
     # ------------------------------------------------------------------ sessions (home side)
     def session_changed(
-        self, client_id: str, snapshot: SessionSnapshot | None, now: float
+        self,
+        client_id: str,
+        snapshot: SessionSnapshot | None,
+        now: float,
+        positions: tuple[StreamPosition, ...] = (),
     ) -> list[ReplicationAction]:
         """The persistent session ``client_id`` of this broker changed (subscriptions, queued or
         in-flight messages, QoS 2 state, will, expiry): ``snapshot`` is its whole state now; None:
-        it ended here (clean start, expired, moved to another broker). The holders keep the latest
-        state; :class:`SessionDurable` says when this version is on N brokers."""
+        it ended here (clean start, expired, moved to another broker). ``positions``: where this
+        broker stands in the streams of its classes (what it received is in the snapshot). The
+        holders keep the latest state; :class:`SessionDurable` says when this version is on N."""
         self._session_version += 1
         version = self._session_version
         if self.replicas <= 1:
             return [SessionDurable(client_id, version)]
         self._sessions[client_id] = (version, snapshot)
+        self._session_positions[client_id] = positions
         return self._send_sessions(now, force=False, only=client_id) + self._check_sessions()
 
     def session_durable(self, client_id: str) -> bool:
@@ -458,7 +476,8 @@ class Replication:
                 ):
                     continue
                 sent[client_id] = (version, now)
-                item = SessionReplica(self.incarnation, client_id, version, snapshot)
+                positions = self._session_positions.get(client_id, ())
+                item = SessionReplica(self.incarnation, client_id, version, snapshot, positions)
                 actions.append(SendReplica(holder, item))
         return actions
 
@@ -476,6 +495,7 @@ class Replication:
                 if snapshot is None:  # ended, and its holders know: forget it
                     del self._sessions[client_id]
                     del self._session_durable[client_id]
+                    self._session_positions.pop(client_id, None)
                     for accepted in self._session_al.values():
                         accepted.pop(client_id, None)
                     for sent in self._session_sent.values():
@@ -501,9 +521,11 @@ class Replication:
             held.session_versions[item.client_id] = item.version
             if item.snapshot is None:
                 held.sessions.pop(item.client_id, None)
+                held.session_positions.pop(item.client_id, None)
             else:
                 held.sessions[item.client_id] = item.snapshot
-            actions.append(PersistSession(key, item.client_id, item.snapshot))
+                held.session_positions[item.client_id] = item.positions
+            actions.append(PersistSession(key, item.client_id, item.snapshot, item.positions))
         accepted = held.session_versions[item.client_id]
         actions.append(SendReplica(peer, SessionAck(item.incarnation, item.client_id, accepted)))
         return actions
@@ -587,13 +609,16 @@ class Replication:
         return [Drop(key, None), DropSessions(key)]
 
     # ------------------------------------------------------------------ holder: failover
-    def restore_held_session(self, key: LogKey, snapshot: SessionSnapshot) -> None:
+    def restore_held_session(
+        self, key: LogKey, snapshot: SessionSnapshot, positions: tuple[StreamPosition, ...] = ()
+    ) -> None:
         """A restarted holder (its disk kept) loads a session it held of ``key`` (before
         :meth:`start`)."""
         held = self._held.get(key)
         if held is None:
             held = self._held[key] = _Held()
         held.sessions[snapshot.client_id] = snapshot
+        held.session_positions[snapshot.client_id] = positions
 
     def restore_held(self, key: LogKey, first_seq: int, messages: Iterable[Message]) -> None:
         """A restarted holder (its disk kept) loads what it held of ``key`` (before :meth:`start`)."""
@@ -612,8 +637,7 @@ class Replication:
         if held.sessions:
             # its persistent sessions become this broker's own: adopted before its entries are
             # published again, so that the entries reach the adopted sessions' subscriptions too
-            snapshots = tuple(held.sessions[client_id] for client_id in sorted(held.sessions))
-            actions.append(AdoptSessions(key, snapshots))
+            actions.append(held.adopt(sorted(held.sessions), key))
         if not held.entries:
             return [*actions, Drop(key, None)]
         first = min(held.entries)
@@ -628,14 +652,39 @@ class Replication:
         held.entries.clear()
         return [Drop(key, None)]
 
-    def sessions_adopted(self, key: LogKey) -> list[ReplicationAction]:
-        """The sessions of an :class:`AdoptSessions` are this broker's own now (and replicated as
-        such through :meth:`session_changed`): drop the held copies."""
+    def sessions_adopted(
+        self, key: LogKey, client_ids: Iterable[str] | None = None
+    ) -> list[ReplicationAction]:
+        """The sessions of an :class:`AdoptSessions` (``client_ids``; None: all of ``key``) are this
+        broker's own now (and replicated as such through :meth:`session_changed`): drop the held
+        copies."""
         held = self._held.get(key)
         if held is None:
             return []
-        held.sessions.clear()
-        return [DropSessions(key)]
+        if client_ids is None:
+            held.sessions.clear()
+            held.session_positions.clear()
+            return [DropSessions(key)]
+        actions: list[ReplicationAction] = []
+        for client_id in client_ids:
+            held.session_positions.pop(client_id, None)
+            if held.sessions.pop(client_id, None) is not None:
+                actions.append(PersistSession(key, client_id, None))
+        return actions
+
+    def claimed(self, client_id: str) -> list[ReplicationAction]:
+        """A CONNECT for ``client_id`` asks every broker for its session (the cluster's takeover
+        claim) and this broker holds a copy whose home is not live in our view: adopt it now, so
+        that the claim is answered with it (``session present``) without waiting for the failover
+        time. A live home answers the claim itself."""
+        actions: list[ReplicationAction] = []
+        for key, held in sorted(self._held.items()):
+            if held.gone or client_id not in held.sessions:
+                continue
+            if key[0] in self._live and self._incarnation_of.get(key[0]) == key[1]:
+                continue
+            actions.append(held.adopt([client_id], key))
+        return actions
 
     def held_sessions(self) -> dict[LogKey, list[str]]:
         """The homes this broker holds persistent sessions of (not adopted), with their client ids."""

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from broker.cluster.messages import StreamPosition
 from broker.core.messages import Message, SessionSnapshot
 
 LogKey = tuple[str, str]  # (origin peer id, origin incarnation): one replication log
@@ -72,6 +73,10 @@ class SessionReplica:
     client_id: str
     version: int
     snapshot: SessionSnapshot | None
+    # where the home stood in the streams of the session's classes when the snapshot was taken:
+    # a holder that adopts the session catches it up from there (what came after is in the
+    # origins' send logs, as for a session that moves)
+    positions: tuple[StreamPosition, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,6 +174,7 @@ class PersistSession:
     key: LogKey
     client_id: str
     snapshot: SessionSnapshot | None
+    positions: tuple[StreamPosition, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -189,6 +195,7 @@ class AdoptSessions:
 
     key: LogKey
     snapshots: tuple[SessionSnapshot, ...]
+    positions: tuple[tuple[StreamPosition, ...], ...] = ()  # each snapshot's (SessionReplica)
 
 
 @dataclass(frozen=True, slots=True)

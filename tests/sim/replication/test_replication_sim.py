@@ -20,6 +20,7 @@ from simulation.replication_scenario import (
     ReplicationOptions,
     copies_restored,
     run_replication_seed,
+    sessions_present,
     takeovers,
 )
 
@@ -95,3 +96,32 @@ def test_a_failing_seed_replays_with_the_same_digest_in_another_process() -> Non
     in_process = run_replication_seed(0, ReplicationOptions(replicas=1))
     assert not in_process.ok
     assert found.group(1) == in_process.digest
+
+
+def test_the_subscribers_broker_removed_its_persistent_sessions_are_present_on_another_broker() -> None:
+    """``--sessions`` seed 0: the broker of both persistent subscribers is removed for good; they
+    reconnect to the two other brokers. With one copy their sessions are gone (no session
+    present, 11 PUBACKed messages lost); with two, the holder adopts them - at the CONNECT or the
+    takeover claim that asks for them - with the stream positions they had, so the CONNACK says
+    session present and what the gone broker had not received comes from the origins' send logs."""
+    one = run_replication_seed(
+        0, ReplicationOptions(replicas=1, disk_losses=2, removals=1, crashes=1, loss=0.05, sessions=True)
+    )
+    assert sum(1 for v in one.violations if v.kind == "session") == 2, one.report(trace_lines=0)
+    assert _lost(one.violations) > 0
+    options = ReplicationOptions(replicas=2, disk_losses=2, removals=1, crashes=1, loss=0.05, sessions=True)
+    two = run_replication_seed(0, options)
+    assert two.ok, two.report(trace_lines=30)
+    adopted = [event for event in two.history.events if event[1] == "adopt"]
+    assert {event[3] for event in adopted} >= {"sub0", "sub1"}
+    present = [event for event in two.history.events if event[1] == "connack" and event[3] is True]
+    assert {event[2] for event in present} >= {"sub0", "sub1"}
+
+
+def test_the_sessions_checker_names_a_client_without_its_session() -> None:
+    events: list[tuple[object, ...]] = [(1.0, "connack", "s", False), (3.0, "connack", "s", False)]
+    assert sessions_present([(0.5, "b", [])], events) == []
+    (violation,) = sessions_present([(2.0, "b", ["s"])], events)
+    assert violation.kind == "session" and "s: no session present at 3.0" in violation.detail
+    (never,) = sessions_present([(4.0, "b", ["s"])], events)
+    assert "never reconnected" in never.detail

@@ -5,6 +5,7 @@ its home is gone, and a leaving broker's hand-over (seed 004's stages over the r
 
 from __future__ import annotations
 
+from broker.cluster.messages import StreamPosition
 from broker.cluster.replication_messages import (
     AdoptSessions,
     Drop,
@@ -89,7 +90,7 @@ def test_home_back_with_its_disk_lost_its_holder_adopts_its_sessions_before_publ
     cluster.boot(A, started_empty=True)
     cluster.deliver()
     key = (A, f"{A}#1")
-    assert adopted(cluster, B) == [AdoptSessions(key, (snap("s1", "a/#", queued=1),))]
+    assert adopted(cluster, B) == [AdoptSessions(key, (snap("s1", "a/#", queued=1),), ((),))]
     (takeover,) = cluster.taken[B]
     assert takeover.messages == (msg(1),)
     assert cluster.cores[B].sessions_adopted(key) == [DropSessions(key)]
@@ -188,3 +189,20 @@ def test_a_holder_keeps_the_latest_version_of_a_session() -> None:
     assert core.held_sessions() == {(A, incarnation): ["s1"]}
     core.on_item(A, SessionReplica(incarnation, "s1", 4, None), 0.0)
     assert core.held_sessions() == {}
+
+
+def test_a_claim_adopts_a_held_session_only_when_its_home_is_not_live_and_brings_its_positions() -> None:
+    cluster = Cluster([A, B, C])
+    cluster.deliver()
+    at = (StreamPosition(C, "=plant", 7),)
+    cluster.apply(A, cluster.cores[A].session_changed("s1", snap("s1", "a/#"), cluster.now, at))
+    cluster.deliver()
+    holder = cluster.cores[B]
+    assert holder.claimed("s1") == []  # its home answers the claim itself
+    assert holder.claimed("nobody") == []
+    cluster.apply(B, holder.on_peer_down(A, cluster.now))  # long before the failover time
+    (adopt,) = holder.claimed("s1")
+    assert adopt == AdoptSessions((A, f"{A}#1"), (snap("s1", "a/#"),), (at,))
+    key = (A, f"{A}#1")
+    assert holder.sessions_adopted(key, ["s1"]) == [PersistSession(key, "s1", None)]
+    assert holder.held_sessions() == {}
