@@ -50,8 +50,10 @@ from simulation.process import SimBroker
 
 if TYPE_CHECKING:
     from broker.cluster.engine import ClusterEngine
+    from broker.core.client import ClientConnection
     from broker.core.messages import Message
     from broker.core.ports import ClusterPort
+    from simulation.clients import SimSocket
     from simulation.network import Network, PeerEndpoint
     from simulation.world import World
 
@@ -417,6 +419,7 @@ class ReplicatedSimBroker(SimBroker):
         **options: Any,
     ) -> None:
         self.started_empty = not os.path.exists(os.path.join(data_dir, "skipmq.db"))
+        self.leaving = False
         self.failover_after_s = failover_after_s
         self._replica_network = replica_network
         self._members = members
@@ -452,6 +455,26 @@ class ReplicatedSimBroker(SimBroker):
     def start(self, contacts: list[str]) -> None:
         super().start(contacts)
         self.replication.start()
+
+    def accept(self, socket: SimSocket) -> ClientConnection | None:
+        if self.leaving:
+            return None  # a draining broker's listeners are closed
+        return super().accept(socket)
+
+    def drain(self) -> None:
+        """The first steps of a graceful removal (SIGTERM with a drain): no new clients, every
+        client disconnected (v5 0x8B: they reconnect to another broker, whose takeover claim moves
+        their sessions from here), and the replication's :meth:`~Replication.leave`. The process
+        exits once :meth:`drained` (the run decides; a grace period bounds the wait)."""
+        if not self.alive or self.leaving:
+            return
+        self.leaving = True
+        self.broker.disconnect_all()
+        node = self.replication
+        node.apply(node.core.leave(self.scheduler.time()))
+
+    def drained(self) -> bool:
+        return self.alive and self.replication.core.drained()
 
     def crash(self) -> None:
         if not self.alive:

@@ -42,6 +42,8 @@ FAILOVER_AFTER_S = 3.0  # a broker down this long is gone for good (the simulati
 # the slot for the copies to be restored before the next fault
 FAULT_SLOT_S = 7.0
 PUBLISH_INTERVAL_S = 0.1  # each publisher's QoS 1 stream: 10 msg/s
+GRACE_PERIOD_S = 5.0  # a draining broker exits at the latest this long after its drain began
+DRAIN_POLL_S = 0.1
 
 
 @dataclass(frozen=True)
@@ -51,6 +53,7 @@ class ReplicationOptions:
     removals: int = 0
     crashes: int = 0
     loss: float = 0.0
+    graceful: int = 0  # brokers removed for good gracefully (drained first)
     # the victims of disk losses and removals may be the subscribers' brokers too: their
     # persistent subscribers reconnect to another broker and must find their session there
     sessions: bool = False
@@ -121,6 +124,31 @@ class ReplicationRun(Run):
         if peer_id in self.peer_ids:
             self.peer_ids.remove(peer_id)
 
+    def remove_gracefully(self, peer_id: str) -> None:
+        """Removed for good after a drain (SIGTERM, the Helm chart's scale-down): the broker stops
+        taking clients, hands its sessions and log over, and exits once drained - or when the
+        grace period ends (then it is a removal like :meth:`remove`); its disk goes with it."""
+        sim = self.brokers[peer_id]
+        if not sim.alive or not isinstance(sim, ReplicatedSimBroker):
+            self.remove(peer_id)
+            return
+        self.history.trace("drain", peer_id)
+        if peer_id in self.peer_ids:
+            self.peer_ids.remove(peer_id)  # clients reconnect elsewhere
+        sim.drain()
+        deadline = self.world.now + GRACE_PERIOD_S
+
+        def check() -> None:
+            if not sim.alive:
+                return
+            if sim.drained() or self.world.now >= deadline:
+                self.history.trace("drained" if sim.drained() else "grace_period_over", peer_id)
+                self.remove(peer_id)
+            else:
+                self.world.after(DRAIN_POLL_S, check)
+
+        self.world.after(DRAIN_POLL_S, check)
+
     def restart(self, peer_id: str) -> None:
         if peer_id not in self.removed:
             super().restart(peer_id)
@@ -128,12 +156,8 @@ class ReplicationRun(Run):
     def _reconnect(self, client_id: str) -> None:
         client = self.clients[client_id]
         home = self.brokers.get(self.home[client_id])
-        if (
-            self.move
-            and not client.clean_start
-            and client.socket is None
-            and (home is None or not home.alive)
-        ):
+        gone = home is None or not home.alive or getattr(home, "leaving", False)
+        if self.move and not client.clean_start and client.socket is None and gone:
             live = [p for p in self.peer_ids if p in self.brokers and self.brokers[p].alive]
             if live:
                 self.connect(client_id, self.rng.choice(live))
@@ -239,7 +263,7 @@ def replication_scenario(seed: int, options: ReplicationOptions) -> tuple[Scenar
         reorder_rate=0.05 * rng.random(),
         reorder_delay_s=0.02,
     )
-    faults = options.disk_losses + options.removals + options.crashes
+    faults = options.disk_losses + options.removals + options.crashes + options.graceful
     # the publishers go on through every fault's slot (FAULT_SLOT_S each: one fault at a time)
     messages = max(rng.randint(20, 40), int(faults * FAULT_SLOT_S / PUBLISH_INTERVAL_S))
     scenario = Scenario(
@@ -277,6 +301,7 @@ def run_replication_seed(seed: int, options: ReplicationOptions, *, workdir: str
         run.publish_stream(client_id, scenario.messages, scenario.publish_interval_s, scenario.settle_s)
     # one fault at a time: each in its own slot of the publishing window
     faults = ["disk"] * options.disk_losses + ["remove"] * options.removals + ["crash"] * options.crashes
+    faults += ["graceful"] * options.graceful
     rng.shuffle(faults)
     victims = list(peers) if options.sessions else list(others)
     for index, fault in enumerate(faults):
@@ -290,8 +315,11 @@ def run_replication_seed(seed: int, options: ReplicationOptions, *, workdir: str
         if not victims:
             continue
         victim = rng.choice(victims)
-        if fault == "remove":
+        if fault in ("remove", "graceful"):
             victims.remove(victim)  # gone for good: no later fault picks it
+        if fault == "graceful":
+            world.at(start + rng.uniform(0.0, 1.0), run.remove_gracefully, victim)
+            continue
         cut_at = start + rng.uniform(0.0, 0.5)
         down_at = cut_at + rng.uniform(0.3, 1.5)
         # the subscribers' brokers cut off: the victim's log holds PUBACKed messages only it has
@@ -306,7 +334,9 @@ def run_replication_seed(seed: int, options: ReplicationOptions, *, workdir: str
     result.replay = (
         f"python -m simulation.replication_scenario --seed {seed} --replicas {options.replicas}"
         f" --disk-losses {options.disk_losses} --removals {options.removals}"
-        f" --crashes {options.crashes} --loss {options.loss}" + (" --sessions" if options.sessions else "")
+        f" --crashes {options.crashes} --loss {options.loss}"
+        + (f" --graceful {options.graceful}" if options.graceful else "")
+        + (" --sessions" if options.sessions else "")
     )
     return result
 
@@ -341,6 +371,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--crashes", type=int, default=0, help="kill -9 with restart on the same disk")
     parser.add_argument("--loss", type=float, default=0.0, help="maximum share of items lost per link")
     parser.add_argument(
+        "--graceful", type=int, default=0, help="brokers removed for good after a drain (SIGTERM), per run"
+    )
+    parser.add_argument(
         "--sessions",
         action="store_true",
         help="disk losses and removals may hit the subscribers' brokers too; their persistent "
@@ -348,7 +381,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     options = ReplicationOptions(
-        args.replicas, args.disk_losses, args.removals, args.crashes, args.loss, sessions=args.sessions
+        args.replicas,
+        args.disk_losses,
+        args.removals,
+        args.crashes,
+        args.loss,
+        graceful=args.graceful,
+        sessions=args.sessions,
     )
     if args.seed is not None:
         seeds = [args.seed]

@@ -125,3 +125,23 @@ def test_the_sessions_checker_names_a_client_without_its_session() -> None:
     assert violation.kind == "session" and "s: no session present at 3.0" in violation.detail
     (never,) = sessions_present([(4.0, "b", ["s"])], events)
     assert "never reconnected" in never.detail
+
+
+def test_a_broker_removed_gracefully_hands_its_sessions_and_log_over_before_it_exits() -> None:
+    """``--graceful 1 --sessions`` seed 1: the broker of the persistent subscriber is drained
+    (SIGTERM: clients disconnected, ``leave``) and exits once drained; its holder adopts the
+    session at once (no failover wait) and the subscriber, back on another broker, has it. Removed
+    without the drain and with one copy, the session and PUBACKed messages are lost."""
+    one = run_replication_seed(
+        1, ReplicationOptions(replicas=1, disk_losses=0, loss=0.05, graceful=1, sessions=True)
+    )
+    assert {v.kind for v in one.violations} == {"session", "lost"}, one.report(trace_lines=0)
+    two = run_replication_seed(
+        1, ReplicationOptions(replicas=2, disk_losses=0, loss=0.05, graceful=1, sessions=True)
+    )
+    assert two.ok, two.report(trace_lines=30)
+    kinds = [event[1] for event in two.history.events]
+    assert "drained" in kinds and "grace_period_over" not in kinds
+    drained_at = next(event[0] for event in two.history.events if event[1] == "drained")
+    adopted_at = next(event[0] for event in two.history.events if event[1] == "adopt")
+    assert float(str(adopted_at)) - float(str(drained_at)) < 1.0  # at once, not after the failover time
