@@ -681,8 +681,8 @@ class Replication:
         for key, held in sorted(self._held.items()):
             if held.gone or client_id not in held.sessions:
                 continue
-            if key[0] in self._live and self._incarnation_of.get(key[0]) == key[1]:
-                continue
+            if key[0] in self._live and self._incarnation_of.get(key[0], key[1]) == key[1]:
+                continue  # (its hello may not have come yet: its records did)
             actions.append(held.adopt([client_id], key))
         return actions
 

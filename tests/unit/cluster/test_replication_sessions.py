@@ -206,3 +206,16 @@ def test_a_claim_adopts_a_held_session_only_when_its_home_is_not_live_and_brings
     key = (A, f"{A}#1")
     assert holder.sessions_adopted(key, ["s1"]) == [PersistSession(key, "s1", None)]
     assert holder.held_sessions() == {}
+
+
+def test_a_holder_that_heard_a_home_only_through_its_records_does_not_adopt_at_a_claim() -> None:
+    """Seed 298 of the --sessions sweep: a holder back from its disk loss got the home's session
+    records before the home's hello and adopted the home's live session at a repeated claim."""
+    cluster = Cluster([A, B, C])
+    cluster.deliver()
+    cluster.boot(B, started_empty=True)
+    cluster.deliver(keep=lambda src, send: not (src == A and send.peer == B))  # A's hello lost
+    fresh = cluster.cores[B]
+    fresh.on_item(A, SessionReplica(f"{A}#1", "s1", 1, snap("s1", "a/#")), cluster.now)
+    assert fresh.held_sessions() == {(A, f"{A}#1"): ["s1"]}
+    assert fresh.claimed("s1") == []
