@@ -21,7 +21,7 @@ this broker's own streams; the copy is dropped once they are durable here.
 
 from __future__ import annotations
 
-import copy
+import copy as _copy
 import os
 import pickle
 import sqlite3
@@ -33,6 +33,7 @@ from broker.cluster.messages import StreamPosition
 from broker.cluster.replication import Replication
 from broker.cluster.replication_messages import (
     AdoptSessions,
+    CopyFound,
     Drop,
     DropSessions,
     Durable,
@@ -161,6 +162,7 @@ class ReplicationNode:
         self.adopted = 0  # sessions adopted from a gone home
         self.replicated: dict[str, SessionSnapshot] = {}  # the state last given to the core
         self._claiming = False  # adopting for a claim answered here (or a CONNECT here)
+        self.copies: dict[int, CopyFound] = {}  # lookup id -> the first copy a holder sent
 
     # ------------------------------------------------------------------ life
     def start(self) -> None:
@@ -241,6 +243,24 @@ class ReplicationNode:
             at[(sender.origin, cls)] = sender.position(cls)
         return tuple(StreamPosition(origin, stream, seq) for (origin, stream), seq in sorted(at.items()))
 
+    def lookup(self, client_id: str) -> int:
+        lookup_id, actions = self.core.lookup(client_id)
+        self.apply(actions)
+        return lookup_id
+
+    def take_copy(self, lookup_id: int, client_id: str) -> SessionSnapshot | None:
+        """The copy a holder sent for ``lookup_id`` as the client's session here (the claim found
+        none: its home did not answer); its positions go to the engine as a moved session's."""
+        found = self.copies.pop(lookup_id, None)
+        if found is None or not self.sim.alive:
+            return None
+        copy = found.copy
+        self.sim.history_note("copy_taken", copy.home, client_id, found.holder)
+        if copy.positions:
+            self.sim.engine._moved_positions[client_id] = copy.positions
+        self.apply(self.core.copy_taken(found.holder, copy, client_id))
+        return _copy.deepcopy(copy.snapshot)
+
     def claimed(self, client_id: str) -> None:
         """A takeover claim for ``client_id`` (or a CONNECT here): adopt a held copy whose home
         is gone first, so that the claim finds it."""
@@ -257,7 +277,7 @@ class ReplicationNode:
         for index, snapshot in enumerate(action.snapshots):
             existed = broker.has_session(snapshot.client_id)
             # merged into a session the client made here meanwhile (nothing queued is lost)
-            broker.receive_late_session(copy.deepcopy(snapshot))
+            broker.receive_late_session(_copy.deepcopy(snapshot))
             self.sim.history_note("adopt", action.key[0], snapshot.client_id)
             positions = action.positions[index] if index < len(action.positions) else ()
             if positions:
@@ -301,6 +321,8 @@ class ReplicationNode:
                 self.disk.drop_sessions(action)
             elif isinstance(action, AdoptSessions):
                 self._adopt(action)
+            elif isinstance(action, CopyFound):
+                self.copies.setdefault(action.lookup_id, action)
 
     def _take_over(self, action: TakeOver) -> None:
         """Publish a gone origin's entries again as this broker's own (the failover)."""
@@ -367,8 +389,31 @@ class ReplicatedCluster:
     def before_attach(
         self, client_id: str, clean_start: bool, username: str | None = None
     ) -> Completion[SessionSnapshot | None] | None:
-        self.node.claimed(client_id)  # a copy held here of a gone home: a local session now
-        return self.engine.before_attach(client_id, clean_start, username)
+        node = self.node
+        node.claimed(client_id)  # a copy held here of a gone home: a local session now
+        wait = self.engine.before_attach(client_id, clean_start, username)
+        if clean_start or node.core.replicas <= 1 or wait is None:
+            return wait
+        # beside the claim: a holder's copy, used if the claim finds no session (its home did
+        # not answer within the CONNECT's wait - gone, or not yet reported down)
+        lookup_id = node.lookup(client_id)
+        result: Completion[SessionSnapshot | None] = Completion()
+
+        def claim_done(done: Completion[SessionSnapshot | None]) -> None:
+            error = done.exception()
+            if error is not None:
+                node.copies.pop(lookup_id, None)
+                result.set_exception(error)
+                return
+            snapshot = done.result()
+            if snapshot is None:
+                snapshot = node.take_copy(lookup_id, client_id)
+            else:
+                node.copies.pop(lookup_id, None)
+            result.set_result(snapshot)
+
+        wait.add_done_callback(claim_done)
+        return result
 
     def owns_share_group(self, group: str, topic_filter: str) -> bool:
         return self.engine.owns_share_group(group, topic_filter)

@@ -52,6 +52,7 @@ from collections.abc import Iterable
 from broker.cluster.messages import StreamPosition
 from broker.cluster.replication_messages import (
     AdoptSessions,
+    CopyFound,
     Drop,
     DropSessions,
     Durable,
@@ -68,7 +69,10 @@ from broker.cluster.replication_messages import (
     ReplicationAction,
     SendReplica,
     SessionAck,
+    SessionCopy,
+    SessionCopyTaken,
     SessionDurable,
+    SessionLookup,
     SessionReplica,
     TakeOver,
 )
@@ -157,6 +161,7 @@ class Replication:
         # answered ReplicaHandedOver once all of that is durable on N without it
         self._owe_handover: dict[str, tuple[int, dict[str, int]]] = {}
         self._handed_over: set[str] = set()  # origins that answered our leave
+        self._lookups = 0
 
     # ------------------------------------------------------------------ membership
     def start(self, members: Iterable[str], now: float) -> list[ReplicationAction]:
@@ -328,6 +333,12 @@ class Replication:
             actions += self._on_leaving(peer, item, now)
         elif isinstance(item, ReplicaHandedOver):
             actions += self._on_handed_over(peer, item)
+        elif isinstance(item, SessionLookup):
+            actions += self._on_lookup(peer, item)
+        elif isinstance(item, SessionCopy):
+            actions.append(CopyFound(item.lookup_id, peer, item))
+        elif isinstance(item, SessionCopyTaken):
+            actions += self._on_copy_taken(item)
         return actions
 
     def _on_hello(self, peer: str, hello: ReplicaHello, now: float) -> list[ReplicationAction]:
@@ -529,6 +540,36 @@ class Replication:
         accepted = held.session_versions[item.client_id]
         actions.append(SendReplica(peer, SessionAck(item.incarnation, item.client_id, accepted)))
         return actions
+
+    # ------------------------------------------------------------------ sessions: a CONNECT elsewhere
+    def lookup(self, client_id: str) -> tuple[int, list[ReplicationAction]]:
+        """A CONNECT with clean start 0 for ``client_id`` here: ask every live member for a held
+        copy of its session (beside the takeover claim, which asks the session's home). The
+        copies come back as :class:`CopyFound`; the adapter uses one only if the claim found no
+        session, and then calls :meth:`copy_taken`."""
+        self._lookups += 1
+        item = SessionLookup(self._lookups, client_id)
+        peers = sorted(self._live - {self.peer_id})
+        return self._lookups, [SendReplica(peer, item) for peer in peers]
+
+    def copy_taken(self, holder: str, copy: SessionCopy, client_id: str) -> list[ReplicationAction]:
+        """The copy of ``holder`` became the client's session here: the holder drops it."""
+        return [SendReplica(holder, SessionCopyTaken(copy.incarnation, copy.home, client_id))]
+
+    def _on_lookup(self, peer: str, item: SessionLookup) -> list[ReplicationAction]:
+        actions: list[ReplicationAction] = []
+        for key, held in sorted(self._held.items()):
+            snapshot = held.sessions.get(item.client_id)
+            if held.gone or snapshot is None or key[0] == peer:
+                continue
+            positions = held.session_positions.get(item.client_id, ())
+            copy = SessionCopy(item.lookup_id, key[0], key[1], snapshot, positions)
+            actions.append(SendReplica(peer, copy))
+        return actions
+
+    def _on_copy_taken(self, item: SessionCopyTaken) -> list[ReplicationAction]:
+        key = (item.home, item.incarnation)
+        return self.sessions_adopted(key, [item.client_id]) if key in self._held else []
 
     # ------------------------------------------------------------------ graceful removal
     def leave(self, now: float) -> list[ReplicationAction]:

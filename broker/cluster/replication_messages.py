@@ -106,8 +106,43 @@ class ReplicaHandedOver:
     incarnation: str
 
 
+@dataclass(frozen=True, slots=True)
+class SessionLookup:
+    """A CONNECT (clean start 0) for ``client_id`` arrived at the sender: who holds a copy of its
+    session? Asked beside the cluster's takeover claim, answered only by holders."""
+
+    lookup_id: int
+    client_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class SessionCopy:
+    """A holder's answer to :class:`SessionLookup`: its copy of the session, of ``home``'s
+    ``incarnation``. Used by the asking broker only if the takeover claim found no session (the
+    home did not answer within the CONNECT's wait: it is gone, or cut off)."""
+
+    lookup_id: int
+    home: str
+    incarnation: str
+    snapshot: SessionSnapshot
+    positions: tuple[StreamPosition, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class SessionCopyTaken:
+    """The asking broker made the copy its client's session: the holder drops it (it is no longer
+    the home's latest state: the session lives on the asking broker now)."""
+
+    incarnation: str  # the home's
+    home: str
+    client_id: str
+
+
 ReplicaItem = (
-    ReplicaHello
+    SessionLookup
+    | SessionCopy
+    | SessionCopyTaken
+    | ReplicaHello
     | ReplicaAppend
     | ReplicaAck
     | ReplicaRelease
@@ -205,8 +240,19 @@ class DropSessions:
     key: LogKey
 
 
+@dataclass(frozen=True, slots=True)
+class CopyFound:
+    """Asking broker: a holder's copy for the lookup ``lookup_id`` (the adapter keeps the first
+    one for the CONNECT that asked)."""
+
+    lookup_id: int
+    holder: str
+    copy: SessionCopy
+
+
 ReplicationAction = (
-    SendReplica
+    CopyFound
+    | SendReplica
     | Durable
     | Persist
     | Drop

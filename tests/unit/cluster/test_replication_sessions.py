@@ -8,12 +8,15 @@ from __future__ import annotations
 from broker.cluster.messages import StreamPosition
 from broker.cluster.replication_messages import (
     AdoptSessions,
+    CopyFound,
     Drop,
     DropSessions,
     Persist,
     PersistSession,
     ReplicaHandedOver,
     ReplicaLeaving,
+    SendReplica,
+    SessionCopy,
     SessionDurable,
     SessionReplica,
 )
@@ -219,3 +222,24 @@ def test_a_holder_that_heard_a_home_only_through_its_records_does_not_adopt_at_a
     fresh.on_item(A, SessionReplica(f"{A}#1", "s1", 1, snap("s1", "a/#")), cluster.now)
     assert fresh.held_sessions() == {(A, f"{A}#1"): ["s1"]}
     assert fresh.claimed("s1") == []
+
+
+def test_a_lookup_is_answered_by_the_holders_with_their_copy_and_a_taken_copy_is_dropped() -> None:
+    """A CONNECT elsewhere asks every member beside the takeover claim (whose home may be gone
+    but not yet reported down: seeds 50, 293, 301 of the --sessions sweep got no session present)."""
+    cluster = Cluster([A, B, C])
+    cluster.deliver()
+    at = (StreamPosition(A, "=a", 3),)
+    cluster.apply(A, cluster.cores[A].session_changed("s1", snap("s1", "a/#"), cluster.now, at))
+    cluster.deliver()
+    lookup_id, asks = cluster.cores[C].lookup("s1")
+    assert sorted(send.peer for send in asks) == [A, B]
+    answers = [cluster.cores[send.peer].on_item(C, send.item, 0.0) for send in asks]
+    (from_b,) = [a for actions in answers for a in actions]  # A, the home, holds no copy of its own
+    assert isinstance(from_b, SendReplica) and isinstance(from_b.item, SessionCopy)
+    assert from_b.peer == C and from_b.item.snapshot == snap("s1", "a/#") and from_b.item.positions == at
+    (found,) = cluster.cores[C].on_item(B, from_b.item, 0.0)
+    assert isinstance(found, CopyFound) and found.lookup_id == lookup_id and found.holder == B
+    (taken,) = cluster.cores[C].copy_taken(B, found.copy, "s1")
+    assert cluster.cores[B].on_item(C, taken.item, 0.0) == [PersistSession((A, f"{A}#1"), "s1", None)]
+    assert cluster.cores[B].held_sessions() == {}
