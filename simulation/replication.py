@@ -58,6 +58,7 @@ if TYPE_CHECKING:
     from simulation.network import Network, PeerEndpoint
     from simulation.world import World
 
+LOOKUP_AGAIN_S = 0.1  # a session lookup is sent again this often while the CONNECT waits
 StreamEntry = tuple[tuple[str, str], int]  # ((origin, class), SEQ) in the engine's send log
 
 
@@ -243,9 +244,18 @@ class ReplicationNode:
             at[(sender.origin, cls)] = sender.position(cls)
         return tuple(StreamPosition(origin, stream, seq) for (origin, stream), seq in sorted(at.items()))
 
-    def lookup(self, client_id: str) -> int:
+    def lookup(self, client_id: str, until: Completion[SessionSnapshot | None]) -> int:
+        """Ask the holders for a copy of ``client_id``'s session; asked again every
+        ``LOOKUP_AGAIN_S`` until a copy came or ``until`` is done (a lost lookup: seed 358)."""
         lookup_id, actions = self.core.lookup(client_id)
         self.apply(actions)
+
+        def again() -> None:
+            if self.sim.alive and not until.done() and lookup_id not in self.copies:
+                self.apply(actions)
+                self.scheduler.call_later(LOOKUP_AGAIN_S, again)
+
+        self.scheduler.call_later(LOOKUP_AGAIN_S, again)
         return lookup_id
 
     def take_copy(self, lookup_id: int, client_id: str) -> SessionSnapshot | None:
@@ -396,8 +406,8 @@ class ReplicatedCluster:
             return wait
         # beside the claim: a holder's copy, used if the claim finds no session (its home did
         # not answer within the CONNECT's wait - gone, or not yet reported down)
-        lookup_id = node.lookup(client_id)
         result: Completion[SessionSnapshot | None] = Completion()
+        lookup_id = node.lookup(client_id, result)
 
         def claim_done(done: Completion[SessionSnapshot | None]) -> None:
             error = done.exception()

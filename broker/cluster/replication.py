@@ -543,13 +543,15 @@ class Replication:
 
     # ------------------------------------------------------------------ sessions: a CONNECT elsewhere
     def lookup(self, client_id: str) -> tuple[int, list[ReplicationAction]]:
-        """A CONNECT with clean start 0 for ``client_id`` here: ask every live member for a held
+        """A CONNECT with clean start 0 for ``client_id`` here: ask every member for a held
         copy of its session (beside the takeover claim, which asks the session's home). The
         copies come back as :class:`CopyFound`; the adapter uses one only if the claim found no
         session, and then calls :meth:`copy_taken`."""
         self._lookups += 1
         item = SessionLookup(self._lookups, client_id)
-        peers = sorted(self._live - {self.peer_id})
+        # every member, not only those live in our view: just after a heal a holder may not have
+        # been heard from again yet (seed 358 of the --sessions sweep)
+        peers = sorted(self._members - {self.peer_id})
         return self._lookups, [SendReplica(peer, item) for peer in peers]
 
     def copy_taken(self, holder: str, copy: SessionCopy, client_id: str) -> list[ReplicationAction]:
