@@ -246,6 +246,7 @@ def values_schema() -> dict[str, Any]:
                 ),
                 "preStopSleepSeconds": {"type": "integer", "minimum": 0},
                 "terminationGracePeriodSeconds": {"type": "integer", "minimum": 0},
+                "drain": _obj({"enabled": _BOOL, "timeoutSeconds": {"type": "integer", "minimum": 1}}),
                 "minReadySeconds": {"type": "integer", "minimum": 0},
                 "metrics": _obj(
                     {

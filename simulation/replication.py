@@ -21,6 +21,7 @@ this broker's own streams; the copy is dropped once they are durable here.
 
 from __future__ import annotations
 
+import copy as _copy
 import os
 import pickle
 import sqlite3
@@ -28,27 +29,36 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from broker.cluster.classes import topic_classes
+from broker.cluster.messages import StreamPosition
 from broker.cluster.replication import Replication
 from broker.cluster.replication_messages import (
+    AdoptSessions,
+    CopyFound,
     Drop,
+    DropSessions,
     Durable,
     LogKey,
     Persist,
+    PersistSession,
     ReplicaItem,
     ReplicationAction,
     SendReplica,
     TakeOver,
 )
+from broker.core.messages import SessionSnapshot
 from broker.core.ports import Completion
 from simulation.process import SimBroker
 
 if TYPE_CHECKING:
     from broker.cluster.engine import ClusterEngine
+    from broker.core.client import ClientConnection
     from broker.core.messages import Message
-    from broker.core.ports import ClusterPort, SessionSnapshot
+    from broker.core.ports import ClusterPort
+    from simulation.clients import SimSocket
     from simulation.network import Network, PeerEndpoint
     from simulation.world import World
 
+LOOKUP_AGAIN_S = 0.1  # a session lookup is sent again this often while the CONNECT waits
 StreamEntry = tuple[tuple[str, str], int]  # ((origin, class), SEQ) in the engine's send log
 
 
@@ -61,7 +71,35 @@ class ReplicaDisk:
             "CREATE TABLE IF NOT EXISTS held (origin TEXT, incarnation TEXT, seq INTEGER, message BLOB,"
             " PRIMARY KEY (origin, incarnation, seq))"
         )
+        self.connection.execute(
+            "CREATE TABLE IF NOT EXISTS held_sessions (origin TEXT, incarnation TEXT, client_id TEXT,"
+            " snapshot BLOB, PRIMARY KEY (origin, incarnation, client_id))"
+        )
         self.connection.commit()
+
+    def persist_session(self, action: PersistSession) -> None:
+        origin, incarnation = action.key
+        if action.snapshot is None:
+            self.connection.execute(
+                "DELETE FROM held_sessions WHERE origin = ? AND incarnation = ? AND client_id = ?",
+                (origin, incarnation, action.client_id),
+            )
+        else:
+            self.connection.execute(
+                "INSERT OR REPLACE INTO held_sessions VALUES (?, ?, ?, ?)",
+                (origin, incarnation, action.client_id, pickle.dumps((action.snapshot, action.positions))),
+            )
+        self.connection.commit()
+
+    def drop_sessions(self, action: DropSessions) -> None:
+        self.connection.execute("DELETE FROM held_sessions WHERE origin = ? AND incarnation = ?", action.key)
+        self.connection.commit()
+
+    def load_sessions(self) -> list[tuple[LogKey, SessionSnapshot, tuple[StreamPosition, ...]]]:
+        rows = self.connection.execute(
+            "SELECT origin, incarnation, snapshot FROM held_sessions ORDER BY 1, 2"
+        )
+        return [((origin, inc), *pickle.loads(blob)) for origin, inc, blob in rows]
 
     def persist(self, action: Persist) -> None:
         origin, incarnation = action.key
@@ -114,16 +152,23 @@ class ReplicationNode:
         self.disk = ReplicaDisk(os.path.join(sim.data_dir, "replicas.db"))
         for key, seq, message in self.disk.load():
             self.core.restore_held(key, seq, [message])
+        for key, snapshot, positions in self.disk.load_sessions():
+            self.core.restore_held_session(key, snapshot, positions)
         self.endpoint: PeerEndpoint = network.endpoint(sim.peer_id, self._on_receive, self._on_peer_down)
         self.network = network
         self.waiting: dict[int, Completion[bool]] = {}  # log seq -> the PUBACK it holds
         self.stream_entries: dict[int, list[StreamEntry]] = {}  # log seq -> its send-log entries
         self.release_from = 1
         self.taken_over = 0  # entries published again for a gone origin (figures for the tests)
+        self.adopted = 0  # sessions adopted from a gone home
+        self.replicated: dict[str, SessionSnapshot] = {}  # the state last given to the core
+        self._claiming = False  # adopting for a claim answered here (or a CONNECT here)
+        self.copies: dict[int, CopyFound] = {}  # lookup id -> the first copy a holder sent
 
     # ------------------------------------------------------------------ life
     def start(self) -> None:
         self.apply(self.core.start(self.members, self.scheduler.time()))
+        self.sessions_committed()
         self.scheduler.call_later(self.retransmit_s, self._tick)
 
     def crash(self) -> None:
@@ -133,6 +178,7 @@ class ReplicationNode:
     def _tick(self) -> None:
         now = self.scheduler.time()
         self.apply(self.core.tick(now))
+        self.sessions_committed()
         self._release(now)
         self.scheduler.call_later(self.retransmit_s, self._tick)
 
@@ -159,6 +205,110 @@ class ReplicationNode:
         if self.release_from > start:
             self.apply(self.core.released(self.release_from, now))
 
+    # ------------------------------------------------------------------ the home's sessions
+    def sessions_committed(self) -> None:
+        """After each group commit of the broker (and each tick): every persistent session whose
+        state changed since it was last given to the core is given again (ended ones as None)."""
+        if not self.sim.alive:
+            return
+        broker = self.sim.broker
+        now = self.scheduler.time()
+        current: dict[str, SessionSnapshot] = {}
+        for client_id, session in broker.sessions.items():
+            if session.expiry_interval_s > 0 and not session.ended:
+                snapshot = broker.export_session(client_id)
+                if snapshot is not None:
+                    current[client_id] = snapshot
+        actions: list[ReplicationAction] = []
+        for client_id, snapshot in current.items():
+            if self.replicated.get(client_id) != snapshot:
+                self.replicated[client_id] = snapshot
+                positions = self._positions(snapshot)
+                actions += self.core.session_changed(client_id, snapshot, now, positions)
+        for client_id in [client_id for client_id in self.replicated if client_id not in current]:
+            del self.replicated[client_id]
+            actions += self.core.session_changed(client_id, None, now)
+        self.apply(actions)
+
+    def _positions(self, snapshot: SessionSnapshot) -> tuple[StreamPosition, ...]:
+        """Where this broker stands in the streams of the session's classes (read only: what
+        ``ClusterEngine._hand_over_positions`` names for a session that moves, without its
+        catch-ups in progress)."""
+        engine = self.sim.engine
+        sender = engine.sender
+        if sender is None:
+            return ()
+        classes = {engine.interest.class_of(sub.match_filter) for sub in snapshot.subscriptions}
+        at = {key: seq for key, seq in engine.receiver.positions().items() if key[1] in classes}
+        for cls in classes:
+            at[(sender.origin, cls)] = sender.position(cls)
+        return tuple(StreamPosition(origin, stream, seq) for (origin, stream), seq in sorted(at.items()))
+
+    def lookup(self, client_id: str, until: Completion[SessionSnapshot | None]) -> int:
+        """Ask the holders for a copy of ``client_id``'s session; asked again every
+        ``LOOKUP_AGAIN_S`` until a copy came or ``until`` is done (a lost lookup: seed 358)."""
+        lookup_id, actions = self.core.lookup(client_id)
+        self.apply(actions)
+
+        def again() -> None:
+            if self.sim.alive and not until.done() and lookup_id not in self.copies:
+                self.apply(actions)
+                self.scheduler.call_later(LOOKUP_AGAIN_S, again)
+
+        self.scheduler.call_later(LOOKUP_AGAIN_S, again)
+        return lookup_id
+
+    def take_copy(self, lookup_id: int, client_id: str) -> SessionSnapshot | None:
+        """The copy a holder sent for ``lookup_id`` as the client's session here (the claim found
+        none: its home did not answer); its positions go to the engine as a moved session's."""
+        found = self.copies.pop(lookup_id, None)
+        if found is None or not self.sim.alive:
+            return None
+        copy = found.copy
+        self.sim.history_note("copy_taken", copy.home, client_id, found.holder)
+        if copy.positions:
+            self.sim.engine._moved_positions[client_id] = copy.positions
+        self.apply(self.core.copy_taken(found.holder, copy, client_id))
+        return _copy.deepcopy(copy.snapshot)
+
+    def claimed(self, client_id: str) -> None:
+        """A takeover claim for ``client_id`` (or a CONNECT here): adopt a held copy whose home
+        is gone first, so that the claim finds it."""
+        if self.sim.alive:
+            self._claiming = True
+            try:
+                self.apply(self.core.claimed(client_id))
+            finally:
+                self._claiming = False
+
+    def _adopt(self, action: AdoptSessions) -> None:
+        broker = self.sim.broker
+        engine = self.sim.engine
+        for index, snapshot in enumerate(action.snapshots):
+            existed = broker.has_session(snapshot.client_id)
+            # merged into a session the client made here meanwhile (nothing queued is lost)
+            broker.receive_late_session(_copy.deepcopy(snapshot))
+            self.sim.history_note("adopt", action.key[0], snapshot.client_id)
+            positions = action.positions[index] if index < len(action.positions) else ()
+            if positions:
+                # what the gone home had not received yet: from the origins' send logs
+                filters = [sub.match_filter for sub in snapshot.subscriptions] if existed else None
+                engine._catch_up(snapshot.client_id, positions, filters)
+        self.adopted += len(action.snapshots)
+        client_ids = [snapshot.client_id for snapshot in action.snapshots]
+        self.apply(self.core.sessions_adopted(action.key, client_ids))
+        self.sessions_committed()  # replicated as this broker's own
+        if self._claiming:
+            return  # the claim being answered (or the CONNECT here) takes it
+        takeover = engine.takeover
+        for client_id in client_ids:
+            # the client connected to a live broker before the copy was adopted: it goes there
+            # (the engine's own path for a session that arrives after a newer claim); not to the
+            # gone home's old claim
+            newer = takeover.newest_remote_claim(client_id) if takeover is not None else None
+            if newer is not None and newer[1] != action.key[0] and self.core.is_live(newer[1]):
+                engine._pass_on_if_claimed_elsewhere(client_id)
+
     # ------------------------------------------------------------------ actions
     def apply(self, actions: list[ReplicationAction]) -> None:
         for action in actions:
@@ -175,6 +325,14 @@ class ReplicationNode:
                 self.disk.drop(action)
             elif isinstance(action, TakeOver):
                 self._take_over(action)
+            elif isinstance(action, PersistSession):
+                self.disk.persist_session(action)
+            elif isinstance(action, DropSessions):
+                self.disk.drop_sessions(action)
+            elif isinstance(action, AdoptSessions):
+                self._adopt(action)
+            elif isinstance(action, CopyFound):
+                self.copies.setdefault(action.lookup_id, action)
 
     def _take_over(self, action: TakeOver) -> None:
         """Publish a gone origin's entries again as this broker's own (the failover)."""
@@ -241,7 +399,31 @@ class ReplicatedCluster:
     def before_attach(
         self, client_id: str, clean_start: bool, username: str | None = None
     ) -> Completion[SessionSnapshot | None] | None:
-        return self.engine.before_attach(client_id, clean_start, username)
+        node = self.node
+        node.claimed(client_id)  # a copy held here of a gone home: a local session now
+        wait = self.engine.before_attach(client_id, clean_start, username)
+        if clean_start or node.core.replicas <= 1 or wait is None:
+            return wait
+        # beside the claim: a holder's copy, used if the claim finds no session (its home did
+        # not answer within the CONNECT's wait - gone, or not yet reported down)
+        result: Completion[SessionSnapshot | None] = Completion()
+        lookup_id = node.lookup(client_id, result)
+
+        def claim_done(done: Completion[SessionSnapshot | None]) -> None:
+            error = done.exception()
+            if error is not None:
+                node.copies.pop(lookup_id, None)
+                result.set_exception(error)
+                return
+            snapshot = done.result()
+            if snapshot is None:
+                snapshot = node.take_copy(lookup_id, client_id)
+            else:
+                node.copies.pop(lookup_id, None)
+            result.set_result(snapshot)
+
+        wait.add_done_callback(claim_done)
+        return result
 
     def owns_share_group(self, group: str, topic_filter: str) -> bool:
         return self.engine.owns_share_group(group, topic_filter)
@@ -292,20 +474,62 @@ class ReplicatedSimBroker(SimBroker):
         **options: Any,
     ) -> None:
         self.started_empty = not os.path.exists(os.path.join(data_dir, "skipmq.db"))
+        self.leaving = False
         self.failover_after_s = failover_after_s
         self._replica_network = replica_network
         self._members = members
         self.history_note = history_note or (lambda *event: None)
         super().__init__(world, network, peer_id, data_dir, **options)
+        self._observe_broker()
 
     def _cluster_port(self) -> ClusterPort:
         os.makedirs(self.data_dir, exist_ok=True)
         self.replication = ReplicationNode(self, self._replica_network, self._members)
         return ReplicatedCluster(self.engine, self.replication)
 
+    def _observe_broker(self) -> None:
+        """Two observation points on the broker core (wrapped, not replaced): after each commit of
+        its store the persistent sessions that changed are replicated; a takeover claim answered
+        here first adopts a held copy of the client's session whose home is gone."""
+        broker = self.broker
+        store_commit = self.store.commit
+        hand_over = broker.hand_over
+
+        def commit_then_replicate() -> None:
+            store_commit()
+            if self.alive:
+                self.replication.sessions_committed()
+
+        def adopt_then_hand_over(client_id: str, *, transfer: bool) -> tuple[bool, SessionSnapshot | None]:
+            self.replication.claimed(client_id)
+            return hand_over(client_id, transfer=transfer)
+
+        self.store.commit = commit_then_replicate  # type: ignore[method-assign]
+        broker.hand_over = adopt_then_hand_over  # type: ignore[method-assign]
+
     def start(self, contacts: list[str]) -> None:
         super().start(contacts)
         self.replication.start()
+
+    def accept(self, socket: SimSocket) -> ClientConnection | None:
+        if self.leaving:
+            return None  # a draining broker's listeners are closed
+        return super().accept(socket)
+
+    def drain(self) -> None:
+        """The first steps of a graceful removal (SIGTERM with a drain): no new clients, every
+        client disconnected (v5 0x8B: they reconnect to another broker, whose takeover claim moves
+        their sessions from here), and the replication's :meth:`~Replication.leave`. The process
+        exits once :meth:`drained` (the run decides; a grace period bounds the wait)."""
+        if not self.alive or self.leaving:
+            return
+        self.leaving = True
+        self.broker.disconnect_all()
+        node = self.replication
+        node.apply(node.core.leave(self.scheduler.time()))
+
+    def drained(self) -> bool:
+        return self.alive and self.replication.core.drained()
 
     def crash(self) -> None:
         if not self.alive:

@@ -42,6 +42,8 @@ FAILOVER_AFTER_S = 3.0  # a broker down this long is gone for good (the simulati
 # the slot for the copies to be restored before the next fault
 FAULT_SLOT_S = 7.0
 PUBLISH_INTERVAL_S = 0.1  # each publisher's QoS 1 stream: 10 msg/s
+GRACE_PERIOD_S = 5.0  # a draining broker exits at the latest this long after its drain began
+DRAIN_POLL_S = 0.1
 
 
 @dataclass(frozen=True)
@@ -51,15 +53,25 @@ class ReplicationOptions:
     removals: int = 0
     crashes: int = 0
     loss: float = 0.0
+    graceful: int = 0  # brokers removed for good gracefully (drained first)
+    # the victims of disk losses and removals may be the subscribers' brokers too: their
+    # persistent subscribers reconnect to another broker and must find their session there
+    sessions: bool = False
 
 
 class ReplicationRun(Run):
     """A :class:`~simulation.scenario.Run` whose brokers replicate (``replicas`` > 1) and that has
     the disk-loss faults. With ``replicas`` 1 the brokers are plain :class:`SimBroker` processes."""
 
-    def __init__(self, seed: int, scenario: Scenario, replicas: int, workdir: str | None = None) -> None:
+    def __init__(
+        self, seed: int, scenario: Scenario, replicas: int, workdir: str | None = None, *, move: bool = False
+    ) -> None:
         super().__init__(seed, scenario, workdir)
         self.replicas = replicas
+        # a persistent client whose broker is down reconnects to another live broker
+        self.move = move
+        # (when, broker, its persistent clients then): a disk loss or removal of their broker
+        self.homes_lost: list[tuple[float, str, list[str]]] = []
         self.members = list(self.peer_ids)
         # the replication records are not in protos/ yet: carried as they are (no wire codec)
         self.replica_network = Network(self.world, replace(scenario.network, wire=False))
@@ -98,6 +110,9 @@ class ReplicationRun(Run):
         if not sim.alive:
             return
         self.history.trace("crash_disk_loss", peer_id)
+        persistent = [cid for cid, client in self.clients.items() if not client.clean_start]
+        homed = [cid for cid in persistent if self.home.get(cid) == peer_id]
+        self.homes_lost.append((self.world.now, peer_id, homed))
         sim.crash()
         shutil.rmtree(self.data_dir(peer_id), ignore_errors=True)
 
@@ -109,9 +124,45 @@ class ReplicationRun(Run):
         if peer_id in self.peer_ids:
             self.peer_ids.remove(peer_id)
 
+    def remove_gracefully(self, peer_id: str) -> None:
+        """Removed for good after a drain (SIGTERM, the Helm chart's scale-down): the broker stops
+        taking clients, hands its sessions and log over, and exits once drained - or when the
+        grace period ends (then it is a removal like :meth:`remove`); its disk goes with it."""
+        sim = self.brokers[peer_id]
+        if not sim.alive or not isinstance(sim, ReplicatedSimBroker):
+            self.remove(peer_id)
+            return
+        self.history.trace("drain", peer_id)
+        if peer_id in self.peer_ids:
+            self.peer_ids.remove(peer_id)  # clients reconnect elsewhere
+        sim.drain()
+        deadline = self.world.now + GRACE_PERIOD_S
+
+        def check() -> None:
+            if not sim.alive:
+                return
+            if sim.drained() or self.world.now >= deadline:
+                self.history.trace("drained" if sim.drained() else "grace_period_over", peer_id)
+                self.remove(peer_id)
+            else:
+                self.world.after(DRAIN_POLL_S, check)
+
+        self.world.after(DRAIN_POLL_S, check)
+
     def restart(self, peer_id: str) -> None:
         if peer_id not in self.removed:
             super().restart(peer_id)
+
+    def _reconnect(self, client_id: str) -> None:
+        client = self.clients[client_id]
+        home = self.brokers.get(self.home[client_id])
+        gone = home is None or not home.alive or getattr(home, "leaving", False)
+        if self.move and not client.clean_start and client.socket is None and gone:
+            live = [p for p in self.peer_ids if p in self.brokers and self.brokers[p].alive]
+            if live:
+                self.connect(client_id, self.rng.choice(live))
+                return
+        super()._reconnect(client_id)
 
     def partition(self, group: list[str]) -> None:
         super().partition(group)
@@ -130,6 +181,7 @@ class ReplicationRun(Run):
         result = super().finish(end_s=end)
         if self.replicas > 1:
             result.violations += copies_restored(figures)
+        result.violations += sessions_present(self.homes_lost, result.history.events)
         return result
 
     def replication_figures(self) -> dict[str, tuple[int, int]]:
@@ -155,6 +207,33 @@ class ReplicationRun(Run):
                 if peer in self.removed or later_empty:
                     gone.add((peer, incarnation))
         return gone
+
+
+def sessions_present(
+    homes_lost: list[tuple[float, str, list[str]]], events: list[tuple[object, ...]]
+) -> list[Violation]:
+    """Every persistent session present after failover: a client whose broker lost its disk (or
+    was removed) gets ``session present`` on its first CONNACK after that, wherever it reconnects."""
+    violations = []
+    for at, peer, clients in homes_lost:
+        for client_id in clients:
+            first = next(
+                (e for e in events if e[1] == "connack" and e[2] == client_id and float(str(e[0])) > at),
+                None,
+            )
+            if first is None:
+                violations.append(
+                    Violation("session", f"{client_id} never reconnected after {peer} lost its disk")
+                )
+            elif first[3] is not True:
+                violations.append(
+                    Violation(
+                        "session",
+                        f"{client_id}: no session present at {first[0]}"
+                        f" after {peer} lost its disk at {at:.3f}",
+                    )
+                )
+    return violations
 
 
 def copies_restored(figures: dict[str, tuple[int, int]]) -> list[Violation]:
@@ -184,7 +263,7 @@ def replication_scenario(seed: int, options: ReplicationOptions) -> tuple[Scenar
         reorder_rate=0.05 * rng.random(),
         reorder_delay_s=0.02,
     )
-    faults = options.disk_losses + options.removals + options.crashes
+    faults = options.disk_losses + options.removals + options.crashes + options.graceful
     # the publishers go on through every fault's slot (FAULT_SLOT_S each: one fault at a time)
     messages = max(rng.randint(20, 40), int(faults * FAULT_SLOT_S / PUBLISH_INTERVAL_S))
     scenario = Scenario(
@@ -203,7 +282,7 @@ def replication_scenario(seed: int, options: ReplicationOptions) -> tuple[Scenar
 def run_replication_seed(seed: int, options: ReplicationOptions, *, workdir: str | None = None) -> Result:
     """One seed with ``options.replicas``: the script of :func:`replication_scenario`."""
     scenario, plan = replication_scenario(seed, options)
-    run = ReplicationRun(seed, scenario, options.replicas, workdir)
+    run = ReplicationRun(seed, scenario, options.replicas, workdir, move=options.sessions)
     rng = random.Random(f"replication-script/{seed}")
     world = run.world
     peers = list(run.peer_ids)
@@ -222,8 +301,9 @@ def run_replication_seed(seed: int, options: ReplicationOptions, *, workdir: str
         run.publish_stream(client_id, scenario.messages, scenario.publish_interval_s, scenario.settle_s)
     # one fault at a time: each in its own slot of the publishing window
     faults = ["disk"] * options.disk_losses + ["remove"] * options.removals + ["crash"] * options.crashes
+    faults += ["graceful"] * options.graceful
     rng.shuffle(faults)
-    victims = list(others)
+    victims = list(peers) if options.sessions else list(others)
     for index, fault in enumerate(faults):
         start = scenario.settle_s + index * FAULT_SLOT_S
         if fault == "crash":
@@ -235,8 +315,11 @@ def run_replication_seed(seed: int, options: ReplicationOptions, *, workdir: str
         if not victims:
             continue
         victim = rng.choice(victims)
-        if fault == "remove":
+        if fault in ("remove", "graceful"):
             victims.remove(victim)  # gone for good: no later fault picks it
+        if fault == "graceful":
+            world.at(start + rng.uniform(0.0, 1.0), run.remove_gracefully, victim)
+            continue
         cut_at = start + rng.uniform(0.0, 0.5)
         down_at = cut_at + rng.uniform(0.3, 1.5)
         # the subscribers' brokers cut off: the victim's log holds PUBACKed messages only it has
@@ -252,6 +335,8 @@ def run_replication_seed(seed: int, options: ReplicationOptions, *, workdir: str
         f"python -m simulation.replication_scenario --seed {seed} --replicas {options.replicas}"
         f" --disk-losses {options.disk_losses} --removals {options.removals}"
         f" --crashes {options.crashes} --loss {options.loss}"
+        + (f" --graceful {options.graceful}" if options.graceful else "")
+        + (" --sessions" if options.sessions else "")
     )
     return result
 
@@ -285,8 +370,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--removals", type=int, default=0, help="brokers removed for good per run")
     parser.add_argument("--crashes", type=int, default=0, help="kill -9 with restart on the same disk")
     parser.add_argument("--loss", type=float, default=0.0, help="maximum share of items lost per link")
+    parser.add_argument(
+        "--graceful", type=int, default=0, help="brokers removed for good after a drain (SIGTERM), per run"
+    )
+    parser.add_argument(
+        "--sessions",
+        action="store_true",
+        help="disk losses and removals may hit the subscribers' brokers too; their persistent "
+        "subscribers reconnect to another broker and must get their session (session present)",
+    )
     args = parser.parse_args(argv)
-    options = ReplicationOptions(args.replicas, args.disk_losses, args.removals, args.crashes, args.loss)
+    options = ReplicationOptions(
+        args.replicas,
+        args.disk_losses,
+        args.removals,
+        args.crashes,
+        args.loss,
+        graceful=args.graceful,
+        sessions=args.sessions,
+    )
     if args.seed is not None:
         seeds = [args.seed]
     else:

@@ -24,8 +24,23 @@ live brokers after O on the ring of peer ids (:meth:`Replication.holders_of`).
   ring becomes a holder and gets every entry O has not released; a holder that comes back having
   started empty gets them again. PUBACKs waiting on a gone holder are released by its successor.
 
-Not here yet: sessions (subscriptions, queues, QoS 2 state), the graceful hand-over of a leaving
-broker, a bound on how long a publisher waits when fewer than N brokers are reachable.
+* **Sessions.** The home broker's persistent sessions (subscriptions, queued and in-flight
+  messages, QoS 2 state, will, expiry: a ``SessionSnapshot``) go to the same holders as its log,
+  the latest state of each (:meth:`Replication.session_changed`, versions increasing per
+  incarnation; a holder keeps the highest and acknowledges it). When the home is gone the holder
+  *adopts* them (:class:`AdoptSessions`: they become its own stored sessions, which the cluster's
+  takeover claim hands to a client reconnecting to any broker) before publishing the log again.
+* **Graceful removal** (:meth:`Replication.leave`, :meth:`Replication.drained`): the leaving broker
+  tells every member; each origin it held for sends its log and sessions to its next holder and
+  answers :class:`ReplicaHandedOver` once they are accepted there; what it holds of origins that
+  are down it takes over itself. When it exits, its own holders take its log and sessions over at
+  once (no failover wait).
+
+Not here yet: a bound on how long a publisher waits when fewer than N brokers are reachable.
+
+Size: one object on purpose - the origin's log, the held logs, the sessions of both sides and the
+graceful removal all read and change the same membership view and holder set (who is live, who
+is leaving, who holds what), which must agree with itself at every event.
 
 Pure: events and ``now`` in, actions out (``broker.cluster.replication_messages``); no I/O, no clock.
 """
@@ -34,34 +49,55 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from broker.cluster.messages import StreamPosition
 from broker.cluster.replication_messages import (
+    AdoptSessions,
+    CopyFound,
     Drop,
+    DropSessions,
     Durable,
     LogKey,
     Persist,
+    PersistSession,
     ReplicaAck,
     ReplicaAppend,
+    ReplicaHandedOver,
     ReplicaHello,
     ReplicaItem,
+    ReplicaLeaving,
     ReplicaRelease,
     ReplicationAction,
     SendReplica,
+    SessionAck,
+    SessionCopy,
+    SessionCopyTaken,
+    SessionDurable,
+    SessionLookup,
+    SessionReplica,
     TakeOver,
 )
-from broker.core.messages import Message
+from broker.core.messages import Message, SessionSnapshot
 
 RESEND_BATCH = 256  # entries per ReplicaAppend sent again (one batch, like a stream's resend)
 
 
 class _Held:
-    """What this broker holds of one origin incarnation's log."""
+    """What this broker holds of one origin incarnation: its log and its persistent sessions."""
 
-    __slots__ = ("entries", "gone", "next_seq")
+    __slots__ = ("entries", "gone", "next_seq", "session_positions", "session_versions", "sessions")
 
     def __init__(self) -> None:
         self.entries: dict[int, Message] = {}
         self.next_seq = 1  # AL: every entry below is on disk here (or was released)
-        self.gone = False  # taken over: its origin incarnation is gone
+        self.gone = False  # taken over (or handed over): nothing more is held of it
+        self.sessions: dict[str, SessionSnapshot] = {}
+        self.session_versions: dict[str, int] = {}  # highest version accepted (deleted ones too)
+        self.session_positions: dict[str, tuple[StreamPosition, ...]] = {}
+
+    def adopt(self, client_ids: list[str], key: LogKey) -> AdoptSessions:
+        snapshots = tuple(self.sessions[client_id] for client_id in client_ids)
+        positions = tuple(self.session_positions.get(client_id, ()) for client_id in client_ids)
+        return AdoptSessions(key, snapshots, positions)
 
 
 class Replication:
@@ -102,13 +138,30 @@ class Replication:
         self._durable = 1  # entries below were reported Durable (pre-acknowledged, §3.4)
         self._al: dict[str, int] = {}  # holder -> its acceptance (next seq it expects)
         self._sent_to: dict[str, int] = {}  # holder -> next seq sent to it
-        # holder -> when it last made progress (acknowledged more) or was sent entries again
+        # holder -> when it last made progress (acknowledged more) or was sent its unacknowledged
+        # entries again; sending it *new* entries does not count (seed 536: a publisher faster than
+        # the retransmit period kept a holder's gap from ever being filled)
         self._progress_at: dict[str, float] = {}
         self._replicated_to: set[str] = set()  # peers that may hold entries of this log
         self._release_sent: dict[str, int] = {}
         # holder side
         self._held: dict[LogKey, _Held] = {}
         self._expires: dict[LogKey, float] = {}  # superseded logs dropped at that time
+        # sessions, home side: client id -> (latest version, its state; None: ended)
+        self._sessions: dict[str, tuple[int, SessionSnapshot | None]] = {}
+        self._session_positions: dict[str, tuple[StreamPosition, ...]] = {}
+        self._session_version = 0
+        self._session_al: dict[str, dict[str, int]] = {}  # holder -> client id -> version accepted
+        self._session_sent: dict[str, dict[str, tuple[int, float]]] = {}  # ... -> (version, when)
+        self._session_durable: dict[str, int] = {}  # client id -> version durable on N
+        # graceful removal
+        self.leaving = False  # this broker drains (:meth:`leave`)
+        self._leaving: set[str] = set()  # members that said they are leaving
+        # leaving member -> (our log's next seq, our sessions' versions) when it said so: it is
+        # answered ReplicaHandedOver once all of that is durable on N without it
+        self._owe_handover: dict[str, tuple[int, dict[str, int]]] = {}
+        self._handed_over: set[str] = set()  # origins that answered our leave
+        self._lookups = 0
 
     # ------------------------------------------------------------------ membership
     def start(self, members: Iterable[str], now: float) -> list[ReplicationAction]:
@@ -157,9 +210,13 @@ class Replication:
             if len(holders) >= self.replicas - 1:
                 break
             peer = ring[(start + step) % len(ring)]
-            if peer in self._live and peer != origin:
+            if peer in self._live and peer != origin and peer not in self._leaving:
                 holders.append(peer)
         return holders
+
+    def is_live(self, peer: str) -> bool:
+        """``peer`` was heard from and not reported down since (this broker's view)."""
+        return peer in self._live
 
     def on_peer_down(self, peer: str, now: float) -> list[ReplicationAction]:
         """The link to ``peer`` broke (its process died, or keep-alive gave up across a cut)."""
@@ -168,7 +225,14 @@ class Replication:
         self._members.add(peer)
         self._live.discard(peer)
         self._down[peer] = now
-        return self._send_due(now, force=True) + self._check_durable()
+        actions = self._send_due(now, force=True) + self._send_sessions(now, force=True)
+        actions += self._check_durable() + self._check_sessions()
+        if peer in self._leaving:
+            # removed gracefully: its log and sessions are gone now, no failover wait
+            for key, held in sorted(self._held.items()):
+                if key[0] == peer and not held.gone:
+                    actions += self._take_over(key, held)
+        return actions
 
     def _heard_from(self, peer: str, now: float) -> list[ReplicationAction]:
         actions: list[ReplicationAction] = []
@@ -176,7 +240,7 @@ class Replication:
             self._members.add(peer)
             self._live.add(peer)
             self._down.pop(peer, None)
-            actions += self._send_due(now, force=True)
+            actions += self._send_due(now, force=True) + self._send_sessions(now, force=True)
         return actions
 
     # ------------------------------------------------------------------ origin
@@ -223,15 +287,15 @@ class Replication:
                 continue
             sent = self._sent_to.get(holder, 1)
             progress = self._progress_at.get(holder)
-            if force or progress is None:
-                first = acked  # a new holder, or its holder set changed: from what it accepted
+            if force or progress is None or now - progress >= self.retransmit_s:
+                # a new holder, its holder set changed, or no progress for a retransmit period
+                # (§3.3): from what it accepted; the retransmission timer starts again
+                first = acked
+                self._progress_at[holder] = now
             elif sent < self._next_seq:
-                first = max(sent, acked)  # only what was never sent to it
-            elif now - progress >= self.retransmit_s:
-                first = acked  # no progress for a retransmit period: again (§3.3)
+                first = max(sent, acked)  # only what was never sent to it (the timer runs on)
             else:
                 continue
-            self._progress_at[holder] = now
             end = min(self._next_seq, first + RESEND_BATCH)
             messages = tuple(self._log[seq] for seq in range(first, end))
             item = ReplicaAppend(self.incarnation, first, messages, self._released)
@@ -273,6 +337,20 @@ class Replication:
             actions += self._on_release(peer, item)
         elif isinstance(item, ReplicaHello):
             actions += self._on_hello(peer, item, now)
+        elif isinstance(item, SessionReplica):
+            actions += self._on_session(peer, item)
+        elif isinstance(item, SessionAck):
+            actions += self._on_session_ack(peer, item)
+        elif isinstance(item, ReplicaLeaving):
+            actions += self._on_leaving(peer, item, now)
+        elif isinstance(item, ReplicaHandedOver):
+            actions += self._on_handed_over(peer, item)
+        elif isinstance(item, SessionLookup):
+            actions += self._on_lookup(peer, item)
+        elif isinstance(item, SessionCopy):
+            actions.append(CopyFound(item.lookup_id, peer, item))
+        elif isinstance(item, SessionCopyTaken):
+            actions += self._on_copy_taken(item)
         return actions
 
     def _on_hello(self, peer: str, hello: ReplicaHello, now: float) -> list[ReplicationAction]:
@@ -291,6 +369,12 @@ class Replication:
             self._progress_at.pop(peer, None)
             self._release_sent.pop(peer, None)
             actions += self._send_due(now, force=True)
+        if hello.started_empty and (peer in self._session_al or peer in self._session_sent):
+            self._session_al.pop(peer, None)
+            self._session_sent.pop(peer, None)
+            actions += self._send_sessions(now, force=True)
+        # a new incarnation of a member that had said it was leaving: it is back as a member
+        self._leaving.discard(peer)
         # as a holder: the logs of the peer's earlier incarnations
         for key, held in sorted(self._held.items()):
             if key[0] != peer or key[1] == hello.incarnation or held.gone:
@@ -301,15 +385,22 @@ class Replication:
                 self._expires.setdefault(key, now + self.retention_s)
         return actions
 
-    def _on_append(self, peer: str, append: ReplicaAppend) -> list[ReplicationAction]:
-        key = (peer, append.incarnation)
+    def _held_for(self, peer: str, incarnation: str) -> _Held | None:
+        """What we hold of ``peer``'s ``incarnation`` (made on first use); None: a late copy from
+        an incarnation its successor already replaced, or one already taken over."""
+        key = (peer, incarnation)
         held = self._held.get(key)
         if held is None:
-            if self._incarnation_of.get(peer, append.incarnation) != append.incarnation:
-                return []  # a late copy from an incarnation its successor already replaced
+            if self._incarnation_of.get(peer, incarnation) != incarnation:
+                return None
             held = self._held[key] = _Held()
-        if held.gone:
-            return []  # a late copy from an incarnation already taken over
+        return None if held.gone else held
+
+    def _on_append(self, peer: str, append: ReplicaAppend) -> list[ReplicationAction]:
+        key = (peer, append.incarnation)
+        held = self._held_for(peer, append.incarnation)
+        if held is None:
+            return []
         actions: list[ReplicationAction] = []
         if append.released > held.next_seq:
             held.next_seq = append.released
@@ -336,7 +427,7 @@ class Replication:
         if ack.next_seq > self._al.get(peer, 1):
             self._al[peer] = ack.next_seq
             self._progress_at[peer] = now
-        return self._check_durable()
+        return self._check_durable() + self._answer_leaving()
 
     def _on_release(self, peer: str, release: ReplicaRelease) -> list[ReplicationAction]:
         key = (peer, release.incarnation)
@@ -359,7 +450,235 @@ class Replication:
             del held.entries[seq]
         return [Drop(key, upto)]
 
+    # ------------------------------------------------------------------ sessions (home side)
+    def session_changed(
+        self,
+        client_id: str,
+        snapshot: SessionSnapshot | None,
+        now: float,
+        positions: tuple[StreamPosition, ...] = (),
+    ) -> list[ReplicationAction]:
+        """The persistent session ``client_id`` of this broker changed (subscriptions, queued or
+        in-flight messages, QoS 2 state, will, expiry): ``snapshot`` is its whole state now; None:
+        it ended here (clean start, expired, moved to another broker). ``positions``: where this
+        broker stands in the streams of its classes (what it received is in the snapshot). The
+        holders keep the latest state; :class:`SessionDurable` says when this version is on N."""
+        self._session_version += 1
+        version = self._session_version
+        if self.replicas <= 1:
+            return [SessionDurable(client_id, version)]
+        self._sessions[client_id] = (version, snapshot)
+        self._session_positions[client_id] = positions
+        return self._send_sessions(now, force=False, only=client_id) + self._check_sessions()
+
+    def session_durable(self, client_id: str) -> bool:
+        """The latest state of ``client_id`` is on N brokers (or it is not a session of ours)."""
+        latest = self._sessions.get(client_id)
+        return latest is None or self._session_durable.get(client_id, 0) >= latest[0]
+
+    def under_replicated_sessions(self) -> int:
+        """Sessions of this broker whose latest state is not on N brokers yet (the metric's figure)."""
+        return sum(1 for client_id in self._sessions if not self.session_durable(client_id))
+
+    def _send_sessions(self, now: float, *, force: bool, only: str | None = None) -> list[ReplicationAction]:
+        """Send each holder the latest state of every session it lacks; again (§3.3) after
+        ``retransmit_s`` without its acceptance, or at once when ``force`` (holder set changed)."""
+        if self.replicas <= 1 or not self._sessions:
+            return []
+        actions: list[ReplicationAction] = []
+        clients = [only] if only is not None else sorted(self._sessions)
+        for holder in self.holders_of(self.peer_id):
+            accepted = self._session_al.setdefault(holder, {})
+            sent = self._session_sent.setdefault(holder, {})
+            for client_id in clients:
+                version, snapshot = self._sessions[client_id]
+                if accepted.get(client_id, 0) >= version:
+                    continue
+                last = sent.get(client_id)
+                if (
+                    not force
+                    and last is not None
+                    and last[0] >= version
+                    and now - last[1] < self.retransmit_s
+                ):
+                    continue
+                sent[client_id] = (version, now)
+                positions = self._session_positions.get(client_id, ())
+                item = SessionReplica(self.incarnation, client_id, version, snapshot, positions)
+                actions.append(SendReplica(holder, item))
+        return actions
+
+    def _check_sessions(self) -> list[ReplicationAction]:
+        holders = self.holders_of(self.peer_id)
+        if len(holders) < self.replicas - 1:
+            return []  # fewer live brokers than N: no session change is durable on N
+        actions: list[ReplicationAction] = []
+        for client_id, (version, snapshot) in sorted(self._sessions.items()):
+            if self._session_durable.get(client_id, 0) >= version:
+                continue
+            if all(self._session_al.get(holder, {}).get(client_id, 0) >= version for holder in holders):
+                self._session_durable[client_id] = version
+                actions.append(SessionDurable(client_id, version))
+                if snapshot is None:  # ended, and its holders know: forget it
+                    del self._sessions[client_id]
+                    del self._session_durable[client_id]
+                    self._session_positions.pop(client_id, None)
+                    for accepted in self._session_al.values():
+                        accepted.pop(client_id, None)
+                    for sent in self._session_sent.values():
+                        sent.pop(client_id, None)
+        return actions
+
+    def _on_session_ack(self, peer: str, ack: SessionAck) -> list[ReplicationAction]:
+        if ack.incarnation != self.incarnation:
+            return []
+        accepted = self._session_al.setdefault(peer, {})
+        if ack.version > accepted.get(ack.client_id, 0):
+            accepted[ack.client_id] = ack.version
+        return self._check_sessions() + self._answer_leaving()
+
+    # ------------------------------------------------------------------ sessions (holder side)
+    def _on_session(self, peer: str, item: SessionReplica) -> list[ReplicationAction]:
+        held = self._held_for(peer, item.incarnation)
+        if held is None:
+            return []
+        key = (peer, item.incarnation)
+        actions: list[ReplicationAction] = []
+        if item.version > held.session_versions.get(item.client_id, 0):
+            held.session_versions[item.client_id] = item.version
+            if item.snapshot is None:
+                held.sessions.pop(item.client_id, None)
+                held.session_positions.pop(item.client_id, None)
+            else:
+                held.sessions[item.client_id] = item.snapshot
+                held.session_positions[item.client_id] = item.positions
+            actions.append(PersistSession(key, item.client_id, item.snapshot, item.positions))
+        accepted = held.session_versions[item.client_id]
+        actions.append(SendReplica(peer, SessionAck(item.incarnation, item.client_id, accepted)))
+        return actions
+
+    # ------------------------------------------------------------------ sessions: a CONNECT elsewhere
+    def lookup(self, client_id: str) -> tuple[int, list[ReplicationAction]]:
+        """A CONNECT with clean start 0 for ``client_id`` here: ask every member for a held
+        copy of its session (beside the takeover claim, which asks the session's home). The
+        copies come back as :class:`CopyFound`; the adapter uses one only if the claim found no
+        session, and then calls :meth:`copy_taken`."""
+        self._lookups += 1
+        item = SessionLookup(self._lookups, client_id)
+        # every member, not only those live in our view: just after a heal a holder may not have
+        # been heard from again yet (seed 358 of the --sessions sweep)
+        peers = sorted(self._members - {self.peer_id})
+        return self._lookups, [SendReplica(peer, item) for peer in peers]
+
+    def copy_taken(self, holder: str, copy: SessionCopy, client_id: str) -> list[ReplicationAction]:
+        """The copy of ``holder`` became the client's session here: the holder drops it."""
+        return [SendReplica(holder, SessionCopyTaken(copy.incarnation, copy.home, client_id))]
+
+    def _on_lookup(self, peer: str, item: SessionLookup) -> list[ReplicationAction]:
+        actions: list[ReplicationAction] = []
+        for key, held in sorted(self._held.items()):
+            snapshot = held.sessions.get(item.client_id)
+            if held.gone or snapshot is None or key[0] == peer:
+                continue
+            positions = held.session_positions.get(item.client_id, ())
+            copy = SessionCopy(item.lookup_id, key[0], key[1], snapshot, positions)
+            actions.append(SendReplica(peer, copy))
+        return actions
+
+    def _on_copy_taken(self, item: SessionCopyTaken) -> list[ReplicationAction]:
+        key = (item.home, item.incarnation)
+        return self.sessions_adopted(key, [item.client_id]) if key in self._held else []
+
+    # ------------------------------------------------------------------ graceful removal
+    def leave(self, now: float) -> list[ReplicationAction]:
+        """This broker is being removed gracefully (SIGTERM with a drain): the adapter stops
+        accepting publishes and sessions first. Every member is told (they stop holding on us and
+        give what we held of theirs to their next holder); what we hold of origins that are down
+        (nobody else can hand it over) is taken over now, as a failover would. Exit once
+        :meth:`drained`; our holders then take our log and sessions over at once."""
+        if self.leaving:
+            return []
+        self.leaving = True
+        item = ReplicaLeaving(self.incarnation)
+        actions: list[ReplicationAction] = [
+            SendReplica(peer, item) for peer in sorted(self._live) if peer != self.peer_id
+        ]
+        for key, held in sorted(self._held.items()):
+            if not held.gone and key[0] in self._down:
+                actions += self._take_over(key, held)
+        return actions
+
+    def drained(self) -> bool:
+        """Leaving, and nothing is lost when this process exits now: our log and sessions are on
+        N brokers (our holders take them over), and every origin we held entries or sessions of
+        answered that it has them on N brokers without us (or is down: taken over here)."""
+        if not self.leaving or self.under_replicated() or self.under_replicated_sessions():
+            return False
+        return not any(
+            not held.gone and (held.entries or held.sessions) and key[0] not in self._down
+            for key, held in self._held.items()
+        )
+
+    def _on_leaving(self, peer: str, item: ReplicaLeaving, now: float) -> list[ReplicationAction]:
+        if self._incarnation_of.get(peer, item.incarnation) != item.incarnation:
+            return []
+        self._leaving.add(peer)
+        versions = {client_id: version for client_id, (version, _s) in self._sessions.items()}
+        self._owe_handover[peer] = (self._next_seq, versions)
+        actions = self._send_due(now, force=True) + self._send_sessions(now, force=True)
+        return actions + self._check_durable() + self._check_sessions() + self._answer_leaving()
+
+    def _answer_leaving(self) -> list[ReplicationAction]:
+        """Answer each leaving member once what we had when it said so is accepted by our
+        current holders - N copies without it (our ``Durable`` mark counted it among them)."""
+        if not self._owe_handover:
+            return []
+        holders = self.holders_of(self.peer_id)
+        if self.replicas > 1 and len(holders) < self.replicas - 1:
+            return []
+        actions: list[ReplicationAction] = []
+        for peer, (next_seq, versions) in sorted(self._owe_handover.items()):
+            if self.replicas > 1 and not self._accepted_by(holders, next_seq, versions):
+                continue
+            del self._owe_handover[peer]
+            if peer not in self._down:
+                actions.append(SendReplica(peer, ReplicaHandedOver(self.incarnation)))
+        return actions
+
+    def _accepted_by(self, holders: list[str], next_seq: int, versions: dict[str, int]) -> bool:
+        """Every one of ``holders`` accepted our log below ``next_seq`` and these session versions."""
+        for holder in holders:
+            if max(self._al.get(holder, 1), self._released) < next_seq:
+                return False
+            accepted = self._session_al.get(holder, {})
+            for client_id, version in versions.items():
+                if client_id in self._sessions and accepted.get(client_id, 0) < version:
+                    return False
+        return True
+
+    def _on_handed_over(self, peer: str, item: ReplicaHandedOver) -> list[ReplicationAction]:
+        key = (peer, item.incarnation)
+        held = self._held.get(key)
+        if held is None or held.gone:
+            return []
+        held.gone = True
+        held.entries.clear()
+        held.sessions.clear()
+        self._handed_over.add(peer)
+        return [Drop(key, None), DropSessions(key)]
+
     # ------------------------------------------------------------------ holder: failover
+    def restore_held_session(
+        self, key: LogKey, snapshot: SessionSnapshot, positions: tuple[StreamPosition, ...] = ()
+    ) -> None:
+        """A restarted holder (its disk kept) loads a session it held of ``key`` (before
+        :meth:`start`)."""
+        held = self._held.get(key)
+        if held is None:
+            held = self._held[key] = _Held()
+        held.sessions[snapshot.client_id] = snapshot
+        held.session_positions[snapshot.client_id] = positions
+
     def restore_held(self, key: LogKey, first_seq: int, messages: Iterable[Message]) -> None:
         """A restarted holder (its disk kept) loads what it held of ``key`` (before :meth:`start`)."""
         held = self._held.get(key)
@@ -373,11 +692,16 @@ class Replication:
     def _take_over(self, key: LogKey, held: _Held) -> list[ReplicationAction]:
         held.gone = True
         self._expires.pop(key, None)
+        actions: list[ReplicationAction] = []
+        if held.sessions:
+            # its persistent sessions become this broker's own: adopted before its entries are
+            # published again, so that the entries reach the adopted sessions' subscriptions too
+            actions.append(held.adopt(sorted(held.sessions), key))
         if not held.entries:
-            return [Drop(key, None)]
+            return [*actions, Drop(key, None)]
         first = min(held.entries)
         messages = tuple(held.entries[seq] for seq in sorted(held.entries))
-        return [TakeOver(key, first, messages)]
+        return [*actions, TakeOver(key, first, messages)]
 
     def taken_over(self, key: LogKey) -> list[ReplicationAction]:
         """The entries of a :class:`TakeOver` are durable as this broker's own publishes."""
@@ -386,6 +710,48 @@ class Replication:
             return []
         held.entries.clear()
         return [Drop(key, None)]
+
+    def sessions_adopted(
+        self, key: LogKey, client_ids: Iterable[str] | None = None
+    ) -> list[ReplicationAction]:
+        """The sessions of an :class:`AdoptSessions` (``client_ids``; None: all of ``key``) are this
+        broker's own now (and replicated as such through :meth:`session_changed`): drop the held
+        copies."""
+        held = self._held.get(key)
+        if held is None:
+            return []
+        if client_ids is None:
+            held.sessions.clear()
+            held.session_positions.clear()
+            return [DropSessions(key)]
+        actions: list[ReplicationAction] = []
+        for client_id in client_ids:
+            held.session_positions.pop(client_id, None)
+            if held.sessions.pop(client_id, None) is not None:
+                actions.append(PersistSession(key, client_id, None))
+        return actions
+
+    def claimed(self, client_id: str) -> list[ReplicationAction]:
+        """A CONNECT for ``client_id`` asks every broker for its session (the cluster's takeover
+        claim) and this broker holds a copy whose home is not live in our view: adopt it now, so
+        that the claim is answered with it (``session present``) without waiting for the failover
+        time. A live home answers the claim itself."""
+        actions: list[ReplicationAction] = []
+        for key, held in sorted(self._held.items()):
+            if held.gone or client_id not in held.sessions:
+                continue
+            if key[0] in self._live and self._incarnation_of.get(key[0], key[1]) == key[1]:
+                continue  # (its hello may not have come yet: its records did)
+            actions.append(held.adopt([client_id], key))
+        return actions
+
+    def held_sessions(self) -> dict[LogKey, list[str]]:
+        """The homes this broker holds persistent sessions of (not adopted), with their client ids."""
+        return {
+            key: sorted(held.sessions)
+            for key, held in sorted(self._held.items())
+            if not held.gone and held.sessions
+        }
 
     def held_count(self) -> int:
         return sum(len(held.entries) for held in self._held.values() if not held.gone)
@@ -402,6 +768,7 @@ class Replication:
     def tick(self, now: float) -> list[ReplicationAction]:
         """Retransmission to holders, releases, failover of origins down for good, expiry."""
         actions = self._greet_silent(now) + self._send_due(now, force=False) + self._send_releases()
+        actions += self._send_sessions(now, force=False) + self._answer_leaving()
         for key, held in sorted(self._held.items()):
             if held.gone:
                 continue
@@ -413,4 +780,7 @@ class Replication:
                 held.gone = True
                 held.entries.clear()
                 actions.append(Drop(key, None))
+                if held.sessions:
+                    held.sessions.clear()
+                    actions.append(DropSessions(key))
         return actions

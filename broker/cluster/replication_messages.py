@@ -15,7 +15,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from broker.core.messages import Message
+from broker.cluster.messages import StreamPosition
+from broker.core.messages import Message, SessionSnapshot
 
 LogKey = tuple[str, str]  # (origin peer id, origin incarnation): one replication log
 
@@ -62,7 +63,94 @@ class ReplicaRelease:
     upto: int
 
 
-ReplicaItem = ReplicaHello | ReplicaAppend | ReplicaAck | ReplicaRelease
+@dataclass(frozen=True, slots=True)
+class SessionReplica:
+    """The home broker's latest state of the persistent session ``client_id`` (``version``
+    numbered per home incarnation, increasing: a holder keeps the highest). ``snapshot`` None:
+    the session ended here (clean start, expiry, moved to another broker) - the holders delete it."""
+
+    incarnation: str
+    client_id: str
+    version: int
+    snapshot: SessionSnapshot | None
+    # where the home stood in the streams of the session's classes when the snapshot was taken:
+    # a holder that adopts the session catches it up from there (what came after is in the
+    # origins' send logs, as for a session that moves)
+    positions: tuple[StreamPosition, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class SessionAck:
+    """A holder's acceptance of a session: ``version`` (or a later one) of ``client_id`` is on its
+    disk."""
+
+    incarnation: str
+    client_id: str
+    version: int
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaLeaving:
+    """A broker being removed gracefully (a drain): hold nothing more on it; what it holds of your
+    log and sessions, give to your next holder, then answer :class:`ReplicaHandedOver`. When its
+    link breaks afterwards its own log and sessions are taken over at once (no failover wait)."""
+
+    incarnation: str
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaHandedOver:
+    """An origin's answer to :class:`ReplicaLeaving`: everything of ``incarnation`` (its log and
+    its sessions) is on N brokers without the leaving one: drop what you hold of it."""
+
+    incarnation: str
+
+
+@dataclass(frozen=True, slots=True)
+class SessionLookup:
+    """A CONNECT (clean start 0) for ``client_id`` arrived at the sender: who holds a copy of its
+    session? Asked beside the cluster's takeover claim, answered only by holders."""
+
+    lookup_id: int
+    client_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class SessionCopy:
+    """A holder's answer to :class:`SessionLookup`: its copy of the session, of ``home``'s
+    ``incarnation``. Used by the asking broker only if the takeover claim found no session (the
+    home did not answer within the CONNECT's wait: it is gone, or cut off)."""
+
+    lookup_id: int
+    home: str
+    incarnation: str
+    snapshot: SessionSnapshot
+    positions: tuple[StreamPosition, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class SessionCopyTaken:
+    """The asking broker made the copy its client's session: the holder drops it (it is no longer
+    the home's latest state: the session lives on the asking broker now)."""
+
+    incarnation: str  # the home's
+    home: str
+    client_id: str
+
+
+ReplicaItem = (
+    SessionLookup
+    | SessionCopy
+    | SessionCopyTaken
+    | ReplicaHello
+    | ReplicaAppend
+    | ReplicaAck
+    | ReplicaRelease
+    | SessionReplica
+    | SessionAck
+    | ReplicaLeaving
+    | ReplicaHandedOver
+)
 
 
 # ---------------------------------------------------------------------- actions for the adapter
@@ -113,4 +201,64 @@ class TakeOver:
     messages: tuple[Message, ...]
 
 
-ReplicationAction = SendReplica | Durable | Persist | Drop | TakeOver
+@dataclass(frozen=True, slots=True)
+class PersistSession:
+    """Holder: commit the session ``client_id`` of ``key``'s home (``snapshot`` None: delete it)
+    before the :class:`SendReplica` that follows (its ack)."""
+
+    key: LogKey
+    client_id: str
+    snapshot: SessionSnapshot | None
+    positions: tuple[StreamPosition, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class SessionDurable:
+    """Home: ``version`` of the session ``client_id`` is on N brokers (what waited on it - a stream
+    acknowledgement of a message queued into it, a SUBACK - may go)."""
+
+    client_id: str
+    version: int
+
+
+@dataclass(frozen=True, slots=True)
+class AdoptSessions:
+    """Holder: the home of ``key`` is gone (disk lost, down for good, or removed gracefully): make
+    these sessions this broker's own stored sessions (a client reconnecting to any broker gets its
+    session through the cluster's takeover claim, ``session present``), then tell the core
+    ``sessions_adopted(key)``."""
+
+    key: LogKey
+    snapshots: tuple[SessionSnapshot, ...]
+    positions: tuple[tuple[StreamPosition, ...], ...] = ()  # each snapshot's (SessionReplica)
+
+
+@dataclass(frozen=True, slots=True)
+class DropSessions:
+    """Holder: delete every session held of ``key``'s home."""
+
+    key: LogKey
+
+
+@dataclass(frozen=True, slots=True)
+class CopyFound:
+    """Asking broker: a holder's copy for the lookup ``lookup_id`` (the adapter keeps the first
+    one for the CONNECT that asked)."""
+
+    lookup_id: int
+    holder: str
+    copy: SessionCopy
+
+
+ReplicationAction = (
+    CopyFound
+    | SendReplica
+    | Durable
+    | Persist
+    | Drop
+    | TakeOver
+    | PersistSession
+    | SessionDurable
+    | AdoptSessions
+    | DropSessions
+)

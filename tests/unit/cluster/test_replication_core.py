@@ -268,3 +268,19 @@ def test_a_lost_hello_is_sent_again_so_two_brokers_do_not_wait_for_each_other() 
     cluster.tick(0.1)
     cluster.deliver()
     assert cluster.durable[A] == {1}
+
+
+def test_a_gap_is_filled_while_the_origin_keeps_appending_faster_than_the_retransmit_period() -> None:
+    """Seed 536 of the every-fault sweep: new entries sent to a holder restarted the retransmission
+    timer, so with a publish every 0.1 s (the sweep's retransmit period is 1 s) the holder's gap
+    was never filled - nothing after it became durable, and a failover's republished entries stayed
+    on one broker until that broker lost its disk."""
+    cluster = Cluster([A, B, C])
+    cluster.deliver()
+    cluster.append(A, 1)
+    cluster.deliver(keep=lambda src, send: False)  # entry 1 lost
+    for n in range(2, 8):
+        cluster.tick(0.03)  # a new entry every 0.03 s, under the 0.1 s retransmit period
+        cluster.append(A, n)
+        cluster.deliver()
+    assert cluster.durable[A] == set(range(1, 8))
