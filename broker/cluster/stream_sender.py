@@ -408,6 +408,10 @@ class StreamSender:
             # sent_at in the past: published again through the overlay on the first tick
             stream.entries[forwarded.seq] = _Entry(forwarded, True, False, now - self.retransmit_s, now)
             stream.unconfirmed.add(forwarded.seq)
+            # an earlier incarnation's stream ends after its last logged message: a session moving
+            # away names it there (everything of it reached this broker's own sessions), and a new
+            # receiver starts there - not at SEQ 1, from where the whole log was delivered again
+            stream.next_seq = max(stream.next_seq, forwarded.seq + 1)
         for key, peer, next_seq in receivers:
             if key[0] != self.origin:
                 # a broker restarted while cut off from some subscriber brokers does not hear of
@@ -501,6 +505,12 @@ class StreamSender:
         """The SEQ this broker's next message on ``cls`` will get."""
         stream = self._streams.get((self.origin, cls))
         return stream.next_seq if stream is not None else 1
+
+    def next_seq_of(self, key: StreamKey) -> int | None:
+        """The SEQ the next message of stream ``key`` would get (for an earlier incarnation's
+        stream: one past its last); None for a stream this sender does not keep."""
+        stream = self._streams.get(key)
+        return stream.next_seq if stream is not None else None
 
     def streams_of(self, cls: str) -> list[StreamKey]:
         """This broker's streams of ``cls`` (this incarnation's, and earlier ones' still logged)."""
