@@ -125,6 +125,9 @@ class _Stream:
     heard: dict[str, float] = field(default_factory=dict)  # peer -> when it last acknowledged
     resent_at: dict[str, float] = field(default_factory=dict)  # peer -> last unprompted resend
     assumed: set[str] = field(default_factory=set)  # registered by interest, not acknowledged yet
+    # (SEQ, until): what a receiver that left had not acknowledged is kept ``min_retention_s`` more
+    # (``left``): it may have handed a session over whose new broker fetches from its position
+    kept_for_left: tuple[int, float] | None = None
     next_seq: int = 1
 
 
@@ -377,10 +380,18 @@ class StreamSender:
             stream = self._streams.get(key)
             if stream is None or peer not in stream.receivers:
                 continue
-            del stream.receivers[peer]
+            acknowledged = stream.receivers.pop(peer)
             stream.heard.pop(peer, None)
             stream.resent_at.pop(peer, None)
             stream.assumed.discard(peer)
+            if self.min_retention_s > 0:
+                # a broker leaves a class when its last session of it is handed over: the session's
+                # new broker asks for what follows the position it left with (a session held back
+                # after a restart, issue #30), perhaps just after this leave arrived
+                kept = stream.kept_for_left
+                if kept is not None and kept[1] > now:
+                    acknowledged = min(acknowledged, kept[0])
+                stream.kept_for_left = (acknowledged, now + self.min_retention_s)
             actions.append(ReceiverAt(key, peer, None))
             actions += self._free(key, stream, now)
         return actions
@@ -586,6 +597,9 @@ class StreamSender:
         freed_durable = False
         below = 0
         kept_since = now - self.min_retention_s
+        kept_for_left = stream.kept_for_left
+        if kept_for_left is not None and kept_for_left[1] <= now:
+            stream.kept_for_left = kept_for_left = None
         absent_since = self._absent_since()
         if absent_since is not None:
             # a broker is cut off or down: what was sent since it went (and the minimum retention
@@ -599,6 +613,8 @@ class StreamSender:
             if not entry.confirmed or (floor is not None and seq >= floor):
                 break
             if entry.durable and entry.created_at > kept_since:
+                break
+            if kept_for_left is not None and seq >= kept_for_left[0]:
                 break
             entries.popitem(0)
             stream.blind.discard(seq)
