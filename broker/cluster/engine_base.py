@@ -191,12 +191,6 @@ class EngineBase:
         # ((origin, class), client) -> messages held for a moved session until its catch-up on
         # that stream is done
         self._held_for: dict[tuple[tuple[str, str], str], list[ForwardedMessage]] = {}
-        # (origin, class) -> client -> since: a stream new here whose messages are held for a client
-        # whose older session may still arrive (``StreamsMixin._defer_new_stream``)
-        self._deferred: dict[tuple[str, str], dict[str, float]] = {}
-        # (origin, class) -> client -> SEQ: a session moved or merged here got every message of the
-        # stream below it on its old broker, which stood further than this one (``StreamsMixin._has_already``)
-        self._skip_below: dict[tuple[str, str], dict[str, int]] = {}
         # client -> filter -> stream key -> SEQ: where the streams stood when a client whose older
         # session may still arrive (a late session) subscribed here (``catch_up_state.upper_bound``)
         self._subscribed_at: dict[str, dict[str, dict[tuple[str, str], int]]] = {}

@@ -275,12 +275,6 @@ class TakeoverGlue(RetainedGlue):
         # next broker fetches them from where the session stands
         client_id = snapshot.client_id
         self._subscribed_at.pop(client_id, None)  # (its subscriptions leave with it)
-        for clients in self._deferred.values():  # (what was held for it: below, as for a catch-up)
-            clients.pop(client_id, None)
-        self._deferred = {key: clients for key, clients in self._deferred.items() if clients}
-        for floors in self._skip_below.values():
-            floors.pop(client_id, None)
-        self._skip_below = {key: floors for key, floors in self._skip_below.items() if floors}
         for table, client_at in ((self._catch_ups, 2), (self._awaiting_start, 1)):
             for key, seq in _take_client_entries(table, client_id, client_at):
                 at[key] = min(at.get(key, seq), seq)

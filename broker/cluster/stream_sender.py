@@ -31,6 +31,9 @@ Seed 004 (CO protocol, Sakamoto et al.) adapted to a cluster whose groups follow
 
 Events in (``append``, ``published``, ``done``, ``acked``, ``ret``, ``tick`` with ``now``),
 actions out as plain data. No I/O, no clock of its own.
+
+Size: one class whose parts - numbering, the log, republication, resends, freeing - all read and
+write the same per-stream state (``_Stream``); split, each part would reach into the others'.
 """
 
 from __future__ import annotations

@@ -41,7 +41,6 @@ if TYPE_CHECKING:
     from broker.cluster.interest_table import InterestTable
     from broker.cluster.stats import ClusterStats
     from broker.cluster.store_port import ClusterStore
-    from broker.cluster.takeover import Takeover
     from broker.config import ClusterConfig
     from broker.core.ports import BrokerApi, Scheduler
     from broker.core.session import Message
@@ -55,15 +54,6 @@ CONTROL_CLASS = "!ctl"  # every broker subscribes: retained updates and session 
 # refuses an item larger than a frame)
 BATCH_MAX_MESSAGES = 256
 _NOBODY: frozenset[str] = frozenset()  # no moved session waits for a catch-up of this stream
-# a stream that starts here after a client whose older session may still arrive (a late session)
-# subscribed: its messages are held for that client until the claim settles (the late session's
-# positions say which of them the client got on its old broker), at most this long and this many
-# (then they go to it, as before: at least once, perhaps twice) - ``_defer_new_stream``
-# one sender batch: released at once into the session, a hold must stay far below the session
-# queue limit (1,000 by default; a larger release overflowed it - 863 acknowledged messages
-# dropped as queue_full_oldest in test_zero_loss.py at 500 msg/s)
-DEFER_MAX_S = 10.0
-DEFER_MAX_MESSAGES = 256
 BATCH_MAX_BYTES = 256 * 1024
 BATCH_ITEM_OVERHEAD_BYTES = 256  # per message beyond payload, topic and properties (fields, framing)
 
@@ -111,12 +101,6 @@ class StreamsMixin:
     _moved_positions: dict[str, tuple[StreamPosition, ...]]
     _awaiting_start: dict[tuple[str, str], list[tuple[int, str, float]]]
     _held_for: dict[tuple[tuple[str, str], str], list[ForwardedMessage]]
-    _deferred: dict[tuple[str, str], dict[str, float]]  # stream -> client -> since (``_defer_new_stream``)
-    _skip_below: dict[tuple[str, str], dict[str, int]]  # stream -> client -> SEQ it got all below
-    _subscribed_at: dict[str, dict[str, dict[tuple[str, str], int]]]
-    takeover: Takeover | None
-    _next_catch_up: float | None
-    retransmit_s: float
     _late_session_end: Callable[[str, Collection[str] | None], Callable[[tuple[str, str], int], int]]
     _now: Callable[[], float]
     _start_claim_grace: Callable[[float], None]
@@ -292,80 +276,10 @@ class StreamsMixin:
             position = StreamPosition(forwarded.origin, forwarded.stream, forwarded.seq)
             self._send_stream(origin_peer(forwarded.origin), StreamAck((), (position,)))
             return
-        key = (forwarded.origin, forwarded.stream)
-        fresh = bool(self._subscribed_at) and not self.receiver.has_stream(key)
         ready = self.receiver.receive(forwarded, hops, self._now())
         if self._awaiting_start:  # before the delivery: the catch-up holds the client's copies
-            self._stream_started(key)
-        if fresh:
-            self._defer_new_stream(key)
+            self._stream_started((forwarded.origin, forwarded.stream))
         self._deliver(ready)
-
-    def _defer_new_stream(self, key: tuple[str, str]) -> None:
-        """Stream ``key`` starts here, at its ``low`` (what some receiver may still lack, up to
-        ``cluster.send_log_min_retention_ms`` of stream behind, or a restarted origin's whole log):
-        a client that subscribed its class here while an older session of it may still arrive
-        (``_subscribed_at``, recorded only then) may have got those messages on its old broker. They
-        are held for it (``_held_for``, durable) until the claim settles: the late session's
-        positions drop what it got there (``_release_deferred``); without a session, or after
-        ``DEFER_MAX_S`` / ``DEFER_MAX_MESSAGES``, they all go to it. Delivering them at once gave
-        the client again what it had received before the kill (the chaos soak's duplicates,
-        docs/notes/recovery.md); the stream still starts at ``low`` for every other session (a
-        receiver cut off before its interest arrived, docs/cluster.md)."""
-        takeover = self.takeover
-        if takeover is None or not self.receiver.start_of(key):
-            return
-        class_of = self.interest.class_of
-        now = self._now()
-        for client_id, recorded in self._subscribed_at.items():
-            if not takeover.may_bring_session(client_id):
-                continue
-            if any(class_of(flt) == key[1] and key not in at for flt, at in recorded.items()):
-                self._deferred.setdefault(key, {})[client_id] = now
-                self._arm_catch_up_timer()
-
-    def _arm_catch_up_timer(self) -> None:
-        if self._next_catch_up is None:
-            self._next_catch_up = self._now() + self.retransmit_s
-
-    def _release_deferred(
-        self, client_id: str, positions: tuple[StreamPosition, ...] | None = None, *, reason: str = ""
-    ) -> None:
-        """The messages held for ``client_id`` by ``_defer_new_stream`` go to it now, in order
-        after any catch-up of it still running on their stream; with ``positions`` (those of a late
-        session merged into its session here) only those at or above its old broker's position."""
-        if not self._deferred:
-            return
-        at = {(p.origin, p.stream): p.next_seq for p in positions or ()}
-        for key, clients in list(self._deferred.items()):
-            if clients.pop(client_id, None) is None:
-                continue
-            if not clients:
-                del self._deferred[key]
-            held = self._held_for.get((key, client_id))
-            below = at.get(key, 0)
-            if held and below:
-                keep = [forwarded for forwarded in held if forwarded.seq >= below]
-                dropped = len(held) - len(keep)
-                if dropped:
-                    self.store.release_held(client_id, key)
-                    for forwarded in keep:
-                        self.store.hold(client_id, forwarded)
-                    if keep:
-                        self._held_for[(key, client_id)] = keep
-                    else:
-                        del self._held_for[(key, client_id)]
-                    self._deliver_pending_commit = True
-            if reason:
-                log.info(
-                    "cluster_deferred_released client_id=%s origin=%s stream=%s held=%d reason=%s",
-                    client_id,
-                    key[0],
-                    key[1],
-                    len(self._held_for.get((key, client_id), ())),
-                    reason,
-                )
-            self._release_held(key, client_id)
 
     def _stream_started(self, key: tuple[str, str]) -> None:
         """Moved sessions waiting for ``key`` to start here: what lies between their position and
@@ -390,7 +304,6 @@ class StreamsMixin:
         causal = self.causal
         catch_ups = self._catch_ups
         memos = self._route_memos
-        overflowing: list[str] = []  # clients whose deferred hold is full (``_defer_new_stream``)
         for forwarded, hops in ready:
             if forwarded.copies and causal is not None:
                 causal.accepted(forwarded)  # what this broker sends from now on follows it
@@ -399,28 +312,17 @@ class StreamsMixin:
             stream = forwarded.stream
             key = (forwarded.origin, stream)
             pending = catch_ups.get(key) if catch_ups else None
-            deferred = self._deferred.get(key) if self._deferred else None
-            floors = self._skip_below.get(key) if self._skip_below else None
             waiting: Collection[str]
-            if pending or deferred or floors:
-                held_for: set[str] = {catch_up[2] for catch_up in pending} if pending else set()
-                if deferred:
-                    held_for |= deferred.keys()
-                waiting = held_for
-                has = self._has_already(key, floors, forwarded.seq) if floors else _NOBODY
+            if pending:
+                waiting = {catch_up[2] for catch_up in pending}
                 for client_id in waiting:
-                    if client_id in has:
-                        continue
                     # a moved session still catching up on this stream gets this message after
                     # the older ones it waits for (order per publisher): held for it until then
                     # (durable with this delivery's commit: the receive position moves past it)
-                    held = self._held_for.setdefault((key, client_id), [])
-                    held.append(forwarded)
+                    self._held_for.setdefault((key, client_id), []).append(forwarded)
                     self.store.hold(client_id, forwarded)
-                    if deferred and client_id in deferred and len(held) >= DEFER_MAX_MESSAGES:
-                        overflowing.append(client_id)
                 accept = self._class_filter(stream)
-                matched = broker.deliver_remote(forwarded.message, accept, except_clients=held_for.union(has))
+                matched = broker.deliver_remote(forwarded.message, accept, except_clients=waiting)
             else:
                 waiting = _NOBODY
                 # the messages of one batch share their class's filter and, mostly, their topic:
@@ -434,22 +336,9 @@ class StreamsMixin:
             if not matched and not waiting:
                 stats.wasted += 1  # the class reached us, no local filter matched the topic
             class_counters.received(forwarded.stream, hops, bool(matched or waiting))
-        for client_id in overflowing:
-            self._release_deferred(client_id, reason="size")
         if memos is None:  # (in a batch: once after its last message, ``_on_deliver``)
             self._persist_positions()
         self._deliver_pending_commit = True
-
-    def _has_already(self, key: tuple[str, str], floors: dict[str, int], seq: int) -> Collection[str]:
-        """The clients whose session here got SEQ ``seq`` of ``key`` already: a session merged or
-        moved here from a broker that stood further in the stream than this one
-        (``_skip_below``, set by ``_catch_up``); a floor this stream has reached is dropped."""
-        has = {client_id for client_id, floor in floors.items() if seq < floor}
-        for client_id in [c for c, floor in floors.items() if seq + 1 >= floor]:
-            del floors[client_id]
-        if not floors:
-            del self._skip_below[key]
-        return has
 
     def _persist_positions(self) -> None:
         """The receive positions that moved go to the store, written with its next commit: the one
@@ -526,10 +415,6 @@ class StreamsMixin:
                     self._deliver_pending_commit = True
                 continue
             here = self.receiver.position(key)
-            if (here and position.next_seq > here) or (not here and self.receiver.has_stream(key)):
-                # the session got every message below its old broker's position there, further
-                # than this broker stands: what arrives here below it is not delivered to it again
-                self._skip_below.setdefault(key, {})[client_id] = position.next_seq
             if here:
                 here = end(key, here)
             if not here and self.interest.subscribed_by_others(position.stream, client_id):
@@ -545,16 +430,11 @@ class StreamsMixin:
                 request = StreamRet(position.origin, position.stream, position.next_seq, here)
                 self._send_stream(origin_peer(position.origin), request)
         self._persist_catch_ups((client_id,))
-        self._release_deferred(client_id, positions)  # after the catch-ups: held behind them
 
     def _repeat_catch_ups(self, now: float, retransmit_s: float, give_up_s: float) -> float | None:
         """Ask again for what a moved session still waits for (a RET or its answer was lost); give
         a catch-up up after ``give_up_s`` (counted as a gap given up). The next deadline, if any."""
         deadline: float | None = None
-        if self._deferred:
-            self._expire_deferred(now)
-            if self._deferred:
-                deadline = now + retransmit_s
         given_up: list[str] = []
         for key, pending in list(self._catch_ups.items()):
             for catch_up in list(pending):
@@ -573,17 +453,6 @@ class StreamsMixin:
                 deadline = now + retransmit_s
         self._persist_catch_ups(given_up)
         return deadline
-
-    def _expire_deferred(self, now: float) -> None:
-        """Holds of ``_defer_new_stream`` older than ``DEFER_MAX_S``, or whose client's claim can no
-        longer bring a session: released (a hold of ``DEFER_MAX_MESSAGES`` goes at once, ``_deliver``)."""
-        takeover = self.takeover
-        for clients in list(self._deferred.values()):
-            for client_id, since in list(clients.items()):
-                if now - since > DEFER_MAX_S:
-                    self._release_deferred(client_id, reason="time")
-                elif takeover is not None and not takeover.may_bring_session(client_id):
-                    self._release_deferred(client_id, reason="settled")
 
     def _caught_up(self, forwarded: ForwardedMessage) -> None:
         """A resent message some moved session waits for: to that client only."""
@@ -660,7 +529,6 @@ class StreamsMixin:
             self.store.load_catch_ups(), self.store.load_held(), now
         )
         self._start_claim_grace(now)  # stored sessions whose client moved on while we were down
-        self._deferred = {}  # (what was held for them is in the store: released below)
         for key, client_id in list(self._held_for):
             self._release_held(key, client_id)
 
