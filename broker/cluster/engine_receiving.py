@@ -123,6 +123,8 @@ class EngineReceiving(TakeoverGlue):
                     set_aside.discard(client_id)  # drained to a quarter of its limit: paces again
                 if not broker.client_connected(client_id):
                     self._absent_in_window.setdefault(key, set()).add(client_id)
+                    if self._claimable_after_restart(client_id):
+                        left = 0  # its client may have moved on: a claim takes it (engine_takeover)
                 elif left < room:
                     least = [client_id]
                 elif left == room:

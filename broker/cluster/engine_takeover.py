@@ -7,8 +7,12 @@ positions, or refusing one bound to another user), passes on a session whose cli
 settles our own claims and finishes the CONNECTs waiting for them. The stream positions a session
 leaves with (:meth:`TakeoverGlue._hand_over_positions`) and, for a session that may have an older
 one merged into it later (a late session), where its own subscriptions here began to get each
-stream (:meth:`TakeoverGlue._note_subscribed`: the late session's catch-up stops there). It holds
-no state of its own.
+stream (:meth:`TakeoverGlue._note_subscribed`: the late session's catch-up stops there). After a
+restart, a stored session whose client has not come back yet takes no catch-up for
+``CLAIM_GRACE_REPEATS`` claim repeat periods (:meth:`TakeoverGlue._claimable_after_restart`): its
+client may have moved to another broker while this one was down, and that broker's repeated
+claim takes the session - with the positions it stood at, not with a queue of what the client got
+there meanwhile (issue #30, docs/notes/recovery.md). It holds no state of its own.
 """
 
 from __future__ import annotations
@@ -23,6 +27,11 @@ from broker.cluster.messages import ClaimReply, SessionClaim, StreamPosition
 from broker.cluster.stream_receiver import origin_peer
 from broker.cluster.takeover import Answer, ClaimFinished, HandOver, NoSession, Refuse
 from broker.core.session import SessionSnapshot
+
+# after a restart, how many claim repeat periods (``Takeover.repeat_s``) a stored session whose
+# client has not reconnected here takes no catch-up (``_claimable_after_restart``): a claimant
+# repeats its unanswered claim every period, and at once when it sees this broker back
+CLAIM_GRACE_REPEATS = 3.0
 
 
 def _take_client_entries(
@@ -40,6 +49,25 @@ def _take_client_entries(
 
 class TakeoverGlue(RetainedGlue):
     """See the module docstring."""
+
+    _claim_grace_until: float = 0.0  # set when the engine starts (``StreamsMixin._restore_catch_ups``)
+
+    def _claimable_after_restart(self, client_id: str) -> bool:
+        """Whether the stored session of ``client_id`` (its client not connected here) should take
+        no catch-up now: this broker restarted less than ``CLAIM_GRACE_REPEATS`` claim repeat
+        periods ago. Its client found this broker down and may have connected to another one,
+        whose claim - repeated until this broker answers - is on its way: the session then leaves
+        with the stream positions it stood at, and the new broker fetches from there what its own
+        session of the client did not get (``catch_up_state.upper_bound``). Catching the session
+        up here first queued into it the messages the client had received there meanwhile, which
+        the merge delivered again (the chaos soak's duplicates after a kill -9 of the subscriber's
+        broker, docs/notes/recovery.md). Delaying never loses: the senders keep what this broker
+        has not taken."""
+        return self._now() < self._claim_grace_until and not self.stopped
+
+    def _start_claim_grace(self, now: float) -> None:
+        assert self.takeover is not None
+        self._claim_grace_until = now + CLAIM_GRACE_REPEATS * self.takeover.repeat_s
 
     def _on_claim(self, claim: SessionClaim) -> None:
         assert self.takeover is not None and self.broker is not None
@@ -229,6 +257,15 @@ class TakeoverGlue(RetainedGlue):
         at = {key: p for key, p in before.items() if key[1] in classes}
         for c in classes:
             at[(sender.origin, c)] = sender.position(c)
+            # an earlier incarnation's streams still logged here reached the session whole (local
+            # publishes directly, the rest from this log when it moved here): named at their end.
+            # Unnamed, the new broker asked for them from SEQ 1 and delivered the whole log again
+            # (the chaos soak's bursts of duplicates when the subscriber's and the publisher's
+            # broker were one and restarted, docs/notes/recovery.md)
+            for key in sender.streams_of(c):
+                end = sender.next_seq_of(key)
+                if key[0] != sender.origin and origin_peer(key[0]) == self.peer_id and end is not None:
+                    at[key] = end
         # positions the session brought here and that were never applied (its client left before
         # the CONNACK): the earliest of the two for each stream goes on with it
         for position in self._moved_positions.pop(snapshot.client_id, ()):

@@ -31,6 +31,9 @@ Seed 004 (CO protocol, Sakamoto et al.) adapted to a cluster whose groups follow
 
 Events in (``append``, ``published``, ``done``, ``acked``, ``ret``, ``tick`` with ``now``),
 actions out as plain data. No I/O, no clock of its own.
+
+Size: one class whose parts - numbering, the log, republication, resends, freeing - all read and
+write the same per-stream state (``_Stream``); split, each part would reach into the others'.
 """
 
 from __future__ import annotations
@@ -125,6 +128,9 @@ class _Stream:
     heard: dict[str, float] = field(default_factory=dict)  # peer -> when it last acknowledged
     resent_at: dict[str, float] = field(default_factory=dict)  # peer -> last unprompted resend
     assumed: set[str] = field(default_factory=set)  # registered by interest, not acknowledged yet
+    # (SEQ, until): what a receiver that left had not acknowledged is kept ``min_retention_s`` more
+    # (``left``): it may have handed a session over whose new broker fetches from its position
+    kept_for_left: tuple[int, float] | None = None
     next_seq: int = 1
 
 
@@ -377,10 +383,18 @@ class StreamSender:
             stream = self._streams.get(key)
             if stream is None or peer not in stream.receivers:
                 continue
-            del stream.receivers[peer]
+            acknowledged = stream.receivers.pop(peer)
             stream.heard.pop(peer, None)
             stream.resent_at.pop(peer, None)
             stream.assumed.discard(peer)
+            if self.min_retention_s > 0:
+                # a broker leaves a class when its last session of it is handed over: the session's
+                # new broker asks for what follows the position it left with (a session held back
+                # after a restart, issue #30), perhaps just after this leave arrived
+                kept = stream.kept_for_left
+                if kept is not None and kept[1] > now:
+                    acknowledged = min(acknowledged, kept[0])
+                stream.kept_for_left = (acknowledged, now + self.min_retention_s)
             actions.append(ReceiverAt(key, peer, None))
             actions += self._free(key, stream, now)
         return actions
@@ -408,6 +422,10 @@ class StreamSender:
             # sent_at in the past: published again through the overlay on the first tick
             stream.entries[forwarded.seq] = _Entry(forwarded, True, False, now - self.retransmit_s, now)
             stream.unconfirmed.add(forwarded.seq)
+            # an earlier incarnation's stream ends after its last logged message: a session moving
+            # away names it there (everything of it reached this broker's own sessions), and a new
+            # receiver starts there - not at SEQ 1, from where the whole log was delivered again
+            stream.next_seq = max(stream.next_seq, forwarded.seq + 1)
         for key, peer, next_seq in receivers:
             if key[0] != self.origin:
                 # a broker restarted while cut off from some subscriber brokers does not hear of
@@ -502,6 +520,12 @@ class StreamSender:
         stream = self._streams.get((self.origin, cls))
         return stream.next_seq if stream is not None else 1
 
+    def next_seq_of(self, key: StreamKey) -> int | None:
+        """The SEQ the next message of stream ``key`` would get (for an earlier incarnation's
+        stream: one past its last); None for a stream this sender does not keep."""
+        stream = self._streams.get(key)
+        return stream.next_seq if stream is not None else None
+
     def streams_of(self, cls: str) -> list[StreamKey]:
         """This broker's streams of ``cls`` (this incarnation's, and earlier ones' still logged)."""
         return sorted(key for key in self._streams if key[1] == cls)
@@ -576,6 +600,9 @@ class StreamSender:
         freed_durable = False
         below = 0
         kept_since = now - self.min_retention_s
+        kept_for_left = stream.kept_for_left
+        if kept_for_left is not None and kept_for_left[1] <= now:
+            stream.kept_for_left = kept_for_left = None
         absent_since = self._absent_since()
         if absent_since is not None:
             # a broker is cut off or down: what was sent since it went (and the minimum retention
@@ -589,6 +616,8 @@ class StreamSender:
             if not entry.confirmed or (floor is not None and seq >= floor):
                 break
             if entry.durable and entry.created_at > kept_since:
+                break
+            if kept_for_left is not None and seq >= kept_for_left[0]:
                 break
             entries.popitem(0)
             stream.blind.discard(seq)

@@ -103,6 +103,7 @@ class StreamsMixin:
     _held_for: dict[tuple[tuple[str, str], str], list[ForwardedMessage]]
     _late_session_end: Callable[[str, Collection[str] | None], Callable[[tuple[str, str], int], int]]
     _now: Callable[[], float]
+    _start_claim_grace: Callable[[float], None]
     _commit: Callable[[], None]
     _handle: Callable[[Any], None]
     _send_envelope: Callable[[str, str, int, Any], None]
@@ -532,6 +533,7 @@ class StreamsMixin:
         self._catch_ups, self._awaiting_start, self._held_for = catch_up_state.restore(
             self.store.load_catch_ups(), self.store.load_held(), now
         )
+        self._start_claim_grace(now)  # stored sessions whose client moved on while we were down
         for key, client_id in list(self._held_for):
             self._release_held(key, client_id)
 

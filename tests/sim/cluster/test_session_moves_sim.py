@@ -402,3 +402,41 @@ FIXED_SEEDS = [
 @pytest.mark.parametrize(("seed", "faults"), FIXED_SEEDS, ids=[f"{s}-{f}" for s, f in FIXED_SEEDS])
 def test_seeds_of_the_pair_sweeps_that_showed_a_cause_keep_every_invariant(seed: int, faults: str) -> None:
     _fail_with([run_seed(seed, faults=frozenset(faults.split(",")), loss=0.05)])
+
+
+# ---------------------------------------------------------------------- duplicates after kill -9 (issue #30)
+INFLIGHT_DEFAULT = 20  # limits.max_inflight_messages
+
+
+def subscriber_moved_while_its_broker_was_down(seed: int = 1) -> Result:
+    """5 brokers, 20 QoS 1 msg/s from A; the persistent subscriber's broker B is killed (after a
+    third broker D was down and came back), the subscriber reconnects to C at once, subscribes
+    again, and B restarts 3 s later: C's claim, repeated, takes B's stored session. Before:
+    the restarted B first caught the stored session up with what it missed while down (the
+    senders' resends) - the 60 messages the client had meanwhile got on C, merged into C's session
+    and delivered again."""
+    run = Run(seed, Scenario(brokers=5, quiet_s=10.0, title="subscriber moved while its broker was down"))
+    a, b, c, d, _e = run.peer_ids
+    run.start_brokers()
+    run.add_client("pub", a, persistent=False)
+    subscriber = run.add_client("sub", b, persistent=True)
+    subscriber.drain_per_s = 2000.0
+    subscriber.on_connack = lambda client, _present: client.subscribe("mv/x")
+    run.world.at(2.0, run.connect, "sub")
+    run.world.at(2.5, run.connect, "pub")
+    run.publish_stream("pub", 800, 0.05, 4.0, "mv/x")
+    run.world.at(10.0, run.crash, d)
+    run.world.at(13.0, run.restart, d)
+    run.world.at(14.0, run.crash, b)
+    run.world.at(14.3, run.connect, "sub", c)
+    run.world.at(17.0, run.restart, b)
+    return run.finish(end_s=4.0 + 800 * 0.05 + 25.0)
+
+
+def test_a_session_whose_client_moved_while_its_broker_was_down_brings_no_duplicates() -> None:
+    """Before the restarted broker held its catch-up back from such a session: 60 duplicates."""
+    result = subscriber_moved_while_its_broker_was_down()
+    _fail_with([result])
+    received = [r for r in result.history.received if r.subscriber == "sub"]
+    assert len({r.seq for r in received}) == 800
+    assert result.duplicates <= INFLIGHT_DEFAULT, f"{result.duplicates} duplicates"
