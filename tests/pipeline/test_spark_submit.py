@@ -54,7 +54,11 @@ def test_spark_submit_progress_on_stderr_and_a_clean_sigterm(tmp_path: Path) -> 
         stdout_text, stderr_text = out.read_text(errors="replace"), err.read_text(errors="replace")
         assert '"event"' not in stdout_text, stdout_text[-2000:]  # progress lines are on stderr only
         assert '"reason": "' in stderr_text.split('"event": "pipeline_stopped"')[1]
-        assert "Traceback" not in stderr_text + stdout_text and "Py4J" not in stderr_text + stdout_text
+        # no Python traceback and no py4j logger noise (a stop racing the JVM's exit); the stop's own
+        # line may name the exception that told the driver the JVM was gone (e.g. Py4JNetworkError)
+        lines = (stderr_text + stdout_text).splitlines()
+        noise = [line for line in lines if '"pipeline_stopped"' not in line]
+        assert not [line for line in noise if "Traceback" in line or "py4j" in line.lower()], noise[-40:]
         assert "BlockManagerId(driver, 127.0.0.1," in stderr_text  # local mode: the driver on loopback
     finally:
         if submit.poll() is None:
