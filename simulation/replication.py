@@ -29,6 +29,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from broker.cluster.classes import topic_classes
+from broker.cluster.engine_replication import both_done
 from broker.cluster.messages import StreamPosition
 from broker.cluster.replication import Replication
 from broker.cluster.replication_messages import (
@@ -388,7 +389,7 @@ class ReplicatedCluster:
         wait = engine.on_publish(message, from_client_id)
         entries = [((sender.origin, cls), seq) for cls, seq in before.items() if sender.position(cls) > seq]
         durable = self.node.append(message, entries)
-        return _both(wait, durable)
+        return both_done(wait, durable)
 
     def on_subscribe(self, client_id: str, topic_filter: str, share_group: str | None, qos: int) -> None:
         self.engine.on_subscribe(client_id, topic_filter, share_group, qos)
@@ -436,23 +437,6 @@ class ReplicatedCluster:
 
     def on_client_disconnected(self, client_id: str) -> None:
         self.engine.on_client_disconnected(client_id)
-
-
-def _both(first: Completion[bool] | None, second: Completion[bool]) -> Completion[bool]:
-    """Done when both are (``first`` None: ``second``)."""
-    if first is None:
-        return second
-    both: Completion[bool] = Completion()
-    pending = [2]
-
-    def one_done(_done: object) -> None:
-        pending[0] -= 1
-        if pending[0] == 0:
-            both.set_result(True)
-
-    first.add_done_callback(one_done)
-    second.add_done_callback(one_done)
-    return both
 
 
 class ReplicatedSimBroker(SimBroker):

@@ -406,7 +406,7 @@ class ReplicatedClusterPort:
         origin = sender.origin
         entries = [((origin, cls), seq) for cls, seq in before if sender.position(cls) > seq]
         durable = replication.append(message, entries)
-        return _both(wait, durable)
+        return both_done(wait, durable)
 
     def on_subscribe(self, client_id: str, topic_filter: str, share_group: str | None, qos: int) -> None:
         self.engine.on_subscribe(client_id, topic_filter, share_group, qos)
@@ -443,7 +443,7 @@ def _first_logged(sender: StreamSender, key: tuple[str, str]) -> int:
     return stream.entries.peekitem(0)[0] if stream.entries else stream.next_seq
 
 
-def _both(first: Completion[bool] | None, second: Completion[bool]) -> Completion[bool]:
+def both_done(first: Completion[bool] | None, second: Completion[bool]) -> Completion[bool]:
     """Done when both are (``first`` None: ``second``)."""
     if first is None or first.done():
         return second
