@@ -207,7 +207,10 @@ class ClientPublish(ClientConnect):
         if entry.state != STATE_PUBREL_SENT:
             entry.state = STATE_PUBREL_SENT
             self.broker.outbound.state_changed(session, entry)
-        self.write(_ack4(0x62, packet_id))
+        # after the commit that records "PUBREL sent" (MQTT-4.3.3: no PUBLISH again once PUBREL
+        # left): the client delivers at PUBREL, and a crash before that commit would restart
+        # with "PUBLISH sent" and send the PUBLISH again - a second delivery
+        self.send_ack(_ack4(0x62, packet_id))
 
     def handle_pubcomp(self, packet: Pubcomp) -> None:
         session = self.session

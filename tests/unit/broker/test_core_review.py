@@ -674,3 +674,28 @@ def test_resend_after_reconnect_respects_the_new_receive_maximum(start_broker: S
         back.ack(order[len(order) - 2])
         order.append(back.expect_publish())
     assert [(m.payload, m.packet_id, m.dup) for m in order] == [(m.payload, m.packet_id, True) for m in first]
+
+
+def test_pubrel_to_a_subscriber_leaves_only_after_its_state_is_committed(start_broker: Start) -> None:
+    """MQTT-4.3.3: once the broker sent PUBREL it must never send that PUBLISH again. The PUBREL
+    tells the client to deliver (paho and mosquitto hand a QoS 2 message over at PUBREL and forget
+    its packet id); if it left before the commit that records "PUBREL sent", a kill -9 right after
+    would restart the broker with the entry still "PUBLISH sent", it would send the PUBLISH again
+    (dup) and the client would deliver the message a second time. With that commit failing, the
+    subscriber must see no PUBREL (the connection is closed instead, as for any held ack)."""
+    threaded = start_broker()
+    port = threaded.ports["tcp"]
+    sub = RawClient(port)
+    assert sub.connect("pr-sub", clean=False).reason_code == 0
+    sub.subscribe("pr/t", 2)
+    pub = RawClient(port)
+    assert pub.connect("pr-pub").reason_code == 0
+    assert isinstance(pub.publish_acked("pr/t", b"once", 2, packet_id=3), Pubcomp)
+    message = sub.expect_publish()
+    assert (message.payload, message.qos) == (b"once", 2)
+    time.sleep(0.2)  # the commit of the PUBLISH's in-flight state is done
+    fail_next(threaded)
+    assert message.packet_id is not None
+    sub.send(Pubrec(message.packet_id))
+    packets = sub.read_until_closed()
+    assert not [p for p in packets if isinstance(p, Pubrel)], packets
