@@ -13,7 +13,9 @@ import time
 import pytest
 
 from tests.support.cluster import ClientFactory, ClusterFactory, numbers, probe_route, unique_id
+from tests.support.interop_raw import RawClient
 from tools.launcher import LocalCluster
+from tools.mqtt_raw import PUBCOMP, PUBREC, PUBREL, ack_packet, publish_packet
 
 SESSION_TAKEN_OVER = 0x8E
 
@@ -140,3 +142,57 @@ def test_wills_of_a_broker_shutting_down_reach_the_other_brokers(
     assert cluster.stop_broker(0) == 0
     msg = watcher.wait_message(15)
     assert (msg.topic, msg.payload) == (will_topic, b"broker went away")
+
+
+def test_qos2_publishers_packet_ids_survive_kill_9_and_a_session_move(
+    cluster_factory: ClusterFactory, client_factory: ClientFactory
+) -> None:
+    """MQTT-4.3.3 for the publisher's session across brokers: a QoS 2 PUBLISH that got its PUBREC
+    but no PUBREL yet is remembered with the message (one commit), so the publisher's PUBLISH sent
+    again after its broker's kill -9, or after its session moved to another broker, is
+    acknowledged and not delivered again. The publisher is a hand-written socket client (paho
+    sends PUBREL at once; the gap between PUBREC and PUBREL is the point), the subscriber paho."""
+    cluster = cluster_factory(3)
+    topic = f"{unique_id('q2in')}/t"
+    sub = client_factory(cluster, 1, client_id=unique_id("q2in-sub"), clean=False, session_expiry_s=600)
+    assert sub.subscribe(topic, 2) == [2]
+    probe_route(cluster, 0, sub, topic)
+    publisher_id = unique_id("q2in-pub")
+
+    def connect_publisher(index: int, *, present: bool) -> RawClient:
+        broker = cluster.brokers[index]
+        raw = RawClient(broker.host, broker.mqtt_port)
+        assert raw.connect(publisher_id, clean=False)[:2] == (present, 0)
+        return raw
+
+    def publish_until_pubrec(raw: RawClient, payload: bytes, packet_id: int, *, dup: bool) -> None:
+        raw.send(publish_packet(topic, payload, qos=2, packet_id=packet_id, dup=dup))
+        pubrec = raw.read_packet(10)
+        assert (pubrec.ptype, int.from_bytes(pubrec.body[:2], "big")) == (PUBREC, packet_id)
+
+    def complete(raw: RawClient, packet_id: int) -> None:
+        raw.send(ack_packet(PUBREL, packet_id))
+        pubcomp = raw.read_packet(10)
+        assert (pubcomp.ptype, int.from_bytes(pubcomp.body[:2], "big")) == (PUBCOMP, packet_id)
+
+    # 1. PUBREC received, then kill -9 of the publisher's broker before the PUBREL
+    raw = connect_publisher(0, present=False)
+    publish_until_pubrec(raw, b"q2in-a", 7, dup=False)
+    cluster.kill_broker(0)
+    raw.close()
+    cluster.restart_broker(0)
+    cluster.wait_ready(30)
+    raw = connect_publisher(0, present=True)
+    publish_until_pubrec(raw, b"q2in-a", 7, dup=True)  # sent again (MQTT-4.4.0-1): not a new message
+    complete(raw, 7)
+    # 2. PUBREC received, then the publisher's session moves to broker 2 before the PUBREL
+    publish_until_pubrec(raw, b"q2in-b", 8, dup=False)
+    raw.close()  # gone without DISCONNECT, as a device that lost its network
+    raw = connect_publisher(2, present=True)
+    publish_until_pubrec(raw, b"q2in-b", 8, dup=True)
+    complete(raw, 8)
+    raw.close()
+
+    got = sub.wait_messages(2, timeout_s=20)
+    assert sorted(m.payload for m in got) == [b"q2in-a", b"q2in-b"]
+    sub.assert_no_message(1.5)  # neither PUBLISH sent again was delivered a second time
