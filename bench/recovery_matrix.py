@@ -2,7 +2,8 @@
 
 Each cell starts a fresh 3-broker cluster (real ``python -m broker`` processes, mutual TLS between
 them as the launcher sets up, no limit raised) with a persistent paho-mqtt publisher on broker A
-and a persistent paho-mqtt subscriber on broker B (MQTT 5, clean start 0, session expiry 600 s),
+and a persistent subscriber on broker B (MQTT 5, clean start 0, session expiry 600 s; mosquitto_sub,
+or paho in a process of its own where the session moves: --subscriber),
 streams ``--messages`` or more ids at ``--rate`` per second with ``--window`` unacknowledged at
 most, and injects one fault halfway (tests/support/recovery_cells.py says exactly how):
 
@@ -50,7 +51,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.process.cluster.conftest import FAST_SETTINGS
-from tests.support.recovery_cells import FAULTS, CellParams, CellResult, run_cell
+from tests.support.recovery_cells import FAULTS, SUBSCRIBERS, CellParams, CellResult, run_cell
 from tools.netns import unavailable_reason
 
 
@@ -83,6 +84,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--fast-detection", action=argparse.BooleanOptionalAction, default=True,
         help="the cluster tests' failure detection (500 ms pings, 2 s timeout); default on",
     )  # fmt: skip
+    parser.add_argument(
+        "--subscriber", choices=SUBSCRIBERS, default="mosquitto",
+        help="mosquitto: mosquitto_sub (drains 2,000 QoS 2 msg/s on 2 cores; a move cell takes"
+        " paho-process, as mosquitto_sub cannot change broker); paho-process: paho in a process of its"
+        " own; paho: a paho client in the bench's process beside the publisher (default mosquitto)",
+    )  # fmt: skip
     parser.add_argument("--repeat", type=int, default=1, help="rounds of the whole matrix (interleaved)")
     parser.add_argument("--out", default="", help="write the JSON summary here")
     parser.add_argument(
@@ -108,7 +115,7 @@ def table(cells: list[CellResult]) -> str:
     head = (
         f"{'fault':<11} {'QoS':>3} {'acked':>7} {'lost':>5} {'beyond':>6} {'dups':>5} {'bound':>5}"
         f" {'max unacked':>11}"
-        f" {'msg/s':>6} {'fault s':>7} {'dropped':>7} {'load':>5}  result"
+        f" {'msg/s':>6} {'fault s':>7} {'dropped':>7} {'load':>5} {'subscriber':>12}  result"
     )
     rows = [head, "-" * len(head)]
     for c in cells:
@@ -118,7 +125,7 @@ def table(cells: list[CellResult]) -> str:
             f" {c.duplicates:>5}"
             f" {c.duplicate_bound if c.qos == 1 else 0:>5} {c.max_unacknowledged:>11}"
             f" {c.rate_outside_fault_per_s:>6.0f} {c.fault_s:>7.1f} {c.dropped_by_policy:>7}"
-            f" {c.load_after:>5.1f}  {verdict}"
+            f" {c.load_after:>5.1f} {c.subscriber:>12}  {verdict}"
         )
     return "\n".join(rows)
 
@@ -138,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
     params = CellParams(
         messages=args.messages, rate_per_s=args.rate, window=args.window, down_s=args.down_s,
         split_s=args.split_s, drain_s=args.drain_s,
-        settings=dict(FAST_SETTINGS) if args.fast_detection else {},
+        settings=dict(FAST_SETTINGS) if args.fast_detection else {}, subscriber=args.subscriber,
     )  # fmt: skip
 
     def progress(text: str) -> None:

@@ -6,8 +6,13 @@ not cover, at CI size). The counting is tests/support/zeroloss.py's (IdStream, I
 
 A cell: 3 brokers (tools/launcher.LocalCluster: real ``python -m broker`` processes, mutual TLS
 between them, the default limits; ``settings`` adds only what the caller passes, e.g. the cluster
-tests' faster failure detection), a persistent paho publisher on A (0) and a persistent paho
-subscriber on B (1) at ``qos``, both MQTT 5, clean start 0, session expiry 600 s. The stream
+tests' faster failure detection), a persistent paho publisher on A (0) and a persistent
+subscriber on B (1) at ``qos``, both MQTT 5, clean start 0, session expiry 600 s. The subscriber
+(``CellParams.subscriber``, tests/support/subscriber_process.py) is mosquitto_sub by default: a
+paho client in this process drained QoS 2 slower than 2,000 msg/s beside the publisher (the
+control dropped 1,898 of 10,778), mosquitto_sub did not (0 of 12,222 at 1,933 msg/s, load 12);
+a cell with a session move uses paho in a process of its own (mosquitto_sub cannot change
+broker without a restart, which loses its QoS 2 messages between PUBREC and PUBREL). The stream
 publishes ``rate_per_s`` with ``window`` unacknowledged at most; half of ``messages`` is
 acknowledged before the fault and as many again after it (the stream goes on during the fault, so
 a long fault makes the stream longer). Faults (``FAULTS``):
@@ -45,6 +50,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.support.cluster import ClusterClient, metric_total, probe_route, unique_id, wait_until
+from tests.support.subscriber_process import MosquittoSubscriber, ProcessSubscriber
 from tests.support.zeroloss import IdStream, Inbox, tally
 from tools.launcher import LocalCluster
 from tools.netns import NetnsLab
@@ -58,6 +64,16 @@ READY_TIMEOUT_S = 30.0
 # fault besides the publisher's own window (tests/process/cluster/test_zero_loss.py)
 INFLIGHT_DEFAULT = 20
 SENDER_BATCH = 256
+
+
+SUBSCRIBERS = ("mosquitto", "paho-process", "paho")
+
+
+def subscriber_kind(wanted: str, steps: list[str]) -> str:
+    """The subscriber client a cell uses: ``wanted``, except that mosquitto_sub cannot move."""
+    if wanted not in SUBSCRIBERS:
+        raise ValueError(f"unknown subscriber {wanted!r}; one of {', '.join(SUBSCRIBERS)}")
+    return "paho-process" if wanted == "mosquitto" and "move" in steps else wanted
 
 
 def duplicate_bound(brokers: int, faults: int, window: int) -> int:
@@ -78,6 +94,11 @@ class CellParams:
     stream_s: float = 120.0  # bound on each stage of the stream
     settings: dict[str, str] = field(default_factory=dict)
     data_root: str | None = None
+    # the subscriber client (SUBSCRIBERS, tests/support/subscriber_process.py): "mosquitto" (mosquitto_sub,
+    # in C: drains 2,000 QoS 2 msg/s on this machine; a cell with a session move takes paho-process,
+    # since mosquitto_sub cannot change broker), "paho-process" (paho in a process of its own),
+    # "paho" (a paho ClusterClient in this process, beside the publisher)
+    subscriber: str = "mosquitto"
 
 
 @dataclass
@@ -101,6 +122,7 @@ class CellResult:
     load_after: float
     lost_sample: list[int]
     error: str = ""
+    subscriber: str = ""
 
     @property
     def passed(self) -> bool:
@@ -157,7 +179,7 @@ def cell_cluster(
             cluster.close()  # every broker stopped before its namespace goes away
 
 
-def _client(cluster: LocalCluster, index: int, made: list[ClusterClient], **kwargs: Any) -> ClusterClient:
+def _client(cluster: LocalCluster, index: int, made: list[Any], **kwargs: Any) -> ClusterClient:
     broker = cluster.brokers[index]
     client = ClusterClient(broker.mqtt_port, host=broker.host, **kwargs)
     made.append(client)
@@ -210,15 +232,27 @@ def run_cell(
     for step in steps:
         if step not in FAULTS:
             raise ValueError(f"unknown fault {step!r}; one of {', '.join(FAULTS)}")
-    made: list[ClusterClient] = []
+    made: list[Any] = []
     load_before = _load()
     with cell_cluster(fault, params, root) as (cluster, lab):
         try:
             topic = f"{unique_id(f'rm-{steps[0]}-q{qos}')}/stream"
-            sub = _client(cluster, B, made, client_id=unique_id("rm-sub"), clean=False,
-                          session_expiry_s=SESSION_EXPIRY_S)  # fmt: skip
+            sub: Any
+            kind = subscriber_kind(params.subscriber, steps)
+            if kind == "mosquitto":
+                sub = MosquittoSubscriber(cluster, B, client_id=unique_id("rm-sub"), topic=topic, qos=qos,
+                                          session_expiry_s=SESSION_EXPIRY_S)  # fmt: skip
+                made.append(sub)
+            elif kind == "paho-process":
+                broker_b = cluster.brokers[B]
+                sub = ProcessSubscriber(broker_b.mqtt_port, client_id=unique_id("rm-sub"), host=broker_b.host,
+                                        session_expiry_s=SESSION_EXPIRY_S)  # fmt: skip
+                made.append(sub)
+            else:
+                sub = _client(cluster, B, made, client_id=unique_id("rm-sub"), clean=False,
+                              session_expiry_s=SESSION_EXPIRY_S)  # fmt: skip
             assert sub.subscribe(topic, qos) == [qos]
-            probe_route(cluster, A, sub, topic)
+            probe_route(cluster, A, [sub], topic)
             pub = _client(cluster, A, made, client_id=unique_id("rm-pub"), clean=False,
                           session_expiry_s=SESSION_EXPIRY_S, max_inflight=params.window)  # fmt: skip
             inbox = Inbox([sub])
@@ -270,7 +304,7 @@ def run_cell(
                 fault_s=round(fault_s, 2), stream_s=round(ended - started, 2),
                 session_present=session_present, dropped_by_policy=drops.total(),
                 load_before=round(load_before, 2), load_after=round(_load(), 2),
-                lost_sample=sorted(result.lost)[:20],
+                lost_sample=sorted(result.lost)[:20], subscriber=kind,
             )  # fmt: skip
         finally:
             for client in made:
@@ -284,7 +318,7 @@ def _inject(
     cluster: LocalCluster,
     lab: NetnsLab | None,
     pub: ClusterClient,
-    sub: ClusterClient,
+    sub: Any,
     params: CellParams,
     progress: Callable[[str], None],
     drops: PolicyDrops,
