@@ -13,11 +13,19 @@ do not cover already:
   test lost 5,393 of 10,502 acknowledged (load 27); after, 0 lost, 37 duplicates;
 * QoS 2 across a kill -9 of a **third** broker and then a **session move** of the subscriber
   (B -> C), one stream: 0 lost, 0 duplicates (test_zero_loss.py covers QoS 2 across kills of the
-  subscriber's and the publisher's broker, and the move at QoS 1 only).
+  subscriber's and the publisher's broker, and the move at QoS 1 only);
+* QoS 2 across a kill -9 of the **subscriber's** broker under a 1,000 msg/s stream (twice
+  test_zero_loss.py's QoS 2 rate), mosquitto_sub as the subscriber (it delivers a QoS 2 message
+  at PUBREL and forgets its packet id: a broker that sent PUBREL before the commit recording it
+  sends the PUBLISH again after a restart, and mosquitto_sub delivers it twice).
+
+The subscriber is mosquitto_sub (tests/support/recovery_cells.py: an in-process paho client drains
+QoS 2 slower than the stream beside the publisher); the move cell's is paho in a process of its
+own.
 
 The clusters keep the suite's faster failure detection (conftest.FAST_SETTINGS); no limit is
 raised. Sizes for runs by hand: SKIPMQ_RM_MESSAGES (3000), SKIPMQ_RM_RATE (1000, the QoS 1 cell),
-SKIPMQ_RM_QOS2_RATE (500).
+SKIPMQ_RM_QOS2_RATE (500, the QoS 2 move cell), SKIPMQ_RM_QOS2_FAST_RATE (1000).
 """
 
 from __future__ import annotations
@@ -33,6 +41,7 @@ from tests.support.zeroloss import env_float, env_int, report
 MESSAGES = env_int("SKIPMQ_RM_MESSAGES", 3_000)
 RATE_PER_S = env_float("SKIPMQ_RM_RATE", 1_000.0)
 QOS2_RATE_PER_S = env_float("SKIPMQ_RM_QOS2_RATE", 500.0)
+QOS2_FAST_RATE_PER_S = env_float("SKIPMQ_RM_QOS2_FAST_RATE", 1_000.0)
 
 
 def params(rate_per_s: float) -> CellParams:
@@ -65,3 +74,11 @@ def test_kill_9_of_the_subscribers_broker_under_a_fast_stream_loses_nothing(tmp_
 @pytest.mark.timeout(240)
 def test_qos2_across_kill_9_of_a_third_broker_then_a_session_move_delivers_each_once(tmp_path: Path) -> None:
     check(run_cell("kill-third+move", 2, params(QOS2_RATE_PER_S), tmp_path))
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_qos2_across_kill_9_of_the_subscribers_broker_under_a_fast_stream_delivers_each_once(
+    tmp_path: Path,
+) -> None:
+    check(run_cell("kill-sub", 2, params(QOS2_FAST_RATE_PER_S), tmp_path))
