@@ -1,27 +1,26 @@
-"""A paho-mqtt subscriber in a process of its own, for streams faster than an in-process client drains.
+"""Subscribers in processes of their own, for streams faster than an in-process client drains.
 
 Why: the recovery matrix's subscriber shared the test process (and its GIL) with the paho
 publisher, the id stream's thread and the counting; at QoS 2 it drained slower than 2,000 msg/s
 on this 2-core machine (the no-fault control dropped 1,898 of 10,778 by queue policy,
-2026-11-28). In a process of its own the same library drains the stream (docs/notes/recovery.md).
-mosquitto_sub was the other candidate; it cannot move to another broker without a restart, and a
-restarted mosquitto_sub loses what it holds between PUBREC and PUBREL (it delivers a QoS 2
-message at PUBREL, and drops messages that arrive after SIGTERM), so it cannot stand for a
-persistent client across a session move.
+2026-11-28). Side by side (the QoS 2 control, load 11-13): mosquitto_sub 0 dropped of 12,222 at
+1,933 msg/s, paho in a process of its own 3,573 of 11,945, paho in the test's process 4,157 of
+9,642 (docs/notes/recovery.md). Two handles, each offering what tests/support/recovery_cells.py
+uses of ``ClusterClient`` (``subscribe``, ``connect``, ``wait_disconnected``, ``session_present``,
+``messages`` / ``probes`` queues of ``Received`` for ``Inbox`` and ``probe_route``, ``close``):
 
-The child (``python -m tests.support.subscriber_process``) runs one paho client (MQTT 5, clean
-start 0, the session expiry given) and takes commands on stdin, one a line:
-``connect HOST PORT``, ``subscribe QOS TOPIC``, ``disconnect``, ``quit``. It writes one line per
-event to stdout, flushed: ``C <session_present> <reason>`` (CONNACK), ``S <codes>`` (SUBACK),
-``D <reason>`` (disconnected), ``M <qos> <dup> <topic> <payload>`` (a message;
-topics without spaces). paho hands a QoS 2
-message to ``on_message`` at PUBREL and sends PUBCOMP after it returns, so every message the
-broker saw completed was written first.
-
-The parent side, ``ProcessSubscriber``, offers what tests/support/recovery_cells.py uses of
-``ClusterClient``: ``subscribe``, ``connect(port, host=)``, ``disconnect``, ``wait_disconnected``,
-``session_present``, ``messages`` / ``probes`` queues of ``Received`` (for ``Inbox`` and
-``probe_route``), ``close``.
+* ``MosquittoSubscriber``: Debian's mosquitto_sub, the fast one. It cannot change broker: a
+  mosquitto_sub restarted against another broker loses what it holds between PUBREC and PUBREL
+  (it delivers a QoS 2 message at PUBREL, and its SIGTERM handler drops messages that arrive
+  after the signal), so it cannot stand for a persistent client across a session move.
+* ``ProcessSubscriber``: paho in a child process (``python -m tests.support.subscriber_process``),
+  which can disconnect and connect to another broker. The child runs one paho client (MQTT 5,
+  clean start 0, the session expiry given) and takes commands on stdin, one a line:
+  ``connect HOST PORT``, ``subscribe QOS TOPIC``, ``disconnect``, ``quit``. It writes one line per
+  event to stdout, flushed: ``C <session_present> <reason>`` (CONNACK), ``S <codes>`` (SUBACK),
+  ``D <reason>`` (disconnected), ``M <qos> <dup> <topic> <payload>`` (a message; topics without
+  spaces). paho hands a QoS 2 message to ``on_message`` at PUBREL and sends PUBCOMP after it
+  returns, so every message the broker saw completed was written first.
 """
 
 from __future__ import annotations
