@@ -19,9 +19,24 @@ engine (``broker.cluster.engine``) and the pure core ``broker.cluster.replicatio
   through this broker's router (``republish``: local subscribers get them, the other brokers on
   this broker's own streams), and the copy is dropped once they are durable here.
 
+Sessions (the core's ``session_changed``; docs/notes/replication.md): the adapter tells
+:meth:`EngineReplication.sessions_committed` which persistent sessions the store wrote after each
+commit; their snapshots (with this broker's stream positions for their classes) go to the same
+holders as the log. A stream acknowledgement (seed 004's REQ, ``SendAck``) that covers messages
+queued into persistent sessions leaves only once those sessions' latest states are durable on N
+(:meth:`EngineReplication.gate_acks`): until then the origins keep the messages in their send logs.
+A CONNECT (clean start 0) asks the holders for a copy beside the takeover claim
+(:meth:`ReplicatedClusterPort.before_attach`); a holder whose home is gone adopts the session
+(``AdoptSessions``: it becomes a stored session here, caught up from its positions).
+Graceful removal: :meth:`EngineReplication.leave` / :meth:`EngineReplication.drained`.
+
 Membership: the brokers of ``cluster.join`` at start, then every broker the engine hears of
 (``ClusterEngine._known_peers``, read on each tick). A peer the transport reports down leaves the
 holder sets until it talks again (the core).
+
+Size: one object on purpose - the origin's log, the home's sessions, the acks held for them and
+the adoption of gone homes' sessions all act on the same core and the same outbox, whose order
+(an ack after the commit of what it acknowledges) must hold across all of them.
 
 No I/O here: the store is a port (``broker.adapters.replication_store`` in a broker process), time
 and timers come from the engine's scheduler.
@@ -29,27 +44,42 @@ and timers come from the engine's scheduler.
 
 from __future__ import annotations
 
+import copy as _copy
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import replace
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from broker.cluster.classes import topic_classes
+from broker.cluster.messages import StreamPosition
 from broker.cluster.replication import Replication
 from broker.cluster.replication_messages import (
+    AdoptSessions,
+    CopyFound,
     Drop,
+    DropSessions,
     Durable,
     LogKey,
     Persist,
+    PersistSession,
     ReplicaAck,
     ReplicaAppend,
+    ReplicaHandedOver,
     ReplicaHello,
     ReplicaItem,
+    ReplicaLeaving,
     ReplicaRelease,
     ReplicationAction,
     SendReplica,
+    SessionAck,
+    SessionCopy,
+    SessionCopyTaken,
+    SessionDurable,
+    SessionLookup,
+    SessionReplica,
     TakeOver,
 )
+from broker.cluster.stream_receiver import SendAck
 from broker.core.ports import Completion
 
 if TYPE_CHECKING:
@@ -60,9 +90,25 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("skipmq.cluster")
 
-REPLICA_KINDS: frozenset[type] = frozenset((ReplicaHello, ReplicaAppend, ReplicaAck, ReplicaRelease))
+REPLICA_KINDS: frozenset[type] = frozenset(
+    (
+        ReplicaHello,
+        ReplicaAppend,
+        ReplicaAck,
+        ReplicaRelease,
+        SessionReplica,
+        SessionAck,
+        ReplicaLeaving,
+        ReplicaHandedOver,
+        SessionLookup,
+        SessionCopy,
+        SessionCopyTaken,
+    )
+)
 MAX_MERGED_ENTRIES = 1024  # entries of one ReplicaAppend merged from an event-loop iteration's
+LOOKUP_AGAIN_S = 0.1  # a session lookup is sent again this often while the CONNECT waits (a lost one)
 StreamEntry = tuple[tuple[str, str], int]  # ((origin, class), SEQ) in the engine's send log
+HeldSession = tuple[LogKey, "SessionSnapshot", tuple[StreamPosition, ...]]
 
 
 class ReplicaStore(Protocol):
@@ -74,12 +120,48 @@ class ReplicaStore(Protocol):
 
     def load(self) -> list[tuple[LogKey, int, Message]]: ...
 
+    def persist_session(
+        self,
+        key: LogKey,
+        client_id: str,
+        snapshot: SessionSnapshot | None,
+        positions: tuple[StreamPosition, ...],
+    ) -> None: ...
+
+    def drop_sessions(self, key: LogKey) -> None: ...
+
+    def load_sessions(self) -> list[HeldSession]: ...
+
 
 class MemoryReplicaStore:
     """A :class:`ReplicaStore` in memory (in-process engines, tests)."""
 
     def __init__(self) -> None:
         self.rows: dict[LogKey, dict[int, Message]] = {}
+        self.sessions: dict[LogKey, dict[str, tuple[SessionSnapshot, tuple[StreamPosition, ...]]]] = {}
+
+    def persist_session(
+        self,
+        key: LogKey,
+        client_id: str,
+        snapshot: SessionSnapshot | None,
+        positions: tuple[StreamPosition, ...],
+    ) -> None:
+        held = self.sessions.setdefault(key, {})
+        if snapshot is None:
+            held.pop(client_id, None)
+        else:
+            held[client_id] = (snapshot, positions)
+
+    def drop_sessions(self, key: LogKey) -> None:
+        self.sessions.pop(key, None)
+
+    def load_sessions(self) -> list[HeldSession]:
+        return [
+            (key, snapshot, positions)
+            for key in sorted(self.sessions)
+            for snapshot, positions in self.sessions[key].values()
+        ]
 
     def persist(self, key: LogKey, first_seq: int, messages: tuple[Message, ...]) -> None:
         held = self.rows.setdefault(key, {})
@@ -145,6 +227,19 @@ class EngineReplication:
         self._timer: TimerHandle | None = None
         self.taken_over_total = 0  # entries of gone origins published again here
         self.takeovers_total = 0  # gone origin logs taken over
+        # sessions (home side): the state last given to the core, its version (the core numbers
+        # each session_changed 1, 2, ...: mirrored here), and the version durable on N
+        self._given: dict[str, SessionSnapshot] = {}
+        self._given_version: dict[str, int] = {}
+        self._durable_version: dict[str, int] = {}
+        self._versions = 0
+        # stream acknowledgements waiting for session states to be durable on N: (needs, acks)
+        self._held_acks: list[tuple[dict[str, int], list[SendAck]]] = []
+        self._send_acks: Callable[[list[Any]], None] | None = None  # the engine's own
+        self._session_slots: dict[tuple[str, str], int] = {}  # (peer, client) -> outbox index
+        self.copies: dict[int, CopyFound] = {}  # lookup id -> the first copy a holder sent
+        self._claiming = False  # adopting for a claim answered here (or a CONNECT here)
+        self.adopted_total = 0  # sessions of gone homes adopted here
 
     # ------------------------------------------------------------------ life
     def start(self, contacts: list[str]) -> None:
@@ -162,12 +257,41 @@ class EngineReplication:
         rows = self.store.load()
         for key, seq, message in rows:
             core.restore_held(key, seq, [message])
+        held_sessions = self.store.load_sessions()
+        for key, snapshot, positions in held_sessions:
+            core.restore_held_session(key, snapshot, positions)
         self.stopped = False
         now = self._now()
         self._apply(core.start([peer for peer in contacts if peer != engine.peer_id], now))
-        if rows:
-            log.info("replication_restored %d entries of %d logs", len(rows), len(core.held_logs()))
+        if rows or held_sessions:
+            log.info(
+                "replication_restored %d entries of %d logs, %d sessions",
+                len(rows),
+                len(core.held_logs()),
+                len(held_sessions),
+            )
         self._timer = engine.scheduler.call_later(engine.retransmit_s, self._tick)
+        broker = engine.broker
+        sessions = getattr(broker, "sessions", None)
+        if sessions:  # this incarnation's restored persistent sessions: replicated under it
+            self.sessions_committed(list(sessions))
+
+    def gate_acks(self) -> None:
+        """Hold the engine's stream acknowledgements until the session states they cover are
+        durable on N (the engine's ``_receiver_actions`` wrapped: an observation point, as the
+        simulation wraps the store's commit)."""
+        engine: Any = self.engine
+        self._send_acks = original = engine._receiver_actions
+
+        def gated(actions: list[Any]) -> None:
+            acks = [action for action in actions if type(action) is SendAck]
+            if not acks:
+                original(actions)
+                return
+            original([action for action in actions if type(action) is not SendAck])
+            self._hold_acks(acks)
+
+        engine._receiver_actions = gated
 
     def stop(self) -> None:
         if self.stopped:
@@ -245,6 +369,184 @@ class EngineReplication:
             self._release_from = seq
             self._apply(core.released(seq, now))
 
+    # ------------------------------------------------------------------ the home's sessions
+    def sessions_committed(self, client_ids: Iterable[str]) -> None:
+        """The store committed writes of these sessions: each persistent one whose state changed
+        since it was last given to the core is given again (ended ones as None)."""
+        core = self.core
+        broker: Any = self.engine.broker
+        if core is None or self.stopped or broker is None or core.replicas <= 1:
+            return
+        now = self._now()
+        actions: list[ReplicationAction] = []
+        for client_id in sorted(set(client_ids)):
+            snapshot = broker.export_session(client_id)
+            if snapshot is not None and snapshot.expiry_interval_s > 0:
+                if self._given.get(client_id) == snapshot:
+                    continue
+                self._given[client_id] = snapshot
+                positions = self._positions(snapshot)
+                actions += core.session_changed(client_id, snapshot, now, positions)
+            elif client_id in self._given:
+                del self._given[client_id]
+                actions += core.session_changed(client_id, None, now)
+            else:
+                continue
+            self._versions += 1
+            self._given_version[client_id] = self._versions
+        self._apply(actions)
+
+    def _positions(self, snapshot: SessionSnapshot) -> tuple[StreamPosition, ...]:
+        """Where this broker stands in the streams of the session's classes (what
+        ``ClusterEngine._hand_over_positions`` names for a session that moves)."""
+        engine = self.engine
+        sender = engine.sender
+        if sender is None:
+            return ()
+        classes = {engine.interest.class_of(sub.match_filter) for sub in snapshot.subscriptions}
+        at = {key: seq for key, seq in engine.receiver.positions().items() if key[1] in classes}
+        for cls in classes:
+            at[(sender.origin, cls)] = sender.position(cls)
+        return tuple(StreamPosition(origin, stream, seq) for (origin, stream), seq in sorted(at.items()))
+
+    def _pending_versions(self) -> dict[str, int]:
+        durable = self._durable_version
+        return {
+            client_id: version
+            for client_id, version in self._given_version.items()
+            if durable.get(client_id, 0) < version
+        }
+
+    def _hold_acks(self, acks: list[SendAck]) -> None:
+        """Seed 004's REQ for messages queued into persistent sessions leaves once their states
+        are on N brokers: a broker that loses its disk meanwhile loses nothing the origins freed."""
+        broker = self.engine.broker
+        if broker is not None and broker.store_pending():
+            broker.commit_now()  # the deliveries these acks cover: their sessions given to the core
+        needs = self._pending_versions()
+        if not needs and not self._held_acks:
+            if self._send_acks is not None:
+                self._send_acks(list(acks))
+            return
+        self._held_acks.append((needs, acks))
+        self._release_acks()
+
+    def _release_acks(self) -> None:
+        held = self._held_acks
+        durable = self._durable_version
+        given = self._given_version
+        released = 0
+        for needs, _acks in held:
+            if any(durable.get(c, 0) < v and given.get(c, 0) >= v for c, v in needs.items()):
+                break
+            released += 1
+        if not released:
+            return
+        ready, self._held_acks = held[:released], held[released:]
+        send = self._send_acks
+        if send is not None:
+            send([ack for _needs, acks in ready for ack in acks])
+
+    def lookup(self, client_id: str, until: Completion[SessionSnapshot | None]) -> int:
+        """Ask the holders for a copy of ``client_id``'s session; asked again every
+        ``LOOKUP_AGAIN_S`` until a copy came or ``until`` is done."""
+        core = self.core
+        assert core is not None
+        lookup_id, actions = core.lookup(client_id)
+        self._apply(actions)
+        scheduler = self.engine.scheduler
+
+        def again() -> None:
+            if not self.stopped and not until.done() and lookup_id not in self.copies:
+                self._apply(actions)
+                scheduler.call_later(LOOKUP_AGAIN_S, again)
+
+        scheduler.call_later(LOOKUP_AGAIN_S, again)
+        return lookup_id
+
+    def take_copy(self, lookup_id: int, client_id: str) -> SessionSnapshot | None:
+        """The copy a holder sent for ``lookup_id`` as the client's session here (the claim found
+        none); its positions go to the engine as a moved session's."""
+        found = self.copies.pop(lookup_id, None)
+        core = self.core
+        if found is None or core is None or self.stopped:
+            return None
+        copy = found.copy
+        log.warning(
+            "replication_session_copy_taken client_id=%s home=%s holder=%s (its home did not answer)",
+            client_id,
+            copy.home,
+            found.holder,
+        )
+        if copy.positions:
+            self.engine._moved_positions[client_id] = copy.positions
+        self.adopted_total += 1
+        self._apply(core.copy_taken(found.holder, copy, client_id))
+        return _copy.deepcopy(copy.snapshot)
+
+    def claimed(self, client_id: str) -> None:
+        """A takeover claim for ``client_id`` (or a CONNECT here): a held copy whose home is gone
+        is adopted first, so that the claim finds it."""
+        core = self.core
+        if core is None or self.stopped:
+            return
+        self._claiming = True
+        try:
+            self._apply(core.claimed(client_id))
+        finally:
+            self._claiming = False
+
+    def _adopt(self, action: AdoptSessions) -> None:
+        core = self.core
+        engine = self.engine
+        broker = engine.broker
+        if core is None or broker is None:
+            return
+        for index, snapshot in enumerate(action.snapshots):
+            existed = broker.has_session(snapshot.client_id)
+            # merged into a session the client made here meanwhile (nothing queued is lost)
+            broker.receive_late_session(_copy.deepcopy(snapshot))
+            positions = action.positions[index] if index < len(action.positions) else ()
+            if positions:
+                # what the gone home had not received yet: from the origins' send logs
+                filters = [sub.match_filter for sub in snapshot.subscriptions] if existed else None
+                engine._catch_up(snapshot.client_id, positions, filters)
+        self.adopted_total += len(action.snapshots)
+        client_ids = [snapshot.client_id for snapshot in action.snapshots]
+        log.warning(
+            "replication_sessions_adopted home=%s incarnation=%s sessions=%d (its broker is gone)",
+            action.key[0],
+            action.key[1],
+            len(client_ids),
+        )
+        self._apply(core.sessions_adopted(action.key, client_ids))
+        if broker.store_pending():
+            broker.commit_now()  # replicated as this broker's own (the commit gives them to the core)
+        else:
+            self.sessions_committed(client_ids)
+        if self._claiming:
+            return  # the claim being answered (or the CONNECT here) takes it
+        takeover = engine.takeover
+        for client_id in client_ids:
+            # the client connected to a live broker before the copy was adopted: it goes there
+            newer = takeover.newest_remote_claim(client_id) if takeover is not None else None
+            if newer is not None and newer[1] != action.key[0] and core.is_live(newer[1]):
+                engine._pass_on_if_claimed_elsewhere(client_id)
+
+    # ------------------------------------------------------------------ graceful removal
+    def leave(self) -> None:
+        """This broker is being removed (a drain): its log and sessions go to the others."""
+        core = self.core
+        if core is None or self.stopped:
+            return
+        self._apply(core.leave(self._now()))
+        log.warning("replication_leaving: handing this broker's log and sessions over")
+
+    def drained(self) -> bool:
+        """Leaving, and nothing is lost when this process exits now (the core's ``drained``)."""
+        core = self.core
+        return core is not None and core.drained()
+
     # ------------------------------------------------------------------ time
     def _tick(self) -> None:
         self._timer = None
@@ -279,6 +581,25 @@ class EngineReplication:
                 self._persisted = True
             elif isinstance(action, TakeOver):
                 self._take_over(action)
+            elif isinstance(action, SessionDurable):
+                client_id = action.client_id
+                if action.version > self._durable_version.get(client_id, 0):
+                    self._durable_version[client_id] = action.version
+                if client_id not in self._given and action.version >= self._given_version.get(client_id, 0):
+                    self._durable_version.pop(client_id, None)  # ended here, and its holders know
+                    self._given_version.pop(client_id, None)
+                if self._held_acks:
+                    self._release_acks()
+            elif isinstance(action, PersistSession):
+                self.store.persist_session(action.key, action.client_id, action.snapshot, action.positions)
+                self._persisted = True
+            elif isinstance(action, DropSessions):
+                self.store.drop_sessions(action.key)
+                self._persisted = True
+            elif isinstance(action, AdoptSessions):
+                self._adopt(action)
+            elif isinstance(action, CopyFound):
+                self.copies.setdefault(action.lookup_id, action)
 
     def _take_over(self, action: TakeOver) -> None:
         """Publish a gone origin's entries again as this broker's own (the failover), in order."""
@@ -331,11 +652,21 @@ class EngineReplication:
                     last.messages.extend(item.messages)
                     last.released = max(last.released, item.released)
                     return
+            elif kind is SessionReplica:
+                assert isinstance(item, SessionReplica)
+                slot = self._session_slots.get((peer, item.client_id))
+                if slot is not None:
+                    items[slot] = item  # the latest state of the session supersedes the earlier one
+                    return
+                self._session_slots[(peer, item.client_id)] = len(items)
             elif kind is ReplicaAck and type(last) is ReplicaAck:
                 assert isinstance(item, ReplicaAck) and isinstance(last, ReplicaAck)
                 if last.incarnation == item.incarnation:
                     items[-1] = ReplicaAck(item.incarnation, max(last.next_seq, item.next_seq))
                     return
+        elif type(item) is SessionReplica:
+            assert isinstance(item, SessionReplica)
+            self._session_slots[(peer, item.client_id)] = 0
         items.append(_Append(item) if isinstance(item, ReplicaAppend) else item)
         if not self._flush_armed:
             self._flush_armed = True
@@ -345,6 +676,7 @@ class EngineReplication:
         """Send the outbox; what was persisted is committed first (acks never run ahead of disk)."""
         self._flush_armed = False
         outbox, self._outbox = self._outbox, {}
+        self._session_slots = {}
         if not outbox:
             return
         engine = self.engine
@@ -371,11 +703,20 @@ class EngineReplication:
     def gauges(self) -> dict[str, int]:
         core = self.core
         if core is None:
-            return {"under_replicated": 0, "held_entries": 0, "held_logs": 0}
+            return {
+                "under_replicated": 0,
+                "held_entries": 0,
+                "held_logs": 0,
+                "under_replicated_sessions": 0,
+                "held_sessions": 0,
+            }
         return {
             "under_replicated": core.under_replicated(),
             "held_entries": core.held_count(),
             "held_logs": len(core.held_logs()),
+            "under_replicated_sessions": core.under_replicated_sessions(),
+            "held_sessions": sum(len(ids) for ids in core.held_sessions().values()),
+            "leaving": int(core.leaving),
         }
 
 
@@ -417,7 +758,33 @@ class ReplicatedClusterPort:
     def before_attach(
         self, client_id: str, clean_start: bool, username: str | None = None
     ) -> Completion[SessionSnapshot | None] | None:
-        return self.engine.before_attach(client_id, clean_start, username)
+        replication = self.replication
+        if replication.stopped or replication.core is None:
+            return self.engine.before_attach(client_id, clean_start, username)
+        replication.claimed(client_id)  # a copy held here of a gone home: a local session now
+        wait = self.engine.before_attach(client_id, clean_start, username)
+        if clean_start or wait is None:
+            return wait
+        # beside the claim: a holder's copy, used if the claim finds no session (its home did
+        # not answer within the CONNECT's wait - gone, or not yet reported down)
+        result: Completion[SessionSnapshot | None] = Completion()
+        lookup_id = replication.lookup(client_id, result)
+
+        def claim_done(done: Completion[SessionSnapshot | None]) -> None:
+            error = done.exception()
+            if error is not None:
+                replication.copies.pop(lookup_id, None)
+                result.set_exception(error)
+                return
+            snapshot = done.result()
+            if snapshot is None:
+                snapshot = replication.take_copy(lookup_id, client_id)
+            else:
+                replication.copies.pop(lookup_id, None)
+            result.set_result(snapshot)
+
+        wait.add_done_callback(claim_done)
+        return result
 
     def owns_share_group(self, group: str, topic_filter: str) -> bool:
         return self.engine.owns_share_group(group, topic_filter)
