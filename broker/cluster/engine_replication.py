@@ -107,6 +107,12 @@ REPLICA_KINDS: frozenset[type] = frozenset(
 )
 MAX_MERGED_ENTRIES = 1024  # entries of one ReplicaAppend merged from an event-loop iteration's
 LOOKUP_AGAIN_S = 0.1  # a session lookup is sent again this often while the CONNECT waits (a lost one)
+# sessions written by the store are given to the core (exported, replicated) at most this often:
+# the stream acks that cover them wait up to this much longer (docs/notes/replication-in-brokers.md)
+SESSION_FLUSH_S = 0.05
+# a take-over publishes a gone broker's entries again at most this many every this often (500/s)
+TAKE_OVER_CHUNK = 50
+TAKE_OVER_PACE_S = 0.1
 StreamEntry = tuple[tuple[str, str], int]  # ((origin, class), SEQ) in the engine's send log
 HeldSession = tuple[LogKey, "SessionSnapshot", tuple[StreamPosition, ...]]
 
@@ -234,7 +240,12 @@ class EngineReplication:
         self._durable_version: dict[str, int] = {}
         self._versions = 0
         # stream acknowledgements waiting for session states to be durable on N: (needs, acks)
-        self._held_acks: list[tuple[dict[str, int], list[SendAck]]] = []
+        # (None: their sessions are not given to the core yet - the next session flush does it)
+        self._held_acks: list[tuple[dict[str, int] | None, list[SendAck]]] = []
+        self._dirty: set[str] = set()  # sessions committed since the last session flush
+        self._session_flush_armed = False
+        self._last_session_flush = float("-inf")
+        self._session_flushes = 0
         self._send_acks: Callable[[list[Any]], None] | None = None  # the engine's own
         self._session_slots: dict[tuple[str, str], int] = {}  # (peer, client) -> outbox index
         self.copies: dict[int, CopyFound] = {}  # lookup id -> the first copy a holder sent
@@ -274,7 +285,7 @@ class EngineReplication:
         broker = engine.broker
         sessions = getattr(broker, "sessions", None)
         if sessions:  # this incarnation's restored persistent sessions: replicated under it
-            self.sessions_committed(list(sessions))
+            self._give_sessions(list(sessions))
 
     def gate_acks(self) -> None:
         """Hold the engine's stream acknowledgements until the session states they cover are
@@ -324,6 +335,7 @@ class EngineReplication:
         core = self.core
         if core is not None and not self.stopped:
             self._apply(core.on_peer_down(peer, self._now()))
+            self._release_acks()
 
     # ------------------------------------------------------------------ the origin's log
     def append(self, message: Message, entries: list[StreamEntry]) -> Completion[bool]:
@@ -371,8 +383,35 @@ class EngineReplication:
 
     # ------------------------------------------------------------------ the home's sessions
     def sessions_committed(self, client_ids: Iterable[str]) -> None:
-        """The store committed writes of these sessions: each persistent one whose state changed
-        since it was last given to the core is given again (ended ones as None)."""
+        """The store committed writes of these sessions: they are given to the core at the next
+        session flush, at most every ``SESSION_FLUSH_S`` (a snapshot is the session's whole state,
+        its queue included: one per commit would cost O(queue) per delivered message)."""
+        self._dirty.update(client_ids)
+        if self._session_flush_armed or self.stopped:
+            return
+        self._session_flush_armed = True
+        delay = max(0.0, self._last_session_flush + SESSION_FLUSH_S - self._now())
+        self.engine.scheduler.call_later(delay, self._flush_sessions)
+
+    def _flush_sessions(self) -> None:
+        self._session_flush_armed = False
+        if self.stopped:
+            return
+        self._last_session_flush = self._now()
+        dirty, self._dirty = self._dirty, set()
+        self._give_sessions(dirty)
+        self._session_flushes += 1
+        pending: dict[str, int] | None = None
+        for index, (needs, acks) in enumerate(self._held_acks):
+            if needs is None:  # held before this flush gave their sessions to the core
+                if pending is None:
+                    pending = self._pending_versions()
+                self._held_acks[index] = (pending, acks)
+        self._release_acks()
+
+    def _give_sessions(self, client_ids: Iterable[str]) -> None:
+        """Each persistent session whose state changed since it was last given to the core is
+        given again (ended ones as None)."""
         core = self.core
         broker: Any = self.engine.broker
         if core is None or self.stopped or broker is None or core.replicas <= 1:
@@ -423,6 +462,14 @@ class EngineReplication:
         broker = self.engine.broker
         if broker is not None and broker.store_pending():
             broker.commit_now()  # the deliveries these acks cover: their sessions given to the core
+        if not self._can_be_durable():
+            self._release_acks()
+            if self._send_acks is not None:
+                self._send_acks(list(acks))
+            return
+        if self._dirty:  # their sessions go to the core at the next session flush
+            self._held_acks.append((None, acks))
+            return
         needs = self._pending_versions()
         if not needs and not self._held_acks:
             if self._send_acks is not None:
@@ -431,13 +478,23 @@ class EngineReplication:
         self._held_acks.append((needs, acks))
         self._release_acks()
 
+    def _can_be_durable(self) -> bool:
+        """Live holders enough for N copies in this broker's view. With fewer (a holder down and
+        none to replace it, a partition) a session change cannot be durable on N until one is
+        back: the acks then leave at once rather than stall the streams until then - a disk lost
+        meanwhile is a second fault, which N = 2 does not promise to survive."""
+        core = self.core
+        return core is not None and len(core.holders_of(core.peer_id)) >= core.replicas - 1
+
     def _release_acks(self) -> None:
         held = self._held_acks
+        if not held:
+            return
         durable = self._durable_version
         given = self._given_version
-        released = 0
-        for needs, _acks in held:
-            if any(durable.get(c, 0) < v and given.get(c, 0) >= v for c, v in needs.items()):
+        released = len(held) if not self._can_be_durable() else 0
+        for needs, _acks in held[released:]:
+            if needs is None or any(durable.get(c, 0) < v and given.get(c, 0) >= v for c, v in needs.items()):
                 break
             released += 1
         if not released:
@@ -558,6 +615,7 @@ class EngineReplication:
             self._apply(self.core.meet(engine._known_peers(), now))
             self._apply(self.core.tick(now))
             self._release(now)
+            self._release_acks()
         except Exception:
             log.exception("replication: tick failed")
         self._timer = engine.scheduler.call_later(engine.retransmit_s, self._tick)
@@ -602,18 +660,16 @@ class EngineReplication:
                 self.copies.setdefault(action.lookup_id, action)
 
     def _take_over(self, action: TakeOver) -> None:
-        """Publish a gone origin's entries again as this broker's own (the failover), in order."""
+        """Publish a gone origin's entries again as this broker's own (the failover), in order,
+        ``TAKE_OVER_CHUNK`` every ``TAKE_OVER_PACE_S`` at most: all at once, a backlog larger than
+        a subscriber's queue limit reached a connected persistent session faster than its client
+        took it and overflowed the queue (the subscriber's broker drops by its queue policy)."""
         republish = self.republish
         core = self.core
         assert core is not None
         if republish is None:
             log.error("replication: cannot take over %s (no republish)", action.key)
             return
-        waits: list[Completion[bool]] = []
-        for message in action.messages:
-            wait = republish(replace(message, retain=False))
-            if wait is not None:
-                waits.append(wait)
         self.taken_over_total += len(action.messages)
         self.takeovers_total += 1
         log.warning(
@@ -622,17 +678,37 @@ class EngineReplication:
             action.key[1],
             len(action.messages),
         )
-        pending = [len(waits)]
+        messages = list(action.messages)
+        waits: list[Completion[bool]] = []
 
-        def one_done(_done: object) -> None:
-            pending[0] -= 1
-            if pending[0] == 0 and not self.stopped and self.core is not None:
-                self._apply(self.core.taken_over(action.key))
+        def all_done() -> None:
+            pending = [len(waits)]
 
-        if not waits:
-            self._apply(core.taken_over(action.key))
-        for wait in waits:
-            wait.add_done_callback(one_done)
+            def one_done(_done: object) -> None:
+                pending[0] -= 1
+                if pending[0] == 0 and not self.stopped and self.core is not None:
+                    self._apply(self.core.taken_over(action.key))
+
+            if not waits:
+                if not self.stopped and self.core is not None:
+                    self._apply(self.core.taken_over(action.key))
+                return
+            for wait in waits:
+                wait.add_done_callback(one_done)
+
+        def next_chunk(first: int) -> None:
+            if self.stopped:
+                return  # the copy stays in the store: taken over again after a restart
+            for message in messages[first : first + TAKE_OVER_CHUNK]:
+                wait = republish(replace(message, retain=False))
+                if wait is not None:
+                    waits.append(wait)
+            if first + TAKE_OVER_CHUNK < len(messages):
+                self.engine.scheduler.call_later(TAKE_OVER_PACE_S, next_chunk, first + TAKE_OVER_CHUNK)
+            else:
+                all_done()
+
+        next_chunk(0)
 
     def _queue(self, peer: str, item: ReplicaItem) -> None:
         """Into the outbox of ``peer``, merged with the records of this event-loop iteration."""
