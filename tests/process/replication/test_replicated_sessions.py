@@ -22,7 +22,9 @@ ring), P (the publisher's, neither; its own holder is S until S goes, then H). S
    under-replicated, and S holds its share again (P's session copy: S is P's holder).
 
 The control (``SKIPMQ_ZL_REPL_SESSION_CONTROL=1``, by hand): the same steps with one copy give no
-session (``session present`` 0) and lose what S held.
+session (``session present`` 0) and lose what S held. ``SKIPMQ_ZL_REPL_SESSION_QOS=2`` runs the
+subscription and the stream at QoS 2 (by hand): no PUBCOMPed id may be lost (duplicates are
+counted: exactly once across a broker's disk loss is not promised).
 """
 
 from __future__ import annotations
@@ -52,6 +54,7 @@ BEFORE = env_int("SKIPMQ_ZL_REPL_SESSION_BEFORE", 1_500)  # PUBACKs before the k
 RATE_PER_S = env_float("SKIPMQ_ZL_REPL_SESSION_RATE", 500.0)
 DRAIN_S = env_float("SKIPMQ_ZL_DRAIN_S", 30.0)
 CONTROL = env_int("SKIPMQ_ZL_REPL_SESSION_CONTROL", 0) == 1
+QOS = env_int("SKIPMQ_ZL_REPL_SESSION_QOS", 1)  # 2: the subscription and stream at QoS 2 (by hand)
 WINDOW = 100
 STREAM_S = 120.0
 
@@ -94,12 +97,12 @@ def test_subscribers_broker_killed_with_its_disk_the_session_is_present_elsewher
         sub_id = unique_id("repl-sub")
         sub = _client(cluster, s, client_id=sub_id, clean=False, session_expiry_s=600, max_inflight=WINDOW)
         made.append(sub)
-        sub.subscribe(topic, 1)
+        sub.subscribe(topic, QOS)
         probe_route(cluster, p, sub, topic)
         inbox = Inbox([sub])
         pub = _client(cluster, p, client_id=unique_id("repl-pub"), max_inflight=WINDOW)
         made.append(pub)
-        stream = IdStream(pub, topic, qos=1, limit=MESSAGES, window=WINDOW, rate_per_s=RATE_PER_S)
+        stream = IdStream(pub, topic, qos=QOS, limit=MESSAGES, window=WINDOW, rate_per_s=RATE_PER_S)
         stream.start()
         try:
             stream.wait_acked(BEFORE, STREAM_S)
