@@ -5,10 +5,11 @@ its subscription, and loses no PUBACKed message; the wiped broker rejoins empty 
 back to 2 copies of everything (``skipmq_cluster_replication_under_replicated_sessions`` and
 ``..._under_replicated`` 0 on every broker, the rejoined broker holding its share again).
 
-3 brokers (tools/launcher.py, loopback), real paho-mqtt clients, the default limits (the cluster
-suite's faster keep-alive, ``FAST_SETTINGS``, only shortens the wait for a link to be reported
-down). Brokers sorted by peer id: S (the subscriber's), H (S's replica holder: the next on the
-ring), P (the publisher's, neither; its own holder is S until S goes, then H). Steps:
+3 brokers (SKIPMQ_ZL_REPL_SESSION_BROKERS: 5 by hand; tools/launcher.py, loopback), real
+paho-mqtt clients, the default limits (the cluster suite's faster keep-alive, ``FAST_SETTINGS``,
+only shortens the wait for a link to be reported down). Brokers sorted by peer id: S (the first:
+the subscriber's), H (S's replica holder: the next on the ring), P (the last: the publisher's, not
+S's holder; its own holder is S until S goes). Steps:
 
 1. a persistent QoS 1 subscriber on S; a QoS 1 stream (SKIPMQ_ZL_REPL_SESSION_RATE msg/s) from a
    publisher on P;
@@ -49,6 +50,7 @@ from tests.support.cluster import (
 from tests.support.zeroloss import IdStream, Inbox, env_float, env_int, report, tally
 from tools.launcher import LocalCluster
 
+BROKERS = env_int("SKIPMQ_ZL_REPL_SESSION_BROKERS", 3)  # 5 by hand
 MESSAGES = env_int("SKIPMQ_ZL_REPL_SESSION_MESSAGES", 5_000)  # PUBACKed ids in all
 BEFORE = env_int("SKIPMQ_ZL_REPL_SESSION_BEFORE", 1_500)  # PUBACKs before the kill
 RATE_PER_S = env_float("SKIPMQ_ZL_REPL_SESSION_RATE", 500.0)
@@ -86,13 +88,14 @@ def test_subscribers_broker_killed_with_its_disk_the_session_is_present_elsewher
     tmp_path: Path, replicas: int
 ) -> None:
     settings = {**FAST_SETTINGS, "cluster.replicas": str(replicas)}
-    cluster = LocalCluster(3, settings=settings, data_root=str(tmp_path))
+    cluster = LocalCluster(BROKERS, settings=settings, data_root=str(tmp_path))
     LIVE_CLUSTERS.append(cluster)
     made: list[ClusterClient] = []
     try:
         cluster.start()
         cluster.wait_ready(READY_TIMEOUT_S)
-        s, h, p = sorted(range(3), key=lambda i: cluster.brokers[i].peer_id)  # S's holder: next on the ring
+        order = sorted(range(BROKERS), key=lambda i: cluster.brokers[i].peer_id)
+        s, h, p = order[0], order[1], order[-1]  # S's holder: next on the ring; S is P's holder
         topic = f"{unique_id('repl')}/sessions"
         sub_id = unique_id("repl-sub")
         sub = _client(cluster, s, client_id=sub_id, clean=False, session_expiry_s=600, max_inflight=WINDOW)
