@@ -26,6 +26,7 @@ Commands:
   skipmq cluster ...        start N brokers on loopback as one cluster (see: skipmq cluster --help)
   skipmq certs ...          make the cluster CA and broker certificates (see: skipmq certs --help)
   skipmq ctl ...            administer the cluster through the admin API (see: skipmq ctl --help)
+  skipmq drain ...          hand this host's broker's sessions and log over before removal (--help)
 
 Configuration precedence: built-in defaults < --config TOML file < SKIPMQ_* environment
 variables < command-line flags. Each flag below is a shorthand for one configuration key
@@ -217,6 +218,10 @@ def main(argv: list[str] | None = None) -> int:
         from broker.ctl import main as ctl_main
 
         return ctl_main(arguments[1:])
+    if arguments and arguments[0] == "drain":
+        from broker.drain_command import drain_main
+
+        return drain_main(arguments[1:])
     if arguments and arguments[0] == "cluster":
         from tools.launcher import main as cluster_main
 

@@ -3,6 +3,13 @@ builds ``broker.cluster.engine_replication.EngineReplication`` for the cluster r
 the store (``broker.adapters.replication_store``) and the router (a gone origin's entries are
 published again through it), and adds its gauges to /metrics (docs/cluster.md, Replicas).
 
+Two observation points on the broker (wrapped, not replaced, as the simulation's adapter does):
+the store's session writes mark the client ids they touch and, after each successful commit,
+those sessions are given to the replication (``EngineReplication.sessions_committed``); a takeover
+claim answered here first adopts a held copy of the client's session whose home is gone
+(``Broker.hand_over``). The engine's stream acknowledgements wait for the sessions they cover to
+be durable on N (``EngineReplication.gate_acks``).
+
 ``started_empty`` - the replication core's word for "this incarnation's earlier log exists only on
 its holders now" - is read before the store is opened: the data directory holds no store file
 yet (a wiped disk, a replaced machine, or a broker that never ran).
@@ -49,12 +56,71 @@ def replication_for(config: BrokerConfig, engine: ClusterEngine) -> EngineReplic
     )
 
 
+# the store's writes of one persistent session (client id first), and of several
+_SESSION_WRITES = (
+    "upsert_session",
+    "delete_session",
+    "add_subscription",
+    "remove_subscription",
+    "enqueue",
+    "set_inflight",
+    "ack",
+    "ack_many",
+    "drop_oldest",
+    "add_incoming_qos2",
+    "remove_incoming_qos2",
+)
+
+
+def observe_session_writes(store: Store, replication: EngineReplication) -> None:
+    """After each commit of ``store``, the sessions it wrote go to ``replication``."""
+    dirty: set[str] = set()
+
+    def marking(write: Callable[..., Any]) -> Callable[..., Any]:
+        def marked(client_id: str, *args: Any, **kwargs: Any) -> Any:
+            dirty.add(client_id)
+            return write(client_id, *args, **kwargs)
+
+        return marked
+
+    for name in _SESSION_WRITES:
+        setattr(store, name, marking(getattr(store, name)))
+    enqueue_many = store.enqueue_many
+
+    def enqueue_many_marked(client_ids: list[str], *args: Any, **kwargs: Any) -> list[int]:
+        dirty.update(client_ids)
+        return enqueue_many(client_ids, *args, **kwargs)
+
+    store.enqueue_many = enqueue_many_marked  # type: ignore[method-assign]
+    commit = store.commit
+
+    def commit_then_replicate() -> None:
+        commit()  # raises on failure: the marks stay for the next commit
+        if dirty:
+            written = list(dirty)
+            dirty.clear()
+            replication.sessions_committed(written)
+
+    store.commit = commit_then_replicate  # type: ignore[method-assign]
+
+
 def start_replication(
     replication: EngineReplication, broker: BrokerApi, store: Store | None, contacts: list[str]
 ) -> None:
-    """After the engine's start: the holder's copies in ``store``, the router for take-overs."""
+    """After the engine's start: the holder's copies in ``store``, the router for take-overs, the
+    observation points (the store's session writes, the claims answered here, the stream acks)."""
     if store is not None:
         replication.store = SqliteReplicaStore(store)
+        observe_session_writes(store, replication)
+    hand_over = getattr(broker, "hand_over", None)
+    if hand_over is not None:
+
+        def adopt_then_hand_over(client_id: str, *, transfer: bool) -> tuple[bool, Any]:
+            replication.claimed(client_id)  # a held copy of a gone home answers the claim
+            return hand_over(client_id, transfer=transfer)
+
+        broker.hand_over = adopt_then_hand_over  # type: ignore[method-assign]
+    replication.gate_acks()
     router: Any = getattr(broker, "router", None)
     node_id = str(getattr(broker, "node_id", ""))
     if router is not None:
@@ -72,13 +138,17 @@ def with_replication_gauges(
     """The engine's gauges plus ``skipmq_cluster_replication_*``: ``under_replicated`` (entries of
     this broker's log not durable on N yet: their PUBACKs wait), ``held_entries`` / ``held_logs``
     (what it holds for other brokers), ``taken_over_entries`` (entries of gone brokers it
-    published again)."""
+    published again), ``under_replicated_sessions`` (persistent sessions of this broker whose
+    latest state is not on N brokers yet), ``held_sessions`` (copies of other brokers' sessions
+    held here), ``adopted_sessions`` (sessions of gone brokers taken here), ``leaving`` (1 while
+    this broker drains)."""
 
     def both() -> dict[str, int]:
         values = dict(gauges())
         for name, value in replication.gauges().items():
             values[f"replication_{name}"] = value
         values["replication_taken_over_entries"] = replication.taken_over_total
+        values["replication_adopted_sessions"] = replication.adopted_total
         return values
 
     return both

@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from broker.adapters.federation.node import FederationNode
     from broker.adapters.http_pull import PullHttpApi
     from broker.adapters.memory import MemoryWatch
+    from broker.adapters.replication_drain import Drain
     from broker.adapters.sqlite_store import Store
     from broker.config import BrokerConfig, HttpConfig, TlsListenerConfig
     from broker.core.ports import ClusterPort
@@ -144,6 +145,7 @@ class BrokerServer:
         self.pull_api: PullHttpApi | None = None
         self.dynamic_auth: DynamicAuth | None = None  # users and ACL set through the admin API
         self.admin_api: AdminApi | None = None
+        self.drain: Drain | None = None  # a clustered broker's drain (broker/adapters/replication_drain.py)
 
     async def start(self) -> dict[str, int]:
         config = self.config
@@ -259,6 +261,11 @@ class BrokerServer:
                 from broker.adapters.http_pull import gateway_off
 
                 extenders.append(gateway_off)
+            if runtime is not None:  # POST /drain for loopback clients (cluster.replicas > 1)
+                from broker.adapters.replication_drain import Drain
+
+                self.drain = Drain(self)
+                extenders.append(self.drain.routes)
             if config.admin.enabled:
                 from broker.adapters.admin.access import AdminUsersError
                 from broker.adapters.admin.api import AdminApi

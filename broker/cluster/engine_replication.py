@@ -19,9 +19,29 @@ engine (``broker.cluster.engine``) and the pure core ``broker.cluster.replicatio
   through this broker's router (``republish``: local subscribers get them, the other brokers on
   this broker's own streams), and the copy is dropped once they are durable here.
 
+Sessions (the core's ``session_changed``; docs/notes/replication.md): the adapter tells
+:meth:`EngineReplication.sessions_committed` which persistent sessions the store wrote after each
+commit; their snapshots (with this broker's stream positions for their classes) go to the same
+holders as the log. A stream acknowledgement (seed 004's REQ, ``SendAck``) that covers messages
+queued into persistent sessions leaves only once those sessions' latest states are durable on N
+(:meth:`EngineReplication.gate_acks`): until then the origins keep the messages in their send logs.
+A CONNECT (clean start 0) asks the holders for a copy beside the takeover claim
+(:meth:`ReplicatedClusterPort.before_attach`); a holder whose home is gone adopts the session
+(``AdoptSessions``: it becomes a stored session here, caught up from its positions).
+Graceful removal: :meth:`EngineReplication.leave` / :meth:`EngineReplication.drained`.
+
 Membership: the brokers of ``cluster.join`` at start, then every broker the engine hears of
 (``ClusterEngine._known_peers``, read on each tick). A peer the transport reports down leaves the
 holder sets until it talks again (the core).
+
+The session side (the home's sessions, the acks held for them, the adoption of a gone home's
+sessions, the drain) is the mixin ``broker.cluster.engine_replication_sessions``: one object, on
+the same core and the same outbox, whose order (an ack after the commit of what it acknowledges)
+must hold across all of them.
+
+Size: the origin's log, the holder's copies, the outbox that merges their records and the
+take-over act on one core and one outbox; split further they would share most of their state
+through attributes.
 
 No I/O here: the store is a port (``broker.adapters.replication_store`` in a broker process), time
 and timers come from the engine's scheduler.
@@ -35,19 +55,33 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Protocol
 
 from broker.cluster.classes import topic_classes
+from broker.cluster.engine_replication_sessions import ReplicationSessions
+from broker.cluster.messages import StreamPosition
 from broker.cluster.replication import Replication
 from broker.cluster.replication_messages import (
+    AdoptSessions,
+    CopyFound,
     Drop,
+    DropSessions,
     Durable,
     LogKey,
     Persist,
+    PersistSession,
     ReplicaAck,
     ReplicaAppend,
+    ReplicaHandedOver,
     ReplicaHello,
     ReplicaItem,
+    ReplicaLeaving,
     ReplicaRelease,
     ReplicationAction,
     SendReplica,
+    SessionAck,
+    SessionCopy,
+    SessionCopyTaken,
+    SessionDurable,
+    SessionLookup,
+    SessionReplica,
     TakeOver,
 )
 from broker.core.ports import Completion
@@ -60,9 +94,27 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("skipmq.cluster")
 
-REPLICA_KINDS: frozenset[type] = frozenset((ReplicaHello, ReplicaAppend, ReplicaAck, ReplicaRelease))
+REPLICA_KINDS: frozenset[type] = frozenset(
+    (
+        ReplicaHello,
+        ReplicaAppend,
+        ReplicaAck,
+        ReplicaRelease,
+        SessionReplica,
+        SessionAck,
+        ReplicaLeaving,
+        ReplicaHandedOver,
+        SessionLookup,
+        SessionCopy,
+        SessionCopyTaken,
+    )
+)
 MAX_MERGED_ENTRIES = 1024  # entries of one ReplicaAppend merged from an event-loop iteration's
+# a take-over publishes a gone broker's entries again at most this many every this often (500/s)
+TAKE_OVER_CHUNK = 50
+TAKE_OVER_PACE_S = 0.1
 StreamEntry = tuple[tuple[str, str], int]  # ((origin, class), SEQ) in the engine's send log
+HeldSession = tuple[LogKey, "SessionSnapshot", tuple[StreamPosition, ...]]
 
 
 class ReplicaStore(Protocol):
@@ -74,12 +126,48 @@ class ReplicaStore(Protocol):
 
     def load(self) -> list[tuple[LogKey, int, Message]]: ...
 
+    def persist_session(
+        self,
+        key: LogKey,
+        client_id: str,
+        snapshot: SessionSnapshot | None,
+        positions: tuple[StreamPosition, ...],
+    ) -> None: ...
+
+    def drop_sessions(self, key: LogKey) -> None: ...
+
+    def load_sessions(self) -> list[HeldSession]: ...
+
 
 class MemoryReplicaStore:
     """A :class:`ReplicaStore` in memory (in-process engines, tests)."""
 
     def __init__(self) -> None:
         self.rows: dict[LogKey, dict[int, Message]] = {}
+        self.sessions: dict[LogKey, dict[str, tuple[SessionSnapshot, tuple[StreamPosition, ...]]]] = {}
+
+    def persist_session(
+        self,
+        key: LogKey,
+        client_id: str,
+        snapshot: SessionSnapshot | None,
+        positions: tuple[StreamPosition, ...],
+    ) -> None:
+        held = self.sessions.setdefault(key, {})
+        if snapshot is None:
+            held.pop(client_id, None)
+        else:
+            held[client_id] = (snapshot, positions)
+
+    def drop_sessions(self, key: LogKey) -> None:
+        self.sessions.pop(key, None)
+
+    def load_sessions(self) -> list[HeldSession]:
+        return [
+            (key, snapshot, positions)
+            for key in sorted(self.sessions)
+            for snapshot, positions in self.sessions[key].values()
+        ]
 
     def persist(self, key: LogKey, first_seq: int, messages: tuple[Message, ...]) -> None:
         held = self.rows.setdefault(key, {})
@@ -115,7 +203,7 @@ class _Append:
         return ReplicaAppend(self.incarnation, self.first_seq, tuple(self.messages), self.released)
 
 
-class EngineReplication:
+class EngineReplication(ReplicationSessions):
     """See the module docstring. Construct with the engine (bound), ``start`` after the engine's
     start, route the transport's inputs through :meth:`on_receive` / :meth:`on_peer_down`."""
 
@@ -145,6 +233,8 @@ class EngineReplication:
         self._timer: TimerHandle | None = None
         self.taken_over_total = 0  # entries of gone origins published again here
         self.takeovers_total = 0  # gone origin logs taken over
+        self._session_slots: dict[tuple[str, str], int] = {}  # (peer, client) -> outbox index
+        self._init_sessions()
 
     # ------------------------------------------------------------------ life
     def start(self, contacts: list[str]) -> None:
@@ -162,12 +252,24 @@ class EngineReplication:
         rows = self.store.load()
         for key, seq, message in rows:
             core.restore_held(key, seq, [message])
+        held_sessions = self.store.load_sessions()
+        for key, snapshot, positions in held_sessions:
+            core.restore_held_session(key, snapshot, positions)
         self.stopped = False
         now = self._now()
         self._apply(core.start([peer for peer in contacts if peer != engine.peer_id], now))
-        if rows:
-            log.info("replication_restored %d entries of %d logs", len(rows), len(core.held_logs()))
+        if rows or held_sessions:
+            log.info(
+                "replication_restored %d entries of %d logs, %d sessions",
+                len(rows),
+                len(core.held_logs()),
+                len(held_sessions),
+            )
         self._timer = engine.scheduler.call_later(engine.retransmit_s, self._tick)
+        broker = engine.broker
+        sessions = getattr(broker, "sessions", None)
+        if sessions:  # this incarnation's restored persistent sessions: replicated under it
+            self._give_sessions(list(sessions))
 
     def stop(self) -> None:
         if self.stopped:
@@ -200,6 +302,7 @@ class EngineReplication:
         core = self.core
         if core is not None and not self.stopped:
             self._apply(core.on_peer_down(peer, self._now()))
+            self._release_acks()
 
     # ------------------------------------------------------------------ the origin's log
     def append(self, message: Message, entries: list[StreamEntry]) -> Completion[bool]:
@@ -256,6 +359,7 @@ class EngineReplication:
             self._apply(self.core.meet(engine._known_peers(), now))
             self._apply(self.core.tick(now))
             self._release(now)
+            self._release_acks()
         except Exception:
             log.exception("replication: tick failed")
         self._timer = engine.scheduler.call_later(engine.retransmit_s, self._tick)
@@ -279,20 +383,37 @@ class EngineReplication:
                 self._persisted = True
             elif isinstance(action, TakeOver):
                 self._take_over(action)
+            elif isinstance(action, SessionDurable):
+                client_id = action.client_id
+                if action.version > self._durable_version.get(client_id, 0):
+                    self._durable_version[client_id] = action.version
+                if client_id not in self._given and action.version >= self._given_version.get(client_id, 0):
+                    self._durable_version.pop(client_id, None)  # ended here, and its holders know
+                    self._given_version.pop(client_id, None)
+                if self._held_acks:
+                    self._release_acks()
+            elif isinstance(action, PersistSession):
+                self.store.persist_session(action.key, action.client_id, action.snapshot, action.positions)
+                self._persisted = True
+            elif isinstance(action, DropSessions):
+                self.store.drop_sessions(action.key)
+                self._persisted = True
+            elif isinstance(action, AdoptSessions):
+                self._adopt(action)
+            elif isinstance(action, CopyFound):
+                self.copies.setdefault(action.lookup_id, action)
 
     def _take_over(self, action: TakeOver) -> None:
-        """Publish a gone origin's entries again as this broker's own (the failover), in order."""
+        """Publish a gone origin's entries again as this broker's own (the failover), in order,
+        ``TAKE_OVER_CHUNK`` every ``TAKE_OVER_PACE_S`` at most: all at once, a backlog larger than
+        a subscriber's queue limit reached a connected persistent session faster than its client
+        took it and overflowed the queue (the subscriber's broker drops by its queue policy)."""
         republish = self.republish
         core = self.core
         assert core is not None
         if republish is None:
             log.error("replication: cannot take over %s (no republish)", action.key)
             return
-        waits: list[Completion[bool]] = []
-        for message in action.messages:
-            wait = republish(replace(message, retain=False))
-            if wait is not None:
-                waits.append(wait)
         self.taken_over_total += len(action.messages)
         self.takeovers_total += 1
         log.warning(
@@ -301,17 +422,37 @@ class EngineReplication:
             action.key[1],
             len(action.messages),
         )
-        pending = [len(waits)]
+        messages = list(action.messages)
+        waits: list[Completion[bool]] = []
 
-        def one_done(_done: object) -> None:
-            pending[0] -= 1
-            if pending[0] == 0 and not self.stopped and self.core is not None:
-                self._apply(self.core.taken_over(action.key))
+        def all_done() -> None:
+            pending = [len(waits)]
 
-        if not waits:
-            self._apply(core.taken_over(action.key))
-        for wait in waits:
-            wait.add_done_callback(one_done)
+            def one_done(_done: object) -> None:
+                pending[0] -= 1
+                if pending[0] == 0 and not self.stopped and self.core is not None:
+                    self._apply(self.core.taken_over(action.key))
+
+            if not waits:
+                if not self.stopped and self.core is not None:
+                    self._apply(self.core.taken_over(action.key))
+                return
+            for wait in waits:
+                wait.add_done_callback(one_done)
+
+        def next_chunk(first: int) -> None:
+            if self.stopped:
+                return  # the copy stays in the store: taken over again after a restart
+            for message in messages[first : first + TAKE_OVER_CHUNK]:
+                wait = republish(replace(message, retain=False))
+                if wait is not None:
+                    waits.append(wait)
+            if first + TAKE_OVER_CHUNK < len(messages):
+                self.engine.scheduler.call_later(TAKE_OVER_PACE_S, next_chunk, first + TAKE_OVER_CHUNK)
+            else:
+                all_done()
+
+        next_chunk(0)
 
     def _queue(self, peer: str, item: ReplicaItem) -> None:
         """Into the outbox of ``peer``, merged with the records of this event-loop iteration."""
@@ -331,11 +472,21 @@ class EngineReplication:
                     last.messages.extend(item.messages)
                     last.released = max(last.released, item.released)
                     return
+            elif kind is SessionReplica:
+                assert isinstance(item, SessionReplica)
+                slot = self._session_slots.get((peer, item.client_id))
+                if slot is not None:
+                    items[slot] = item  # the latest state of the session supersedes the earlier one
+                    return
+                self._session_slots[(peer, item.client_id)] = len(items)
             elif kind is ReplicaAck and type(last) is ReplicaAck:
                 assert isinstance(item, ReplicaAck) and isinstance(last, ReplicaAck)
                 if last.incarnation == item.incarnation:
                     items[-1] = ReplicaAck(item.incarnation, max(last.next_seq, item.next_seq))
                     return
+        elif type(item) is SessionReplica:
+            assert isinstance(item, SessionReplica)
+            self._session_slots[(peer, item.client_id)] = 0
         items.append(_Append(item) if isinstance(item, ReplicaAppend) else item)
         if not self._flush_armed:
             self._flush_armed = True
@@ -345,6 +496,7 @@ class EngineReplication:
         """Send the outbox; what was persisted is committed first (acks never run ahead of disk)."""
         self._flush_armed = False
         outbox, self._outbox = self._outbox, {}
+        self._session_slots = {}
         if not outbox:
             return
         engine = self.engine
@@ -371,11 +523,20 @@ class EngineReplication:
     def gauges(self) -> dict[str, int]:
         core = self.core
         if core is None:
-            return {"under_replicated": 0, "held_entries": 0, "held_logs": 0}
+            return {
+                "under_replicated": 0,
+                "held_entries": 0,
+                "held_logs": 0,
+                "under_replicated_sessions": 0,
+                "held_sessions": 0,
+            }
         return {
             "under_replicated": core.under_replicated(),
             "held_entries": core.held_count(),
             "held_logs": len(core.held_logs()),
+            "under_replicated_sessions": core.under_replicated_sessions(),
+            "held_sessions": sum(len(ids) for ids in core.held_sessions().values()),
+            "leaving": int(core.leaving),
         }
 
 
@@ -417,7 +578,33 @@ class ReplicatedClusterPort:
     def before_attach(
         self, client_id: str, clean_start: bool, username: str | None = None
     ) -> Completion[SessionSnapshot | None] | None:
-        return self.engine.before_attach(client_id, clean_start, username)
+        replication = self.replication
+        if replication.stopped or replication.core is None:
+            return self.engine.before_attach(client_id, clean_start, username)
+        replication.claimed(client_id)  # a copy held here of a gone home: a local session now
+        wait = self.engine.before_attach(client_id, clean_start, username)
+        if clean_start or wait is None:
+            return wait
+        # beside the claim: a holder's copy, used if the claim finds no session (its home did
+        # not answer within the CONNECT's wait - gone, or not yet reported down)
+        result: Completion[SessionSnapshot | None] = Completion()
+        lookup_id = replication.lookup(client_id, result)
+
+        def claim_done(done: Completion[SessionSnapshot | None]) -> None:
+            error = done.exception()
+            if error is not None:
+                replication.copies.pop(lookup_id, None)
+                result.set_exception(error)
+                return
+            snapshot = done.result()
+            if snapshot is None:
+                snapshot = replication.take_copy(lookup_id, client_id)
+            else:
+                replication.copies.pop(lookup_id, None)
+            result.set_result(snapshot)
+
+        wait.add_done_callback(claim_done)
+        return result
 
     def owns_share_group(self, group: str, topic_filter: str) -> bool:
         return self.engine.owns_share_group(group, topic_filter)

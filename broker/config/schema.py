@@ -512,7 +512,8 @@ class ClusterConfig:
         1,
         "copies of each QoS>=1 send-log entry the publisher's PUBACK waits for (this broker and the "
         "next N-1 on the ring of peer ids); 1 = no replication. Above 1 a broker needs "
-        "store.persistence and a cluster; persistent sessions are not replicated yet (docs/cluster.md)",
+        "store.persistence and a cluster; persistent sessions are kept on the same N brokers "
+        "(docs/cluster.md)",
         min_value=1,
         max_value=7,
     )

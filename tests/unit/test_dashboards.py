@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
 from broker.adapters.cluster_runtime import ClusterRuntime
@@ -60,6 +61,12 @@ def exported_sample_names() -> set[str]:
         ClusterRuntime(load_config(None, env={}), ProcessScheduler(World(0))).collector()
     )  # not started: zero values
     body, _content_type = render(registry)
+    # with cluster.replicas > 1 the cluster also exports skipmq_cluster_replication_* (not started)
+    replicated_env = {"SKIPMQ_CLUSTER_ENABLED": "true", "SKIPMQ_CLUSTER_REPLICAS": "2"}
+    replicated = ClusterRuntime(load_config(None, env=replicated_env), ProcessScheduler(World(0)))
+    extra = CollectorRegistry()
+    extra.register(replicated.collector())
+    body += render(extra)[0]
     pipeline = PipelineMetrics()  # the Spark job's driver (skipmq-pipeline --metrics-port)
     pipeline.watch_query("snapshots", lambda: True)
     ends = pd.to_datetime([60.0], unit="s", utc=True)

@@ -10,16 +10,42 @@ from __future__ import annotations
 from typing import Any
 
 from broker.adapters.transport.wire_base import WireError
-from broker.adapters.transport.wire_cluster import mqtt_message_from_proto, mqtt_message_to_proto
+from broker.adapters.transport.wire_cluster import (
+    _positions_from_proto,
+    _positions_to_proto,
+    mqtt_message_from_proto,
+    mqtt_message_to_proto,
+    snapshot_from_proto,
+    snapshot_to_proto,
+)
 from broker.cluster.replication_messages import (
     ReplicaAck,
     ReplicaAppend,
+    ReplicaHandedOver,
     ReplicaHello,
     ReplicaItem,
+    ReplicaLeaving,
     ReplicaRelease,
+    SessionAck,
+    SessionCopy,
+    SessionCopyTaken,
+    SessionLookup,
+    SessionReplica,
 )
 
-REPLICA_KINDS: tuple[type, ...] = (ReplicaHello, ReplicaAppend, ReplicaAck, ReplicaRelease)
+REPLICA_KINDS: tuple[type, ...] = (
+    ReplicaHello,
+    ReplicaAppend,
+    ReplicaAck,
+    ReplicaRelease,
+    SessionReplica,
+    SessionAck,
+    ReplicaLeaving,
+    ReplicaHandedOver,
+    SessionLookup,
+    SessionCopy,
+    SessionCopyTaken,
+)
 _MAX_SEQ = 2**64 - 1
 
 
@@ -48,6 +74,36 @@ def replica_to_proto(item: ReplicaItem, out: Any) -> None:
         out.hello.incarnation = item.incarnation
         out.hello.started_empty = bool(item.started_empty)
         out.hello.wants_reply = bool(item.wants_reply)
+    elif isinstance(item, SessionReplica):
+        body = out.session
+        body.incarnation = item.incarnation
+        body.client_id = item.client_id
+        body.version = _seq(item.version, "Replica.session.version")
+        if item.snapshot is not None:
+            snapshot_to_proto(item.snapshot, body.snapshot, "Replica.session.snapshot")
+        _positions_to_proto(item.positions, body.positions, "Replica.session.positions")
+    elif isinstance(item, SessionAck):
+        out.session_ack.incarnation = item.incarnation
+        out.session_ack.client_id = item.client_id
+        out.session_ack.version = _seq(item.version, "Replica.session_ack.version")
+    elif isinstance(item, ReplicaLeaving):
+        out.leaving.incarnation = item.incarnation
+    elif isinstance(item, ReplicaHandedOver):
+        out.handed_over.incarnation = item.incarnation
+    elif isinstance(item, SessionLookup):
+        out.lookup.lookup_id = _seq(item.lookup_id, "Replica.lookup.lookup_id")
+        out.lookup.client_id = item.client_id
+    elif isinstance(item, SessionCopy):
+        body = out.copy
+        body.lookup_id = _seq(item.lookup_id, "Replica.copy.lookup_id")
+        body.home = item.home
+        body.incarnation = item.incarnation
+        snapshot_to_proto(item.snapshot, body.snapshot, "Replica.copy.snapshot")
+        _positions_to_proto(item.positions, body.positions, "Replica.copy.positions")
+    elif isinstance(item, SessionCopyTaken):
+        out.copy_taken.incarnation = item.incarnation
+        out.copy_taken.home = item.home
+        out.copy_taken.client_id = item.client_id
     else:
         raise WireError(f"Replica: {type(item).__name__} is not a replication record")
 
@@ -78,4 +134,45 @@ def replica_from_proto(src: Any) -> ReplicaItem:
         if not src.hello.incarnation:
             raise WireError("Replica.hello: empty incarnation")
         return ReplicaHello(src.hello.incarnation, src.hello.started_empty, src.hello.wants_reply)
+    if case == "session":
+        body = src.session
+        if not body.incarnation or not body.client_id:
+            raise WireError("Replica.session: empty incarnation or client_id")
+        snapshot = None
+        if body.HasField("snapshot"):
+            snapshot = snapshot_from_proto(body.snapshot, "Replica.session.snapshot")
+        if snapshot is not None and snapshot.client_id != body.client_id:
+            raise WireError("Replica.session: the snapshot is of another client id")
+        positions = _positions_from_proto(body.positions)
+        return SessionReplica(body.incarnation, body.client_id, body.version, snapshot, positions)
+    if case == "session_ack":
+        body = src.session_ack
+        if not body.incarnation or not body.client_id:
+            raise WireError("Replica.session_ack: empty incarnation or client_id")
+        return SessionAck(body.incarnation, body.client_id, body.version)
+    if case == "leaving":
+        if not src.leaving.incarnation:
+            raise WireError("Replica.leaving: empty incarnation")
+        return ReplicaLeaving(src.leaving.incarnation)
+    if case == "handed_over":
+        if not src.handed_over.incarnation:
+            raise WireError("Replica.handed_over: empty incarnation")
+        return ReplicaHandedOver(src.handed_over.incarnation)
+    if case == "lookup":
+        if not src.lookup.client_id:
+            raise WireError("Replica.lookup: empty client_id")
+        return SessionLookup(src.lookup.lookup_id, src.lookup.client_id)
+    if case == "copy":
+        body = src.copy
+        if not body.home or not body.incarnation or not body.HasField("snapshot"):
+            raise WireError("Replica.copy: empty home, incarnation or snapshot")
+        copy_snapshot = snapshot_from_proto(body.snapshot, "Replica.copy.snapshot")
+        return SessionCopy(
+            body.lookup_id, body.home, body.incarnation, copy_snapshot, _positions_from_proto(body.positions)
+        )
+    if case == "copy_taken":
+        body = src.copy_taken
+        if not body.incarnation or not body.home or not body.client_id:
+            raise WireError("Replica.copy_taken: empty incarnation, home or client_id")
+        return SessionCopyTaken(body.incarnation, body.home, body.client_id)
     raise WireError("Replica: without a kind (unknown to this schema version?)")

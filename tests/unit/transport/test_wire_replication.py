@@ -7,8 +7,21 @@ import pytest
 
 from broker.adapters.transport import wire
 from broker.adapters.transport.wire import WireError, pb
-from broker.cluster.replication_messages import ReplicaAck, ReplicaAppend, ReplicaHello, ReplicaRelease
-from broker.core.messages import Message
+from broker.cluster.messages import StreamPosition
+from broker.cluster.replication_messages import (
+    ReplicaAck,
+    ReplicaAppend,
+    ReplicaHandedOver,
+    ReplicaHello,
+    ReplicaLeaving,
+    ReplicaRelease,
+    SessionAck,
+    SessionCopy,
+    SessionCopyTaken,
+    SessionLookup,
+    SessionReplica,
+)
+from broker.core.messages import STATE_PUBLISH_SENT, Message, OutEntry, SessionSnapshot, SubOptions
 
 
 def test_every_replication_record_round_trips_as_a_link_item() -> None:
@@ -49,3 +62,48 @@ def test_bad_replication_records_are_refused_naming_the_field() -> None:
             wire.decode_item(bad.SerializeToString())
     with pytest.raises(WireError, match=r"Replica\.ack\.next_seq"):
         wire.encode_item(ReplicaAck("x", -1))
+
+
+def test_the_session_and_drain_records_round_trip_and_bad_ones_are_refused() -> None:
+    message = Message("a/b", b"q", 1, False, {}, None, "node-1", "pub")
+    snapshot = SessionSnapshot(
+        client_id="dev-1",
+        protocol_level=5,
+        expiry_interval_s=600,
+        username="u",
+        subscriptions=[SubOptions("a/+", 1, False, False, 0, 7, None, "a/+")],
+        pending=[
+            OutEntry(message, 1, False, [7], seq=3, packet_id=4, state=STATE_PUBLISH_SENT),
+            OutEntry(message, 1, False, [], seq=4),
+        ],
+        incoming_qos2={2},
+        next_packet_id=5,
+    )
+    positions = (StreamPosition("n1", "a", 12), StreamPosition("n2", "a", 1))
+    records = [
+        SessionReplica("inc1", "dev-1", 9, snapshot, positions),
+        SessionReplica("inc1", "dev-1", 10, None),
+        SessionAck("inc1", "dev-1", 10),
+        ReplicaLeaving("inc1"),
+        ReplicaHandedOver("inc2"),
+        SessionLookup(3, "dev-1"),
+        SessionCopy(3, "10.0.0.1:7000", "inc1", snapshot, positions),
+        SessionCopyTaken("inc1", "10.0.0.1:7000", "dev-1"),
+    ]
+    for record in records:
+        assert wire.decode_item(wire.encode_item(record)) == record
+    assert wire.decode_frame(wire.encode_frame(records)) == records
+    bad = pb.Item()
+    bad.replica.session.incarnation = "inc1"  # no client id
+    with pytest.raises(WireError, match=r"Replica\.session: empty"):
+        wire.decode_item(bad.SerializeToString())
+    bad = pb.Item()
+    bad.replica.session.incarnation = "inc1"
+    bad.replica.session.client_id = "dev-1"
+    bad.replica.session.snapshot.client_id = "dev-2"
+    with pytest.raises(WireError, match="another client id"):
+        wire.decode_item(bad.SerializeToString())
+    bad = pb.Item()
+    bad.replica.copy.home = "h"  # no snapshot
+    with pytest.raises(WireError, match=r"Replica\.copy: empty"):
+        wire.decode_item(bad.SerializeToString())

@@ -600,17 +600,99 @@ class ReplicaRelease(_message.Message):
     upto: int
     def __init__(self, incarnation: _Optional[str] = ..., upto: _Optional[int] = ...) -> None: ...
 
+class SessionReplica(_message.Message):
+    __slots__ = ("incarnation", "client_id", "version", "snapshot", "positions")
+    INCARNATION_FIELD_NUMBER: _ClassVar[int]
+    CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    SNAPSHOT_FIELD_NUMBER: _ClassVar[int]
+    POSITIONS_FIELD_NUMBER: _ClassVar[int]
+    incarnation: str
+    client_id: str
+    version: int
+    snapshot: SessionSnapshot
+    positions: _containers.RepeatedCompositeFieldContainer[StreamPosition]
+    def __init__(self, incarnation: _Optional[str] = ..., client_id: _Optional[str] = ..., version: _Optional[int] = ..., snapshot: _Optional[_Union[SessionSnapshot, _Mapping]] = ..., positions: _Optional[_Iterable[_Union[StreamPosition, _Mapping]]] = ...) -> None: ...
+
+class SessionAck(_message.Message):
+    __slots__ = ("incarnation", "client_id", "version")
+    INCARNATION_FIELD_NUMBER: _ClassVar[int]
+    CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    incarnation: str
+    client_id: str
+    version: int
+    def __init__(self, incarnation: _Optional[str] = ..., client_id: _Optional[str] = ..., version: _Optional[int] = ...) -> None: ...
+
+class ReplicaLeaving(_message.Message):
+    __slots__ = ("incarnation",)
+    INCARNATION_FIELD_NUMBER: _ClassVar[int]
+    incarnation: str
+    def __init__(self, incarnation: _Optional[str] = ...) -> None: ...
+
+class ReplicaHandedOver(_message.Message):
+    __slots__ = ("incarnation",)
+    INCARNATION_FIELD_NUMBER: _ClassVar[int]
+    incarnation: str
+    def __init__(self, incarnation: _Optional[str] = ...) -> None: ...
+
+class SessionLookup(_message.Message):
+    __slots__ = ("lookup_id", "client_id")
+    LOOKUP_ID_FIELD_NUMBER: _ClassVar[int]
+    CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
+    lookup_id: int
+    client_id: str
+    def __init__(self, lookup_id: _Optional[int] = ..., client_id: _Optional[str] = ...) -> None: ...
+
+class SessionCopy(_message.Message):
+    __slots__ = ("lookup_id", "home", "incarnation", "snapshot", "positions")
+    LOOKUP_ID_FIELD_NUMBER: _ClassVar[int]
+    HOME_FIELD_NUMBER: _ClassVar[int]
+    INCARNATION_FIELD_NUMBER: _ClassVar[int]
+    SNAPSHOT_FIELD_NUMBER: _ClassVar[int]
+    POSITIONS_FIELD_NUMBER: _ClassVar[int]
+    lookup_id: int
+    home: str
+    incarnation: str
+    snapshot: SessionSnapshot
+    positions: _containers.RepeatedCompositeFieldContainer[StreamPosition]
+    def __init__(self, lookup_id: _Optional[int] = ..., home: _Optional[str] = ..., incarnation: _Optional[str] = ..., snapshot: _Optional[_Union[SessionSnapshot, _Mapping]] = ..., positions: _Optional[_Iterable[_Union[StreamPosition, _Mapping]]] = ...) -> None: ...
+
+class SessionCopyTaken(_message.Message):
+    __slots__ = ("incarnation", "home", "client_id")
+    INCARNATION_FIELD_NUMBER: _ClassVar[int]
+    HOME_FIELD_NUMBER: _ClassVar[int]
+    CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
+    incarnation: str
+    home: str
+    client_id: str
+    def __init__(self, incarnation: _Optional[str] = ..., home: _Optional[str] = ..., client_id: _Optional[str] = ...) -> None: ...
+
 class Replica(_message.Message):
-    __slots__ = ("hello", "append", "ack", "release")
+    __slots__ = ("hello", "append", "ack", "release", "session", "session_ack", "leaving", "handed_over", "lookup", "copy", "copy_taken")
     HELLO_FIELD_NUMBER: _ClassVar[int]
     APPEND_FIELD_NUMBER: _ClassVar[int]
     ACK_FIELD_NUMBER: _ClassVar[int]
     RELEASE_FIELD_NUMBER: _ClassVar[int]
+    SESSION_FIELD_NUMBER: _ClassVar[int]
+    SESSION_ACK_FIELD_NUMBER: _ClassVar[int]
+    LEAVING_FIELD_NUMBER: _ClassVar[int]
+    HANDED_OVER_FIELD_NUMBER: _ClassVar[int]
+    LOOKUP_FIELD_NUMBER: _ClassVar[int]
+    COPY_FIELD_NUMBER: _ClassVar[int]
+    COPY_TAKEN_FIELD_NUMBER: _ClassVar[int]
     hello: ReplicaHello
     append: ReplicaAppend
     ack: ReplicaAck
     release: ReplicaRelease
-    def __init__(self, hello: _Optional[_Union[ReplicaHello, _Mapping]] = ..., append: _Optional[_Union[ReplicaAppend, _Mapping]] = ..., ack: _Optional[_Union[ReplicaAck, _Mapping]] = ..., release: _Optional[_Union[ReplicaRelease, _Mapping]] = ...) -> None: ...
+    session: SessionReplica
+    session_ack: SessionAck
+    leaving: ReplicaLeaving
+    handed_over: ReplicaHandedOver
+    lookup: SessionLookup
+    copy: SessionCopy
+    copy_taken: SessionCopyTaken
+    def __init__(self, hello: _Optional[_Union[ReplicaHello, _Mapping]] = ..., append: _Optional[_Union[ReplicaAppend, _Mapping]] = ..., ack: _Optional[_Union[ReplicaAck, _Mapping]] = ..., release: _Optional[_Union[ReplicaRelease, _Mapping]] = ..., session: _Optional[_Union[SessionReplica, _Mapping]] = ..., session_ack: _Optional[_Union[SessionAck, _Mapping]] = ..., leaving: _Optional[_Union[ReplicaLeaving, _Mapping]] = ..., handed_over: _Optional[_Union[ReplicaHandedOver, _Mapping]] = ..., lookup: _Optional[_Union[SessionLookup, _Mapping]] = ..., copy: _Optional[_Union[SessionCopy, _Mapping]] = ..., copy_taken: _Optional[_Union[SessionCopyTaken, _Mapping]] = ...) -> None: ...
 
 class Hello(_message.Message):
     __slots__ = ("peer_id", "schema_version", "max_batch_items", "http_port", "challenge", "identity_proof")

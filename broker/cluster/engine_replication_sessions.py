@@ -1,0 +1,306 @@
+"""The session side of the replication glue (``broker.cluster.engine_replication``): a broker's
+persistent sessions on N brokers and its graceful removal (docs/cluster.md, Replicas;
+docs/notes/replication-in-brokers.md). A mixin of :class:`EngineReplication`, in its own module
+for size: the home's sessions given to the core after the store's commits (at most every
+``SESSION_FLUSH_S``), the stream acknowledgements held until the sessions they cover are durable
+on N (seed 004's REQ after the holders' acceptance), the lookup and adoption of a gone home's
+sessions at a CONNECT, and the drain (``leave`` / ``drained``).
+
+No I/O here: time and timers come from the engine's scheduler.
+"""
+
+from __future__ import annotations
+
+import copy as _copy
+import logging
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any
+
+from broker.cluster.messages import StreamPosition
+from broker.cluster.replication_messages import AdoptSessions, CopyFound, ReplicationAction
+from broker.cluster.stream_receiver import SendAck
+
+if TYPE_CHECKING:
+    from broker.cluster.engine import ClusterEngine
+    from broker.cluster.replication import Replication
+    from broker.core.ports import Completion, SessionSnapshot
+
+log = logging.getLogger("skipmq.cluster")
+
+LOOKUP_AGAIN_S = 0.1  # a session lookup is sent again this often while the CONNECT waits (a lost one)
+# sessions written by the store are given to the core (exported, replicated) at most this often:
+# the stream acks that cover them wait up to this much longer (docs/notes/replication-in-brokers.md)
+SESSION_FLUSH_S = 0.05
+
+
+class ReplicationSessions:
+    """See the module docstring (what :class:`EngineReplication` provides is declared here)."""
+
+    engine: ClusterEngine
+    core: Replication | None
+    stopped: bool
+
+    def _now(self) -> float:
+        raise NotImplementedError
+
+    def _apply(self, actions: list[ReplicationAction]) -> None:
+        raise NotImplementedError
+
+    def _init_sessions(self) -> None:
+        # sessions (home side): the state last given to the core, its version (the core numbers
+        # each session_changed 1, 2, ...: mirrored here), and the version durable on N
+        self._given: dict[str, SessionSnapshot] = {}
+        self._given_version: dict[str, int] = {}
+        self._durable_version: dict[str, int] = {}
+        self._versions = 0
+        # stream acknowledgements waiting for session states to be durable on N: (needs, acks)
+        # (None: their sessions are not given to the core yet - the next session flush does it)
+        self._held_acks: list[tuple[dict[str, int] | None, list[SendAck]]] = []
+        self._dirty: set[str] = set()  # sessions committed since the last session flush
+        self._session_flush_armed = False
+        self._last_session_flush = float("-inf")
+        self._session_flushes = 0
+        self._send_acks: Callable[[list[Any]], None] | None = None  # the engine's own
+        self.copies: dict[int, CopyFound] = {}  # lookup id -> the first copy a holder sent
+        self._claiming = False  # adopting for a claim answered here (or a CONNECT here)
+        self.adopted_total = 0  # sessions of gone homes adopted here
+
+    def gate_acks(self) -> None:
+        """Hold the engine's stream acknowledgements until the session states they cover are
+        durable on N (the engine's ``_receiver_actions`` wrapped: an observation point, as the
+        simulation wraps the store's commit)."""
+        engine: Any = self.engine
+        self._send_acks = original = engine._receiver_actions
+
+        def gated(actions: list[Any]) -> None:
+            acks = [action for action in actions if type(action) is SendAck]
+            if not acks:
+                original(actions)
+                return
+            original([action for action in actions if type(action) is not SendAck])
+            self._hold_acks(acks)
+
+        engine._receiver_actions = gated
+
+    # ------------------------------------------------------------------ the home's sessions
+    def sessions_committed(self, client_ids: Iterable[str]) -> None:
+        """The store committed writes of these sessions: they are given to the core at the next
+        session flush, at most every ``SESSION_FLUSH_S`` (a snapshot is the session's whole state,
+        its queue included: one per commit would cost O(queue) per delivered message)."""
+        self._dirty.update(client_ids)
+        if self._session_flush_armed or self.stopped:
+            return
+        self._session_flush_armed = True
+        delay = max(0.0, self._last_session_flush + SESSION_FLUSH_S - self._now())
+        self.engine.scheduler.call_later(delay, self._flush_sessions)
+
+    def _flush_sessions(self) -> None:
+        self._session_flush_armed = False
+        if self.stopped:
+            return
+        self._last_session_flush = self._now()
+        dirty, self._dirty = self._dirty, set()
+        self._give_sessions(dirty)
+        self._session_flushes += 1
+        pending: dict[str, int] | None = None
+        for index, (needs, acks) in enumerate(self._held_acks):
+            if needs is None:  # held before this flush gave their sessions to the core
+                if pending is None:
+                    pending = self._pending_versions()
+                self._held_acks[index] = (pending, acks)
+        self._release_acks()
+
+    def _give_sessions(self, client_ids: Iterable[str]) -> None:
+        """Each persistent session whose state changed since it was last given to the core is
+        given again (ended ones as None)."""
+        core = self.core
+        broker: Any = self.engine.broker
+        if core is None or self.stopped or broker is None or core.replicas <= 1:
+            return
+        now = self._now()
+        actions: list[ReplicationAction] = []
+        for client_id in sorted(set(client_ids)):
+            snapshot = broker.export_session(client_id)
+            if snapshot is not None and snapshot.expiry_interval_s > 0:
+                if self._given.get(client_id) == snapshot:
+                    continue
+                self._given[client_id] = snapshot
+                positions = self._positions(snapshot)
+                actions += core.session_changed(client_id, snapshot, now, positions)
+            elif client_id in self._given:
+                del self._given[client_id]
+                actions += core.session_changed(client_id, None, now)
+            else:
+                continue
+            self._versions += 1
+            self._given_version[client_id] = self._versions
+        self._apply(actions)
+
+    def _positions(self, snapshot: SessionSnapshot) -> tuple[StreamPosition, ...]:
+        """Where this broker stands in the streams of the session's classes (what
+        ``ClusterEngine._hand_over_positions`` names for a session that moves)."""
+        engine = self.engine
+        sender = engine.sender
+        if sender is None:
+            return ()
+        classes = {engine.interest.class_of(sub.match_filter) for sub in snapshot.subscriptions}
+        at = {key: seq for key, seq in engine.receiver.positions().items() if key[1] in classes}
+        for cls in classes:
+            at[(sender.origin, cls)] = sender.position(cls)
+        return tuple(StreamPosition(origin, stream, seq) for (origin, stream), seq in sorted(at.items()))
+
+    def _pending_versions(self) -> dict[str, int]:
+        durable = self._durable_version
+        return {
+            client_id: version
+            for client_id, version in self._given_version.items()
+            if durable.get(client_id, 0) < version
+        }
+
+    def _hold_acks(self, acks: list[SendAck]) -> None:
+        """Seed 004's REQ for messages queued into persistent sessions leaves once their states
+        are on N brokers: a broker that loses its disk meanwhile loses nothing the origins freed."""
+        broker = self.engine.broker
+        if broker is not None and broker.store_pending():
+            broker.commit_now()  # the deliveries these acks cover: their sessions given to the core
+        if not self._can_be_durable():
+            self._release_acks()
+            if self._send_acks is not None:
+                self._send_acks(list(acks))
+            return
+        if self._dirty:  # their sessions go to the core at the next session flush
+            self._held_acks.append((None, acks))
+            return
+        needs = self._pending_versions()
+        if not needs and not self._held_acks:
+            if self._send_acks is not None:
+                self._send_acks(list(acks))
+            return
+        self._held_acks.append((needs, acks))
+        self._release_acks()
+
+    def _can_be_durable(self) -> bool:
+        """Live holders enough for N copies in this broker's view. With fewer (a holder down and
+        none to replace it, a partition) a session change cannot be durable on N until one is
+        back: the acks then leave at once rather than stall the streams until then - a disk lost
+        meanwhile is a second fault, which N = 2 does not promise to survive."""
+        core = self.core
+        return core is not None and len(core.holders_of(core.peer_id)) >= core.replicas - 1
+
+    def _release_acks(self) -> None:
+        held = self._held_acks
+        if not held:
+            return
+        durable = self._durable_version
+        given = self._given_version
+        released = len(held) if not self._can_be_durable() else 0
+        for needs, _acks in held[released:]:
+            if needs is None or any(durable.get(c, 0) < v and given.get(c, 0) >= v for c, v in needs.items()):
+                break
+            released += 1
+        if not released:
+            return
+        ready, self._held_acks = held[:released], held[released:]
+        send = self._send_acks
+        if send is not None:
+            send([ack for _needs, acks in ready for ack in acks])
+
+    def lookup(self, client_id: str, until: Completion[SessionSnapshot | None]) -> int:
+        """Ask the holders for a copy of ``client_id``'s session; asked again every
+        ``LOOKUP_AGAIN_S`` until a copy came or ``until`` is done."""
+        core = self.core
+        assert core is not None
+        lookup_id, actions = core.lookup(client_id)
+        self._apply(actions)
+        scheduler = self.engine.scheduler
+
+        def again() -> None:
+            if not self.stopped and not until.done() and lookup_id not in self.copies:
+                self._apply(actions)
+                scheduler.call_later(LOOKUP_AGAIN_S, again)
+
+        scheduler.call_later(LOOKUP_AGAIN_S, again)
+        return lookup_id
+
+    def take_copy(self, lookup_id: int, client_id: str) -> SessionSnapshot | None:
+        """The copy a holder sent for ``lookup_id`` as the client's session here (the claim found
+        none); its positions go to the engine as a moved session's."""
+        found = self.copies.pop(lookup_id, None)
+        core = self.core
+        if found is None or core is None or self.stopped:
+            return None
+        copy = found.copy
+        log.warning(
+            "replication_session_copy_taken client_id=%s home=%s holder=%s (its home did not answer)",
+            client_id,
+            copy.home,
+            found.holder,
+        )
+        if copy.positions:
+            self.engine._moved_positions[client_id] = copy.positions
+        self.adopted_total += 1
+        self._apply(core.copy_taken(found.holder, copy, client_id))
+        return _copy.deepcopy(copy.snapshot)
+
+    def claimed(self, client_id: str) -> None:
+        """A takeover claim for ``client_id`` (or a CONNECT here): a held copy whose home is gone
+        is adopted first, so that the claim finds it."""
+        core = self.core
+        if core is None or self.stopped:
+            return
+        self._claiming = True
+        try:
+            self._apply(core.claimed(client_id))
+        finally:
+            self._claiming = False
+
+    def _adopt(self, action: AdoptSessions) -> None:
+        core = self.core
+        engine = self.engine
+        broker = engine.broker
+        if core is None or broker is None:
+            return
+        for index, snapshot in enumerate(action.snapshots):
+            existed = broker.has_session(snapshot.client_id)
+            # merged into a session the client made here meanwhile (nothing queued is lost)
+            broker.receive_late_session(_copy.deepcopy(snapshot))
+            positions = action.positions[index] if index < len(action.positions) else ()
+            if positions:
+                # what the gone home had not received yet: from the origins' send logs
+                filters = [sub.match_filter for sub in snapshot.subscriptions] if existed else None
+                engine._catch_up(snapshot.client_id, positions, filters)
+        self.adopted_total += len(action.snapshots)
+        client_ids = [snapshot.client_id for snapshot in action.snapshots]
+        log.warning(
+            "replication_sessions_adopted home=%s incarnation=%s sessions=%d (its broker is gone)",
+            action.key[0],
+            action.key[1],
+            len(client_ids),
+        )
+        self._apply(core.sessions_adopted(action.key, client_ids))
+        if broker.store_pending():
+            broker.commit_now()  # replicated as this broker's own (the commit gives them to the core)
+        else:
+            self.sessions_committed(client_ids)
+        if self._claiming:
+            return  # the claim being answered (or the CONNECT here) takes it
+        takeover = engine.takeover
+        for client_id in client_ids:
+            # the client connected to a live broker before the copy was adopted: it goes there
+            newer = takeover.newest_remote_claim(client_id) if takeover is not None else None
+            if newer is not None and newer[1] != action.key[0] and core.is_live(newer[1]):
+                engine._pass_on_if_claimed_elsewhere(client_id)
+
+    # ------------------------------------------------------------------ graceful removal
+    def leave(self) -> None:
+        """This broker is being removed (a drain): its log and sessions go to the others."""
+        core = self.core
+        if core is None or self.stopped:
+            return
+        self._apply(core.leave(self._now()))
+        log.warning("replication_leaving: handing this broker's log and sessions over")
+
+    def drained(self) -> bool:
+        """Leaving, and nothing is lost when this process exits now (the core's ``drained``)."""
+        core = self.core
+        return core is not None and core.drained()
