@@ -291,6 +291,13 @@ class Store:
                 self._closed = True
                 raise StoreError(f"cannot open store {path!r} for checkpoints: {exc}") from exc
 
+    def count_checkpoints(self, outcomes: dict[str, int], seconds: Histogram) -> None:
+        """Count the background checkpoints' passes by outcome and time them (the broker's
+        ``skipmq_store_checkpoints_total`` and ``skipmq_store_checkpoint_seconds``)."""
+        if self._checkpointer is not None:
+            self._checkpointer.outcomes = outcomes
+            self._checkpointer.seconds = seconds
+
     @property
     def checkpoints_run(self) -> int:
         """Passes of the background checkpointer so far (0 when inline)."""
