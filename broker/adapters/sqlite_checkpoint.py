@@ -44,6 +44,7 @@ class Checkpointer:
         self.completed = 0  # passes that copied every frame there was when they started
         self.errors = 0
         self.last_error = ""
+        self.last_wal_frames = 0  # the WAL's size in frames at the last pass
         # set by the broker (``Store.count_checkpoints``): outcome -> passes, and each pass's duration
         self.outcomes: dict[str, int] | None = None
         self.seconds: Histogram | None = None
@@ -73,6 +74,7 @@ class Checkpointer:
             seconds = self.seconds
             if seconds is not None:
                 seconds.observe(time.perf_counter() - started)
+            self.last_wal_frames = wal_frames
             self.passes += 1
             if copied >= wal_frames:
                 self.completed += 1

@@ -79,6 +79,17 @@ SYNCHRONOUS_MODES = ("normal", "full")
 # checkpoints, a thread of the store's own runs them (see ``Checkpointer``)
 CHECKPOINT_MODES = ("inline", "background")
 
+# When a COMMIT goes to the commit thread (``commit_in_background``): "always", or "adaptive" (the
+# broker's default) - only a COMMIT likely to wait on the disk, so that the ~20 us ones stay on the
+# loop without a thread hand-off each (a thread woken per commit costs CPU and, on a small
+# machine, run-queue time): one that will start the WAL over (the checkpoint thread copied every
+# frame since: SQLite then fsyncs the new WAL header), one near the WAL bound (its checkpoint), any
+# with SQLite's own checkpoints ("inline"), and every one for a while after a slow one (a busy disk).
+BACKGROUND_COMMIT_POLICIES = ("adaptive", "always")
+SLOW_COMMIT_S = 0.002
+SLOW_SPELL_COMMITS = 1000
+NEAR_BOUND_FRAMES = WAL_BOUND_PAGES - 2_000
+
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS sessions (
@@ -274,6 +285,10 @@ class Store:
         # enables ``commit_in_background``; see the module docstring
         self.post: Callable[[Callable[[], None]], object] | None = None
         self._commit_thread: CommitThread | None = None
+        self.background_commits = "adaptive"  # BACKGROUND_COMMIT_POLICIES
+        self._slow_spell = 0  # commits left that go to the thread after a slow one
+        self._completed_seen = 0  # the checkpoint thread's completed passes, as of the last COMMIT
+        self._bg_expected_slow = False  # the COMMIT in flight was sent for its WAL restart or bound
         self._bg_running = False  # a COMMIT is in flight on the commit thread: the loop keeps off _db
         self._bg_generation = 0
         self._bg_outcome: tuple[float, BaseException | None] = (0.0, None)
@@ -412,6 +427,8 @@ class Store:
         post = self.post
         if post is None or self._closed or self._bg_running or not self._db.in_transaction:
             return False
+        if not self._commit_may_block():
+            return False
         self._raise_replay_error()
         thread = self._commit_thread
         if thread is None:
@@ -422,6 +439,22 @@ class Store:
         self._bg_generation += 1
         thread.submit(self._commit_on_thread, partial(post, partial(self._bg_returned, self._bg_generation)))
         return True
+
+    def _commit_may_block(self) -> bool:
+        """Whether this COMMIT is likely to wait on the disk (see BACKGROUND_COMMIT_POLICIES)."""
+        self._bg_expected_slow = False
+        if self.background_commits == "always" or self._slow_spell > 0:
+            return True
+        checkpointer = self._checkpointer
+        if checkpointer is None:  # SQLite's own checkpoint may run in any COMMIT
+            return True
+        completed = checkpointer.completed
+        if completed != self._completed_seen:  # every frame copied: this COMMIT restarts the WAL
+            self._completed_seen = completed
+            self._bg_expected_slow = True
+        elif checkpointer.last_wal_frames >= NEAR_BOUND_FRAMES:
+            self._bg_expected_slow = True
+        return self._bg_expected_slow
 
     def _commit_on_thread(self) -> None:
         started = time.perf_counter()
@@ -459,7 +492,8 @@ class Store:
         self._bg_running = False
         seconds, error = self._bg_outcome
         if error is None:
-            self._committed(seconds)
+            # a WAL restart's header fsync was expected to be slow: no sign of a busy disk
+            self._committed(seconds, expected_slow=self._bg_expected_slow)
         else:
             self._bg_error = self._commit_failed(error)
         ops = self._deferred_ops
@@ -470,7 +504,11 @@ class Store:
             except Exception as exc:  # the core rewrites the store from memory before the next commit
                 self._replay_error = exc
 
-    def _committed(self, seconds: float) -> None:
+    def _committed(self, seconds: float, *, expected_slow: bool = False) -> None:
+        if seconds >= SLOW_COMMIT_S and not expected_slow:
+            self._slow_spell = SLOW_SPELL_COMMITS
+        elif self._slow_spell:
+            self._slow_spell -= 1
         histogram = self.commit_seconds
         if histogram is not None:
             histogram.observe(seconds)

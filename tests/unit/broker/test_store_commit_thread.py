@@ -1,5 +1,8 @@
 """The group COMMIT off the event loop (``Store.commit_in_background``, a broker without a cluster).
 
+The first test drives the mechanism (every COMMIT to the thread); the second the default policy
+that decides which COMMITs go there (those likely to wait on the disk).
+
 A real in-process broker (``ThreadedBroker``, SQLite store in a temporary directory). The store's
 connection is wrapped so that each COMMIT waits at a gate the test opens: while a COMMIT is held,
 the broker must go on serving other clients (it runs on the store's commit thread, not on the
@@ -13,9 +16,14 @@ from __future__ import annotations
 import sqlite3
 import threading
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
+import pytest
+
+from broker.adapters import sqlite_store
 from broker.adapters.server import ThreadedBroker
+from broker.adapters.sqlite_store import Store, StoredMessage
 from broker.mqtt.packets import Pingreq, Pingresp, Puback
 from tests.support.core import RawClient, start_broker, wait_for
 
@@ -66,6 +74,7 @@ def test_commit_runs_off_the_loop_and_acks_wait_for_their_commit(start_broker: S
         assert store is not None
         gated.append(_GatedDb(store._db))
         store._db = gated[0]  # type: ignore[assignment]
+        store.background_commits = "always"  # the default sends only likely-slow COMMITs there
 
     threaded.call(install)
     db = gated[0]
@@ -101,3 +110,48 @@ def test_commit_runs_off_the_loop_and_acks_wait_for_their_commit(start_broker: S
     for message in received:
         again.ack(message)
     again.expect_nothing(0.3)
+
+
+def _queued_commit(store: Store, done: list[BaseException | None]) -> bool:
+    """One message queued for "sub" and committed through ``commit_in_background`` if the policy
+    sends it there (True), else on this thread."""
+    store.enqueue("sub", StoredMessage("t/1", bytes(3000), 1, False, {}, None, "node"))
+    if store.commit_in_background(done.append):
+        store.wait_background_commit()
+        return True
+    store.commit()
+    return False
+
+
+def test_adaptive_policy_sends_the_commits_that_wait_on_the_disk_to_the_thread(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """By default a COMMIT goes to the thread only when it will start the WAL over (the checkpoint
+    thread copied every frame: SQLite fsyncs the new WAL header) or follows a slow one; the others
+    stay on the caller's thread (no hand-off per commit). The slow-commit threshold is lifted for
+    the first part, so that a COMMIT preempted on a loaded machine does not decide it."""
+    monkeypatch.setattr(sqlite_store, "SLOW_COMMIT_S", 60.0)
+    store = Store(str(tmp_path / "adaptive.db"), checkpoint="background")
+    posted: list[Callable[[], object]] = []
+    store.post = posted.append
+    store.upsert_session("sub", protocol_level=4, expiry_interval_s=60, username=None, disconnected_at=None)
+    store.commit()
+    done: list[BaseException | None] = []
+    checkpointer = store._checkpointer
+    assert checkpointer is not None
+    assert [_queued_commit(store, done) for _ in range(5)] == [False] * 5  # quick, nothing due
+    completed = checkpointer.completed
+    checkpointer.wanted.set()  # a pass with no COMMIT beside it copies every frame
+    wait_for(lambda: checkpointer.completed > completed, timeout_s=10)
+    assert _queued_commit(store, done)  # this one starts the WAL over: on the thread
+    assert done == [None]
+    assert not _queued_commit(store, done)
+    monkeypatch.setattr(sqlite_store, "SLOW_COMMIT_S", 0.002)
+    store._committed(0.05)  # a 50 ms COMMIT (the busy disk of a neighbour's job)
+    assert all(_queued_commit(store, done) for _ in range(3))  # the following ones: on the thread
+    assert done == [None] * 4
+    assert len(posted) == 4  # each background COMMIT posted its return to the "loop"
+    store.close()
+    reopened = Store(str(tmp_path / "adaptive.db"))
+    assert reopened.queue_depth("sub") == 10  # every message committed, whichever thread
+    reopened.close()
