@@ -1164,7 +1164,7 @@ def update_docs(results: dict[str, Any], table: str, command: str, docs_path: Pa
         "(all runs are in the JSON).",
         "- Latency: one publisher and one subscriber, paced (the publisher writes what is due "
         "every 0.5 ms), a send timestamp in the payload; QoS 0, and where listed QoS 1 to a subscriber "
-        "with a persistent session (SkipMQ commits each message before sending it on; mosquitto "
+        "with a persistent session (SkipMQ commits each message before its PUBACK; mosquitto "
         "writes its persistence file only on autosave); "
         f"{results['settings'].get('latency_duration_s')} s measured after 0.5 s of warm-up, a fresh "
         f"broker per run, {results['settings'].get('latency_rounds', 1)} round(s) per broker and rate "
@@ -1233,7 +1233,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--latency-qos",
         default="0",
         help="comma-separated QoS levels of the paced latency runs (default 0; 1 = QoS 1 to a "
-        "persistent subscriber: SkipMQ commits each message before sending it on)",
+        "persistent subscriber: SkipMQ commits each message before its PUBACK)",
     )
     parser.add_argument(
         "--latency-realtime",

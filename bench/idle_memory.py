@@ -78,16 +78,19 @@ def run_clients(port: int, count: int) -> None:
     asyncio.run(main())
 
 
-def measure(count: int, top: int, frames: int = 1) -> dict[str, Any]:
+def measure(count: int, top: int, frames: int = 1, loop: str = "uvloop") -> dict[str, Any]:
     from broker.adapters.server import ThreadedBroker
     from broker.config import load_config
 
-    try:
-        import uvloop
+    used = "asyncio"
+    if loop == "uvloop":
+        try:
+            import uvloop
 
-        asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
-    except ImportError:
-        pass
+            asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
+            used = "uvloop"
+        except ImportError:
+            pass
     data_dir = tempfile.mkdtemp(prefix="skipmq-idle-")
     config = load_config(
         None,
@@ -135,6 +138,7 @@ def measure(count: int, top: int, frames: int = 1) -> dict[str, Any]:
         for stat in stats[:top]
     ]
     return {
+        "loop": used,
         "connections": opened,
         "connected_in_broker": connected,
         "traced_bytes_before": before_bytes,
@@ -155,6 +159,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--frames", type=int, default=1, help="call frames per allocation site listed (1: the line only)"
     )
+    parser.add_argument(
+        "--loop",
+        choices=("uvloop", "asyncio"),
+        default="uvloop",
+        help="the broker's event loop: uvloop (the broker's default where installed) or the standard one",
+    )
     parser.add_argument("--json", default=None, help="write the result here")
     parser.add_argument("--run-clients", nargs=2, type=int, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -165,9 +175,9 @@ def main(argv: list[str] | None = None) -> int:
 
     _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-    result = measure(args.connections, args.top, args.frames)
+    result = measure(args.connections, args.top, args.frames, args.loop)
     print(
-        f"{result['connections']} idle connections (one subscription each): "
+        f"{result['connections']} idle connections (one subscription each, {result['loop']}): "
         f"{result['bytes_per_connection'] / 1024:.2f} KiB per connection traced by tracemalloc"
     )
     for line in result["top_lines"]:

@@ -180,6 +180,18 @@ class BrokerCollector(Collector):
             "Duration of each group commit of the SQLite store (COMMIT and its fsync)",
             stats.store_commit_seconds,
         )
+        yield _labelled_counter(
+            "skipmq_store_checkpoints",
+            "Background WAL checkpoints of the SQLite store, by outcome: completed (every WAL frame"
+            " copied into the database), partial (a commit overlapped the pass), failed",
+            "outcome",
+            stats.store_checkpoints,
+        )
+        yield _histogram(
+            "skipmq_store_checkpoint_seconds",
+            "Duration of each background WAL checkpoint of the SQLite store (copy and fsyncs)",
+            stats.store_checkpoint_seconds,
+        )
         yield _gauge(
             "skipmq_uptime_seconds",
             "Seconds since the broker started",

@@ -172,6 +172,12 @@ class BrokerServer:
         self.broker = broker
         if store is not None:
             store.commit_seconds = broker.stats.store_commit_seconds
+            store.count_checkpoints(broker.stats.store_checkpoints, broker.stats.store_checkpoint_seconds)
+            if cluster is None:
+                # the group COMMIT on the store's commit thread, acks released on the loop when it
+                # returned; a cluster's or federation's own tables join the store's transactions
+                # on the loop (``Store.db``), so those brokers keep committing on the loop
+                store.post = loop.call_soon_threadsafe
         if self.federation is not None:
             self.federation.broker = broker
             self.federation.store = store  # durable custody (None: persistence off, custody in memory)

@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import sqlite3
 import threading
+import time
+
+from broker.core.stats import Histogram
 
 # The background checkpointer. A PASSIVE checkpoint on a thread copies the WAL into the database
 # (with its two fsyncs) while the event loop keeps committing; SQLite can start the WAL over only
@@ -41,6 +44,10 @@ class Checkpointer:
         self.completed = 0  # passes that copied every frame there was when they started
         self.errors = 0
         self.last_error = ""
+        self.last_wal_frames = 0  # the WAL's size in frames at the last pass
+        # set by the broker (``Store.count_checkpoints``): outcome -> passes, and each pass's duration
+        self.outcomes: dict[str, int] | None = None
+        self.seconds: Histogram | None = None
         self._stopping = False
         self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
         self._db.execute(f"PRAGMA synchronous={synchronous.upper()}")
@@ -55,16 +62,30 @@ class Checkpointer:
             if self._stopping:
                 return
             wanted.clear()
+            started = time.perf_counter()
             try:
                 # fetchall: the statement runs to its end (no read transaction left open)
                 ((_busy, wal_frames, copied),) = db.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
             except sqlite3.Error as exc:
                 self.errors += 1
                 self.last_error = str(exc)
+                self._count("failed")
                 continue
+            seconds = self.seconds
+            if seconds is not None:
+                seconds.observe(time.perf_counter() - started)
+            self.last_wal_frames = wal_frames
             self.passes += 1
             if copied >= wal_frames:
                 self.completed += 1
+                self._count("completed")
+            else:
+                self._count("partial")
+
+    def _count(self, outcome: str) -> None:
+        outcomes = self.outcomes
+        if outcomes is not None:
+            outcomes[outcome] = outcomes.get(outcome, 0) + 1
 
     def stop(self) -> None:
         self._stopping = True

@@ -29,10 +29,21 @@ Payloads fanned out to many sessions are stored once: a ``messages`` row carries
 count of the ``queue`` rows pointing at it, and a trigger deletes the message when its last queue
 row goes (ack, drop, session deletion).
 
-The store is not thread-safe: use it from one thread at a time (the event-loop thread).
+The COMMIT off the event loop: once the broker sets ``post`` (its loop's
+``call_soon_threadsafe``), ``commit_in_background`` runs the COMMIT statement on a thread of the
+store's own (``broker.adapters.sqlite_commit_thread``) and calls back on the loop when it returned;
+the core releases the acknowledgements that waited for it only then. While it is in flight the
+hot-path writes (enqueue, set_inflight, ack, sessions, subscriptions, wills, QoS 2 ids, retained)
+are recorded and replayed into the next transaction when it returned (``enqueue`` hands out its
+sequence number at once from the cached counter); every other call, and every read, first waits
+for the COMMIT (``_settle``), so callers always see their own writes.
+
+The store is not thread-safe: use it from one thread at a time (the event-loop thread); the
+commit thread touches the connection only while the loop does not.
 
 Size: one class per store (the StorePort on SQLite): the schema, its migrations and every
-statement of the port live together so that a reader sees each table's writes and reads in one place.
+statement of the port live together so that a reader sees each table's writes and reads in one place
+(over 800 lines with the background commit's deferral of the hot-path writes).
 """
 
 from __future__ import annotations
@@ -42,9 +53,11 @@ import sqlite3
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from broker.adapters.sqlite_checkpoint import JOURNAL_SIZE_LIMIT_BYTES, WAL_BOUND_PAGES, Checkpointer
+from broker.adapters.sqlite_commit_thread import CommitThread
 from broker.core.records import (
     PUBLISH_SENT,
     PUBREL_SENT,
@@ -65,6 +78,17 @@ SYNCHRONOUS_MODES = ("normal", "full")
 # caller's thread, with an fsync of the WAL and of the database); "background": COMMIT never
 # checkpoints, a thread of the store's own runs them (see ``Checkpointer``)
 CHECKPOINT_MODES = ("inline", "background")
+
+# When a COMMIT goes to the commit thread (``commit_in_background``): "always", or "adaptive" (the
+# broker's default) - only a COMMIT likely to wait on the disk, so that the ~20 us ones stay on the
+# loop without a thread hand-off each (a thread woken per commit costs CPU and, on a small
+# machine, run-queue time): one that will start the WAL over (the checkpoint thread copied every
+# frame since: SQLite then fsyncs the new WAL header), one near the WAL bound (its checkpoint), any
+# with SQLite's own checkpoints ("inline"), and every one for a while after a slow one (a busy disk).
+BACKGROUND_COMMIT_POLICIES = ("adaptive", "always")
+SLOW_COMMIT_S = 0.002
+SLOW_SPELL_COMMITS = 1000
+NEAR_BOUND_FRAMES = WAL_BOUND_PAGES - 2_000
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL);
@@ -257,6 +281,21 @@ class Store:
         self.commit_seconds: Histogram | None = None
         self._checkpointer: Checkpointer | None = None
         self._commits_since_checkpoint = 0
+        # the COMMIT off the loop: ``post`` (set by the broker: its loop's call_soon_threadsafe)
+        # enables ``commit_in_background``; see the module docstring
+        self.post: Callable[[Callable[[], None]], object] | None = None
+        self._commit_thread: CommitThread | None = None
+        self.background_commits = "adaptive"  # BACKGROUND_COMMIT_POLICIES
+        self._slow_spell = 0  # commits left that go to the thread after a slow one
+        self._completed_seen = 0  # the checkpoint thread's completed passes, as of the last COMMIT
+        self._bg_expected_slow = False  # the COMMIT in flight was sent for its WAL restart or bound
+        self._bg_running = False  # a COMMIT is in flight on the commit thread: the loop keeps off _db
+        self._bg_generation = 0
+        self._bg_outcome: tuple[float, BaseException | None] = (0.0, None)
+        self._bg_error: BaseException | None = None  # the in-flight COMMIT's failure, for ``done``
+        self._bg_done: Callable[[BaseException | None], None] | None = None
+        self._deferred_ops: list[tuple[Callable[..., Any], tuple[Any, ...]]] = []
+        self._replay_error: BaseException | None = None  # a replayed write failed: next commit fails
         if checkpoint == "background" and journal_mode == "wal":  # not ":memory:"
             self._db.execute(f"PRAGMA wal_autocheckpoint={WAL_BOUND_PAGES}")
             self._db.execute(f"PRAGMA journal_size_limit={JOURNAL_SIZE_LIMIT_BYTES}")
@@ -266,6 +305,13 @@ class Store:
                 self._db.close()
                 self._closed = True
                 raise StoreError(f"cannot open store {path!r} for checkpoints: {exc}") from exc
+
+    def count_checkpoints(self, outcomes: dict[str, int], seconds: Histogram) -> None:
+        """Count the background checkpoints' passes by outcome and time them (the broker's
+        ``skipmq_store_checkpoints_total`` and ``skipmq_store_checkpoint_seconds``)."""
+        if self._checkpointer is not None:
+            self._checkpointer.outcomes = outcomes
+            self._checkpointer.seconds = seconds
 
     @property
     def checkpoints_run(self) -> int:
@@ -295,7 +341,9 @@ class Store:
 
     @property
     def db(self) -> sqlite3.Connection:
-        """The connection, for adapters that keep their own tables in this store's transactions."""
+        """The connection, for adapters that keep their own tables in this store's transactions
+        (waits for a COMMIT in flight on the commit thread)."""
+        self._settle()
         return self._db
 
     def begin(self) -> None:
@@ -305,18 +353,45 @@ class Store:
     def _begin(self) -> None:
         if self._closed:
             raise StoreError("store is closed")
+        if self._bg_running:
+            self._settle()
         if not self._db.in_transaction:
             self._db.execute("BEGIN")
+
+    def _write(self, op: Callable[..., Any], *args: Any) -> None:
+        """Run a write now, or record it for the next transaction while a COMMIT is in flight."""
+        if self._bg_running:
+            self._deferred_ops.append((op, args))
+        else:
+            op(*args)
 
     @property
     def pending(self) -> bool:
         """True when there is uncommitted work."""
-        return not self._closed and self._db.in_transaction
+        if self._closed:
+            return False
+        if self._bg_running:
+            return bool(self._deferred_ops)
+        return self._db.in_transaction
 
     def commit(self) -> None:
-        """End the open transaction, making everything since the last commit durable."""
-        if self._closed or not self._db.in_transaction:
+        """End the open transaction, making everything since the last commit durable (on the
+        caller's thread; a COMMIT in flight on the commit thread is waited for first)."""
+        if self._closed:
             return
+        self._settle()
+        self._raise_replay_error()
+        if not self._db.in_transaction:
+            return
+        self._prepare_commit()
+        started = time.perf_counter()
+        try:
+            self._db.execute("COMMIT")
+        except sqlite3.Error as exc:
+            raise self._commit_failed(exc) from exc
+        self._committed(time.perf_counter() - started)
+
+    def _prepare_commit(self) -> None:
         for hook in self.before_commit:
             hook()
         counters = self._counters
@@ -328,18 +403,115 @@ class Store:
             )
             counters.dirty.clear()
         self._last_message = None
+
+    def _commit_failed(self, exc: BaseException) -> StoreError:
+        if not self._db.in_transaction:  # SQLite rolled the transaction back (e.g. disk full)
+            # Depths are recounted from the database; seq counters stay ahead, so a seq handed
+            # out in the lost transaction is still never reused.
+            self._counters.depth.clear()
+        return StoreError(f"commit to store {self.path!r} failed: {exc}")
+
+    def _raise_replay_error(self) -> None:
+        error = self._replay_error
+        if error is not None:
+            self._replay_error = None
+            raise StoreError(f"a write replayed after a background commit failed: {error}") from error
+
+    # --- the COMMIT on the commit thread ----------------------------------------------------------
+
+    def commit_in_background(self, done: Callable[[BaseException | None], None]) -> bool:
+        """Start the group COMMIT on the commit thread; ``done(error)`` is called on the loop once
+        it returned (``error`` None: durable). False, and nothing started, when there is nothing
+        to commit, a COMMIT is already in flight, or no ``post`` was given (then call ``commit``).
+        Raises like ``commit`` when the transaction cannot be prepared."""
+        post = self.post
+        if post is None or self._closed or self._bg_running or not self._db.in_transaction:
+            return False
+        if not self._commit_may_block():
+            return False
+        self._raise_replay_error()
+        thread = self._commit_thread
+        if thread is None:
+            thread = self._commit_thread = CommitThread()
+        self._prepare_commit()
+        self._bg_running = True
+        self._bg_done = done
+        self._bg_generation += 1
+        thread.submit(self._commit_on_thread, partial(post, partial(self._bg_returned, self._bg_generation)))
+        return True
+
+    def _commit_may_block(self) -> bool:
+        """Whether this COMMIT is likely to wait on the disk (see BACKGROUND_COMMIT_POLICIES)."""
+        self._bg_expected_slow = False
+        if self.background_commits == "always" or self._slow_spell > 0:
+            return True
+        checkpointer = self._checkpointer
+        if checkpointer is None:  # SQLite's own checkpoint may run in any COMMIT
+            return True
+        completed = checkpointer.completed
+        if completed != self._completed_seen:  # every frame copied: this COMMIT restarts the WAL
+            self._completed_seen = completed
+            self._bg_expected_slow = True
+        elif checkpointer.last_wal_frames >= NEAR_BOUND_FRAMES:
+            self._bg_expected_slow = True
+        return self._bg_expected_slow
+
+    def _commit_on_thread(self) -> None:
         started = time.perf_counter()
         try:
             self._db.execute("COMMIT")
-        except sqlite3.Error as exc:
-            if not self._db.in_transaction:  # SQLite rolled the transaction back (e.g. disk full)
-                # Depths are recounted from the database; seq counters stay ahead, so a seq handed
-                # out in the lost transaction is still never reused.
-                counters.depth.clear()
-            raise StoreError(f"commit to store {self.path!r} failed: {exc}") from exc
+        except BaseException as exc:
+            self._bg_outcome = (time.perf_counter() - started, exc)
+            return
+        self._bg_outcome = (time.perf_counter() - started, None)
+
+    def _bg_returned(self, generation: int) -> None:
+        """On the loop: the background COMMIT returned (posted by the commit thread)."""
+        if generation == self._bg_generation:
+            self.wait_background_commit()
+
+    def wait_background_commit(self) -> None:
+        """Wait for a COMMIT in flight on the commit thread, replay the writes recorded meanwhile
+        and call its ``done`` (on the loop; at once if it already returned)."""
+        self._settle()
+        done = self._bg_done
+        if done is not None:
+            self._bg_done = None
+            error = self._bg_error
+            self._bg_error = None
+            done(error)
+
+    def _settle(self) -> None:
+        """Take the connection back from the commit thread (waiting for its COMMIT) and replay the
+        writes recorded meanwhile into the next transaction; ``done`` is left to the caller."""
+        if not self._bg_running:
+            return
+        thread = self._commit_thread
+        assert thread is not None
+        thread.done.wait()
+        self._bg_running = False
+        seconds, error = self._bg_outcome
+        if error is None:
+            # a WAL restart's header fsync was expected to be slow: no sign of a busy disk
+            self._committed(seconds, expected_slow=self._bg_expected_slow)
+        else:
+            self._bg_error = self._commit_failed(error)
+        ops = self._deferred_ops
+        self._deferred_ops = []
+        for op, args in ops:
+            try:
+                op(*args)
+            except Exception as exc:  # the core rewrites the store from memory before the next commit
+                self._replay_error = exc
+
+    def _committed(self, seconds: float, *, expected_slow: bool = False) -> None:
+        if seconds >= SLOW_COMMIT_S and not expected_slow:
+            self._slow_spell = SLOW_SPELL_COMMITS
+        elif self._slow_spell:
+            self._slow_spell -= 1
         histogram = self.commit_seconds
         if histogram is not None:
-            histogram.observe(time.perf_counter() - started)
+            histogram.observe(seconds)
         if self._checkpointer is not None:
             self._commits_since_checkpoint += 1
             if self._commits_since_checkpoint >= self._checkpointer.every_commits:
@@ -351,9 +523,17 @@ class Store:
         if self._closed:
             return
         self.commit()
-        self._stop_checkpointer()
+        self._stop_threads()
         self._db.close()
         self._closed = True
+
+    def _stop_threads(self) -> None:
+        self._settle()
+        thread = self._commit_thread
+        if thread is not None:
+            self._commit_thread = None
+            thread.stop()
+        self._stop_checkpointer()
 
     def _stop_checkpointer(self) -> None:
         checkpointer = self._checkpointer
@@ -366,7 +546,7 @@ class Store:
         ``kill -9`` of the broker leaves it (the whole-cluster simulation's crash). Idempotent."""
         if self._closed:
             return
-        self._stop_checkpointer()
+        self._stop_threads()
         self._db.close()
         self._closed = True
 
@@ -389,6 +569,18 @@ class Store:
     ) -> None:
         if expiry_interval_s < 0:
             raise ValueError(f"expiry_interval_s must be >= 0, got {expiry_interval_s!r}")
+        self._write(
+            self._upsert_session, client_id, protocol_level, expiry_interval_s, username, disconnected_at
+        )
+
+    def _upsert_session(
+        self,
+        client_id: str,
+        protocol_level: int,
+        expiry_interval_s: int,
+        username: str | None,
+        disconnected_at: float | None,
+    ) -> None:
         self._begin()
         self._db.execute(
             "INSERT INTO sessions (client_id, protocol_level, expiry_interval_s, username, disconnected_at) "
@@ -415,6 +607,7 @@ class Store:
 
     def load_sessions(self) -> list[SessionRecord]:
         """Every stored session with its subscriptions, incoming QoS 2 ids, will and next seq."""
+        self._settle()
         db = self._db
         subscriptions: dict[str, list[StoredSubscription]] = {}
         for row in db.execute(
@@ -457,6 +650,9 @@ class Store:
         _check_qos(sub.qos)
         if sub.retain_handling not in (0, 1, 2):
             raise ValueError(f"retain_handling must be 0, 1 or 2, got {sub.retain_handling!r}")
+        self._write(self._add_subscription, client_id, sub)
+
+    def _add_subscription(self, client_id: str, sub: StoredSubscription) -> None:
         self._begin()
         self._db.execute(
             "INSERT INTO subscriptions (client_id, topic_filter, qos, no_local, retain_as_published, "
@@ -477,6 +673,9 @@ class Store:
         )
 
     def remove_subscription(self, client_id: str, topic_filter: str) -> None:
+        self._write(self._remove_subscription, client_id, topic_filter)
+
+    def _remove_subscription(self, client_id: str, topic_filter: str) -> None:
         self._begin()
         self._db.execute(
             "DELETE FROM subscriptions WHERE client_id = ? AND topic_filter = ?", (client_id, topic_filter)
@@ -536,9 +735,13 @@ class Store:
         )
         return row_id
 
-    def _append(self, client_id: str, message_id: int, subscription_identifiers: list[int] | None) -> int:
+    def _append(
+        self, client_id: str, message: StoredMessage, subscription_identifiers: list[int] | None, seq: int
+    ) -> None:
+        """Insert queue entry ``seq`` (handed out by ``enqueue``) with its message row."""
+        self._begin()
+        message_id = self._message_row(message)
         counters = self._counters
-        seq = self._next_seq(client_id)
         self._db.execute(
             "INSERT INTO queue (client_id, seq, message_id, packet_id, state, subscription_identifiers) "
             "VALUES (?, ?, ?, NULL, 0, ?)",
@@ -549,11 +752,9 @@ class Store:
                 _encode_ids(subscription_identifiers) if subscription_identifiers else None,
             ),
         )
-        counters.next_seq[client_id] = seq + 1
         depth = counters.depth.get(client_id)
         if depth is not None:
             counters.depth[client_id] = depth + 1
-        return seq
 
     def enqueue(
         self, client_id: str, message: StoredMessage, subscription_identifiers: list[int] | None = None
@@ -563,8 +764,14 @@ class Store:
         Enqueueing the same message (same object or equal content) to several sessions within one
         transaction stores its payload once.
         """
-        self._begin()
-        return self._append(client_id, self._message_row(message), subscription_identifiers)
+        next_seqs = self._counters.next_seq
+        seq = next_seqs.get(client_id)
+        if seq is None or not self._bg_running:
+            self._begin()
+            seq = self._next_seq(client_id)
+        next_seqs[client_id] = seq + 1
+        self._write(self._append, client_id, message, subscription_identifiers, seq)
+        return seq
 
     def enqueue_many(
         self,
@@ -612,6 +819,9 @@ class Store:
             raise ValueError(f"state must be 0 (queued), 1 (PUBLISH sent) or 2 (PUBREL sent), got {state!r}")
         if packet_id is not None and not 1 <= packet_id <= 65535:
             raise ValueError(f"packet_id must be in 1..65535 or None, got {packet_id!r}")
+        self._write(self._set_inflight, client_id, seq, packet_id, state)
+
+    def _set_inflight(self, client_id: str, seq: int, packet_id: int | None, state: int) -> None:
         self._begin()
         cursor = self._db.execute(
             "UPDATE queue SET packet_id = ?, state = ? WHERE client_id = ? AND seq = ?",
@@ -622,6 +832,9 @@ class Store:
 
     def ack(self, client_id: str, seq: int) -> None:
         """Delete queue entry ``seq`` (seed 001 §4.1: only on acknowledgement). Unknown seq: no-op."""
+        self._write(self._ack, client_id, seq)
+
+    def _ack(self, client_id: str, seq: int) -> None:
         self._begin()
         next_seq = self._next_seq(client_id)  # before the delete, which may remove the largest seq
         cursor = self._db.execute("DELETE FROM queue WHERE client_id = ? AND seq = ?", (client_id, seq))
@@ -665,6 +878,7 @@ class Store:
             "m.retain, m.properties, m.expiry_at, m.origin "
             "FROM queue q JOIN messages m ON m.id = q.message_id WHERE q.client_id = ? ORDER BY q.seq"
         )
+        self._settle()
         params: tuple[Any, ...] = (client_id,)
         if limit is not None:
             if limit < 0:
@@ -686,6 +900,7 @@ class Store:
 
     def queue_depth(self, client_id: str) -> int:
         """Number of entries (queued and in flight) in the session's queue."""
+        self._settle()
         depth = self._counters.depth.get(client_id)
         if depth is None:
             depth = self._db.execute(
@@ -718,6 +933,7 @@ class Store:
 
     def message_count(self) -> int:
         """Number of distinct stored queued payloads (fan-out copies share one)."""
+        self._settle()
         return int(self._db.execute("SELECT COUNT(*) FROM messages").fetchone()[0])
 
     # --- incoming QoS 2 ---------------------------------------------------------------------------
@@ -725,12 +941,18 @@ class Store:
     def add_incoming_qos2(self, client_id: str, packet_id: int) -> None:
         if not 1 <= packet_id <= 65535:
             raise ValueError(f"packet_id must be in 1..65535, got {packet_id!r}")
+        self._write(self._add_incoming_qos2, client_id, packet_id)
+
+    def _add_incoming_qos2(self, client_id: str, packet_id: int) -> None:
         self._begin()
         self._db.execute(
             "INSERT OR IGNORE INTO incoming_qos2 (client_id, packet_id) VALUES (?, ?)", (client_id, packet_id)
         )
 
     def remove_incoming_qos2(self, client_id: str, packet_id: int) -> None:
+        self._write(self._remove_incoming_qos2, client_id, packet_id)
+
+    def _remove_incoming_qos2(self, client_id: str, packet_id: int) -> None:
         self._begin()
         self._db.execute(
             "DELETE FROM incoming_qos2 WHERE client_id = ? AND packet_id = ?", (client_id, packet_id)
@@ -741,6 +963,9 @@ class Store:
     def set_retained(self, topic: str, message: StoredMessage) -> None:
         """Store (or replace) the retained message of ``topic``."""
         _check_qos(message.qos)
+        self._write(self._set_retained, topic, message)
+
+    def _set_retained(self, topic: str, message: StoredMessage) -> None:
         self._begin()
         self._db.execute(
             "INSERT OR REPLACE INTO retained (topic, payload, qos, retain, properties, expiry_at, origin) "
@@ -757,11 +982,15 @@ class Store:
         )
 
     def delete_retained(self, topic: str) -> None:
+        self._write(self._delete_retained, topic)
+
+    def _delete_retained(self, topic: str) -> None:
         self._begin()
         self._db.execute("DELETE FROM retained WHERE topic = ?", (topic,))
 
     def load_retained(self) -> list[StoredMessage]:
         """Every retained message, ordered by topic."""
+        self._settle()
         return [
             StoredMessage(row[0], row[1], row[2], bool(row[3]), decode_properties(row[4]), row[5], row[6])
             for row in self._db.execute(
@@ -774,6 +1003,9 @@ class Store:
 
     def set_will(self, client_id: str, will: bytes | None, fire_at: float | None) -> None:
         """Store the session's will (``None`` removes it); ``fire_at`` is the delayed-will time."""
+        self._write(self._set_will, client_id, will, fire_at)
+
+    def _set_will(self, client_id: str, will: bytes | None, fire_at: float | None) -> None:
         self._begin()
         if will is None:
             self._db.execute("DELETE FROM wills WHERE client_id = ?", (client_id,))
@@ -785,6 +1017,7 @@ class Store:
 
     def load_wills(self) -> list[tuple[str, bytes, float | None]]:
         """Every stored will as (client_id, will, fire_at), including those without a session row."""
+        self._settle()
         return [
             (row[0], row[1], row[2])
             for row in self._db.execute("SELECT client_id, will, fire_at FROM wills ORDER BY client_id")

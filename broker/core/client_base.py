@@ -290,16 +290,31 @@ class ClientBase:
         sent = broker.stats.packets_sent
         name = _FIRST_BYTE_NAMES[data[0] >> 4]
         sent[name] += 1
-        if self.deferred is not None:
-            self.deferred.append(data)
+        deferred = self.deferred
+        if deferred is not None:
+            # behind the held ones; with a commit in flight in the background, this one may need
+            # the next commit (its write is not in the one in flight)
+            deferred.append(data)
+            broker.durability.defer_until_commit(self)
         elif broker.durability.pending():
             self.deferred = [data]
             broker.durability.defer_until_commit(self)
         else:
             self.write(data)
 
-    def flush_deferred(self) -> None:
+    def deferred_count(self) -> int:
         deferred = self.deferred
+        return len(deferred) if deferred is not None else 0
+
+    def flush_deferred(self, count: int | None = None) -> None:
+        deferred = self.deferred
+        if deferred is not None and count is not None and count < len(deferred):
+            # a background commit covered the first ``count``; the rest wait for the next one
+            self.deferred = deferred[count:]
+            self.acks.qos1_unacked = sum(1 for ack in self.deferred if ack[0] >> 4 == _PUBACK)
+            if count:
+                self.write(b"".join(deferred[:count]))
+            return
         self.deferred = None
         if deferred:
             self.acks.qos1_unacked = 0
@@ -412,6 +427,7 @@ _NAMES: dict[type, str] = {
 }
 _NAMES[Pingresp] = "PINGRESP"
 _FIRST_BYTE_NAMES = {int(t): t.name for t in PacketType}
+_PUBACK = int(PacketType.PUBACK)
 
 
 def _packet_type_name(err: MQTTProtocolError) -> str:

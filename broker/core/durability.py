@@ -8,6 +8,13 @@ sessions). A failed commit is survived: memory still holds every routed message,
 is rewritten from memory (:meth:`Durability.resync`) and committed again; only if that fails too
 are the waiting connections closed without their acknowledgements (their clients re-send).
 
+Where the store can run its COMMIT on a thread of its own (``StorePort.commit_in_background``,
+the SQLite store in a broker process), the group commit does so: the event loop goes on serving
+every client while the COMMIT waits on the disk, and the acknowledgements held for it leave when
+it returned - only the ones held when it started (a connection's later ones wait for the next
+commit, in order). One COMMIT is in flight at a time; what arrives meanwhile forms the next group.
+A failed background COMMIT is retried once on the loop after the rewrite from memory, as above.
+
 Queued messages carry per-session sequence numbers and are deleted only when acknowledged.
 """
 
@@ -39,6 +46,8 @@ class Durability:
         "_log_event",
         "_resync_needed",
         "_retained",
+        "_retried",
+        "_running",
         "_scheduler",
         "_sessions",
         "_store_errors",
@@ -63,7 +72,11 @@ class Durability:
         self._retained = retained
         self._log_event = log_event
         self._commit_scheduled = False
-        self._commit_waiters: list[ClientPort] = []
+        # connections holding acknowledgements for the next commit (a dict: an ordered set)
+        self._commit_waiters: dict[ClientPort, None] = {}
+        # the COMMIT in flight in the background: its waiters, each with how many held acks it covers
+        self._running: list[tuple[ClientPort, int]] | None = None
+        self._retried = False  # the next commit is the retry of a failed background COMMIT
         self._resync_needed = False  # a commit failed: rewrite the store from memory first
         self._commit_failed_last = False
 
@@ -73,7 +86,7 @@ class Durability:
         return store is not None and store.pending
 
     def defer_until_commit(self, conn: ClientPort) -> None:
-        self._commit_waiters.append(conn)
+        self._commit_waiters[conn] = None
         self.after_batch()
 
     def after_batch(self) -> None:
@@ -87,22 +100,69 @@ class Durability:
             self._scheduler.call_soon(self.flush_commit)
 
     def commit_now(self) -> bool:
-        """Run the group commit at once; False if it failed (its waiters were closed)."""
-        self.flush_commit()
+        """Run the group commit at once, on this thread (after the one in flight in the
+        background, if any); False if it failed (its waiters were closed)."""
+        self._wait_background()
+        self._flush(background=False)
         return not self._commit_failed_last
 
     def flush_commit(self) -> None:
         """Make the open transaction durable, then release the held acknowledgements."""
+        self._flush(background=True)
+
+    def _flush(self, *, background: bool) -> None:
         self._commit_scheduled = False
+        if self._running is not None:
+            return  # the COMMIT in flight calls back, then the next group commits
         waiters = self._commit_waiters
-        self._commit_waiters = []
-        if self.store is not None and not (self._try_commit() or self._try_commit()):
+        self._commit_waiters = {}
+        store = self.store
+        if background and store is not None and not self._resync_needed and store.pending:
+            try:
+                started = store.commit_in_background(self._background_done)
+            except Exception as exc:
+                started = False
+                self._commit_error(exc)
+            if started:
+                self._running = [(conn, conn.deferred_count()) for conn in waiters]
+                return
+        retry = self._retried  # a failed background COMMIT was the first attempt: one more only
+        self._retried = False
+        if store is not None and not (self._try_commit() or (not retry and self._try_commit())):
             for conn in waiters:
                 conn.drop_deferred()
             self.after_batch()
             return
         for conn in waiters:
             conn.flush_deferred()
+
+    def _background_done(self, error: BaseException | None) -> None:
+        """The background COMMIT returned (on the loop): release what it covered, or retry."""
+        running = self._running or []
+        self._running = None
+        if error is None:
+            self._commit_failed_last = False
+            for conn, count in running:
+                conn.flush_deferred(count)
+        else:
+            self._commit_error(error)
+            # retried on the loop after the rewrite from memory; its acks wait for that commit
+            waiters = {conn: None for conn, _count in running}
+            waiters.update(self._commit_waiters)
+            self._commit_waiters = waiters
+            self._retried = True
+        self.after_batch()
+
+    def _wait_background(self) -> None:
+        store = self.store
+        if self._running is not None and store is not None:
+            store.wait_background_commit()  # calls _background_done
+
+    def _commit_error(self, exc: BaseException) -> None:
+        self._commit_failed_last = True
+        self._resync_needed = True
+        self._count_error("commit")
+        self._log_event(logging.ERROR, "store_commit_failed", message=str(exc))
 
     def is_store_error(self, exc: BaseException) -> bool:
         store = self.store
@@ -120,7 +180,8 @@ class Durability:
 
     def close(self) -> None:
         if self.store is not None:
-            self.flush_commit()
+            self._wait_background()
+            self._flush(background=False)
             self.store.close()
             self.store = None
 

@@ -172,8 +172,12 @@ class ClientPort(Protocol):
 
     def close(self, *, fire_will: bool = True) -> None: ...
 
-    def flush_deferred(self) -> None:
-        """The group commit ran: send the acknowledgements that waited for it."""
+    def flush_deferred(self, count: int | None = None) -> None:
+        """The group commit ran: send the acknowledgements that waited for it (the first
+        ``count`` held ones when given: those held when a background commit started)."""
+
+    def deferred_count(self) -> int:
+        """How many acknowledgements are held for a group commit now."""
 
     def drop_deferred(self) -> None:
         """The group commit failed: forget the acknowledgements that waited for it, close."""
@@ -201,6 +205,13 @@ class StorePort(Protocol):
     def pending(self) -> bool: ...
 
     def commit(self) -> None: ...
+
+    def commit_in_background(self, done: Callable[[BaseException | None], None]) -> bool:
+        """Start the commit where it may block (a thread of the store's); ``done(error)`` runs on
+        the core's thread when it returned. False when this store cannot (then ``commit``)."""
+
+    def wait_background_commit(self) -> None:
+        """Block until a commit started by ``commit_in_background`` returned; runs its ``done``."""
 
     def close(self) -> None: ...
 

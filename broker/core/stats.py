@@ -29,6 +29,9 @@ DROP_REASONS = (
 # Store failure kinds (broker/core/durability.py): a store call failing while a packet is handled,
 # a group commit failing, the rewrite of the store from memory failing. Always present, from 0.
 STORE_ERROR_KINDS = ("operation", "commit", "resync")
+# Background WAL checkpoint outcomes (broker/adapters/sqlite_checkpoint.py): every frame copied
+# (the next COMMIT starts the WAL over), some left (a COMMIT overlapped the pass), an error.
+CHECKPOINT_OUTCOMES = ("completed", "partial", "failed")
 # Packet-type label values: PacketType names, e.g. "PUBLISH".
 PACKET_TYPE_NAMES = tuple(packet_type.name for packet_type in PacketType)
 
@@ -96,6 +99,10 @@ class BrokerStats:
     store_errors: dict[str, int] = field(default_factory=lambda: _zeroes(STORE_ERROR_KINDS))  # kind -> n
     # every group commit's duration (observed by the SQLite adapter, once per commit, not per message)
     store_commit_seconds: Histogram = field(default_factory=lambda: Histogram(STORE_COMMIT_BUCKETS_S))
+    # the store's background WAL checkpoints (observed on the checkpoint thread): passes by outcome
+    # and each pass's duration (the copy into the database and its fsyncs)
+    store_checkpoints: dict[str, int] = field(default_factory=lambda: _zeroes(CHECKPOINT_OUTCOMES))
+    store_checkpoint_seconds: Histogram = field(default_factory=lambda: Histogram(STORE_COMMIT_BUCKETS_S))
     # refreshed at scrape time (``Broker.refresh_stats``) from every session's queue
     queue_limit: int = 0  # limits.max_queued_messages
     queue_depth_max: int = 0  # the longest session queue

@@ -40,6 +40,8 @@ METRIC_NAMES = [
     "skipmq_session_queue_depth_max",
     "skipmq_sessions_queue_near_limit",
     "skipmq_store_commit_seconds_count",
+    "skipmq_store_checkpoints_total",
+    "skipmq_store_checkpoint_seconds_count",
 ]
 
 

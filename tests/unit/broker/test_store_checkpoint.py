@@ -112,3 +112,37 @@ def test_memory_store_runs_no_checkpointer() -> None:
 def test_bad_checkpoint_mode_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="checkpoint must be one of"):
         Store(str(tmp_path / "x.db"), checkpoint="sometimes")
+
+
+def test_checkpoint_passes_are_counted_and_timed_in_the_metrics(tmp_path: Path) -> None:
+    """``skipmq_store_checkpoints_total`` by outcome and ``skipmq_store_checkpoint_seconds`` follow
+    the checkpoint thread's passes (scraped through the broker's Prometheus registry)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from broker.metrics import BrokerStats, make_registry, render
+
+    stats = BrokerStats()
+    store = open_store(str(tmp_path / "metrics.db"), "background")
+    store.count_checkpoints(stats.store_checkpoints, stats.store_checkpoint_seconds)
+    checkpointer = store._checkpointer
+    assert checkpointer is not None
+    commit_messages(store, 3 * checkpointer.every_commits)  # asks the thread 3 times
+    deadline = time.monotonic() + 10
+    while checkpointer.passes + checkpointer.errors < 1 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    store.close()  # joins the thread: no pass runs while the figures are compared
+    samples = {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(render(make_registry(stats))[0].decode())
+        for sample in family.samples
+    }
+    by_outcome = {
+        outcome: samples[("skipmq_store_checkpoints_total", (("outcome", outcome),))]
+        for outcome in ("completed", "partial", "failed")
+    }
+    assert checkpointer.passes >= 1, (checkpointer.passes, checkpointer.last_error)
+    assert by_outcome["completed"] == checkpointer.completed
+    assert by_outcome["completed"] + by_outcome["partial"] == checkpointer.passes
+    assert by_outcome["failed"] == checkpointer.errors
+    assert samples[("skipmq_store_checkpoint_seconds_count", ())] == checkpointer.passes
+    assert samples[("skipmq_store_checkpoint_seconds_sum", ())] > 0
