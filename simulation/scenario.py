@@ -596,3 +596,36 @@ def session_move_under_a_fast_stream(
     run.world.at(away_at, subscriber.disconnect)
     run.world.at(away_at + away_s, run.connect, "sub", c)
     return run.finish(end_s=4.0 + messages * interval_s + away_s + 25.0), run
+
+
+def away_beside_connected(
+    seed: int = 1,
+    *,
+    with_away: bool = True,
+    away_s: float = 4.0,
+    messages: int = 6000,
+    interval_s: float = 0.0005,
+    drain_per_s: float = 4000.0,
+) -> tuple[Result, Run]:
+    """No fault: a 2,000 msg/s QoS 1 stream from A to ``fast`` on B and, with ``with_away``,
+    ``away`` (same class, same drain rate), whose client disconnects 0.3 s into the stream and
+    reconnects to B ``away_s`` later. A live stream is held for away sessions only when no session
+    of its class is connected on the broker: here ``fast`` is, so nothing is held for ``away`` (no
+    head-of-line blocking) and ``away`` drops by its queue policy beyond 1,000, as on one broker.
+    The run is returned too, for its counters."""
+    run = Run(seed, Scenario(brokers=3, quiet_s=10.0, title="away session beside a connected one"))
+    a, b, _c = run.peer_ids
+    run.start_brokers()
+    run.add_client("pub", a, persistent=False)
+    for client_id in ("fast", "away") if with_away else ("fast",):
+        client = run.add_client(client_id, b, persistent=True)
+        client.drain_per_s = drain_per_s
+        client.on_connack = _subscribe_once("away/#")
+        run.world.at(2.0, run.connect, client_id)
+    run.world.at(2.5, run.connect, "pub")
+    run.publish_stream("pub", messages, interval_s, 4.0, "away/x")
+    if with_away:
+        away = run.clients["away"]
+        run.world.at(4.3, away.disconnect)
+        run.world.at(4.3 + away_s, run.connect, "away")
+    return run.finish(end_s=4.0 + messages * interval_s + away_s + 20.0), run
