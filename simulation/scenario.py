@@ -563,3 +563,69 @@ def absent_beside_fast_across_a_restart(
     run.world.at(4.5, run.crash, b)
     run.world.at(6.0, run.restart, b)
     return run.finish(end_s=4.0 + messages * interval_s + away_s + 20.0), run
+
+
+def session_move_under_a_fast_stream(
+    seed: int = 1,
+    *,
+    messages: int = 8000,
+    interval_s: float = 0.0005,
+    drain_per_s: float = 2500.0,
+    away_s: float = 3.0,
+) -> tuple[Result, Run]:
+    """A persistent subscriber on B, the only session of its class there, disconnects halfway
+    through a 2,000 msg/s QoS 1 stream from A and connects to C ``away_s`` later (session present:
+    its session moves), default limits (queue 1,000, drop oldest), draining ``drain_per_s``. Before
+    a live stream was held for sessions that are all away, B queued the stream into the offline
+    session and dropped the oldest beyond the queue limit: 3,004 of 8,000 PUBACKed messages lost
+    (3 s away); now B stops taking the stream once the session's queue is half full, the senders'
+    logs keep the rest, and C fetches it from where B stood, paced by the session's drain. The run
+    is returned too, for its brokers' drop counters."""
+    title = "session move under a fast stream (default limits)"
+    run = Run(seed, Scenario(brokers=3, quiet_s=10.0, title=title))
+    a, b, c = run.peer_ids
+    run.start_brokers()
+    run.add_client("pub", a, persistent=False)
+    subscriber = run.add_client("sub", b, persistent=True)
+    subscriber.drain_per_s = drain_per_s
+    subscriber.on_connack = _subscribe_once("move/fast")
+    run.world.at(2.0, run.connect, "sub")
+    run.world.at(2.5, run.connect, "pub")
+    run.publish_stream("pub", messages, interval_s, 4.0, "move/fast")
+    away_at = 4.0 + messages * interval_s / 2
+    run.world.at(away_at, subscriber.disconnect)
+    run.world.at(away_at + away_s, run.connect, "sub", c)
+    return run.finish(end_s=4.0 + messages * interval_s + away_s + 25.0), run
+
+
+def away_beside_connected(
+    seed: int = 1,
+    *,
+    with_away: bool = True,
+    away_s: float = 4.0,
+    messages: int = 6000,
+    interval_s: float = 0.0005,
+    drain_per_s: float = 4000.0,
+) -> tuple[Result, Run]:
+    """No fault: a 2,000 msg/s QoS 1 stream from A to ``fast`` on B and, with ``with_away``,
+    ``away`` (same class, same drain rate), whose client disconnects 0.3 s into the stream and
+    reconnects to B ``away_s`` later. A live stream is held for away sessions only when no session
+    of its class is connected on the broker: here ``fast`` is, so nothing is held for ``away`` (no
+    head-of-line blocking) and ``away`` drops by its queue policy beyond 1,000, as on one broker.
+    The run is returned too, for its counters."""
+    run = Run(seed, Scenario(brokers=3, quiet_s=10.0, title="away session beside a connected one"))
+    a, b, _c = run.peer_ids
+    run.start_brokers()
+    run.add_client("pub", a, persistent=False)
+    for client_id in ("fast", "away") if with_away else ("fast",):
+        client = run.add_client(client_id, b, persistent=True)
+        client.drain_per_s = drain_per_s
+        client.on_connack = _subscribe_once("away/#")
+        run.world.at(2.0, run.connect, client_id)
+    run.world.at(2.5, run.connect, "pub")
+    run.publish_stream("pub", messages, interval_s, 4.0, "away/x")
+    if with_away:
+        away = run.clients["away"]
+        run.world.at(4.3, away.disconnect)
+        run.world.at(4.3 + away_s, run.connect, "away")
+    return run.finish(end_s=4.0 + messages * interval_s + away_s + 20.0), run

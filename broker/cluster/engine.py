@@ -113,6 +113,7 @@ class ClusterEngine(EngineEntryPoints):
         self.receiver.window_closed = self._catch_up_window_closed  # ... without head-of-line blocking
         self.receiver.caught_up = self._catch_up_over
         self.receiver.stalled = self._catch_up_stalled
+        self.receiver.hold_live = self._hold_for_absent  # ... and for sessions all away
         if self.origin_checks is not None:
             self.origin_checks.stats = self.stats  # (its counters are the engine's)
         self.receiver.set_causal(peer_id, self.interest.subscribes, cluster.causal_wait_ms / 1000.0)

@@ -136,6 +136,32 @@ class EngineReceiving(TakeoverGlue):
                 gated[client_id] += 1
         return room
 
+    def _hold_for_absent(self, key: tuple[str, str]) -> bool:
+        """Whether the live stream ``key`` is to be paced as a catch-up (``StreamReceiver.hold_live``):
+        every local session of its class is away (none connected) and one of them, not set aside,
+        has no room below half its queue limit (or may be claimed after this broker's restart). A
+        single broker drops for an offline session beyond its queue limit; in a cluster the client
+        is often moving to another broker (its session follows with the positions this broker
+        stood at) or reconnecting, so the senders' logs keep the stream instead, up to the stall
+        (``StreamReceiver.stall_s``) after which such sessions are set aside and drop by policy.
+        With a connected session of the class here, nothing is held: no head-of-line blocking."""
+        broker = self.broker
+        if broker is None:
+            return False
+        set_aside = self._set_aside.get(key, ())
+        holding = False
+        for client_id in self.interest.clients_of(key[1]):
+            if broker.client_connected(client_id):
+                return False
+            if client_id in set_aside:
+                continue
+            depth = broker.queue_depth(client_id)
+            if depth is None:
+                continue
+            if depth[0] >= max(1, depth[1] // 2) or self._claimable_after_restart(client_id):
+                holding = True
+        return holding
+
     def _catch_up_window_closed(self, key: tuple[str, str], fell_behind: bool, behind: int) -> int:
         """A window (``stream_receiver.SLOW_WINDOW_S``) of the catch-up of ``key`` is over. If it
         fell further behind the live stream, the sessions that gated it while connected throughout

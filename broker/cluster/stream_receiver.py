@@ -133,6 +133,7 @@ class _Stream:
     window_at: float = 0.0
     window_req: int = 0
     window_head: int = 0
+    hold_checked_at: float = -1.0  # when ``hold_live`` was last asked for this live stream
 
 
 class StreamReceiver:
@@ -164,6 +165,11 @@ class StreamReceiver:
         # a catch-up stalled for ``stall_s``: ``stalled(key, behind)`` sets aside the sessions that
         # still hold it (its clients away all along); only when there are none it goes unpaced
         self.stalled: Callable[[StreamKey, int], int] | None = None
+        # a live stream whose every local session is away and out of room (``hold_live(key)``, asked
+        # at most every POLL_S) is paced as a catch-up: the sender's log keeps the rest, not the
+        # sessions' queues, until a client is back or its session has moved (docs/cluster.md "Flow
+        # control"); the stall sets such sessions aside as for any catch-up
+        self.hold_live: Callable[[StreamKey], bool] | None = None
         self.refresh_s = refresh_s
         self._next_refresh: float | None = None
         self.ret_delay_s = ret_delay_s
@@ -462,6 +468,13 @@ class StreamReceiver:
         engine's budget for it (``left``: what is left of one already taken) minus what other
         streams of its class asked for and did not get yet."""
         budget = self.budget
+        if (
+            budget is not None
+            and not stream.resumed
+            and stream.head - stream.next_seq < LIVE_SLACK
+            and self._holds_live(key, stream, now)
+        ):
+            stream.resumed = True  # paced from here until it has caught up once
         if budget is None or (not stream.resumed and stream.head - stream.next_seq < LIVE_SLACK):
             if stream.unpaced or stream.least_behind:
                 stream.unpaced = False
@@ -520,6 +533,15 @@ class StreamReceiver:
                 if other_stream.asked_to > other_stream.next_seq:
                     reserved += other_stream.asked_to - other_stream.next_seq
         return budget(key) - reserved
+
+    def _holds_live(self, key: StreamKey, stream: _Stream, now: float) -> bool:
+        """Whether the live stream ``key`` is to be held for its local sessions, all away and out of
+        room (``hold_live``): asked at most every POLL_S per stream (the live path's cost)."""
+        hold_live = self.hold_live
+        if hold_live is None or now - stream.hold_checked_at < POLL_S:
+            return False
+        stream.hold_checked_at = now
+        return hold_live(key)
 
     def _wait_for_room(self, key: StreamKey, stream: _Stream, now: float) -> None:
         """The head of ``key`` waits for room here: looked at again every POLL_S (``poll``)."""

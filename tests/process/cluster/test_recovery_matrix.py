@@ -82,3 +82,17 @@ def test_qos2_across_kill_9_of_the_subscribers_broker_under_a_fast_stream_delive
     tmp_path: Path,
 ) -> None:
     check(run_cell("kill-sub", 2, params(QOS2_FAST_RATE_PER_S), tmp_path))
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_a_session_move_with_the_client_away_past_its_queue_limit_loses_nothing(tmp_path: Path) -> None:
+    """QoS 1 at 1,000 msg/s; the subscriber disconnects from B (its only session of the class
+    there) and connects to C 3 s later: 3,000 messages of stream while it is away, three times the
+    default queue limit. B holds the live stream for the away session (the senders' logs keep it)
+    and C fetches it from where B stood, paced by the subscriber's drain. Before (d52c1a4's parent)
+    B queued the stream into the offline session and dropped the oldest beyond 1,000: the bench's
+    cell at 2,000 msg/s lost 5,028 of 11,384, all ``queue_full_oldest`` on B."""
+    moved = params(RATE_PER_S)
+    moved.down_s = 3.0
+    check(run_cell("move", 1, moved, tmp_path))

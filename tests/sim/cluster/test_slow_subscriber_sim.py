@@ -8,7 +8,14 @@ from __future__ import annotations
 
 from simulation.checkers import History, lost_acknowledged
 from simulation.clients import SimClient
-from simulation.scenario import Result, Run, Scenario, absent_beside_fast_across_a_restart, slow_beside_fast
+from simulation.scenario import (
+    Result,
+    Run,
+    Scenario,
+    absent_beside_fast_across_a_restart,
+    away_beside_connected,
+    slow_beside_fast,
+)
 
 RATE_PER_S = 1000.0
 CATCH_UP_MESSAGES = 6000
@@ -103,3 +110,23 @@ def test_an_absent_session_holds_a_catch_up_up_to_the_stall_then_drops_by_policy
     restarted = run.brokers[run.peer_ids[1]]
     assert restarted.broker.stats.messages_dropped["queue_full_oldest"] == len(away_lost)
     assert restarted.engine.stats.catch_up_sessions_set_aside >= 1
+
+
+def test_a_live_stream_is_not_held_for_an_away_session_beside_a_connected_one() -> None:
+    """The hold for away sessions (docs/cluster.md "Flow control") applies only when no session of
+    the class on the broker is connected: beside a connected one, the away session (4 s away at
+    2,000 msg/s) drops by its queue policy, counted, and the connected one's latency is what it is
+    alone (the live stream is not held for the away one)."""
+    alone, _ = away_beside_connected(with_away=False)
+    result, run = away_beside_connected()
+    history = result.history
+    assert len([r for r in history.acked if r.acked_at is not None]) == 6000
+    lost = lost_acknowledged(history)
+    assert not [v for v in lost if "never reached fast" in v.detail]
+    away_lost = [v for v in lost if "never reached away" in v.detail]
+    assert away_lost, "4 s away at 2,000 msg/s must overflow a queue of 1,000 when nothing is held"
+    broker_b = run.brokers[run.peer_ids[1]]
+    assert broker_b.broker.stats.messages_dropped["queue_full_oldest"] == len(away_lost)
+    p99_alone = fast_latencies(alone.history)[int(0.99 * 6000)]
+    p99_beside = fast_latencies(history)[int(0.99 * 6000)]
+    assert p99_beside <= 1.5 * p99_alone + 0.05, (p99_alone, p99_beside)
