@@ -49,6 +49,11 @@ class Site:
         with urllib.request.urlopen(f"http://{HOST}:{self.http}/federation", timeout=2) as response:
             return json.loads(response.read())  # type: ignore[no-any-return]
 
+    def metrics(self) -> str:
+        """The broker's /metrics text (Prometheus exposition)."""
+        with urllib.request.urlopen(f"http://{HOST}:{self.http}/metrics", timeout=2) as response:
+            return response.read().decode()  # type: ignore[no-any-return]
+
 
 @dataclass
 class Sites:
