@@ -130,10 +130,16 @@ EOF
       upgrade >"$WORK/upgrade.log" 2>&1 || { tail -20 "$WORK/upgrade.log" >&2; die "apt-get upgrade failed"; }
     chroot "$WORK/rootfs" apt-get clean
     # What Debian's own slim images leave out: docs, man pages, translations; apt lists and logs.
+    # Each package's /usr/share/doc/<package>/copyright stays (its license terms: the licenses of
+    # what the image redistributes require them; Debian's slim images keep them too).
     # (ensurepip and python3-*-whl stay: the Dockerfile's build stage makes its venv with them)
     rm -rf "$WORK"/rootfs/var/lib/apt/lists/* "$WORK"/rootfs/var/cache/apt/*.bin \
-      "$WORK"/rootfs/usr/share/doc/* "$WORK"/rootfs/usr/share/man/* "$WORK"/rootfs/usr/share/info/* \
+      "$WORK"/rootfs/usr/share/man/* "$WORK"/rootfs/usr/share/info/* \
       "$WORK"/rootfs/usr/share/locale/* "$WORK"/rootfs/usr/share/lintian "$WORK"/rootfs/var/log/*
+    find "$WORK"/rootfs/usr/share/doc -mindepth 2 \( -type f -o -type l \) ! -name copyright -delete
+    find "$WORK"/rootfs/usr/share/doc -mindepth 2 -type d -empty -delete
+    [ -n "$(find "$WORK"/rootfs/usr/share/doc -name copyright -print -quit)" ] \
+      || die "no /usr/share/doc/*/copyright left in the base"
     printf 'path-exclude /usr/share/doc/*\npath-include /usr/share/doc/*/copyright\npath-exclude /usr/share/man/*\npath-exclude /usr/share/info/*\npath-exclude /usr/share/locale/*\n' \
       >"$WORK/rootfs/etc/dpkg/dpkg.cfg.d/skipmq-slim"
     say "base: root filesystem $(du -sh "$WORK/rootfs" | cut -f1); podman import as $BASE"
