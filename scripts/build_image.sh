@@ -11,9 +11,10 @@ Builds the broker image from the repository's Dockerfile with podman, where no b
 pulled: the base root filesystem is made from Debian's packages instead of python:3.11-slim.
 
   1. base   debootstrap (minbase) Debian bookworm with python3.11 and its venv module, Debian's
-            security and point-release updates applied; apt lists and caches, docs, man pages and
-            locales removed; imported with `podman import` as localhost/skipmq-base:bookworm.
-            Kept for the next build (--rebuild-base makes it again).
+            security and point-release updates applied; apt lists and caches, docs (but each
+            package's copyright file), man pages and locales removed; imported with
+            `podman import` as localhost/skipmq-base:bookworm. Kept for the next build
+            (--rebuild-base makes it again).
   2. image  podman build --runtime runc --network host --format docker \
               --build-arg BASE_IMAGE=localhost/skipmq-base:bookworm -t skipmq:dev -t skipmq:VERSION .
             (the Dockerfile's default base stays python:3.11-slim; docker format keeps HEALTHCHECK;
