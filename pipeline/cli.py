@@ -94,6 +94,13 @@ def parser() -> argparse.ArgumentParser:
         "--client-id", default="skipmq-pipeline", help="MQTT client id prefix (persistent sessions)"
     )
     p.add_argument(
+        "--mqtt-username",
+        default=os.environ.get("SKIPMQ_PIPELINE_MQTT_USERNAME", ""),
+        help="MQTT user name for snapshots and findings (default $SKIPMQ_PIPELINE_MQTT_USERNAME, else "
+        "anonymous); the password is read from $SKIPMQ_PIPELINE_MQTT_PASSWORD, never the command line. "
+        "With an ACL, grant it 'topic write $SYS/skipmq/analytics/#' (docs/security.md)",
+    )
+    p.add_argument(
         "--metrics-port",
         type=int,
         default=0,
@@ -187,6 +194,8 @@ def main(argv: list[str] | None = None) -> int:
         console=args.console,
         mqtt_findings=not args.no_mqtt_findings,
         client_id=args.client_id,
+        mqtt_username=args.mqtt_username,
+        mqtt_password=os.environ.get("SKIPMQ_PIPELINE_MQTT_PASSWORD", ""),
         discover=not args.no_discover,
         peer_http_port=args.peer_http_port,
         scrape_interval_s=args.scrape_interval_s,
