@@ -94,6 +94,13 @@ def parser() -> argparse.ArgumentParser:
         "--client-id", default="skipmq-pipeline", help="MQTT client id prefix (persistent sessions)"
     )
     p.add_argument(
+        "--mqtt-username",
+        default=os.environ.get("SKIPMQ_PIPELINE_MQTT_USERNAME", ""),
+        help="MQTT user name for snapshots and findings (default $SKIPMQ_PIPELINE_MQTT_USERNAME, else "
+        "anonymous); the password is read from $SKIPMQ_PIPELINE_MQTT_PASSWORD, never the command line. "
+        "With an ACL, grant it 'topic write $SYS/skipmq/analytics/#' (docs/security.md)",
+    )
+    p.add_argument(
         "--metrics-port",
         type=int,
         default=0,
@@ -142,6 +149,17 @@ def _log(event: str, **fields: Any) -> None:
         print(line, file=_PROGRESS or sys.stderr, flush=True)
 
 
+def _jvm_stopping(spark: Any) -> bool:
+    """Whether the Spark JVM is gone or shutting down (spark-submit got SIGTERM: its shutdown
+    hooks stop the SparkContext), asked over Py4J; True when it cannot be asked."""
+    try:
+        context = spark.sparkContext
+        hooks = context._jvm.org.apache.spark.util.ShutdownHookManager
+        return bool(hooks.inShutdown()) or bool(context._jsc.sc().isStopped())
+    except Exception:
+        return True
+
+
 def main(argv: list[str] | None = None) -> int:
     global _PROGRESS
     args = parser().parse_args(argv)
@@ -176,22 +194,42 @@ def main(argv: list[str] | None = None) -> int:
         console=args.console,
         mqtt_findings=not args.no_mqtt_findings,
         client_id=args.client_id,
+        mqtt_username=args.mqtt_username,
+        mqtt_password=os.environ.get("SKIPMQ_PIPELINE_MQTT_PASSWORD", ""),
         discover=not args.no_discover,
         peer_http_port=args.peer_http_port,
         scrape_interval_s=args.scrape_interval_s,
         metrics_port=args.metrics_port,
         metrics_host=args.metrics_host,
     )
+    stopping = {"now": False}
+    signal.signal(signal.SIGTERM, lambda *_: stopping.update(now=True))  # also while starting
     try:
         spark = build_session(args.master or None)
     except MissingRuntime as exc:
         print(str(exc), file=sys.stderr)
         return 3
+    _log("pipeline_starting", out=args.out, master=spark.sparkContext.master)
     try:
         job = start_job(spark, config)
     except ValueError as exc:
         print(f"skipmq-pipeline: {exc}", file=sys.stderr)
         return 2
+    except Exception as exc:
+        if not (stopping["now"] or _jvm_stopping(spark)):
+            raise
+        # SIGTERM to spark-submit while the queries start: the JVM's shutdown hook stopped the
+        # SparkContext under start(), whose Py4JJavaError carries a Java stack trace - a normal
+        # stop, said in one line (the exception's first line), not a trace
+        logging.getLogger("py4j").setLevel(logging.CRITICAL)
+        first = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ""
+        _log(
+            "pipeline_stopped",
+            batches={},
+            reason="stopped while starting",
+            note=f"{type(exc).__name__}: {first}",
+        )
+        return 0
     _log(
         "pipeline_started",
         out=args.out,
@@ -200,8 +238,6 @@ def main(argv: list[str] | None = None) -> int:
         window=args.window,
         metrics_port=args.metrics_port,
     )
-    stopping = {"now": False}
-    signal.signal(signal.SIGTERM, lambda *_: stopping.update(now=True))
     reason = "duration" if args.duration_s > 0 else "stopped"
     deadline = time.monotonic() + args.duration_s if args.duration_s > 0 else None
     last_report = 0.0

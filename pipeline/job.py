@@ -46,6 +46,8 @@ class JobConfig:
     console: bool = False
     mqtt_findings: bool = True
     client_id: str = "skipmq-pipeline"
+    mqtt_username: str = ""  # MQTT user for snapshots and findings ("" = anonymous)
+    mqtt_password: str = ""
     discover: bool = True
     peer_http_port: str | None = None
     scrape_interval_s: float = 10.0
@@ -182,15 +184,21 @@ def start_job(spark: SparkSession, config: JobConfig) -> Job:
     batches: dict[str, int] = {}
     metrics = PipelineMetrics()
     server = _serve_metrics(config, metrics)
-    publisher = FindingsPublisher(config.mqtt) if config.mqtt and config.mqtt_findings else None
+    publisher = None
+    if config.mqtt and config.mqtt_findings:
+        publisher = FindingsPublisher(
+            config.mqtt, username=config.mqtt_username, password=config.mqtt_password
+        )
     if config.mqtt:
-        stream = (
+        reader = (
             spark.readStream.format("skipmq_snapshots")
             .option("brokers", ",".join(f"{host}:{port}" for host, port in config.mqtt))
             .option("spool", str(checkpoints / "spool" / "snapshots.jsonl"))
             .option("client_id", config.client_id)
-            .load()
         )
+        if config.mqtt_username:
+            reader = reader.option("username", config.mqtt_username).option("password", config.mqtt_password)
+        stream = reader.load()
         cells = compute.snapshot_cells(stream, config.window, config.watermark)
         queries.append(
             cells.writeStream.queryName("snapshots")

@@ -63,7 +63,14 @@ class FindingsPublisher:
     is down; the latest finding of each table is published again when a client (re)connects, so
     a broker that was down, or not yet connected at the batch, still ends up with it retained."""
 
-    def __init__(self, brokers: list[tuple[str, int]], client_id: str = "skipmq-pipeline-findings") -> None:
+    def __init__(
+        self,
+        brokers: list[tuple[str, int]],
+        client_id: str = "skipmq-pipeline-findings",
+        *,
+        username: str = "",
+        password: str = "",
+    ) -> None:
         import paho.mqtt.client as paho
         from paho.mqtt.enums import CallbackAPIVersion
 
@@ -76,6 +83,8 @@ class FindingsPublisher:
                 client_id=f"{client_id}-{host}-{port}",
                 protocol=paho.MQTTv5,
             )
+            if username:  # a broker with an ACL grants this user $SYS/skipmq/analytics/# (docs/security.md)
+                client.username_pw_set(username, password or None)
             client.on_connect = self._on_connect
             client.reconnect_delay_set(1, 5)
             client.connect_async(host, port, keepalive=15)

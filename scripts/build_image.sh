@@ -11,9 +11,10 @@ Builds the broker image from the repository's Dockerfile with podman, where no b
 pulled: the base root filesystem is made from Debian's packages instead of python:3.11-slim.
 
   1. base   debootstrap (minbase) Debian bookworm with python3.11 and its venv module, Debian's
-            security and point-release updates applied; apt lists and caches, docs, man pages and
-            locales removed; imported with `podman import` as localhost/skipmq-base:bookworm.
-            Kept for the next build (--rebuild-base makes it again).
+            security and point-release updates applied; apt lists and caches, docs (but each
+            package's copyright file), man pages and locales removed; imported with
+            `podman import` as localhost/skipmq-base:bookworm. Kept for the next build
+            (--rebuild-base makes it again).
   2. image  podman build --runtime runc --network host --format docker \
               --build-arg BASE_IMAGE=localhost/skipmq-base:bookworm -t skipmq:dev -t skipmq:VERSION .
             (the Dockerfile's default base stays python:3.11-slim; docker format keeps HEALTHCHECK;
@@ -130,10 +131,16 @@ EOF
       upgrade >"$WORK/upgrade.log" 2>&1 || { tail -20 "$WORK/upgrade.log" >&2; die "apt-get upgrade failed"; }
     chroot "$WORK/rootfs" apt-get clean
     # What Debian's own slim images leave out: docs, man pages, translations; apt lists and logs.
+    # Each package's /usr/share/doc/<package>/copyright stays (its license terms: the licenses of
+    # what the image redistributes require them; Debian's slim images keep them too).
     # (ensurepip and python3-*-whl stay: the Dockerfile's build stage makes its venv with them)
     rm -rf "$WORK"/rootfs/var/lib/apt/lists/* "$WORK"/rootfs/var/cache/apt/*.bin \
-      "$WORK"/rootfs/usr/share/doc/* "$WORK"/rootfs/usr/share/man/* "$WORK"/rootfs/usr/share/info/* \
+      "$WORK"/rootfs/usr/share/man/* "$WORK"/rootfs/usr/share/info/* \
       "$WORK"/rootfs/usr/share/locale/* "$WORK"/rootfs/usr/share/lintian "$WORK"/rootfs/var/log/*
+    find "$WORK"/rootfs/usr/share/doc -mindepth 2 \( -type f -o -type l \) ! -name copyright -delete
+    find "$WORK"/rootfs/usr/share/doc -mindepth 2 -type d -empty -delete
+    [ -n "$(find "$WORK"/rootfs/usr/share/doc -name copyright -print -quit)" ] \
+      || die "no /usr/share/doc/*/copyright left in the base"
     printf 'path-exclude /usr/share/doc/*\npath-include /usr/share/doc/*/copyright\npath-exclude /usr/share/man/*\npath-exclude /usr/share/info/*\npath-exclude /usr/share/locale/*\n' \
       >"$WORK/rootfs/etc/dpkg/dpkg.cfg.d/skipmq-slim"
     say "base: root filesystem $(du -sh "$WORK/rootfs" | cut -f1); podman import as $BASE"

@@ -68,6 +68,7 @@ from tools.launcher_process import (
     http_get,
 )
 from tools.ports import free_ports
+from tools.start_wait import load_factor, start_timeout_s
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_SETTINGS: dict[str, str] = {"sys.interval_s": "0"}
@@ -243,8 +244,8 @@ class LocalCluster:
                 last_error = str(exc)
             time.sleep(POLL_INTERVAL_S)
         raise ClusterError(
-            f"broker {broker.index} ({broker.node_id}) not healthy within {timeout_s} s ({last_error});"
-            f" log tail:\n{broker.log_tail()}"
+            f"broker {broker.index} ({broker.node_id}) not healthy within {timeout_s} s ({last_error};"
+            f" load {load_factor():.1f} per CPU); log tail:\n{broker.log_tail()}"
         )
 
     def _wait_joined(self, broker: BrokerProcess, timeout_s: float) -> None:
@@ -267,15 +268,18 @@ class LocalCluster:
                 last_state = str(exc)
             time.sleep(POLL_INTERVAL_S)
         raise ClusterError(
-            f"broker {broker.index} ({broker.node_id}) did not join within {timeout_s} s;"
+            f"broker {broker.index} ({broker.node_id}) did not join within {timeout_s} s"
+            f" (load {load_factor():.1f} per CPU);"
             f" last /cluster: {last_state}; log tail:\n{broker.log_tail()}"
         )
 
     def _start_broker(self, broker: BrokerProcess, timeout_s: float, *, fresh_ports: bool = False) -> None:
-        """Spawn, wait for /healthz, and (when the cluster runtime is there) for joined.
+        """Spawn, wait for /healthz, and (when the cluster runtime is there) for joined; both
+        bounds grow with the machine's load (tools/start_wait.py: ``timeout_s`` on an idle machine).
 
         fresh_ports: the broker's ports were only picked, never used; if one of them was taken
         meanwhile (another program bound it), pick new ones and try again (3 attempts)."""
+        timeout_s = start_timeout_s(timeout_s)
         for attempt in range(PORT_ATTEMPTS):
             self._spawn(broker)
             try:
@@ -293,7 +297,7 @@ class LocalCluster:
         if self.runtime_present is False:
             return
         try:
-            self._wait_joined(broker, JOIN_TIMEOUT_S)
+            self._wait_joined(broker, start_timeout_s(JOIN_TIMEOUT_S))
             self.runtime_present = True
         except RuntimeMissingError:
             self.runtime_present = False

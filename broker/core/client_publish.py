@@ -14,7 +14,7 @@ from broker.core.client_base import _FIRST_BYTE, _ack4
 from broker.core.client_connect import ClientConnect
 from broker.core.drops import MEMORY_HIGH_WATER
 from broker.core.ports import Completion
-from broker.core.reserved import is_reserved_topic
+from broker.core.reserved import is_broker_only_topic
 from broker.core.session import STATE_PUBREL_SENT, Message, Session
 from broker.mqtt import codec
 from broker.mqtt.packets import (
@@ -93,7 +93,7 @@ class ClientPublish(ClientConnect):
             )
         acl = broker.acl
         denied = acl is not None and not acl.can_publish(self.client_id, self.username, topic)
-        if denied or is_reserved_topic(topic):  # $skipmq/: the brokers' own (broker.core.reserved)
+        if denied or is_broker_only_topic(topic):  # $skipmq/, $SYS/: the brokers' own (broker.core.reserved)
             stats.count_drop("acl_denied")
             if qos == 0:
                 return

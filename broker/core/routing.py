@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from broker.core.drops import ACL_DENIED
 from broker.core.ports import MATCHED, UNMATCHED, NullCluster, PublishResult
-from broker.core.reserved import is_reserved_topic
+from broker.core.reserved import is_broker_only_topic
 from broker.core.session import STATE_QUEUED, Message, OutEntry, Session, SubOptions
 from broker.mqtt.retained import RetainedIndex
 
@@ -102,7 +102,7 @@ class Router:
         acl = self.acl
         if (
             acl is not None and not acl.can_publish(session.client_id, session.username, will.topic)
-        ) or is_reserved_topic(will.topic):
+        ) or is_broker_only_topic(will.topic):
             self.stats.count_drop("acl_denied")
             return
         props = {k: v for k, v in will.properties.items() if k != "will_delay_interval"}

@@ -13,6 +13,7 @@ import queue
 import signal
 import subprocess
 import sys
+import time
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,9 +23,9 @@ import paho.mqtt.client as paho
 from paho.mqtt.enums import CallbackAPIVersion
 
 from broker.adapters.transport.tls import issue_broker_cert
-from tests.support.cluster import wait_until
 from tests.support.paths import REPO_ROOT
 from tools.ports import free_ports
+from tools.start_wait import not_ready_error, start_timeout_s
 
 HOST = "127.0.0.1"
 WAIT_S = 10.0
@@ -47,6 +48,11 @@ class Site:
     def state(self) -> dict[str, Any]:
         with urllib.request.urlopen(f"http://{HOST}:{self.http}/federation", timeout=2) as response:
             return json.loads(response.read())  # type: ignore[no-any-return]
+
+    def metrics(self) -> str:
+        """The broker's /metrics text (Prometheus exposition)."""
+        with urllib.request.urlopen(f"http://{HOST}:{self.http}/metrics", timeout=2) as response:
+            return response.read().decode()  # type: ignore[no-any-return]
 
 
 @dataclass
@@ -102,9 +108,22 @@ class Sites:
     def _run(self, site: Site, upstream: Site | None) -> None:
         with site.log.open("ab") as log:
             site.process = subprocess.Popen(site.command, stdout=log, stderr=subprocess.STDOUT, cwd=REPO_ROOT)
-        wait_until(lambda: _reachable(site), WAIT_S, what=f"{site.name} serving /federation")
-        if upstream is not None:
-            wait_until(lambda: site.state()["parent"] == upstream.address, WAIT_S, what=f"{site.name} linked")
+        started, bound_s = time.monotonic(), start_timeout_s()  # grows with the load
+        waiting_for = "serving /federation"
+        while True:
+            if site.process.poll() is not None:
+                reason = f"exited with status {site.process.returncode} while {waiting_for}"
+                raise RuntimeError(not_ready_error(site.name, time.monotonic() - started, reason, site.log))
+            try:
+                state = site.state()
+                if upstream is None or state["parent"] == upstream.address:
+                    return
+                waiting_for = f"linking to {upstream.address} (parent: {state['parent']})"
+            except OSError:
+                pass
+            if time.monotonic() - started > bound_s:
+                raise TimeoutError(not_ready_error(site.name, bound_s, f"still {waiting_for}", site.log))
+            time.sleep(0.05)
 
     def close(self) -> None:
         for site in self.sites.values():
@@ -122,15 +141,6 @@ class Sites:
         return "\n".join(
             f"--- {s.name}\n" + "".join(s.log.read_text().splitlines(True)[-15:]) for s in self.sites.values()
         )
-
-
-def _reachable(site: Site) -> bool:
-    try:
-        site.state()
-    except OSError:
-        assert site.process is not None and site.process.poll() is None, site.log.read_text()[-2000:]
-        return False
-    return True
 
 
 class Client:

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from tools.ports import free_port
+from tools.start_wait import not_ready_error, start_timeout_s
 
 TARGET = os.environ.get("SKIPMQ_TEST_TARGET", "skipmq").strip().lower()
 if TARGET not in ("skipmq", "mosquitto"):
@@ -30,7 +31,7 @@ IS_MOSQUITTO = TARGET == "mosquitto"
 MOSQUITTO_BIN = "/usr/sbin/mosquitto"
 REPO_ROOT = Path(__file__).resolve().parents[2]
 HOST = "127.0.0.1"
-START_TIMEOUT_S = 10.0
+START_TIMEOUT_S = 30.0  # on an idle machine; scaled by the load (tools/start_wait.py)
 STOP_TIMEOUT_S = 5.0
 
 # Every live broker, so a failing test's report can show the brokers' stderr tails.
@@ -212,18 +213,20 @@ class BrokerProcess:
             )
         if self not in LIVE_BROKERS:
             LIVE_BROKERS.append(self)
+        bound_s = start_timeout_s(START_TIMEOUT_S)
+        started = time.monotonic()
         try:
-            wait_port(self.port, START_TIMEOUT_S, self.proc)
+            wait_port(self.port, bound_s, self.proc)
             if self.opts.tls:
-                wait_port(self.tls_port, START_TIMEOUT_S, self.proc)
+                wait_port(self.tls_port, bound_s, self.proc)
             if self.opts.websocket:
-                wait_port(self.ws_port, START_TIMEOUT_S, self.proc)
+                wait_port(self.ws_port, bound_s, self.proc)
             if IS_SKIPMQ:
-                wait_port(self.http_port, START_TIMEOUT_S, self.proc)
+                wait_port(self.http_port, bound_s, self.proc)
         except (TimeoutError, RuntimeError) as exc:
-            tail = self.stderr_tail()
             self.kill()
-            raise RuntimeError(f"{TARGET} did not start: {exc}\n--- broker stderr tail ---\n{tail}") from exc
+            message = not_ready_error(TARGET, time.monotonic() - started, str(exc), self.stderr_path)
+            raise RuntimeError(message) from exc
         return self
 
     @property

@@ -13,6 +13,8 @@ from prometheus_client.registry import Collector
 if TYPE_CHECKING:
     from broker.adapters.federation.node import FederationNode
 
+# the statuses a LinkRequest stream is refused with before a link (FederationNode._refuse)
+LINK_REFUSAL_CODES = ("PERMISSION_DENIED", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED", "UNAVAILABLE")
 CUSTODY_OUTCOMES = ("held", "completed", "given_up", "rerouted", "duplicates", "evicted", "restored")
 
 
@@ -107,6 +109,17 @@ class FederationCollector(Collector):
         for outcome in CUSTODY_OUTCOMES:
             outcomes.add_metric([outcome], custody.get(outcome, 0))
         yield outcomes
+        accepted_refused = CounterMetricFamily(
+            "skipmq_federation_link_refused",
+            "LinkRequest streams this broker refused before a link, by the gRPC status it ended them "
+            "with: PERMISSION_DENIED (the client certificate does not name the requester), "
+            "INVALID_ARGUMENT (a first frame that is not one LinkRequest), DEADLINE_EXCEEDED (no "
+            "LinkRequest within 5 s), UNAVAILABLE (federation still starting)",
+            labels=["code"],
+        )
+        for code in sorted({*LINK_REFUSAL_CODES, *node.refusals}):  # every code from 0: rate() works
+            accepted_refused.add_metric([code], node.refusals.get(code, 0))
+        yield accepted_refused
         refused = CounterMetricFamily(
             "skipmq_federation_link_dial_refused",
             "Link requests this broker made whose acceptor did not prove it is the broker dialed "

@@ -136,6 +136,8 @@ class FederationNode(pb_grpc.FederationServicer):
         # dials refused because the acceptor did not prove the dialed name, by reason (metrics.py)
         self.dial_refusals: dict[str, int] = dict.fromkeys(DIAL_REFUSAL_REASONS, 0)
         self.unproven_links = 0
+        # LinkRequest streams this broker refused before a link, by the gRPC status (metrics.py)
+        self.refusals: dict[str, int] = {}
         self.broker = broker  # set before start()
         self.store: Store | None = None  # the broker's SQLite store (custody), set before start()
         self._acks_after_commit: dict[str, list[pb.FedMessage]] = {}
@@ -455,7 +457,7 @@ class FederationNode(pb_grpc.FederationServicer):
         try:
             first = await asyncio.wait_for(context.read(), timeout=FIRST_FRAME_TIMEOUT_S)
         except TimeoutError:
-            await context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, "no LinkRequest within 5 s")
+            await self._refuse(context, grpc.StatusCode.DEADLINE_EXCEEDED, "no LinkRequest within 5 s")
             return
         if first is grpc.aio.EOF:
             return
@@ -463,13 +465,15 @@ class FederationNode(pb_grpc.FederationServicer):
             messages = [wire.decode(item) for item in first.messages]
         except wire.FederationWireError as exc:
             self._log("federation_bad_frame", peer=context.peer(), reason=str(exc), level=logging.WARNING)
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+            await self._refuse(context, grpc.StatusCode.INVALID_ARGUMENT, str(exc))
             return
         if len(messages) != 1 or not isinstance(messages[0], LinkRequest) or ":" not in messages[0].requester:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "the first frame must hold one LinkRequest")
+            await self._refuse(
+                context, grpc.StatusCode.INVALID_ARGUMENT, "the first frame must hold one LinkRequest"
+            )
             return
         if self.router is None:
-            await context.abort(grpc.StatusCode.UNAVAILABLE, "federation is starting")
+            await self._refuse(context, grpc.StatusCode.UNAVAILABLE, "federation is starting")
             return
         peer = messages[0].requester
         refusal = self._identity_refusal(peer, context)
@@ -477,7 +481,7 @@ class FederationNode(pb_grpc.FederationServicer):
             self._log(
                 "federation_identity_refused", peer=context.peer(), reason=refusal, level=logging.WARNING
             )
-            await context.abort(grpc.StatusCode.PERMISSION_DENIED, refusal)
+            await self._refuse(context, grpc.StatusCode.PERMISSION_DENIED, refusal)
             return
         old = self._links.get(peer)
         if old is not None and not old.dialed:  # the peer restarted and requests again
@@ -496,6 +500,11 @@ class FederationNode(pb_grpc.FederationServicer):
                 await context.write(frame)
             except Exception:
                 return
+
+    async def _refuse(self, context: Any, code: grpc.StatusCode, detail: str) -> None:
+        """End a stream before any link: counted by status (skipmq_federation_link_refused_total)."""
+        self.refusals[code.name] = self.refusals.get(code.name, 0) + 1
+        await context.abort(code, detail)
 
     def _identity_refusal(self, claimed: str, context: Any) -> str | None:
         """Why a LinkRequest claiming ``claimed`` is refused on this stream (TLS only): the

@@ -1,7 +1,8 @@
 """Hostile input on the federation gRPC service of a real broker process: a stream that does not
-start with a LinkRequest is rejected (INVALID_ARGUMENT), a request for another event place is
-refused with a reason, undecodable bytes and an invalid registration close that one stream with
-a log line - and the broker's real shared link keeps carrying events."""
+start with a LinkRequest is rejected (INVALID_ARGUMENT, counted in
+skipmq_federation_link_refused_total), a request for another event place is refused with a
+reason, undecodable bytes and an invalid registration close that one stream with a log line -
+and the broker's real shared link keeps carrying events."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import pytest
 
 from broker.adapters.transport._pb.skipmq.v1 import federation_pb2 as pb
 from broker.adapters.transport._pb.skipmq.v1 import federation_pb2_grpc as pb_grpc
-from tests.support.cluster import wait_until
+from tests.support.cluster import metric_total, wait_until
 from tests.support.federation import WAIT_S, Client, Sites, key
 
 pytestmark = pytest.mark.slow
@@ -48,6 +49,10 @@ def test_hostile_streams_are_refused_and_the_real_link_keeps_working(sites: Site
             list(stub.Link(_frames(event), timeout=WAIT_S))
         assert failure.value.code() == grpc.StatusCode.INVALID_ARGUMENT
         assert "LinkRequest" in (failure.value.details() or "")
+        refused = metric_total(
+            cloud.metrics(), "skipmq_federation_link_refused_total", code="INVALID_ARGUMENT"
+        )
+        assert refused == 1  # counted as the accepting side's refusal
 
         # 2. another event place: refused with a reason, the stream ends
         answers = list(stub.Link(_frames(_request("hospital", "127.0.0.1:1")), timeout=WAIT_S))

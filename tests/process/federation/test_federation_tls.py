@@ -7,15 +7,24 @@ federation name ``skipmq://host:port``.
   never links to the TLS cloud, and a gRPC client without a client certificate fails in the
   handshake - no LinkRequest is read.
 * A certified process claiming another broker's name is refused (PERMISSION_DENIED, a log
-  line naming both), and the real link is untouched.
+  line naming both, counted in ``skipmq_federation_link_refused_total{code="PERMISSION_DENIED"}``),
+  and the real link is untouched.
+* A certified broker reached at an address that is not its name (children dial a TCP port
+  forward, as a NAT or a Service port would; the broker's certificate and ``LinkAccepted`` name
+  its own port) is refused by the child: ``wrong_peer_id`` on the grpcio runtime (the answer's
+  topology ends with another name), ``certificate`` on h2 (its TLS certificate names another
+  port, before the answer) - counted, logged, never linked.
 * Without the TLS files and without ``federation.insecure`` a broker refuses to start, naming
   the key.
 """
 
 from __future__ import annotations
 
+import json
+import socket
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -25,8 +34,8 @@ import pytest
 from broker.adapters.transport._pb.skipmq.v1 import federation_pb2 as pb
 from broker.adapters.transport._pb.skipmq.v1 import federation_pb2_grpc as pb_grpc
 from broker.adapters.transport.tls import issue_broker_cert, make_ca
-from tests.support.cluster import wait_until
-from tests.support.federation import HOST, WAIT_S, Client, Sites, key
+from tests.support.cluster import metric_total, wait_until
+from tests.support.federation import HOST, WAIT_S, Client, Site, Sites, key
 from tests.support.paths import REPO_ROOT
 
 pytestmark = pytest.mark.slow
@@ -36,6 +45,11 @@ def _request(requester: str) -> Iterator[pb.FedFrame]:
     request = pb.FedLinkRequest(place="plant", requester=requester, schema_version=1)
     message = pb.FedMessage(link_request=request)
     yield pb.FedFrame(messages=[message])
+
+
+def _events(site: Site, name: str) -> list[dict[str, object]]:
+    lines = [line[line.find("{") :] for line in site.log.read_text().splitlines() if f'"{name}"' in line]
+    return [json.loads(line) for line in lines if line.startswith("{")]
 
 
 def test_certified_brokers_link_and_others_are_refused(sites: Sites, tmp_path: Path) -> None:
@@ -72,6 +86,10 @@ def test_certified_brokers_link_and_others_are_refused(sites: Sites, tmp_path: P
         assert edge.address in (failure.value.details() or "")
         mallory.close()
         assert '"federation_identity_refused"' in cloud.log.read_text()
+        refused = metric_total(
+            cloud.metrics(), "skipmq_federation_link_refused_total", code="PERMISSION_DENIED"
+        )
+        assert refused == 1  # the accepting side's refusal, counted once
 
         assert stranger.state()["parent"] is None
         assert cloud.state()["children"] == [edge.address]  # only the certified edge, untouched
@@ -80,6 +98,83 @@ def test_certified_brokers_link_and_others_are_refused(sites: Sites, tmp_path: P
     finally:
         at_cloud.close()
         at_edge.close()
+
+
+class PortForward:
+    """A TCP port forward on a free port to ``target_port`` (threads copying bytes both ways)."""
+
+    def __init__(self, target_port: int) -> None:
+        self.target_port = target_port
+        self.server = socket.create_server((HOST, 0))
+        self.port = self.server.getsockname()[1]
+        self.sockets: list[socket.socket] = [self.server]
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                inbound, _ = self.server.accept()
+                outbound = socket.create_connection((HOST, self.target_port), timeout=WAIT_S)
+            except OSError:
+                return
+            self.sockets += [inbound, outbound]
+            for source, sink in ((inbound, outbound), (outbound, inbound)):
+                threading.Thread(target=self._copy, args=(source, sink), daemon=True).start()
+
+    @staticmethod
+    def _copy(source: socket.socket, sink: socket.socket) -> None:
+        try:
+            while data := source.recv(65536):
+                sink.sendall(data)
+        except OSError:
+            pass
+        for sock in (source, sink):
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def close(self) -> None:
+        for sock in self.sockets:
+            sock.close()
+
+
+def test_a_broker_reached_under_another_name_is_refused_by_the_dialer(sites: Sites, tmp_path: Path) -> None:
+    """wrong_peer_id: the broker at the dialed address proves a name, but not the dialed one."""
+    ca_dir = tmp_path / "ca"
+    make_ca(ca_dir)
+    cloud = sites.start("cloud", ca_dir=ca_dir)
+    forward = PortForward(cloud.fed)
+    dialed = f"{HOST}:{forward.port}"
+    try:
+        grpcio_edge = sites.start(
+            "grpcio_edge",
+            ca_dir=ca_dir,
+            args=("--set", "federation.link_runtime=grpcio", "--set", f"federation.upstream={dialed}"),
+        )
+        h2_edge = sites.start(
+            "h2_edge",
+            ca_dir=ca_dir,
+            args=(
+                "--set",
+                f"federation.upstream={dialed}",
+            ),
+        )
+        for edge, reason in ((grpcio_edge, "wrong_peer_id"), (h2_edge, "certificate")):
+            wait_until(
+                lambda e=edge, r=reason: (
+                    metric_total(e.metrics(), "skipmq_federation_link_dial_refused_total", reason=r) >= 2
+                ),
+                WAIT_S,
+                what=f"{edge.name} refusing the broker behind the forward twice ({reason})",
+            )
+            refusal = _events(edge, "federation_identity_refused")[-1]
+            assert refusal["side"] == "dialer" and refusal["peer"] == dialed, refusal
+            assert refusal["code"] == f"DIAL_{reason.upper()}", refusal
+            assert cloud.address in str(refusal["reason"]), refusal  # names what it found instead
+            assert edge.state()["parent"] is None
+    finally:
+        forward.close()
 
 
 def test_a_federated_broker_without_tls_files_or_insecure_refuses_to_start(tmp_path: Path) -> None:

@@ -27,6 +27,7 @@ from tests.support.core import RawClient, start_broker
 __all__ = ["start_broker"]  # the fixture
 Start = Callable[..., ThreadedBroker]
 WAIT_S = 10.0
+HOLD_S = 30.0  # the longest B's loop is held (released as soon as the claims crossed)
 
 
 def _engine(threaded: ThreadedBroker) -> ClusterEngine:
@@ -58,7 +59,9 @@ def test_a_waiting_newer_connect_keeps_its_session_against_an_older_crossing_cla
     _wait_for(lambda: runtime_b.peer_id in broker_a.call(_peers, runtime_a), "A linked to B")
 
     first = RawClient(broker_a.ports["tcp"])
-    first.connect("crossing", clean=False)
+    first.send(_reconnect("crossing"))
+    # its claim waits for B's answer (up to takeover_wait_ms): more than the client's default wait
+    first.expect(Connack, timeout_s=WAIT_S)
     first.subscribe("keep/#", 1)
     first.disconnect()
     _wait_for(
@@ -66,27 +69,30 @@ def test_a_waiting_newer_connect_keeps_its_session_against_an_older_crossing_cla
         "the stored session",
     )
 
-    # B is slow: its loop is busy, so A's claim for the reconnect stays unanswered for a while
-    busy = threading.Thread(target=broker_b.call, args=(time.sleep, 1.5), kwargs={"timeout_s": 5.0})
+    # B is slow: its loop is held (until released below), so A's claim for the reconnect stays
+    # unanswered while B's older claim is delivered to A - no fixed sleeps: under load a timed
+    # busy period could end before the crossing claim is injected
+    b_held, release_b = threading.Event(), threading.Event()
+
+    def hold_b() -> None:
+        b_held.set()
+        release_b.wait(HOLD_S)
+
+    busy = threading.Thread(target=broker_b.call, args=(hold_b,), kwargs={"timeout_s": HOLD_S + WAIT_S})
     busy.start()
-    time.sleep(0.1)
-    again = RawClient(broker_a.ports["tcp"])
-    again.send(
-        Connect(
-            client_id="crossing",
-            protocol_level=MQTT_3_1_1,
-            protocol_name="MQTT",
-            clean_start=False,
-            keep_alive_s=60,
-        )
-    )
-    _wait_for(lambda: broker_a.call(runtime_a.takeover.next_deadline) is not None, "A's pending claim")
-    mine = broker_a.call(lambda: runtime_a.takeover._connection_claims["crossing"])
-    older = SessionClaim(runtime_b.peer_id, "crossing", mine[0] - 1_000_000, False)
-    broker_a.call(runtime_a._on_claim, older)  # B's claim, made a millisecond earlier, crossed ours
+    try:
+        assert b_held.wait(WAIT_S), "B's loop never ran the hold"
+        again = RawClient(broker_a.ports["tcp"])
+        again.send(_reconnect("crossing"))
+        _wait_for(lambda: broker_a.call(runtime_a.takeover.next_deadline) is not None, "A's pending claim")
+        mine = broker_a.call(lambda: runtime_a.takeover._connection_claims["crossing"])
+        older = SessionClaim(runtime_b.peer_id, "crossing", mine[0] - 1_000_000, False)
+        broker_a.call(runtime_a._on_claim, older)  # B's claim, made a millisecond earlier, crossed ours
+    finally:
+        release_b.set()  # B answers A's claim now
 
     connack = again.expect(Connack, timeout_s=WAIT_S)
-    busy.join(5.0)
+    busy.join(WAIT_S)
     assert connack.session_present  # the newer connection kept the session and its subscription
     publisher = RawClient(broker_a.ports["tcp"])
     publisher.connect("keep-publisher")
@@ -112,6 +118,16 @@ def test_a_retained_copy_carries_deletions(start_broker: Start, tmp_path: Path) 
     broker_b.call(runtime_b._send_envelope, runtime_a.peer_id, "", 9_999, request)
     _wait_for(lambda: broker_b.call(broker_b.broker.retained.get, "gone/x") is None, "the deletion on B")
     assert broker_b.call(lambda: runtime_b.retained_sync.versions["gone/x"]) == (deleted_ms, "peer-q:1")
+
+
+def _reconnect(client_id: str) -> Connect:
+    return Connect(
+        client_id=client_id,
+        protocol_level=MQTT_3_1_1,
+        protocol_name="MQTT",
+        clean_start=False,
+        keep_alive_s=60,
+    )
 
 
 def _peers(engine: ClusterEngine) -> frozenset[str]:
