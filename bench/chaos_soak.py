@@ -22,6 +22,14 @@ Every ``--sample-every`` seconds a row goes to ``<out>/samples.jsonl``: each bro
 not received after 30 s so far, end-to-end latency p50/p99 of the interval. At the end
 ``<out>/summary.json`` and ``<out>/chaos_soak.png`` (matplotlib).
 
+Tracing the duplicates: the brokers log at ``--log-level`` (info by default; their logs stay in
+``<out>/cluster/broker-N.log``) and every receipt is kept (time, sequence number, the broker the
+subscriber was connected to). ``<out>/bursts.json`` groups the duplicate receipts into bursts
+(receipts less than ``BURST_GAP_S`` apart) and names for each: its size, the broker that delivered
+it, the brokers and times of the first receipts of those messages, the kills and restarts of the
+``BURST_LOOKBACK_S`` before it (how long each restart took) and the brokers' cluster log lines
+about the subscriber's session in that time (hand-over, catch-up, late session merged...).
+
     .venv/bin/python -m bench.chaos_soak --minutes 10 --out /tmp/soak10
 """
 
@@ -36,6 +44,7 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +58,19 @@ from tools.launcher import LocalCluster
 TOPIC = "soak/stream"
 SESSION_EXPIRY_S = 600
 LATE_AFTER_S = 30.0  # an acknowledged message not received this long after its send counts as late
+BURST_GAP_S = 2.0  # duplicate receipts closer than this belong to one burst (bursts.json)
+BURST_LOOKBACK_S = 15.0  # the kills, restarts and session log lines this long before a burst
+SESSION_EVENTS = (  # the brokers' log events about a session's moves, named in bursts.json
+    "cluster_catch_up",
+    "cluster_session_handed_over",
+    "cluster_session_received",
+    "cluster_late_session",
+    "cluster_claim_grace_started",
+    "session_taken_over",
+    "cluster_catch_up_session_set_aside",
+    "messages_dropped",
+    "cluster_gap_given_up",
+)
 
 
 def _rss_bytes(pid: int | None) -> int:
@@ -158,6 +180,7 @@ class Tally:
     received: dict[int, int] = field(default_factory=dict)  # seq -> times received
     latencies_ms: deque[float] = field(default_factory=deque)  # since the last sample
     duplicates: int = 0
+    receipts: list[tuple[float, int, int]] = field(default_factory=list)  # (time, seq, broker index)
 
     def late(self, now: float) -> int:
         return sum(1 for s in self.acked if s not in self.received and now - self.sent_at[s] > LATE_AFTER_S)
@@ -173,7 +196,7 @@ class Soak:
             args.brokers,
             # the default limits (limits.max_queued_messages 1,000): the catch-up after each
             # restart is paced by the subscriber (docs/cluster.md "Flow control")
-            settings={"logging.level": "warning"},
+            settings={"logging.level": args.log_level},
             data_root=str(self.out / "cluster"),
             keep_data=False,
         )
@@ -185,6 +208,8 @@ class Soak:
         self.kills: list[dict[str, Any]] = []
         self.samples: list[dict[str, Any]] = []
         self.started = 0.0
+        self.started_wall = 0.0
+        self.sub: Client | None = None
 
     # ---------------------------------------------------------------- clients
     def on_message(self, _c: Any, _u: Any, msg: paho.MQTTMessage) -> None:
@@ -194,6 +219,7 @@ class Soak:
         with tally.lock:
             count = tally.received.get(seq, 0)
             tally.received[seq] = count + 1
+            tally.receipts.append((now, seq, self.sub.index if self.sub is not None else -1))
             if count:
                 tally.duplicates += 1
             else:
@@ -272,6 +298,7 @@ class Soak:
         sub = Client("soak-sub", self.cluster, 1, self.down, self.down_lock)
         sub.on_message = self.on_message
         sub.on_connected = lambda client: client.subscribe(TOPIC, 1)
+        self.sub = sub
         return sub
 
     def keep_connected(self, client: Client) -> None:
@@ -293,8 +320,9 @@ class Soak:
         with self.down_lock:
             self.down.discard(index)
         self.kills.append(
-            {"t_s": round(time.monotonic() - self.started, 1), "broker": index, "event": outcome}
-        )
+            {"t_s": round(time.monotonic() - self.started, 1), "broker": index, "event": outcome,
+             "wall": time.time()}
+        )  # fmt: skip
 
     def chaos(self) -> None:
         restarts: list[threading.Thread] = []
@@ -309,8 +337,9 @@ class Soak:
                 self.down.add(victim)
             self.cluster.kill_broker(victim)
             self.kills.append(
-                {"t_s": round(time.monotonic() - self.started, 1), "broker": victim, "event": "kill -9"}
-            )
+                {"t_s": round(time.monotonic() - self.started, 1), "broker": victim, "event": "kill -9",
+                 "wall": time.time()}
+            )  # fmt: skip
             thread = threading.Thread(target=self._restart_later, args=(victim,), daemon=True)
             thread.start()
             restarts.append(thread)
@@ -351,6 +380,7 @@ class Soak:
         self.cluster.start()
         self.cluster.wait_ready(60)
         self.started = time.monotonic()
+        self.started_wall = time.time()
         sub = self.subscriber()
         sub.ensure()
         threading.Thread(target=self.keep_connected, args=(sub,), daemon=True).start()
@@ -412,9 +442,73 @@ class Soak:
             }
         (self.out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
         (self.out / "kills.json").write_text(json.dumps(self.kills, indent=1) + "\n")
+        bursts = self.bursts()
+        summary["duplicate_bursts"] = len(bursts)
+        summary["largest_bursts"] = sorted((b["duplicates"] for b in bursts), reverse=True)[:10]
+        (self.out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+        (self.out / "bursts.json").write_text(json.dumps(bursts, indent=1) + "\n")
         self.plot()
         self.cluster.close()
         return summary
+
+    def _session_log(self, since: float, until: float) -> list[str]:
+        """The brokers' log lines (``SESSION_EVENTS``) between two wall-clock times, oldest first."""
+        lines: list[tuple[str, str]] = []
+        for broker in self.cluster.brokers:
+            try:
+                text = Path(broker.log_path).read_text(errors="replace")
+            except OSError:
+                continue
+            for line in text.splitlines():
+                if not any(event in line for event in SESSION_EVENTS) or "soak-pub" in line:
+                    continue
+                try:
+                    entry = json.loads(line)
+                    stamp = datetime.fromisoformat(entry["ts"].replace("Z", "+00:00")).timestamp()
+                except (ValueError, KeyError, TypeError):
+                    continue
+                if since <= stamp <= until:
+                    lines.append((entry["ts"], f"{entry['ts']} broker-{broker.index} {entry.get('msg', '')}"))
+        return [text for _ts, text in sorted(lines)]
+
+    def bursts(self) -> list[dict[str, Any]]:
+        """The duplicate receipts grouped into bursts, each with what came before it (module doc)."""
+        first: dict[int, tuple[float, int]] = {}
+        groups: list[list[tuple[float, int, int]]] = []
+        for receipt in self.tally.receipts:
+            at, seq, broker = receipt
+            if seq not in first:
+                first[seq] = (at, broker)
+                continue
+            if groups and at - groups[-1][-1][0] < BURST_GAP_S:
+                groups[-1].append(receipt)
+            else:
+                groups.append([receipt])
+        out: list[dict[str, Any]] = []
+        for group in groups:
+            start, end = group[0][0], group[-1][0]
+            seqs = [seq for _at, seq, _b in group]
+            firsts = [first[seq] for seq in seqs]
+            events = [
+                {"t_s": round(k["wall"] - start, 1), "broker": k["broker"], "event": k["event"]}
+                for k in self.kills
+                if "wall" in k and start - BURST_LOOKBACK_S <= k["wall"] <= end
+            ]
+            out.append(
+                {
+                    "t_s": round(start - self.started_wall, 1),
+                    "lasted_s": round(end - start, 1),
+                    "duplicates": len(group),
+                    "delivered_by": sorted({b for _at, _s, b in group}),
+                    "seq_range": [min(seqs), max(seqs)],
+                    "first_received_by": sorted({b for _at, b in firsts}),
+                    "first_received_s_before": [round(start - max(a for a, _b in firsts), 1),
+                                                round(start - min(a for a, _b in firsts), 1)],
+                    "chaos_before (t_s relative to the burst)": events,
+                    "session_log": self._session_log(start - BURST_LOOKBACK_S, end)[-40:],
+                }
+            )  # fmt: skip
+        return out
 
     def plot(self) -> None:
         import matplotlib
@@ -466,6 +560,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--sample-every", type=float, default=5.0, help="seconds between samples")
     parser.add_argument("--seed", type=int, default=1, help="seed of the victim choice")
     parser.add_argument("--out", default="/tmp/skipmq-chaos-soak", help="output directory")
+    parser.add_argument(
+        "--log-level",
+        default="info",
+        help="the brokers' log level (default info: bursts.json names their events)",
+    )
     return parser
 
 

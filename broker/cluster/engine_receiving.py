@@ -418,6 +418,8 @@ class EngineReceiving(TakeoverGlue):
                 # came after the wait ended: keep its messages anyway, and what its old broker
                 # had not delivered to it
                 self.stats.sessions_received += 1
+                log.info("cluster_late_session_merged client_id=%s from=%s queued=%d", body.client_id,
+                         envelope.orig, len(outcome.snapshot.pending))  # fmt: skip
                 self.broker.receive_late_session(outcome.snapshot)
                 self._claim_settled(body.claim_id)
                 if body.positions and self.broker.has_session(body.client_id):
@@ -431,6 +433,8 @@ class EngineReceiving(TakeoverGlue):
             elif outcome is not None:
                 if outcome.snapshot is not None:
                     self.stats.sessions_received += 1
+                    log.info("cluster_session_received client_id=%s from=%s queued=%d", body.client_id,
+                             envelope.orig, len(outcome.snapshot.pending))  # fmt: skip
                     if body.positions:
                         self._moved_positions[body.client_id] = body.positions
                         self._keep_local_record(outcome.snapshot)

@@ -28,6 +28,8 @@ from broker.cluster.stream_receiver import origin_peer
 from broker.cluster.takeover import Answer, ClaimFinished, HandOver, NoSession, Refuse
 from broker.core.session import SessionSnapshot
 
+log = logging.getLogger("skipmq.cluster")
+
 # after a restart, how many claim repeat periods (``Takeover.repeat_s``) a stored session whose
 # client has not reconnected here takes no catch-up (``_claimable_after_restart``): a claimant
 # repeats its unanswered claim every period, and at once when it sees this broker back
@@ -68,6 +70,7 @@ class TakeoverGlue(RetainedGlue):
     def _start_claim_grace(self, now: float) -> None:
         assert self.takeover is not None
         self._claim_grace_until = now + CLAIM_GRACE_REPEATS * self.takeover.repeat_s
+        log.info("cluster_claim_grace_started for_s=%.1f", CLAIM_GRACE_REPEATS * self.takeover.repeat_s)
 
     def _on_claim(self, claim: SessionClaim) -> None:
         assert self.takeover is not None and self.broker is not None
@@ -107,6 +110,13 @@ class TakeoverGlue(RetainedGlue):
             positions = self._hand_over_positions(snapshot, before) if snapshot is not None else ()
             reply = ClaimReply(claim.claim_id, claim.client_id, had, snapshot, positions)
             self._handed_over(claim.claim_id, claim.origin, reply)
+            log.info(
+                "cluster_session_handed_over client_id=%s claimant=%s claim=%d queued=%d",
+                claim.client_id,
+                claim.origin,
+                claim.claim_id,
+                len(snapshot.pending) if snapshot is not None else -1,
+            )
         self._send_envelope(claim.origin, claim.client_id, claim.claim_id, reply)
 
     def _pass_on_if_claimed_elsewhere(self, client_id: str) -> None:
@@ -157,6 +167,7 @@ class TakeoverGlue(RetainedGlue):
             return False
         claim_id, origin = newer
         passed = ClaimReply(claim_id, client_id, True, reply.snapshot, reply.positions)
+        log.info("cluster_late_session_passed_on client_id=%s to=%s", client_id, origin)
         self._handed_over(claim_id, origin, passed)
         self.stats.sessions_handed_over += 1
         self._send_envelope(origin, client_id, claim_id, passed)

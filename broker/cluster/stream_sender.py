@@ -205,7 +205,7 @@ class StreamSender:
                 self._new_receivers.append(ReceiverAt(key, peer, 1))
         seq = stream.next_seq
         stream.next_seq = seq + 1
-        low = self._low(stream)
+        low = self._low(stream, now)
         forwarded = ForwardedMessage(self.origin, cls, seq, message, low, deps, copies)
         # QoS 0 is kept in memory only (at most once: nothing to keep across a crash) and needs no
         # overlay completion; it still answers RET while the broker runs
@@ -558,13 +558,22 @@ class StreamSender:
         if self._next_check is None:
             self._next_check = now + self.retransmit_s / 2
 
-    def _low(self, stream: _Stream) -> int:
+    def _low(self, stream: _Stream, now: float) -> int:
         """The lowest SEQ some receiver may still lack (0: none), where a receiver new to the stream
         starts: the first one the overlay has not confirmed, where a receiver registered by interest
         (not heard from yet) starts, and - while no receiver is known or some broker is down - the
-        first blind confirmation (``_Stream.blind``; conversation seed 145, docs/cluster.md)."""
-        unconfirmed = stream.unconfirmed
-        low = int(unconfirmed[0]) if unconfirmed else 0
+        first blind confirmation (``_Stream.blind``; conversation seed 145, docs/cluster.md).
+
+        An unconfirmed message that every known receiver has acknowledged, whose publication the
+        overlay reported incomplete and that is older than ``min_retention_s`` is not on its way to
+        anyone (``_settled_unconfirmed``): it does not hold ``low`` back. It did: under churn (a
+        broker killed every 5 s) one such message stayed unconfirmed for minutes - its
+        republications, backed off to 30 s apart, met a broker down each time - and every broker
+        that started receiving the stream for a new subscription (a client that moved there)
+        started at it and delivered the whole log from there again: the chaos soak's bursts of
+        200-500 duplicates (docs/notes/recovery.md). A broker cut off meanwhile gets the log when
+        it talks again (``logged_for``)."""
+        low = self._first_unsettled(stream, now)
         blind = stream.blind
         if blind and (not stream.receivers or self._absent_since() is not None):
             first = int(blind[0])
@@ -575,6 +584,30 @@ class StreamSender:
             if start is not None and (not low or start < low):
                 low = start
         return low
+
+    def _first_unsettled(self, stream: _Stream, now: float) -> int:
+        """The first unconfirmed SEQ of ``stream`` that is not settled (0: none), see ``_low``. A
+        message is settled when every known receiver acknowledged it, the overlay reported its
+        publication incomplete and it was appended ``min_retention_s`` ago or more. At most
+        ``RESEND_BATCH`` settled ones are passed over (the scan runs at every append)."""
+        unconfirmed = stream.unconfirmed
+        if not unconfirmed:
+            return 0
+        receivers = stream.receivers
+        floor = min(receivers.values()) if receivers else 0
+        settled_before = now - self.min_retention_s
+        entries = stream.entries
+        for passed, seq in enumerate(unconfirmed):
+            entry = entries.get(seq)
+            if (
+                passed >= RESEND_BATCH
+                or seq >= floor
+                or entry is None
+                or not entry.incomplete
+                or entry.created_at > settled_before
+            ):
+                return int(seq)
+        return 0
 
     def _resend(self, key: StreamKey, entries: SortedDict, from_seq: int, to_seq: int) -> StreamResend:
         first = entries.peekitem(0)[0] if entries else None

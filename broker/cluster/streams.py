@@ -276,7 +276,18 @@ class StreamsMixin:
             position = StreamPosition(forwarded.origin, forwarded.stream, forwarded.seq)
             self._send_stream(origin_peer(forwarded.origin), StreamAck((), (position,)))
             return
+        key = (forwarded.origin, forwarded.stream)
+        new_here = forwarded.low and forwarded.stream != CONTROL_CLASS and not self.receiver.has_stream(key)
         ready = self.receiver.receive(forwarded, hops, self._now())
+        if new_here:
+            log.info(
+                "cluster_stream_started origin=%s stream=%s first_seq=%d low=%d start=%d",
+                forwarded.origin,
+                forwarded.stream,
+                forwarded.seq,
+                forwarded.low,
+                self.receiver.start_of(key),
+            )
         if self._awaiting_start:  # before the delivery: the catch-up holds the client's copies
             self._stream_started((forwarded.origin, forwarded.stream))
         self._deliver(ready)
@@ -366,6 +377,12 @@ class StreamsMixin:
         broker = self.broker
         assert sender is not None and broker is not None
         now = self._now()
+        log.info(
+            "cluster_catch_up client_id=%s late=%s from=%s",
+            client_id,
+            filters is not None,
+            ",".join(f"{p.origin}/{p.stream}@{p.next_seq}" for p in positions),
+        )
         end = self._late_session_end(client_id, filters)
         # the positions name every stream of the session's classes the old broker received (its
         # own included); a stream they do not name never reached it (the overlay delivered late),
