@@ -387,6 +387,12 @@ class ClusterCollector(Collector):
             stats.origin_proofs_verified,
         )
         yield CounterMetricFamily(
+            "skipmq_cluster_origin_proofs_link_bound",
+            "Origin proofs of other brokers taken from the origin's own proven link: certificate "
+            "checked, signature not (docs/security.md)",
+            stats.origin_proofs_link_bound,
+        )
+        yield CounterMetricFamily(
             "skipmq_cluster_sessions_handed_over",
             "Sessions handed to another broker",
             stats.sessions_handed_over,

@@ -69,6 +69,7 @@ class EngineReceiving(TakeoverGlue):
         elif kind is PONG:
             self._round_trip_answered(sender, item.nonce)  # type: ignore[attr-defined]
         self._receiving_from = sender
+        self._note_link(sender, item)  # (engine_origin: what a proven link vouches for)
         try:
             if isinstance(item, Envelope):
                 problem = envelope_problem(sender, self.peer_id, item)
@@ -77,7 +78,9 @@ class EngineReceiving(TakeoverGlue):
                 checks = self.origin_checks
                 if problem is not None:
                     self._reject(sender, item.body, problem)
-                elif checks is None or not self._origin_refused(checks.check_envelope(item, self._wall_s())):
+                elif checks is None or not self._origin_refused(
+                    checks.check_envelope(item, self._wall_s(), self._link_peer(item))
+                ):
                     self._on_envelope(item)
             else:
                 self._handle(api.Receive(sender, item))
@@ -358,7 +361,9 @@ class EngineReceiving(TakeoverGlue):
             self._reject(action.publisher, payload, problem)
             return
         checks = self.origin_checks
-        if checks is not None and self._origin_refused(checks.check_payload(payload, self._wall_s())):
+        if checks is not None and self._origin_refused(
+            checks.check_payload(payload, self._wall_s(), self._link_peer(payload))
+        ):
             return  # (relayed here by ``_receiving_from``; a relay cannot make a proof)
         if isinstance(payload, ForwardedMessage):
             self._receive_forwarded(payload, int(action.hops))

@@ -284,6 +284,23 @@ class Verifier:
 
     def problem(self, peer_id: str, data: bytes, proof: OriginProof, now_s: float) -> str | None:
         """Why ``proof`` does not show that ``peer_id`` signed ``data``, or None."""
+        admitted = self._admitted_for(peer_id, proof, now_s)
+        if isinstance(admitted, str):
+            return admitted
+        try:
+            _verify_with(admitted.key, proof.signature, data)
+        except (InvalidSignature, ValueError):
+            return "the signature does not match the content"
+        return None
+
+    def certificate_problem(self, peer_id: str, proof: OriginProof, now_s: float) -> str | None:
+        """Why ``proof``'s certificate is not one ``peer_id`` may prove with now (every check of
+        :meth:`problem` but the signature's), or None. For content whose sender is known to be
+        ``peer_id`` by other means (``origin_checks``: a link that proved that id)."""
+        admitted = self._admitted_for(peer_id, proof, now_s)
+        return admitted if isinstance(admitted, str) else None
+
+    def _admitted_for(self, peer_id: str, proof: OriginProof, now_s: float) -> _Admitted | str:
         admitted = self._admitted.get(proof.certificate)
         if admitted is None:
             admitted = self._admit(proof.certificate, now_s)
@@ -293,11 +310,7 @@ class Verifier:
             return f"the proof's certificate names {sorted(admitted.peer_ids)}, not {peer_id!r}"
         if not admitted.not_before <= now_s <= admitted.not_after:
             return "the proof's certificate is expired or not yet valid"
-        try:
-            _verify_with(admitted.key, proof.signature, data)
-        except (InvalidSignature, ValueError):
-            return "the signature does not match the content"
-        return None
+        return admitted
 
     def issued_by_bundle(self, cert: x509.Certificate, now_s: float) -> str | None:
         """Why ``cert`` was not issued by a (valid) CA of the bundle, or None."""

@@ -71,6 +71,7 @@ class ClusterStats:
         # origin proofs (broker.cluster.origin_checks): made, checked, and items refused by kind
         self.origin_proofs_signed = 0
         self.origin_proofs_verified = 0
+        self.origin_proofs_link_bound = 0  # checked but for the signature: straight from a proven link
         self.origin_proofs_rejected: Counter[str] = Counter()
         self.sessions_handed_over = 0
         self.sessions_received = 0

@@ -63,6 +63,7 @@ from broker.adapters.transport.tls import ClusterTls, PeerIdentityError, identit
 from broker.cluster.messages import OriginProof
 from broker.cluster.origin_hello import (
     CHALLENGE_BYTES,
+    PROVEN,
     UNPROVEN,
     WRONG_PEER_ID,
     DialVerdict,
@@ -145,6 +146,10 @@ class _Link:
     def __init__(self, peer_id: str, dialed: bool) -> None:
         self.peer_id = peer_id
         self.dialed = dialed
+        # the peer proved ``peer_id`` with the key of its cluster certificate: the dialer's
+        # certificate named it (accepted, mutual TLS) or the acceptor answered the Hello's
+        # challenge (dialed, ``origin_hello``); what arrives on it comes from that broker
+        self.proven = False
         self.closed = asyncio.Event()
         self.reader_task: asyncio.Task[None] | None = None
 
@@ -308,6 +313,10 @@ class GrpcTransport:
         self._identity = identity
         self.dial_refusals: dict[str, int] = {}
         self.unproven_links = 0
+        # while ``on_receive`` runs: the sender's id when its link is proven (``_Link.proven``),
+        # else None - the cluster engine takes an origin proof of that very sender on its word
+        # without the signature arithmetic (``broker.cluster.engine_origin``)
+        self.proven_sender: str | None = None
         # announced in every Hello (where peers find this broker's /metrics); set by the runtime
         # before start, or once an ephemeral HTTP port is bound (links up by then announced 0)
         self.http_port = 0
@@ -578,8 +587,9 @@ class GrpcTransport:
                 raise _DialRefused(
                     WRONG_PEER_ID, f"the broker at {state.id} calls itself {hello.peer_id!r}", hello.peer_id
                 )
-            self._check_answer(state, challenge, hello)
+            proven = self._check_answer(state, challenge, hello)
             link = _DialedLink(state.id, channel, call, self._background)
+            link.proven = proven
             state.http_port = hello.http_port
         except asyncio.CancelledError:
             call.cancel()
@@ -627,10 +637,11 @@ class GrpcTransport:
             log.error("cannot answer the Hello challenge of %s: %s", hello.peer_id, exc)
             return None
 
-    def _check_answer(self, state: _Peer, challenge: bytes, hello: wire.Hello) -> None:
-        """Raise _DialRefused unless the acceptor's Hello shows it is ``state.id``."""
+    def _check_answer(self, state: _Peer, challenge: bytes, hello: wire.Hello) -> bool:
+        """Raise _DialRefused unless the acceptor's Hello shows it is ``state.id``; True when it
+        proved it (signed the challenge with the key of a certificate naming ``state.id``)."""
         if self._identity is None:
-            return
+            return False
         verdict: DialVerdict = self._identity.check(
             challenge, self.self_id, state.id, hello.identity_proof, time.time()
         )
@@ -639,6 +650,7 @@ class GrpcTransport:
         if verdict.outcome == UNPROVEN:
             self.unproven_links += 1
             log_event(log, logging.WARNING, "cluster_link_unproven", peer=state.id, reason=verdict.problem)
+        return verdict.outcome == PROVEN
 
     def _hello_refused(self, state: _Peer, refused: _DialRefused) -> None:
         """Counted by reason (``dial_refusals``) and logged as the structured event
@@ -722,6 +734,7 @@ class GrpcTransport:
             state.wakeup.set()
         state.http_port = hello.http_port
         link = _AcceptedLink(state.id, context)
+        link.proven = self._tls is not None  # (the client certificate names it: _identity_refusal)
         self._install(state, link)
         await link.closed.wait()
 
@@ -860,17 +873,21 @@ class GrpcTransport:
         except wire.WireError as exc:
             log.error("malformed frame from %s: %s; closing the link", state.id, exc)
             return f"malformed frame: {exc}"
-        for raw in raw_items:
-            if state.link is not link:
-                return "replaced"  # the peer resent nothing of this stream on the new one
-            try:
-                item = wire.item_from_proto(raw)
-            except wire.WireError as exc:
-                stats.items_malformed += 1
-                log.error("skipping a malformed item from %s: %s", state.id, exc)
-                continue
-            stats.items_received += 1
-            self._deliver(state.id, item)
+        self.proven_sender = state.id if link.proven else None
+        try:
+            for raw in raw_items:
+                if state.link is not link:
+                    return "replaced"  # the peer resent nothing of this stream on the new one
+                try:
+                    item = wire.item_from_proto(raw)
+                except wire.WireError as exc:
+                    stats.items_malformed += 1
+                    log.error("skipping a malformed item from %s: %s", state.id, exc)
+                    continue
+                stats.items_received += 1
+                self._deliver(state.id, item)
+        finally:
+            self.proven_sender = None
         return None
 
     def _deliver(self, peer_id: str, item: object) -> None:

@@ -9,7 +9,10 @@ client with a persistent session is connected to broker c. X plays, in sequence:
 
 1. forged stream items: it subscribes a's class (a registers it and resends a's stream to it,
    so X learns a's stream origin and SEQ), then sends b a PUB that claims to relay 50 items "of
-   a" with the next SEQs (what made b drop 50 genuine PUBACKed messages as duplicates);
+   a" with the next SEQs (what made b drop 50 genuine PUBACKed messages as duplicates) - unsigned,
+   signed with X's key, and carrying a's own genuine proof (taken from an envelope a sent X): b
+   takes a's items from a's own proven link without re-checking the signature, and must not
+   take anything on the word of X's link;
 2. a forged retained update "from a", published on the control class to every broker, and again
    as the answer to b's anti-entropy request (a retained copy relays other brokers' updates);
 3. a forged session claim "from a" for the victim (it would disconnect the victim and hand its
@@ -197,6 +200,12 @@ def test_a_certified_member_cannot_forge_or_suppress_another_brokers_traffic(
         attacker.send(b, _pub(b, CLASS, a, ForwardedBatch(forged)))  # no proof
         signed = attacker.checks.sign_payload(ForwardedBatch(forged))  # signed by X, naming a
         attacker.send(b, _pub(b, CLASS, a, signed))
+        borrowed = next(
+            item.proof
+            for sender, item in attacker.items()
+            if sender == a and isinstance(item, Envelope) and item.proof is not None
+        )
+        attacker.send(b, _pub(b, CLASS, a, ForwardedBatch(forged, borrowed)))  # a's genuine proof
         # ---- 2. a forged retained update "from a": on the control class, and in a retained copy
         planted = RetainedUpdate(
             a, int(time.time() * 1000) + 10**7, Message("atk/planted", b"forged", 1, True)
@@ -250,7 +259,7 @@ def test_a_certified_member_cannot_forge_or_suppress_another_brokers_traffic(
             }
 
         expected = {
-            "forwarded at b": 2,
+            "forwarded at b": 3,
             "retained at b": 2,
             "retained everywhere": 3,  # (b twice; c; a takes "its own" publication for its own)
             "claim at c": 1,
@@ -266,6 +275,10 @@ def test_a_certified_member_cannot_forge_or_suppress_another_brokers_traffic(
             except TimeoutError:
                 pass
             assert all_refused(), f"refusals counted: {counts()}, expected at least {expected}"
+            # (b took a's genuine stream from a's own link by its certificate, not its signature:
+            # the shortcut the borrowed proof above tries to abuse was in use)
+            linked = metric_total(cluster.metrics_text(1), "skipmq_cluster_origin_proofs_link_bound_total")
+            assert linked > 0
         stream.wait_acked(len(stream.acked_numbers()) + 40)
     finally:
         stream.stop()
