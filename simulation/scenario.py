@@ -11,6 +11,9 @@ After the last publish the run goes quiet long enough for every retry and timeou
 :func:`random_scenario` draws a scenario from a seed (what the sweep runs); the ``known_*``
 functions script the three faults the issue "Broker architecture" asks the simulation to reproduce
 (they are fixed by the reliable-delivery issue, not here).
+
+Size: the scenario data, its seeded drawing and the run that plays it share one set of fields
+(brokers, clients, faults, timings); split, each part would re-import the others' internals.
 """
 
 from __future__ import annotations
