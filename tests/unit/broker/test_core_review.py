@@ -867,8 +867,8 @@ def test_paho_v5_publish_succeeds_when_its_pubrel_is_resent_after_the_pubcomp_wa
         assert relay.dropped_pubcomp.is_set() and connects == [False, True], connects
         assert len(published) == 1 and not published[0].is_failure, published
     finally:
-        client.loop_stop()
         client.disconnect()
+        client.loop_stop()
         relay.close()
     message = sub.expect_publish()
     assert message.payload == b"exactly-once"
