@@ -175,9 +175,20 @@ class ClientPublish(ClientConnect):
             session.incoming_qos2_to_fill().discard(packet_id)
             self.broker.durability.remove_incoming_qos2(session, packet_id)
             self.send_ack(_ack4(0x70, packet_id))
-        elif self.protocol.protocol_level == MQTT_5:
-            self.send_ack(self._ack_bytes(Pubcomp, packet_id, ReasonCode.PACKET_IDENTIFIER_NOT_FOUND))
         else:
+            # Not held: the flow for this id is already complete. A client sends PUBREL only after
+            # our PUBREC, which leaves only after the commit that stores the id; the id is removed
+            # by the commit of its first PUBREL, so this PUBREL is a resend whose PUBCOMP was lost
+            # (a kill -9 after that commit, a dropped connection). The message was released once
+            # and is not delivered again; the answer is success (as mosquitto's), not 0x92 (MQTT 5
+            # §3.7.2.1 allows it), which paho and others report as a failed publish.
+            self.broker.log_event(
+                logging.DEBUG,
+                "pubrel_unknown_packet_id",
+                client_id=self.client_id,
+                peer=self.peer,
+                packet_id=packet_id,
+            )
             self.send_ack(_ack4(0x70, packet_id))
 
     # ------------------------------------------------------------------ acks (server -> client flow)

@@ -11,8 +11,10 @@ the broker's loop thread.
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import sqlite3
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -699,3 +701,176 @@ def test_pubrel_to_a_subscriber_leaves_only_after_its_state_is_committed(start_b
     sub.send(Pubrec(message.packet_id))
     packets = sub.read_until_closed()
     assert not [p for p in packets if isinstance(p, Pubrel)], packets
+
+
+# ============================================================ QoS 2: a PUBREL resent, its PUBCOMP lost
+def test_pubrel_for_a_completed_packet_id_gets_pubcomp_success_and_no_second_delivery(
+    start_broker: Start, tmp_path: Path
+) -> None:
+    """The broker forgets an inbound QoS 2 packet id in the commit of its PUBREL and sends the
+    PUBCOMP after that commit. A kill -9 (or a dropped connection) between the two: the client sends
+    the PUBREL again, for an id the broker no longer holds. The flow is complete (the message was
+    released once): PUBCOMP success (0x00, as mosquitto answers), not 0x92, which clients report as
+    a failed publish - and the message is not delivered again. MQTT 3.1.1 and 5, on the same
+    connection and after a restart from the store."""
+    data_dir = tmp_path / "pubrel-again"
+    threaded = start_broker(data_dir)
+    port = threaded.ports["tcp"]
+    persistent_subscriber(port, "pa-sub", "pa/t", qos=2)
+    v5_session = {"session_expiry_interval": 300}
+    for level, packet_id in ((MQTT_5, 21), (MQTT_3_1_1, 22)):
+        pub = RawClient(port, protocol_level=level)
+        connack = pub.connect(
+            f"pa-pub-{level}", clean=False, properties=v5_session if level == MQTT_5 else None
+        )
+        assert connack.reason_code == 0
+        pub.publish("pa/t", f"once-{level}".encode(), 2, packet_id=packet_id)
+        assert pub.take(Pubrec).packet_id == packet_id
+        pub.send(Pubrel(packet_id))
+        first = pub.take(Pubcomp)
+        assert (first.packet_id, first.reason_code) == (packet_id, 0)
+        pub.send(Pubrel(packet_id))  # the PUBCOMP "lost": the same PUBREL again
+        again = pub.take(Pubcomp)
+        assert (again.packet_id, again.reason_code) == (packet_id, 0x00), again
+        pub.close()
+    threaded.stop()
+
+    restarted = start_broker(data_dir)
+    port = restarted.ports["tcp"]
+    for level, packet_id in ((MQTT_5, 21), (MQTT_3_1_1, 22)):
+        pub = RawClient(port, protocol_level=level)
+        connack = pub.connect(
+            f"pa-pub-{level}", clean=False, properties=v5_session if level == MQTT_5 else None
+        )
+        assert connack.session_present
+        pub.send(Pubrel(packet_id))  # after the restart, the id is gone from the store too
+        after = pub.take(Pubcomp)
+        assert (after.packet_id, after.reason_code) == (packet_id, 0x00), after
+        pub.close()
+    sub = RawClient(port)
+    assert sub.connect("pa-sub", clean=False).session_present
+    payloads = []
+    for _ in range(2):
+        message = sub.expect_publish()
+        sub.ack(message)
+        payloads.append(message.payload)
+    assert sorted(payloads) == [f"once-{MQTT_3_1_1}".encode(), f"once-{MQTT_5}".encode()]
+    sub.expect_nothing(0.4)  # each once, although every PUBREL came twice or three times
+
+
+class _PubcompDroppingRelay:
+    """A TCP relay in front of the broker that closes its first connection instead of forwarding the
+    broker's first PUBCOMP (the PUBCOMP a kill -9 right after the commit would never send); later
+    connections are relayed unchanged."""
+
+    def __init__(self, broker_port: int) -> None:
+        self.broker_port = broker_port
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.dropped_pubcomp = threading.Event()
+        self._sockets: list[socket.socket] = [self.listener]
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            upstream = socket.create_connection(("127.0.0.1", self.broker_port))
+            self._sockets += [client, upstream]
+            drop = not self.dropped_pubcomp.is_set()
+            threading.Thread(target=self._pipe, args=(client, upstream, False), daemon=True).start()
+            threading.Thread(target=self._pipe, args=(upstream, client, drop), daemon=True).start()
+
+    @staticmethod
+    def _read_packet(sock: socket.socket) -> bytes:
+        data = sock.recv(1)
+        length, shift = 0, 0
+        while data:
+            byte = sock.recv(1)
+            if not byte:
+                return b""
+            data += byte
+            length |= (byte[0] & 0x7F) << shift
+            shift += 7
+            if not byte[0] & 0x80:
+                break
+        while data and length:
+            chunk = sock.recv(length)
+            if not chunk:
+                return b""
+            data += chunk
+            length -= len(chunk)
+        return data
+
+    def _pipe(self, source: socket.socket, sink: socket.socket, drop_first_pubcomp: bool) -> None:
+        try:
+            while packet := self._read_packet(source):
+                if drop_first_pubcomp and packet[0] >> 4 == 7 and not self.dropped_pubcomp.is_set():
+                    self.dropped_pubcomp.set()
+                    break
+                sink.sendall(packet)
+        except OSError:
+            pass
+        for sock in (source, sink):
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+
+    def close(self) -> None:
+        for sock in self._sockets:
+            with contextlib.suppress(OSError):
+                sock.close()
+
+
+def test_paho_v5_publish_succeeds_when_its_pubrel_is_resent_after_the_pubcomp_was_lost(
+    start_broker: Start,
+) -> None:
+    """paho (MQTT 5, persistent session) loses the PUBCOMP of a QoS 2 publish, reconnects by itself
+    and sends the PUBREL again; the broker no longer holds the id. paho must report the publish as
+    successful (its on_publish reason code), and the subscriber receives the message once."""
+    import paho.mqtt.client as paho
+    from paho.mqtt.enums import CallbackAPIVersion
+    from paho.mqtt.packettypes import PacketTypes
+    from paho.mqtt.properties import Properties
+
+    threaded = start_broker()
+    port = threaded.ports["tcp"]
+    sub = RawClient(port)
+    assert sub.connect("pp-sub").reason_code == 0
+    sub.subscribe("pp/t", 2)
+    relay = _PubcompDroppingRelay(port)
+    published: list[Any] = []
+    done = threading.Event()
+    connects: list[bool] = []
+
+    def on_publish(client: Any, userdata: Any, mid: int, reason: Any, props: Any) -> None:
+        published.append(reason)
+        done.set()
+
+    def on_connect(client: Any, userdata: Any, flags: Any, reason: Any, props: Any) -> None:
+        connects.append(bool(flags.session_present))
+
+    client = paho.Client(
+        callback_api_version=CallbackAPIVersion.VERSION2, client_id="pp-pub", protocol=paho.MQTTv5
+    )
+    client.on_publish = on_publish
+    client.on_connect = on_connect
+    client.reconnect_delay_set(min_delay=1, max_delay=1)
+    connect_props = Properties(PacketTypes.CONNECT)
+    connect_props.SessionExpiryInterval = 300
+    client.connect("127.0.0.1", relay.port, clean_start=False, properties=connect_props)
+    client.loop_start()
+    try:
+        client.publish("pp/t", b"exactly-once", qos=2)
+        assert done.wait(15), "paho never completed the publish"
+        assert relay.dropped_pubcomp.is_set() and connects == [False, True], connects
+        assert len(published) == 1 and not published[0].is_failure, published
+    finally:
+        client.disconnect()
+        client.loop_stop()
+        relay.close()
+    message = sub.expect_publish()
+    assert message.payload == b"exactly-once"
+    sub.ack(message)
+    sub.expect_nothing(0.4)
