@@ -102,6 +102,7 @@ class Client(asyncio.Protocol):
         self.subacked = asyncio.Event()
         self.acked: dict[int, float] = {}
         self.received = 0
+        self.last_received_at = 0.0
         self.progress = asyncio.Event()
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -133,6 +134,7 @@ class Client(asyncio.Protocol):
                 self.progress.set()
             elif kind == 3:
                 self.received += 1
+                self.last_received_at = time.perf_counter()
                 if qos:  # acknowledge as a real subscriber does (the session path)
                     topic_length = struct.unpack("!H", body[:2])[0]
                     self.send(b"\x40\x02" + body[2 + topic_length : 4 + topic_length])
@@ -188,6 +190,7 @@ class Variant:
         self.publisher: Client | None = None
         self.subscriber: Client | None = None
         self.next_id = 1
+        self.delivered_per_s = 0.0
         self.topic = f"bench/replicas{replicas}/t"
 
     def pids(self) -> list[int]:
@@ -249,13 +252,18 @@ class Variant:
                 in_flight.pop(0)
                 done += 1
         elapsed = time.perf_counter() - started
-        try:  # every message at the subscriber (bounded: a shortfall is reported, not hidden)
-            await wait_for(lambda: subscriber.received - received_before >= messages, subscriber, 30)
-        except TimeoutError:
-            pass
+        # every message at the subscriber, or none more for 3 s (a shortfall is reported)
+        while subscriber.received - received_before < messages:
+            seen = subscriber.received
+            try:
+                await wait_for(lambda seen=seen: subscriber.received > seen, subscriber, 3)
+            except TimeoutError:
+                break
+        delivered = subscriber.received - received_before
+        self.delivered_per_s = delivered / max(1e-9, subscriber.last_received_at - started)
         await asyncio.sleep(0.5)  # the session flushes, copies and stream acks after the last one
         cpu = cpu_s(pids) - cpu_before
-        return messages / elapsed, cpu / messages, subscriber.received - received_before
+        return messages / elapsed, cpu / messages, delivered
 
 
 def percentile(values: list[float], fraction: float) -> float:
@@ -273,6 +281,17 @@ def held_sessions(cluster: LocalCluster) -> list[float]:
                 value += float(line.rsplit(" ", 1)[1])
         values.append(value)
     return values
+
+
+def dropped(cluster: LocalCluster) -> dict[str, float]:
+    """``skipmq_messages_dropped`` summed over the brokers, by reason (e.g. queue_full_oldest)."""
+    totals: dict[str, float] = {}
+    for index in range(len(cluster.brokers)):
+        for line in cluster.metrics_text(index).splitlines():
+            if line.startswith(("skipmq_messages_dropped_total{", "skipmq_messages_dropped{")):
+                reason = line.split('reason="', 1)[1].split('"', 1)[0]
+                totals[reason] = totals.get(reason, 0.0) + float(line.rsplit(" ", 1)[1])
+    return {reason: value for reason, value in totals.items() if value}
 
 
 def _cpu_model() -> str:
@@ -325,6 +344,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                     "msg_per_s": rate,
                     "cpu_us_per_msg": cpu * 1e6,
                     "delivered": delivered,
+                    "delivered_per_s": variant.delivered_per_s,
                 }
                 print(
                     f"  round {round_no + 1}/{args.rounds} replicas {variant.replicas}:"
@@ -341,6 +361,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             str(variant.replicas): held_sessions(variant.cluster) for variant in variants
         }
         print(f"sessions held as copies (per broker): {results['held_sessions']}", flush=True)
+        results["dropped"] = {str(variant.replicas): dropped(variant.cluster) for variant in variants}
+        print(f"messages dropped (all brokers, by reason): {results['dropped']}", flush=True)
     finally:
         for variant in variants:
             variant.cluster.close()
@@ -353,8 +375,8 @@ def report(results: dict[str, Any]) -> str:
     base = keys[0]
     lines = [
         "| replicas | PUBACK p50 (ms) | PUBACK p99 (ms) | QoS 1 msg/s (window) | broker CPU per msg (us) |"
-        " p50 ratio | msg/s ratio | CPU ratio |",
-        "|---|---|---|---|---|---|---|---|",
+        " p50 ratio | msg/s ratio | CPU ratio | delivered (min of rounds) | delivered msg/s |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for key in keys:
 
@@ -367,7 +389,8 @@ def report(results: dict[str, Any]) -> str:
         lines.append(
             f"| {key} | {med('p50_ms'):.2f} | {med('p99_ms'):.2f} | {med('msg_per_s'):,.0f} |"
             f" {med('cpu_us_per_msg'):,.0f} | {ratio('p50_ms'):.2f}x | {ratio('msg_per_s'):.2f}x |"
-            f" {ratio('cpu_us_per_msg'):.2f}x |"
+            f" {ratio('cpu_us_per_msg'):.2f}x | {min(r[key].get('delivered', 0) for r in rounds):,} |"
+            f" {statistics.median(r[key].get('delivered_per_s', 0.0) for r in rounds):,.0f} |"
         )
     loads = [r["load"] for r in rounds] + [r["load_after"] for r in rounds]
     lines.append("")
