@@ -490,8 +490,8 @@ class Replication:
         self._now = max(self._now, now)
         adopted = self._adopted.get(client_id)
         if adopted is not None:
-            if snapshot is not None:
-                adopted.snapshot, adopted.positions = snapshot, positions
+            if snapshot is not None:  # ours (again): it answers the claim itself
+                adopted.snapshot, adopted.positions, adopted.handed = snapshot, positions, False
             else:  # handed on (or ended): answered to lookups for a while from now
                 adopted.handed, adopted.since = True, now
         self._session_version += 1

@@ -272,6 +272,10 @@ def test_a_session_adopted_at_a_claim_and_handed_on_is_still_given_to_lookups_fo
     cluster.apply(B, holder.session_changed("s1", None, cluster.now))  # handed over to C's claim
     (copy,) = asked()
     assert copy.home == A and copy.snapshot == snap("s1", "a/#", queued=1) and copy.positions == at
+    cluster.apply(B, holder.session_changed("s1", snap("s1", "a/#"), cluster.now, at))  # back here
+    assert asked() == []
+    cluster.apply(B, holder.session_changed("s1", None, cluster.now))  # and on again
+    assert len(asked()) == 1
     cluster.now += holder.handed_copy_kept_s + 0.1
     cluster.apply(B, holder.tick(cluster.now))
     assert asked() == []
