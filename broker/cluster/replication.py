@@ -79,6 +79,9 @@ from broker.cluster.replication_messages import (
 from broker.core.messages import Message, SessionSnapshot
 
 RESEND_BATCH = 256  # entries per ReplicaAppend sent again (one batch, like a stream's resend)
+# a session adopted here and then handed on (to a takeover claim) is still given to lookups this
+# long: longer than a CONNECT's claim wait (``cluster.takeover_wait_ms``, 500 ms by default)
+HANDED_COPY_KEPT_S = 2.0
 
 
 class _Held:
@@ -100,6 +103,22 @@ class _Held:
         return AdoptSessions(key, snapshots, positions)
 
 
+class _Adopted:
+    """A session this broker adopted from a gone home: its latest state here, kept for lookups
+    for ``handed_copy_kept_s`` after it was handed on (its claim's reply may come too late)."""
+
+    __slots__ = ("handed", "key", "positions", "since", "snapshot")
+
+    def __init__(
+        self, key: LogKey, snapshot: SessionSnapshot, positions: tuple[StreamPosition, ...], now: float
+    ) -> None:
+        self.key = key
+        self.snapshot = snapshot
+        self.positions = positions
+        self.since = now  # adopted, or (``handed``) handed on
+        self.handed = False
+
+
 class Replication:
     """One broker's replication state. ``replicas`` is N (1: nothing is replicated, every entry is
     durable at once - today's behaviour)."""
@@ -114,6 +133,7 @@ class Replication:
         failover_after_s: float,
         retention_s: float,
         started_empty: bool,
+        handed_copy_kept_s: float = HANDED_COPY_KEPT_S,
     ) -> None:
         if replicas < 1:
             raise ValueError("replicas must be at least 1")
@@ -124,6 +144,8 @@ class Replication:
         self.failover_after_s = failover_after_s
         self.retention_s = retention_s
         self.started_empty = started_empty
+        self.handed_copy_kept_s = handed_copy_kept_s
+        self._now = 0.0  # the latest ``now`` of an event (for the calls that carry none)
         self._members: set[str] = {peer_id}
         # members this incarnation heard from and not reported down since: only they hold replicas
         # (a member that never answers - removed, or not started - is never waited for)
@@ -154,6 +176,7 @@ class Replication:
         self._session_al: dict[str, dict[str, int]] = {}  # holder -> client id -> version accepted
         self._session_sent: dict[str, dict[str, tuple[int, float]]] = {}  # ... -> (version, when)
         self._session_durable: dict[str, int] = {}  # client id -> version durable on N
+        self._adopted: dict[str, _Adopted] = {}  # sessions adopted from gone homes, recently
         # graceful removal
         self.leaving = False  # this broker drains (:meth:`leave`)
         self._leaving: set[str] = set()  # members that said they are leaving
@@ -328,6 +351,7 @@ class Replication:
 
     # ------------------------------------------------------------------ from other brokers
     def on_item(self, peer: str, item: ReplicaItem, now: float) -> list[ReplicationAction]:
+        self._now = max(self._now, now)
         actions = self._heard_from(peer, now)
         if isinstance(item, ReplicaAppend):
             actions += self._on_append(peer, item)
@@ -346,7 +370,7 @@ class Replication:
         elif isinstance(item, ReplicaHandedOver):
             actions += self._on_handed_over(peer, item)
         elif isinstance(item, SessionLookup):
-            actions += self._on_lookup(peer, item)
+            actions += self._on_lookup(peer, item, now)
         elif isinstance(item, SessionCopy):
             actions.append(CopyFound(item.lookup_id, peer, item))
         elif isinstance(item, SessionCopyTaken):
@@ -463,6 +487,13 @@ class Replication:
         it ended here (clean start, expired, moved to another broker). ``positions``: where this
         broker stands in the streams of its classes (what it received is in the snapshot). The
         holders keep the latest state; :class:`SessionDurable` says when this version is on N."""
+        self._now = max(self._now, now)
+        adopted = self._adopted.get(client_id)
+        if adopted is not None:
+            if snapshot is not None:  # ours (again): it answers the claim itself
+                adopted.snapshot, adopted.positions, adopted.handed = snapshot, positions, False
+            else:  # handed on (or ended): answered to lookups for a while from now
+                adopted.handed, adopted.since = True, now
         self._session_version += 1
         version = self._session_version
         if self.replicas <= 1:
@@ -574,7 +605,7 @@ class Replication:
         """The copy of ``holder`` became the client's session here: the holder drops it."""
         return [SendReplica(holder, SessionCopyTaken(copy.incarnation, copy.home, client_id))]
 
-    def _on_lookup(self, peer: str, item: SessionLookup) -> list[ReplicationAction]:
+    def _on_lookup(self, peer: str, item: SessionLookup, now: float) -> list[ReplicationAction]:
         actions: list[ReplicationAction] = []
         for key, held in sorted(self._held.items()):
             snapshot = held.sessions.get(item.client_id)
@@ -583,11 +614,29 @@ class Replication:
             positions = held.session_positions.get(item.client_id, ())
             copy = SessionCopy(item.lookup_id, key[0], key[1], snapshot, positions)
             actions.append(SendReplica(peer, copy))
+        adopted = self._adopted.get(item.client_id)
+        if (
+            not actions
+            and adopted is not None
+            and adopted.handed
+            and now - adopted.since <= self.handed_copy_kept_s
+            and adopted.key[0] != peer
+        ):
+            # adopted here at a claim (or a failover) and handed on to the claim - whose reply,
+            # on the cluster's envelope path, may come after the CONNECT stopped waiting (seeds
+            # 17, 434, 475 and 657 of the --sessions sweep): the asking broker gets the state it
+            # was handed, used only if its claim found none (the late reply is then merged)
+            key = adopted.key
+            copy = SessionCopy(item.lookup_id, key[0], key[1], adopted.snapshot, adopted.positions)
+            actions.append(SendReplica(peer, copy))
         return actions
 
     def _on_copy_taken(self, item: SessionCopyTaken) -> list[ReplicationAction]:
+        self._adopted.pop(item.client_id, None)  # the asking broker's session now
         key = (item.home, item.incarnation)
-        return self.sessions_adopted(key, [item.client_id]) if key in self._held else []
+        if key not in self._held:
+            return []
+        return self.sessions_adopted(key, [item.client_id], keep_copy=False)
 
     # ------------------------------------------------------------------ graceful removal
     def leave(self, now: float) -> list[ReplicationAction]:
@@ -712,14 +761,21 @@ class Replication:
         return [Drop(key, None)]
 
     def sessions_adopted(
-        self, key: LogKey, client_ids: Iterable[str] | None = None
+        self, key: LogKey, client_ids: Iterable[str] | None = None, *, keep_copy: bool = True
     ) -> list[ReplicationAction]:
         """The sessions of an :class:`AdoptSessions` (``client_ids``; None: all of ``key``) are this
         broker's own now (and replicated as such through :meth:`session_changed`): drop the held
-        copies."""
+        copies. Each is remembered (``keep_copy``) until ``handed_copy_kept_s`` after it is handed
+        on, for lookups (:meth:`_on_lookup`)."""
         held = self._held.get(key)
         if held is None:
             return []
+        if keep_copy:
+            for client_id in sorted(held.sessions) if client_ids is None else client_ids:
+                snapshot = held.sessions.get(client_id)
+                if snapshot is not None:
+                    positions = held.session_positions.get(client_id, ())
+                    self._adopted[client_id] = _Adopted(key, snapshot, positions, self._now)
         if client_ids is None:
             held.sessions.clear()
             held.session_positions.clear()
@@ -767,6 +823,10 @@ class Replication:
     # ------------------------------------------------------------------ time
     def tick(self, now: float) -> list[ReplicationAction]:
         """Retransmission to holders, releases, failover of origins down for good, expiry."""
+        self._now = max(self._now, now)
+        for client_id, adopted in list(self._adopted.items()):
+            if now - adopted.since > self.handed_copy_kept_s:
+                del self._adopted[client_id]
         actions = self._greet_silent(now) + self._send_due(now, force=False) + self._send_releases()
         actions += self._send_sessions(now, force=False) + self._answer_leaving()
         for key, held in sorted(self._held.items()):

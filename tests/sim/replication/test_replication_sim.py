@@ -161,3 +161,19 @@ def test_a_client_back_before_its_brokers_loss_is_known_gets_its_session_from_a_
     result = run_replication_seed(seed, options)
     assert result.ok, result.report(trace_lines=30)
     assert any(event[1] == "copy_taken" for event in result.history.events)
+
+
+@pytest.mark.parametrize("seed", [17, 434, 475, 657])
+def test_a_session_adopted_at_a_claim_whose_reply_comes_late_is_still_present(seed: int) -> None:
+    """``--sessions`` seeds 17, 434, 475 and 657: the subscriber reconnects to another broker
+    before its gone broker is reported down; the claim reaches the holder first (or the lookup
+    is lost), the holder adopts the session and hands it over in its claim reply - which comes
+    after the CONNECT's ``cluster.takeover_wait_ms`` (lost once, sent again on the envelope
+    path), while the holder, having adopted the copy, answered the lookups with nothing: session
+    present 0. A holder now answers a lookup with a session it adopted and handed on, for a
+    while (``HANDED_COPY_KEPT_S``): the CONNECT uses that copy when its claim found none."""
+    options = ReplicationOptions(replicas=2, disk_losses=2, removals=1, crashes=1, loss=0.05, sessions=True)
+    result = run_replication_seed(seed, options)
+    assert result.ok, result.report(trace_lines=30)
+    assert any(event[1] == "copy_taken" for event in result.history.events)
+    assert not any(v.kind == "lost" for v in result.violations)

@@ -243,3 +243,39 @@ def test_a_lookup_is_answered_by_the_holders_with_their_copy_and_a_taken_copy_is
     (taken,) = cluster.cores[C].copy_taken(B, found.copy, "s1")
     assert cluster.cores[B].on_item(C, taken.item, 0.0) == [PersistSession((A, f"{A}#1"), "s1", None)]
     assert cluster.cores[B].held_sessions() == {}
+
+
+def test_a_session_adopted_at_a_claim_and_handed_on_is_still_given_to_lookups_for_a_while() -> None:
+    """Seeds 17, 434, 475 and 657 of the --sessions sweep: the holder adopted the session at the
+    claim and handed it over in its claim reply, which came after the CONNECT stopped waiting;
+    the lookups it got meanwhile found no held copy (adopted) and the client had no session
+    present. The holder now answers lookups with what it handed on - only once handed on (a
+    session it still has answers the claim itself) and only for ``handed_copy_kept_s``."""
+    cluster = Cluster([A, B, C])
+    cluster.deliver()
+    at = (StreamPosition(C, "=plant", 7),)
+    cluster.apply(A, cluster.cores[A].session_changed("s1", snap("s1", "a/#"), cluster.now, at))
+    cluster.deliver()
+    holder = cluster.cores[B]
+    cluster.apply(B, holder.on_peer_down(A, cluster.now))
+    (adopt,) = holder.claimed("s1")
+    holder.sessions_adopted(adopt.key, ["s1"])
+    cluster.apply(B, holder.session_changed("s1", snap("s1", "a/#", queued=1), cluster.now, at))
+
+    def asked() -> list[SessionCopy]:
+        _lookup_id, asks = cluster.cores[C].lookup("s1")
+        (to_b,) = [send for send in asks if send.peer == B]
+        answers = holder.on_item(C, to_b.item, cluster.now)
+        return [a.item for a in answers if isinstance(a, SendReplica) and isinstance(a.item, SessionCopy)]
+
+    assert asked() == []  # still B's own session: B answers the claim itself
+    cluster.apply(B, holder.session_changed("s1", None, cluster.now))  # handed over to C's claim
+    (copy,) = asked()
+    assert copy.home == A and copy.snapshot == snap("s1", "a/#", queued=1) and copy.positions == at
+    cluster.apply(B, holder.session_changed("s1", snap("s1", "a/#"), cluster.now, at))  # back here
+    assert asked() == []
+    cluster.apply(B, holder.session_changed("s1", None, cluster.now))  # and on again
+    assert len(asked()) == 1
+    cluster.now += holder.handed_copy_kept_s + 0.1
+    cluster.apply(B, holder.tick(cluster.now))
+    assert asked() == []
