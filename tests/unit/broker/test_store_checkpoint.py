@@ -61,23 +61,73 @@ def test_commit_checkpoints_inline_but_not_in_background(tmp_path: Path) -> None
     assert frames["background"] > 1000, frames  # no COMMIT on the caller's thread checkpointed
 
 
+class PassWatch:
+    """When the checkpoint thread's passes run: the thread clears ``wanted`` just before a pass and
+    counts its outcome just after it (``Checkpointer._run``); both are wrapped here, so ``running``
+    and ``started``/``ended`` cover at least the time the pass holds SQLite's checkpoint lock."""
+
+    def __init__(self, checkpointer: sqlite_checkpoint.Checkpointer) -> None:
+        self.running = False
+        self.started = 0
+        self.ended = 0
+        clear, count = checkpointer.wanted.clear, checkpointer._count
+
+        def cleared() -> None:
+            self.running, self.started = True, self.started + 1
+            clear()
+
+        def counted(outcome: str) -> None:
+            count(outcome)
+            self.running, self.ended = False, self.ended + 1
+
+        checkpointer.wanted.clear = cleared  # type: ignore[method-assign]
+        checkpointer._count = counted  # type: ignore[method-assign]
+
+
 def test_background_checkpoints_and_bounds_the_wal(tmp_path: Path) -> None:
+    """The WAL starts over at the first COMMIT past ``WAL_BOUND_PAGES`` that overlaps no pass of the
+    checkpoint thread: SQLite's own checkpoint on the store's connection (wal_autocheckpoint) then
+    copies what is left, and the next COMMIT starts the WAL over (and truncates the file to
+    ``JOURNAL_SIZE_LIMIT_BYTES``). That is the guarantee checked here, COMMIT by COMMIT.
+
+    How far past the bound the WAL gets is not: SQLite's checkpoint is PASSIVE and gives up while
+    the thread's pass holds the checkpoint lock, so the WAL grows by whatever is committed until
+    that pass ends - the pass's copy and fsyncs against the commit rate, i.e. the machine's
+    scheduling and disk. (An earlier form asserted at most 1.25 x WAL_BOUND_PAGES and saw 15,011
+    pages at load 11; docs/notes/store-wal-bound.md.)"""
     path = str(tmp_path / "store.db")
     store = open_store(path, "background")
     checkpointer = store._checkpointer
     assert checkpointer is not None
-    most = 0
-    last = None
-    for _ in range(24):  # 24 x 300 commits x ~3-4 pages: about twice the bound
-        last = commit_messages(store, 300, last)
-        most = max(most, wal_frames(path))
-    deadline = time.monotonic() + 10
-    while checkpointer.passes == 0 and time.monotonic() < deadline:
-        time.sleep(0.01)
+    watch = PassWatch(checkpointer)
+    bound = sqlite_checkpoint.WAL_BOUND_PAGES
+    previous: int | None = None
+    frames_before = wal_frames(path)
+    free_before = False  # the previous COMMIT overlapped no pass
+    checked = restarts = 0
+    for _ in range(24 * 300):  # ~3-4 pages a COMMIT: about twice the bound
+        seen = (watch.started, watch.ended)
+        free = not watch.running
+        previous = commit_messages(store, 1, previous)
+        frames = wal_frames(path)
+        free = free and not watch.running and (watch.started, watch.ended) == seen
+        restarts += frames < frames_before
+        if frames_before >= bound and free_before and free:
+            checked += 1  # SQLite's checkpoint in the previous COMMIT ran: this one starts over
+            assert frames < frames_before, (frames_before, frames)
+        frames_before, free_before = frames, free
+    assert restarts >= 1, (restarts, checked)  # (checked: 0 only if every COMMIT past it overlapped a pass)
     assert checkpointer.passes >= 1 and checkpointer.errors == 0, checkpointer.last_error
-    # bounded: the WAL starts over soon after it reaches WAL_BOUND_PAGES (SQLite's checkpoint on
-    # the store's connection retries at each COMMIT while the thread's pass holds the lock)
-    assert most <= 1.25 * sqlite_checkpoint.WAL_BOUND_PAGES, most
+    # a pass that no COMMIT overlaps copies every frame, and the next COMMIT starts the WAL over,
+    # truncating the file to the size limit
+    passes = checkpointer.passes
+    checkpointer.wanted.set()
+    deadline = time.monotonic() + 30
+    while (checkpointer.passes == passes or watch.running) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert checkpointer.passes > passes
+    previous = commit_messages(store, 1, previous)
+    assert wal_frames(path) < 100, wal_frames(path)
     assert Path(path + "-wal").stat().st_size <= sqlite_checkpoint.JOURNAL_SIZE_LIMIT_BYTES
     store.close()
     assert not checkpointer._thread.is_alive()
