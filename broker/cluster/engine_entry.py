@@ -316,6 +316,8 @@ class EngineEntryPoints(EngineReceiving):
         return completion
 
     def on_client_connected(self, client_id: str, session_present: bool) -> None:
+        if self._now() < self._claim_grace_until:
+            self._connected_since_start = self._connected_since_start | {client_id}
         positions = self._moved_positions.pop(client_id, None)
         if positions:
             self._catch_up(client_id, positions, self._moved_catch_up_filters(client_id))

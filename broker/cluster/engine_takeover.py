@@ -53,6 +53,9 @@ class TakeoverGlue(RetainedGlue):
     """See the module docstring."""
 
     _claim_grace_until: float = 0.0  # set when the engine starts (``StreamsMixin._restore_catch_ups``)
+    # clients that connected here since this start: their sessions are no stored ones a claim may
+    # take, so the grace does not hold their streams (``_claimable_after_restart``)
+    _connected_since_start: frozenset[str] = frozenset()
 
     def _claimable_after_restart(self, client_id: str) -> bool:
         """Whether the stored session of ``client_id`` (its client not connected here) should take
@@ -65,10 +68,13 @@ class TakeoverGlue(RetainedGlue):
         the merge delivered again (the chaos soak's duplicates after a kill -9 of the subscriber's
         broker, docs/notes/recovery.md). Delaying never loses: the senders keep what this broker
         has not taken."""
+        if client_id in self._connected_since_start:
+            return False  # its client came here after this start: it did not find us down
         return self._now() < self._claim_grace_until and not self.stopped
 
     def _start_claim_grace(self, now: float) -> None:
         assert self.takeover is not None
+        self._connected_since_start = frozenset()
         self._claim_grace_until = now + CLAIM_GRACE_REPEATS * self.takeover.repeat_s
         log.info("cluster_claim_grace_started for_s=%.1f", CLAIM_GRACE_REPEATS * self.takeover.repeat_s)
 
