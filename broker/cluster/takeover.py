@@ -485,20 +485,6 @@ class Takeover:
         one merged into it later (a late session, :class:`LateSession`)."""
         return any(pending.claim.client_id == client_id for pending in self._pending.values())
 
-    def awaits_session_from(self, peer: str) -> bool:
-        """Whether broker ``peer`` has not yet answered a claim of ours that may still bring a
-        session (sent or repeated to ``peer`` - also after it came back - and unanswered by it).
-        Its answer carries the positions the client's session stood at there: a stream of
-        ``peer``'s that is new here and arrives before that answer (a restarted broker's earlier
-        incarnation's log, sent at first contact) waits for it (``StreamsMixin._hold_resend``)
-        instead of being delivered whole to the client's session here, which had all of it."""
-        for claim_id, unanswered in self._unanswered.items():
-            if peer not in unanswered.peers:
-                continue
-            if claim_id in self._pending:
-                return True
-        return False
-
     def answered_without_session(self, claim_id: int, replier: str) -> bool:
         """Broker ``replier`` answered our claim without a session; True when that settles it:
         every broker it asked has answered so (the engine forgets the stored claim)."""
