@@ -21,10 +21,8 @@ federation name ``skipmq://host:port``.
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import sys
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -37,6 +35,7 @@ from broker.adapters.transport.tls import issue_broker_cert, make_ca
 from tests.support.cluster import metric_total, wait_until
 from tests.support.federation import HOST, WAIT_S, Client, Site, Sites, key
 from tests.support.paths import REPO_ROOT
+from tests.support.port_forward import PortForward
 
 pytestmark = pytest.mark.slow
 
@@ -98,45 +97,6 @@ def test_certified_brokers_link_and_others_are_refused(sites: Sites, tmp_path: P
     finally:
         at_cloud.close()
         at_edge.close()
-
-
-class PortForward:
-    """A TCP port forward on a free port to ``target_port`` (threads copying bytes both ways)."""
-
-    def __init__(self, target_port: int) -> None:
-        self.target_port = target_port
-        self.server = socket.create_server((HOST, 0))
-        self.port = self.server.getsockname()[1]
-        self.sockets: list[socket.socket] = [self.server]
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                inbound, _ = self.server.accept()
-                outbound = socket.create_connection((HOST, self.target_port), timeout=WAIT_S)
-            except OSError:
-                return
-            self.sockets += [inbound, outbound]
-            for source, sink in ((inbound, outbound), (outbound, inbound)):
-                threading.Thread(target=self._copy, args=(source, sink), daemon=True).start()
-
-    @staticmethod
-    def _copy(source: socket.socket, sink: socket.socket) -> None:
-        try:
-            while data := source.recv(65536):
-                sink.sendall(data)
-        except OSError:
-            pass
-        for sock in (source, sink):
-            try:
-                sock.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-
-    def close(self) -> None:
-        for sock in self.sockets:
-            sock.close()
 
 
 def test_a_broker_reached_under_another_name_is_refused_by_the_dialer(sites: Sites, tmp_path: Path) -> None:
