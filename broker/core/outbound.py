@@ -287,9 +287,14 @@ class Outbound:
     def resume(self, session: Session) -> None:
         """After CONNACK: re-send unacknowledged messages (DUP=1 / PUBREL), then queued ones.
 
-        PUBRELs are always re-sent; unacknowledged PUBLISHes only as far as this connection's
-        window allows (the client's Receive Maximum may be smaller now, MQTT-3.3.4-9), the rest
-        wait in ``session.unsent`` and go out, in order, as acknowledgements arrive.
+        PUBRELs are always re-sent, and first: each lets the client complete a QoS 2 message (its
+        PUBCOMP) before any PUBLISH arrives, so that a client counting its Receive Maximum by what
+        it holds (libmosquitto counts a re-sent PUBLISH of a packet id it already holds once more,
+        docs/cluster.md "Known limits") has its slots back. MQTT-4.6.0-1 orders PUBLISHes among
+        themselves and PUBRELs among themselves, each kept here. Unacknowledged PUBLISHes go only
+        as far as this connection's window allows (the client's Receive Maximum may be smaller
+        now, MQTT-3.3.4-9), the rest wait in ``session.unsent`` and go out, in order, as
+        acknowledgements arrive.
         """
         conn = session.connection
         if conn is None:
@@ -297,11 +302,15 @@ class Outbound:
         session.unsent = None
         window = self.window(session)
         on_wire = 0
-        for packet_id, entry in list(session.inflight.items()):
+        entries = list(session.inflight.items())
+        for packet_id, entry in entries:
             if entry.state == STATE_PUBREL_SENT:
                 conn.write(bytes((0x62, 2, packet_id >> 8, packet_id & 0xFF)))
                 on_wire += 1
-            elif on_wire >= window:
+        for _, entry in entries:
+            if entry.state == STATE_PUBREL_SENT:
+                continue
+            if on_wire >= window:
                 if session.unsent is None:
                     session.unsent = deque()
                 session.unsent.append(entry)

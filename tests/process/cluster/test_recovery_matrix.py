@@ -15,13 +15,18 @@ do not cover already:
   (B -> C), one stream: 0 lost, 0 duplicates (test_zero_loss.py covers QoS 2 across kills of the
   subscriber's and the publisher's broker, and the move at QoS 1 only);
 * QoS 2 across a kill -9 of the **subscriber's** broker under a 1,000 msg/s stream (twice
-  test_zero_loss.py's QoS 2 rate), mosquitto_sub as the subscriber (it delivers a QoS 2 message
-  at PUBREL and forgets its packet id: a broker that sent PUBREL before the commit recording it
-  sends the PUBLISH again after a restart, and mosquitto_sub delivers it twice).
+  test_zero_loss.py's QoS 2 rate), paho in a process of its own as the subscriber (it delivers a
+  QoS 2 message at PUBREL and forgets its packet id: a broker that sent PUBREL before the commit
+  recording it sends the PUBLISH again after a restart, and the client delivers it twice). Not
+  mosquitto_sub here: a PUBREC it sent just before the kill, which the broker had not recorded,
+  brings the PUBLISH again, and libmosquitto 2.0.11 queues a packet id it holds twice - a stale
+  copy delivered again at the id's next use, and with 20 such ids it drops the connection and
+  mosquitto_sub exits 2 (CI, 2026-11-29; tests/process/integration/
+  test_libmosquitto_qos2_redelivery.py shows it without a broker; docs/cluster.md "Known limits").
 
-The subscriber is mosquitto_sub (tests/support/recovery_cells.py: an in-process paho client drains
-QoS 2 slower than the stream beside the publisher); the move cell's is paho in a process of its
-own.
+The subscriber of the other cells is mosquitto_sub (tests/support/recovery_cells.py: an in-process
+paho client drains QoS 2 slower than the stream beside the publisher); the move cell's and the QoS 2
+kill-sub cell's is paho in a process of its own.
 
 The clusters keep the suite's faster failure detection (conftest.FAST_SETTINGS); no limit is
 raised. Sizes for runs by hand: SKIPMQ_RM_MESSAGES (3000), SKIPMQ_RM_RATE (1000, the QoS 1 cell),
@@ -81,7 +86,9 @@ def test_qos2_across_kill_9_of_a_third_broker_then_a_session_move_delivers_each_
 def test_qos2_across_kill_9_of_the_subscribers_broker_under_a_fast_stream_delivers_each_once(
     tmp_path: Path,
 ) -> None:
-    check(run_cell("kill-sub", 2, params(QOS2_FAST_RATE_PER_S), tmp_path))
+    cell = params(QOS2_FAST_RATE_PER_S)
+    cell.subscriber = "paho-process"
+    check(run_cell("kill-sub", 2, cell, tmp_path))
 
 
 @pytest.mark.slow
