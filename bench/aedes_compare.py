@@ -232,10 +232,12 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             for system in order:
                 plan.append((system, nodes, list(range(nodes)), False))
     for index, (system, nodes, subs, insecure) in enumerate(plan, 1):
+        load = os.getloadavg()[0]
         log(f"[{index}/{len(plan)}] {system}{' insecure' if insecure else ''}, {nodes} node(s), "
-            f"subscribers on {subs}")  # fmt: skip
+            f"subscribers on {subs} [load {load:.1f}]")  # fmt: skip
         row = await measure(system, nodes, subs, args, insecure=insecure)
         row["kind"] = "single" if nodes == 1 else ("forwarded" if 0 not in subs else "growth")
+        row["loadavg_1min"] = round(load, 2)  # at the start of this measurement (a shared machine)
         rows.append(row)
         q0, q1 = row["qos0"], row["qos1"]
         log(

@@ -531,8 +531,9 @@ def latency_summary(values_ns: list[int]) -> dict[str, float]:
     }
 
 
-async def measure_latency(setup: Setup, rate_per_s: float, duration_s: float) -> dict[str, Any]:
-    """Paced QoS 0 publishing at rate_per_s for duration_s; end-to-end latency per delivery."""
+async def measure_latency(setup: Setup, rate_per_s: float, duration_s: float, qos: int = 0) -> dict[str, Any]:
+    """Paced publishing (QoS ``qos``: 0, or 1 with a packet id each and the PUBACKs timed) at
+    rate_per_s for duration_s; end-to-end latency per delivery."""
     publisher = setup.publisher
     assert publisher is not None
     tag = next_tag()
@@ -540,7 +541,11 @@ async def measure_latency(setup: Setup, rate_per_s: float, duration_s: float) ->
         sub.begin_run(tag, record_latency=True)
     count = max(1, int(rate_per_s * duration_s))
     interval_ns = int(1e9 / rate_per_s)
-    prefix = raw.publish_prefix(TOPIC, 0, PAYLOAD_BYTES)
+    prefix = raw.publish_prefix(TOPIC, qos, PAYLOAD_BYTES)
+    sent_at: dict[bytes, int] = {}
+    publisher.unacked = 0
+    publisher.puback_sent_ns = sent_at if qos else None
+    publisher.puback_rtt_ns = []
     hops_before = await asyncio.to_thread(setup.scrape_hops)
     cpu_before = setup.cpu_s()
     cpu_each_before = [process_cpu_s(pid) for pid in setup.pids]
@@ -550,8 +555,15 @@ async def measure_latency(setup: Setup, rate_per_s: float, duration_s: float) ->
         delay_ns = start_ns + seq * interval_ns - time.perf_counter_ns()
         if delay_ns > 0:
             await asyncio.sleep(delay_ns / 1e9)
-        publisher.write(prefix + make_payload(KIND_DATA, tag, seq, time.perf_counter_ns()))
-    await wait_drained(setup, count, qos1_publisher=False)
+        now_ns = time.perf_counter_ns()
+        if qos:
+            id_bytes = (seq % 65535 + 1).to_bytes(2, "big")
+            sent_at[id_bytes] = now_ns
+            publisher.unacked += 1
+            publisher.write(prefix + id_bytes + make_payload(KIND_DATA, tag, seq, now_ns))
+        else:
+            publisher.write(prefix + make_payload(KIND_DATA, tag, seq, now_ns))
+    await wait_drained(setup, count, qos1_publisher=bool(qos))
     # the brokers' CPU per message published at this paced rate (every message alone in its
     # event-loop iteration: what a cross-broker hop costs unbatched, issue #11)
     cpu_us_per_publish = (setup.cpu_s() - cpu_before) * 1e6 / count
@@ -581,8 +593,13 @@ async def measure_latency(setup: Setup, rate_per_s: float, duration_s: float) ->
         {"broker": broker, "received": sub.received, "p50_ms": p50}
         for sub, broker, p50 in zip(setup.subscribers, setup.subscriber_broker, sub_p50, strict=True)
     ]
+    rtts = sorted(publisher.puback_rtt_ns)
+    publisher.puback_sent_ns = None
     return {
+        "qos": qos,
         "published": count,
+        "puback_p50_ms": percentile(rtts, 0.5) / 1e6 if rtts else None,
+        "puback_p99_ms": percentile(rtts, 0.99) / 1e6 if rtts else None,
         "broker_cpu_us_per_publish": cpu_us_per_publish,
         "broker_cpu_us_per_publish_each": cpu_us_each,  # per broker process (broker 0 first)
         "broker_switches_per_publish": switches_per_publish,
@@ -710,6 +727,7 @@ class Plan:
     local: bool = False  # every subscriber on the publisher's broker (local deliveries in a cluster)
     profile_dir: str | None = None  # --profile: py-spy samples of every broker in the latency runs
     profile_tool: str = "py-spy"  # --profile-tool: py-spy (Python stacks) or perf (native, kernel)
+    latency_qos: int = 0  # --latency-qos: the paced runs' PUBLISH QoS
 
 
 async def run_main_phase(plan: Plan, results: dict[str, Any]) -> None:
@@ -738,7 +756,9 @@ async def run_main_phase(plan: Plan, results: dict[str, Any]) -> None:
                     load_before = os.getloadavg()
                     if kind == "latency":
                         spies = start_profilers(plan, setup, round_index, kind, plan.latency_s)
-                        result = await measure_latency(setup, plan.latency_rate_per_s, plan.latency_s)
+                        result = await measure_latency(
+                            setup, plan.latency_rate_per_s, plan.latency_s, plan.latency_qos
+                        )
                         await finish_profilers(spies)
                         summary = (
                             f"p50 {result['all']['p50_ms']:.3f} ms p99 {result['all']['p99_ms']:.3f} ms"
@@ -752,6 +772,11 @@ async def run_main_phase(plan: Plan, results: dict[str, Any]) -> None:
                             + f" {'/'.join(f'{x:.0f}' for x in result['broker_cpu_us_per_publish_each'])},"
                             f" {result['broker_switches_per_publish']:.1f} context switches per message)"
                         )
+                        if result["puback_p50_ms"] is not None:
+                            summary += (
+                                f" PUBACK p50 {result['puback_p50_ms']:.2f} ms"
+                                f" p99 {result['puback_p99_ms']:.2f} ms"
+                            )
                     else:
                         qos = 0 if kind == "qos0" else 1
                         spies = start_profilers(plan, setup, round_index, kind, plan.throughput_s)
@@ -1240,7 +1265,8 @@ def render_markdown(results: dict[str, Any], figure_names: dict[str, str]) -> st
         + f", publisher on broker 0, topic `{TOPIC}`, {PAYLOAD_BYTES}-byte payloads,"
         f" subscriptions QoS 1; default `cluster.table_size` (L=60) and `cluster.class_levels`=1;"
         f" {plan['rounds']} rounds, configurations interleaved (rotating order) within each round."
-        f" Latency: QoS 0 paced at {plan['latency_rate_per_s']:g} msg/s for {plan['latency_s']:g} s per"
+        f" Latency: QoS {plan.get('latency_qos', 0)} paced at {plan['latency_rate_per_s']:g} msg/s"
+        f" for {plan['latency_s']:g} s per"
         f" round; end-to-end = receive time - send time (`perf_counter_ns` in the payload)."
         f" Throughput: {plan['throughput_s']:g} s per round, closed loop (<= {DELIVERY_WINDOW} undelivered"
         f" messages per subscriber), QoS 1 publisher window {plan['qos1_window']} unacknowledged; delivered"
@@ -1611,6 +1637,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="paced publish rate of latency runs, msg/s (default 500)",
     )
     run_length("--latency-s", float, "seconds per latency run")
+    parser.add_argument(
+        "--latency-qos",
+        type=int,
+        choices=(0, 1),
+        default=0,
+        help="QoS of the latency runs' PUBLISHes (default 0; 1: each with its packet id, PUBACK"
+        " latency reported too)",
+    )
     run_length("--throughput-s", float, "seconds per throughput run")
     parser.add_argument(
         "--qos1-window", type=int, default=20, help="unacknowledged QoS 1 PUBLISHes allowed (default 20)"
@@ -1684,6 +1718,7 @@ def plan_from_args(args: argparse.Namespace) -> Plan:
         latency_rate_per_s=args.latency_rate,
         latency_s=args.latency_s,
         throughput_s=args.throughput_s,
+        latency_qos=args.latency_qos,
         qos1_window=args.qos1_window,
         small_l_sizes=list(args.small_l),
         small_l_brokers=args.small_l_brokers,

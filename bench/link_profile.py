@@ -138,6 +138,48 @@ def read_samples(path: Path) -> Counter[str]:
     return parts
 
 
+_PROJECT_FILE = re.compile(r"(?:^|/)((?:broker|overlay)/[\w/]+\.py)$")
+
+
+def module_of(stack: str) -> str | None:
+    """The innermost SkipMQ module (broker/..., overlay/...) of a Python sample below the event
+    loop's run call; socket writes and the loop's C have their own names; None for the rest."""
+    part = part_of(stack)
+    if part in (LOOP_C, SOCKET):
+        return part
+    for frame in reversed(stack.split(";")):
+        match = _FRAME.match(frame.strip())
+        if match:
+            found = _PROJECT_FILE.search(match.group("file"))
+            if found:
+                return found.group(1)
+    return part
+
+
+def top_main(directory: Path, top: int) -> int:
+    """``--top N``: the N SkipMQ modules with the most Python samples per broker (innermost
+    SkipMQ frame; library frames count under the module that called them)."""
+    per_broker: dict[str, Counter[str]] = {}
+    for path in sorted(directory.glob("*-broker*.txt")):
+        counts = per_broker.setdefault(path.stem.rsplit("-", 1)[-1], Counter())
+        for line in path.read_text().splitlines():
+            stack, _, count = line.rpartition(" ")
+            if stack and count.isdigit():
+                module = module_of(stack)
+                if module is not None and module != LOOP_C:
+                    counts[module] += int(count)
+    if not per_broker:
+        print(f"no *-broker*.txt files in {directory}", file=sys.stderr)
+        return 1
+    for broker, counts in sorted(per_broker.items()):
+        total = sum(counts.values())
+        print(f"\n| {broker}: module (innermost SkipMQ frame) | share of {total} Python samples |")
+        print("|---|---:|")
+        for module, samples in counts.most_common(top):
+            print(f"| {module} | {samples / max(1, total) * 100:.1f} % |")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("directory", type=Path, help="the --profile directory of cluster_bench.py")
@@ -147,7 +189,12 @@ def main(argv: list[str] | None = None) -> int:
         help="with --perf: CPU per published message of each broker, comma-separated (us; utime +"
         " stime from /proc in the same runs): the shares also in us per message",
     )
+    parser.add_argument(
+        "--top", type=int, metavar="N", help="the N SkipMQ modules with the most samples, per broker"
+    )
     args = parser.parse_args(argv)
+    if args.top:
+        return top_main(args.directory, args.top)
     cpu = [float(x) for x in args.cpu_us.split(",")] if args.cpu_us else []
     if args.perf:
         return perf_main(args.directory, cpu)
