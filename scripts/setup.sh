@@ -36,8 +36,8 @@ if [ -n "$missing" ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     echo "setup: installing Debian$missing (for the venv, the interop, password-file, Prometheus rules, netns and pipeline tests)"
     apt-get update -qq >/dev/null
-    # slim images (python:3.11-slim, scripts/build_image.sh's base) have no man directories, and
-    # openjdk's post-installation script fails without this one (update-alternatives' java.1.gz)
+    # an image without man directories (scripts/build_image.sh's Debian base removes them) fails
+    # openjdk's post-installation script without this one (update-alternatives' java.1.gz link)
     case "$missing" in *openjdk*) mkdir -p /usr/share/man/man1 ;; esac
     # shellcheck disable=SC2086
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $missing >/dev/null
