@@ -2,20 +2,22 @@
 ``_on_claim`` and takeover.py; docs/cluster.md "Session takeover across brokers": claims are
 ordered, an older claim never takes the client from a newer connection).
 
-Two real clustered brokers in this process (real gRPC links). Broker A holds a stored session;
-the client reconnects to A, whose claim waits for B's answer (B's event loop is kept busy, a
-slow broker). Meanwhile an *older* claim of the same client id from B reaches A (the two claims
-crossed in the overlay). A's waiting CONNECT is the newer connection: A must keep the session,
-not hand it to B's losing connection (which would leave the client without its subscriptions).
+Two real clustered brokers in this process (real gRPC links), on the default
+``cluster.takeover_wait_ms``. Broker A holds a stored session; the client reconnects to A, whose
+claim waits for B's answer. Meanwhile an *older* claim of the same client id from B reaches A (the
+two claims crossed in the overlay; it is delivered on A's loop right after A made its claim).
+A's waiting CONNECT is the newer connection: A must keep the session, not hand it to B's losing
+connection (which would leave the client without its subscriptions).
 Also: the retained-store copy a (re)joining broker asks for carries deletions.
 """
 
 from __future__ import annotations
 
-import threading
+import asyncio
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from broker.adapters.server import ThreadedBroker
 from broker.cluster.engine import ClusterEngine
@@ -27,7 +29,6 @@ from tests.support.core import RawClient, start_broker
 __all__ = ["start_broker"]  # the fixture
 Start = Callable[..., ThreadedBroker]
 WAIT_S = 10.0
-HOLD_S = 30.0  # the longest B's loop is held (released as soon as the claims crossed)
 
 
 def _engine(threaded: ThreadedBroker) -> ClusterEngine:
@@ -48,7 +49,7 @@ def test_a_waiting_newer_connect_keeps_its_session_against_an_older_crossing_cla
     start_broker: Start, tmp_path: Path
 ) -> None:
     common = {"cluster__enabled": True, "cluster__port": 0, "cluster__host": "127.0.0.1"}
-    broker_a = start_broker(cluster__takeover_wait_ms=5_000, **common)
+    broker_a = start_broker(**common)
     runtime_a = _engine(broker_a)
     broker_b = start_broker(
         data_dir=tmp_path / "b",
@@ -60,7 +61,6 @@ def test_a_waiting_newer_connect_keeps_its_session_against_an_older_crossing_cla
 
     first = RawClient(broker_a.ports["tcp"])
     first.send(_reconnect("crossing"))
-    # its claim waits for B's answer (up to takeover_wait_ms): more than the client's default wait
     first.expect(Connack, timeout_s=WAIT_S)
     first.subscribe("keep/#", 1)
     first.disconnect()
@@ -69,30 +69,31 @@ def test_a_waiting_newer_connect_keeps_its_session_against_an_older_crossing_cla
         "the stored session",
     )
 
-    # B is slow: its loop is held (until released below), so A's claim for the reconnect stays
-    # unanswered while B's older claim is delivered to A - no fixed sleeps: under load a timed
-    # busy period could end before the crossing claim is injected
-    b_held, release_b = threading.Event(), threading.Event()
+    # B's older claim reaches A while A's CONNECT still waits for its own claim's answers (on the
+    # default cluster.takeover_wait_ms, 500 ms): it is delivered as the next event of A's loop
+    # after A made its claim, so the crossing does not depend on how fast this thread is
+    takeover = runtime_a.takeover
+    assert takeover is not None
+    make_claim = takeover.claim
+    crossed: list[bool] = []  # whether A's claim was still waiting when B's claim arrived
 
-    def hold_b() -> None:
-        b_held.set()
-        release_b.wait(HOLD_S)
+    def deliver(older: SessionClaim, mine: int) -> None:
+        crossed.append(mine in takeover._claims)
+        runtime_a._on_claim(older)
 
-    busy = threading.Thread(target=broker_b.call, args=(hold_b,), kwargs={"timeout_s": HOLD_S + WAIT_S})
-    busy.start()
-    try:
-        assert b_held.wait(WAIT_S), "B's loop never ran the hold"
-        again = RawClient(broker_a.ports["tcp"])
-        again.send(_reconnect("crossing"))
-        _wait_for(lambda: broker_a.call(runtime_a.takeover.next_deadline) is not None, "A's pending claim")
-        mine = broker_a.call(lambda: runtime_a.takeover._connection_claims["crossing"])
-        older = SessionClaim(runtime_b.peer_id, "crossing", mine[0] - 1_000_000, False)
-        broker_a.call(runtime_a._on_claim, older)  # B's claim, made a millisecond earlier, crossed ours
-    finally:
-        release_b.set()  # B answers A's claim now
+    def claim_then_cross(client_id: str, *args: Any, **kwargs: Any) -> tuple[SessionClaim, bool]:
+        claim, waits = make_claim(client_id, *args, **kwargs)
+        if client_id == "crossing" and not crossed:
+            # B's claim, made a millisecond earlier than ours, crossed ours in the overlay
+            older = SessionClaim(runtime_b.peer_id, "crossing", claim.claim_id - 1_000_000, False)
+            asyncio.get_running_loop().call_soon(deliver, older, claim.claim_id)
+        return claim, waits
 
+    broker_a.call(setattr, takeover, "claim", claim_then_cross)
+    again = RawClient(broker_a.ports["tcp"])
+    again.send(_reconnect("crossing"))
     connack = again.expect(Connack, timeout_s=WAIT_S)
-    busy.join(WAIT_S)
+    assert crossed == [True], "B's claim did not arrive while A's CONNECT waited"
     assert connack.session_present  # the newer connection kept the session and its subscription
     publisher = RawClient(broker_a.ports["tcp"])
     publisher.connect("keep-publisher")
