@@ -65,6 +65,7 @@ class ReplicationSessions:
         self._send_acks: Callable[[list[Any]], None] | None = None  # the engine's own
         self.copies: dict[int, CopyFound] = {}  # lookup id -> the first copy a holder sent
         self._claiming = False  # adopting for a claim answered here (or a CONNECT here)
+        self._claim_from_elsewhere = False  # ... for another broker's claim (handed on at once)
         self.adopted_total = 0  # sessions of gone homes adopted here
         self.adopted_at_claim: set[str] = set()  # adopted here by the CONNECT being answered
 
@@ -294,17 +295,20 @@ class ReplicationSessions:
         self._apply(core.copy_taken(found.holder, copy, client_id))
         return _copy.deepcopy(copy.snapshot)
 
-    def claimed(self, client_id: str) -> None:
-        """A takeover claim for ``client_id`` (or a CONNECT here): a held copy whose home is gone
-        is adopted first, so that the claim finds it."""
+    def claimed(self, client_id: str, *, from_elsewhere: bool = False) -> None:
+        """A takeover claim for ``client_id`` (``from_elsewhere``: another broker's, answered here)
+        or a CONNECT here: a held copy whose home is gone is adopted first, so that the claim
+        finds it."""
         core = self.core
         if core is None or self.stopped:
             return
         self._claiming = True
+        self._claim_from_elsewhere = from_elsewhere
         try:
             self._apply(core.claimed(client_id))
         finally:
             self._claiming = False
+            self._claim_from_elsewhere = False
 
     def _adopt(self, action: AdoptSessions) -> None:
         core = self.core
@@ -332,13 +336,14 @@ class ReplicationSessions:
             # merged into a session the client made here meanwhile (nothing queued is lost)
             broker.receive_late_session(_copy.deepcopy(snapshot))
             positions = action.positions[index] if index < len(action.positions) else ()
-            if positions and self._claiming and not existed:
-                # adopted for a CONNECT (here, or a claim from another broker answered here): the
-                # copy's positions go with the session as a moved session's - caught up at the
-                # CONNACK here, or named in the hand-over. Caught up here instead, a session handed
-                # on at once named none of the streams still being fetched, and the claimant sent
-                # its whole retained log again (885 duplicates of 5,000, 660 of them dropped by the
-                # queue limit: test_replicated_sessions.py)
+            if positions and self._claim_from_elsewhere and not existed:
+                # adopted for another broker's claim and handed on at once: the copy's positions go
+                # with the session, named in the hand-over as a moved session's. Caught up here
+                # instead, the hand-over named none of the streams still being fetched, and the
+                # claimant sent its whole retained log again (885 duplicates of 5,000, 660 of them
+                # dropped by the queue limit: test_replicated_sessions.py). For a CONNECT here the
+                # catch-up starts at once (deferred to the CONNACK: 218-351 duplicates of the
+                # subscriber's broker's loss in test_disk_loss.py instead of 0-47)
                 engine._moved_positions[snapshot.client_id] = positions
             elif positions:
                 # what the gone home had not received yet: from the origins' send logs
