@@ -116,7 +116,7 @@ def start_replication(
     if hand_over is not None:
 
         def adopt_then_hand_over(client_id: str, *, transfer: bool) -> tuple[bool, Any]:
-            replication.claimed(client_id)  # a held copy of a gone home answers the claim
+            replication.claimed(client_id, from_elsewhere=True)  # a held copy of a gone home answers it
             return hand_over(client_id, transfer=transfer)
 
         broker.hand_over = adopt_then_hand_over  # type: ignore[method-assign]

@@ -15,6 +15,11 @@ itself. *Drained* (the core's ``drained``): its own send log and stored sessions
 and every broker it held copies for answered. The process then waits for SIGTERM (the chart's
 next step); when its links break, its holders adopt its stored sessions and publish its unreleased
 log at once (no ``cluster.replica_failover_s`` wait).
+
+SIGTERM alone drains too (:func:`drain_on_stop`, called by ``serve_until_signal`` before the
+stop): the same steps, at most ``cluster.drain_on_stop_s`` (30 s by default; 0 turns it off), cut
+short by a second signal or once every other connected broker is leaving too (a whole cluster
+stopping: nobody stays to take anything); skipped when no other broker is connected.
 """
 
 from __future__ import annotations
@@ -132,6 +137,51 @@ class Drain:
         self.start()
         done = await self.wait(timeout_s)
         return _json(200 if done else 504, self.state())
+
+
+async def drain_on_stop(server: BrokerServer, again: asyncio.Event) -> bool | None:
+    """SIGTERM/SIGINT of a broker with ``cluster.replicas`` > 1: the drain's steps before the stop,
+    waiting at most ``cluster.drain_on_stop_s`` or until ``again`` is set (a second signal: stop
+    now). None when no drain ran (one copy, 0 seconds configured, no drain endpoint, or no other
+    broker connected: nobody to hand anything to); else whether it drained. A drain that the
+    chart's preStop already finished returns True at once."""
+    drain = server.drain
+    timeout_s = float(server.config.cluster.drain_on_stop_s)
+    if drain is None or drain.replication() is None or timeout_s <= 0:
+        return None
+    broker = server.broker
+    runtime = server.runtime
+    transport = getattr(getattr(runtime, "engine", None), "transport", None)
+    peers = transport.connected_peers() if transport is not None else frozenset()
+    if drain.started_at is None and not peers:
+        if broker is not None:
+            broker.log_event(logging.WARNING, "drain_skipped", reason="no other broker is connected")
+        return None
+    drain.start()
+    deadline = time.monotonic() + timeout_s
+    why = "timed_out"
+    while not drain.drained():
+        if again.is_set():
+            why = "interrupted"
+            break
+        if time.monotonic() >= deadline:
+            break
+        connected = transport.connected_peers() if transport is not None else frozenset()
+        if not connected - _leaving_members(drain):
+            why = "abandoned"  # every other broker is leaving too (the whole cluster stops)
+            break
+        await asyncio.sleep(POLL_S)
+    else:
+        return True
+    if broker is not None:
+        broker.log_event(logging.WARNING, f"drain_{why}", timeout_s=timeout_s, **drain.state())
+    return False
+
+
+def _leaving_members(drain: Drain) -> frozenset[str]:
+    replication = drain.replication()
+    core = None if replication is None else replication.core
+    return frozenset() if core is None else core.leaving_members()
 
 
 def _refused(request: web.Request) -> web.Response | None:

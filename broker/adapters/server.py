@@ -5,8 +5,10 @@
 restored subscriptions reach the cluster's interest counters), the cluster (in the overlay before
 the first client can connect), then the listeners - and logs one ``event="listening"`` line
 (port 0 gives an ephemeral port; ``ports`` has the real ones). ``serve_until_signal(config)`` runs
-until SIGTERM/SIGINT, then stops accepting, disconnects clients (v5: DISCONNECT 0x8B), leaves the
-cluster, commits the store and returns 0; SIGHUP re-reads the password and ACL files.
+until SIGTERM/SIGINT, then (``cluster.replicas`` > 1) drains for at most
+``cluster.drain_on_stop_s`` (broker/adapters/replication_drain.py), stops accepting, disconnects
+clients (v5: DISCONNECT 0x8B), leaves the cluster, commits the store and returns 0; SIGHUP
+re-reads the password and ACL files.
 """
 
 from __future__ import annotations
@@ -394,6 +396,11 @@ async def serve_until_signal(config: BrokerConfig) -> int:
     broker = server.broker
     assert broker is not None
     broker.log_event(logging.INFO, "shutting_down")
+    if server.drain is not None:  # cluster.replicas > 1: hand sessions and log over first
+        from broker.adapters.replication_drain import drain_on_stop
+
+        stop.clear()  # a second SIGTERM/SIGINT cuts the drain short
+        await drain_on_stop(server, stop)
     await server.stop()
     broker.log_event(logging.INFO, "stopped")
     return 0

@@ -113,6 +113,7 @@ MAX_MERGED_ENTRIES = 1024  # entries of one ReplicaAppend merged from an event-l
 # a take-over publishes a gone broker's entries again at most this many every this often (500/s)
 TAKE_OVER_CHUNK = 50
 TAKE_OVER_PACE_S = 0.1
+RELEASE_EVERY_S = 0.1  # how often the holders hear what they may drop (``_release_tick``)
 StreamEntry = tuple[tuple[str, str], int]  # ((origin, class), SEQ) in the engine's send log
 HeldSession = tuple[LogKey, "SessionSnapshot", tuple[StreamPosition, ...]]
 
@@ -231,6 +232,7 @@ class EngineReplication(ReplicationSessions):
         self._flush_armed = False
         self._persisted = False  # rows written since the last flush: committed before acks leave
         self._timer: TimerHandle | None = None
+        self._release_timer: TimerHandle | None = None
         self.taken_over_total = 0  # entries of gone origins published again here
         self.takeovers_total = 0  # gone origin logs taken over
         self._session_slots: dict[tuple[str, str], int] = {}  # (peer, client) -> outbox index
@@ -266,6 +268,7 @@ class EngineReplication(ReplicationSessions):
                 len(held_sessions),
             )
         self._timer = engine.scheduler.call_later(engine.retransmit_s, self._tick)
+        self._release_timer = engine.scheduler.call_later(RELEASE_EVERY_S, self._release_tick)
         broker = engine.broker
         sessions = getattr(broker, "sessions", None)
         if sessions:  # this incarnation's restored persistent sessions: replicated under it
@@ -279,6 +282,9 @@ class EngineReplication(ReplicationSessions):
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
+        if self._release_timer is not None:
+            self._release_timer.cancel()
+            self._release_timer = None
 
     def _now(self) -> float:
         return self.engine.scheduler.time()
@@ -326,6 +332,11 @@ class EngineReplication(ReplicationSessions):
         if sender is None or core is None:
             return
         first_logged: dict[tuple[str, str], int] = {}
+        # nobody cut off or down: an entry every known receiver acknowledged is released although
+        # the send log keeps it ``send_log_min_retention_ms`` more (for a receiver it has not heard
+        # of: one cut off, which makes ``absent`` true) - else a take-over publishes those seconds
+        # of entries again and each receiver gets them twice (docs/notes/replication-in-brokers.md)
+        needed = _first_logged if sender._absent_since() is not None else _first_needed
         start = seq = self._release_from
         end = self._appended_end
         entries_of = self._stream_entries
@@ -336,7 +347,7 @@ class EngineReplication(ReplicationSessions):
                 for key, stream_seq in entries:
                     first = first_logged.get(key)
                     if first is None:
-                        first = first_logged[key] = _first_logged(sender, key)
+                        first = first_logged[key] = needed(sender, key)
                     if stream_seq >= first:
                         still = True
                         break
@@ -349,6 +360,20 @@ class EngineReplication(ReplicationSessions):
             self._apply(core.released(seq, now))
 
     # ------------------------------------------------------------------ time
+    def _release_tick(self) -> None:
+        """The holders hear what they may drop every ``RELEASE_EVERY_S`` (not only each
+        ``cluster.retransmit_ms``): what they still hold when this broker is lost is published
+        again by them, and reaches the receivers that had it a second time."""
+        self._release_timer = None
+        if self.stopped or self.core is None:
+            return
+        try:
+            self._release(self._now())
+            self._positions_moved()
+        except Exception:
+            log.exception("replication: release failed")
+        self._release_timer = self.engine.scheduler.call_later(RELEASE_EVERY_S, self._release_tick)
+
     def _tick(self) -> None:
         self._timer = None
         if self.stopped or self.core is None:
@@ -594,6 +619,7 @@ class ReplicatedClusterPort:
             error = done.exception()
             if error is not None:
                 replication.copies.pop(lookup_id, None)
+                replication.adopted_at_claim.discard(client_id)
                 result.set_exception(error)
                 return
             snapshot = done.result()
@@ -601,6 +627,7 @@ class ReplicatedClusterPort:
                 snapshot = replication.take_copy(lookup_id, client_id)
             else:
                 replication.copies.pop(lookup_id, None)
+            replication.adopted_at_claim.discard(client_id)
             result.set_result(snapshot)
 
         wait.add_done_callback(claim_done)
@@ -628,6 +655,27 @@ def _first_logged(sender: StreamSender, key: tuple[str, str]) -> int:
     if stream is None:
         return 2**63
     return stream.entries.peekitem(0)[0] if stream.entries else stream.next_seq
+
+
+def _first_needed(sender: StreamSender, key: tuple[str, str]) -> int:
+    """The lowest SEQ of stream ``key`` that some receiver may still need from this broker: not
+    confirmed by the overlay, not acknowledged by every known receiver, confirmed without reaching
+    another broker (``blind``), or kept for a receiver that left; its next SEQ when none. What lies
+    below is kept by the send log's minimum retention only (seed 004 §3.5: acknowledged)."""
+    stream = sender._streams.get(key)
+    if stream is None:
+        return 2**63
+    needed = stream.next_seq
+    if stream.kept_for_left is not None:
+        needed = min(needed, stream.kept_for_left[0])
+    if not stream.receivers:
+        return needed  # no broker receives the class, none is cut off: nobody needs them
+    needed = min(needed, min(stream.receivers.values()))
+    if stream.unconfirmed:
+        needed = min(needed, int(stream.unconfirmed[0]))
+    if stream.blind:
+        needed = min(needed, int(stream.blind[0]))
+    return needed
 
 
 def both_done(first: Completion[bool] | None, second: Completion[bool]) -> Completion[bool]:

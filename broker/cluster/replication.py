@@ -668,6 +668,10 @@ class Replication:
             for key, held in self._held.items()
         )
 
+    def leaving_members(self) -> frozenset[str]:
+        """The members that said they are leaving (a drain), this broker not included."""
+        return frozenset(self._leaving)
+
     def _on_leaving(self, peer: str, item: ReplicaLeaving, now: float) -> list[ReplicationAction]:
         if self._incarnation_of.get(peer, item.incarnation) != item.incarnation:
             return []

@@ -524,6 +524,14 @@ class ClusterConfig:
         min_value=1,
         max_value=30 * 86400,
     )
+    drain_on_stop_s: int = _key(
+        30,
+        "with cluster.replicas > 1: on SIGTERM/SIGINT the broker first drains (as POST /drain: "
+        "clients moved away, its sessions and send log handed to the brokers that keep copies) "
+        "for at most this long, then stops; 0 = stop at once (docs/operations.md)",
+        min_value=0,
+        max_value=3600,
+    )
 
 
 @dataclass(frozen=True, slots=True)

@@ -48,3 +48,19 @@ def test_drain_refuses_a_grace_period_shorter_than_the_sleep_and_the_drain() -> 
 def test_the_schema_refuses_bad_drain_values(drain: dict[str, Any]) -> None:
     with helm_python.Chart.load(CHART) as chart, pytest.raises(helm_python.HelmValuesError):
         chart.render({"drain": drain}, name=RELEASE, namespace=NAMESPACE)
+
+
+def test_replicas_without_the_pre_stop_drain_leave_the_sigterm_drain_its_time() -> None:
+    """SIGTERM drains a broker with replicas > 1 (cluster.drain_on_stop_s, 30 s by default): the
+    grace period must leave it that long after the preStop sleep."""
+    copies: dict[str, Any] = {"config": {"cluster": {"replicas": 2}}}
+    container = render(copies, "sigterm-drain").container
+    assert container["lifecycle"]["preStop"]["exec"]["command"] == ["sleep", "5"]
+    for values in (
+        {**copies, "terminationGracePeriodSeconds": 35},  # = 5 + 30
+        {"config": {"cluster": {"replicas": 2, "drain_on_stop_s": 60}}},  # 5 + 60 >= 60
+    ):
+        with helm_python.Chart.load(CHART) as chart, pytest.raises(Exception) as caught:
+            chart.render(values, name=RELEASE, namespace=NAMESPACE)
+        assert "preStopSleepSeconds + config.cluster.drain_on_stop_s" in str(caught.value)
+    render({"config": {"cluster": {"drain_on_stop_s": 60}}}, "one-copy")  # one copy: no drain, no check
