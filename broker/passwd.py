@@ -16,7 +16,7 @@ import getpass
 import os
 import sys
 
-from broker.auth.file_errors import AuthFileError
+from broker.auth.files import AuthFileError
 from broker.auth.users import PasswordFile, check_username
 
 _DESCRIPTION = """\

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from broker.auth.file_errors import AuthFileError
+from broker.auth.files import AuthFileError, read_lines
 from broker.mqtt.topics import (
     SubscriptionTrie,
     TopicError,
@@ -68,19 +68,21 @@ class _ClientRules:
     def can_publish(self, topic: str) -> bool:
         decision = self._publish_cache.get(topic)
         if decision is None:
-            decision = not self.deny_all and self._write.matches(topic) and not self._deny.matches(topic)
-            if len(self._publish_cache) >= _DECISION_CACHE_SIZE:
-                self._publish_cache.clear()
-            self._publish_cache[topic] = decision
+            decision = self._decide(self._publish_cache, self._write, topic)
         return decision
 
     def can_receive(self, topic: str) -> bool:
         decision = self._receive_cache.get(topic)
         if decision is None:
-            decision = not self.deny_all and self._read.matches(topic) and not self._deny.matches(topic)
-            if len(self._receive_cache) >= _DECISION_CACHE_SIZE:
-                self._receive_cache.clear()
-            self._receive_cache[topic] = decision
+            decision = self._decide(self._receive_cache, self._read, topic)
+        return decision
+
+    def _decide(self, cache: dict[str, bool], granted: _FilterSet, topic: str) -> bool:
+        """The decision for ``topic`` when ``granted`` holds the grants, remembered in ``cache``."""
+        decision = not self.deny_all and granted.matches(topic) and not self._deny.matches(topic)
+        if len(cache) >= _DECISION_CACHE_SIZE:
+            cache.clear()
+        cache[topic] = decision
         return decision
 
     def can_subscribe(self, topic_filter: str) -> bool:
@@ -126,14 +128,7 @@ class Acl:
 
     @classmethod
     def load(cls, path: str) -> Acl:
-        try:
-            with open(path, encoding="utf-8") as handle:
-                lines = handle.read().splitlines()
-        except FileNotFoundError:
-            raise AuthFileError(path, None, "ACL file does not exist")
-        except (OSError, UnicodeDecodeError) as exc:
-            raise AuthFileError(path, None, f"cannot read ACL file: {exc}")
-        return cls.parse(lines, path=path)
+        return cls.parse(read_lines(path, "ACL file"), path=path)
 
     @classmethod
     def parse(cls, lines: list[str], *, path: str = "<acl>") -> Acl:

@@ -18,7 +18,7 @@ import secrets
 import tempfile
 import threading
 
-from broker.auth.file_errors import AuthFileError
+from broker.auth.files import AuthFileError, read_lines
 from broker.auth.password_hashes import check_encoded, dummy_hash, hash_password, verify_password
 from broker.mqtt.packets import ReasonCode
 
@@ -49,13 +49,7 @@ class PasswordFile:
 
     @classmethod
     def load(cls, path: str) -> PasswordFile:
-        try:
-            with open(path, encoding="utf-8") as handle:
-                lines = handle.read().splitlines()
-        except FileNotFoundError:
-            raise AuthFileError(path, None, "password file does not exist")
-        except (OSError, UnicodeDecodeError) as exc:
-            raise AuthFileError(path, None, f"cannot read password file: {exc}")
+        lines = read_lines(path, "password file")
         result = cls()
         first_seen: dict[str, int] = {}
         for line_no, raw in enumerate(lines, 1):

@@ -19,7 +19,7 @@ import pytest
 REPO_ROOT = Path(__file__).resolve().parents[3]
 from broker.auth import acl as acl_module  # noqa: E402
 from broker.auth.acl import Acl  # noqa: E402
-from broker.auth.file_errors import AuthFileError  # noqa: E402
+from broker.auth.files import AuthFileError  # noqa: E402
 from broker.auth.password_hashes import hash_password, verify_password  # noqa: E402
 from broker.auth.users import Authenticator, PasswordFile  # noqa: E402
 from broker.mqtt.packets import ReasonCode  # noqa: E402
