@@ -31,6 +31,11 @@ PUBLISH/PUBACK, MQTT 3.1.1 §3.1, §3.3, §3.4, §3.8) so client-side parsing st
     .venv/bin/python bench/cluster_bench.py --quick                 # ~1 min smoke run
     .venv/bin/python bench/cluster_bench.py --update-docs           # full run (~10 min)
     .venv/bin/python bench/cluster_bench.py --from-json R.json --update-docs   # re-render only
+
+Size: one runnable script in six sections that share its result records - the load client, the
+brokers, one configuration's measurements, the two phases, the report, the command line. The split
+it would take first: the report (summaries, targets, markdown, figures; ~570 lines) into its own
+module reading the results JSON, which ``--from-json`` already re-renders.
 """
 
 from __future__ import annotations

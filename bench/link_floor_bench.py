@@ -41,6 +41,10 @@ messages/s and CPU per message at both ends.
     .venv/bin/python bench/link_floor_bench.py --rounds 3 --rate 100 --messages 600
     .venv/bin/python bench/link_floor_bench.py --rounds 3 --rate 1000 --messages 3000
     .venv/bin/python bench/link_floor_bench.py --rounds 3 --throughput --batch 64 --seconds 2
+
+Size: one runnable script with its two processes (receiver, sender) and every candidate link side
+by side, so that a round runs them on one footing. The split it would take: the two gRPC streams
+of our own on ``h2`` (``_H2*``, ~185 lines) into their own module.
 """
 
 from __future__ import annotations

@@ -19,6 +19,10 @@ Usage (docs/overlay-reproduction.md)::
 publisher table (entries per level, subscribers held), subscribers known vs reached in one hop,
 and why each other subscriber is not (never learned, or evicted - by which ≤FRT proposition).
 ``--overlay-option`` measures an alternative rule (docs/overlay.md §5, "EEXP rules").
+
+Size: one runnable script - the sweep's tasks and worker processes, then its report. The split it
+would take: the report (CSVs, figures, the comparison with the paper, the summary and explain
+markdown; ~330 lines) into its own module reading the runs' CSV.
 """
 
 from __future__ import annotations

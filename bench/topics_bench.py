@@ -1,5 +1,5 @@
 """Micro-benchmark of topic matching, retained lookup and ACL checks (broker/mqtt/topics.py,
-broker/mqtt/retained.py, broker/auth.py).
+broker/mqtt/retained.py, broker/auth/acl.py).
 
 The point (design brief; amqtt fell to ~110 msg/s with 10k unrelated subscriptions because its
 matching was linear): µs per match must not grow with the number of unrelated subscriptions.
@@ -20,7 +20,7 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
-from broker.auth import Acl  # noqa: E402
+from broker.auth.acl import Acl  # noqa: E402
 from broker.mqtt.retained import RetainedIndex  # noqa: E402
 from broker.mqtt.topics import SubscriptionTrie, topic_matches  # noqa: E402
 

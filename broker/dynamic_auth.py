@@ -31,7 +31,9 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote, unquote
 
-from broker.auth import ACCESS_NAMES, AclRule, check_encoded, check_username, parse_acl_rule
+from broker.auth.acl import ACCESS_NAMES, AclRule, parse_acl_rule
+from broker.auth.password_hashes import check_encoded
+from broker.auth.users import check_username
 from broker.core.reserved import RESERVED_PREFIX
 
 AUTH_PREFIX = RESERVED_PREFIX + "auth/"

@@ -5,7 +5,7 @@
     skipmq passwd -c FILE USER         create (or overwrite) FILE with just USER
     skipmq passwd -D FILE USER         delete USER from FILE
 
-Hashes are scrypt as described in ``broker.auth``; the file format is "user:hash" per line.
+Hashes are scrypt as described in ``broker.auth.password_hashes``; the file format is "user:hash" per line.
 The user names are those clients send in CONNECT (MQTT 3.1.1 §3.1.3.4, MQTT 5.0 §3.1.3.5).
 """
 
@@ -16,7 +16,8 @@ import getpass
 import os
 import sys
 
-from broker.auth import AuthFileError, PasswordFile, check_username
+from broker.auth.files import AuthFileError
+from broker.auth.users import PasswordFile, check_username
 
 _DESCRIPTION = """\
 Manage a SkipMQ password file (one 'username:scrypt-hash' per line; lines starting

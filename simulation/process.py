@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from broker.adapters.cluster_store import SqliteClusterStore
 from broker.adapters.sqlite_store import Store
-from broker.auth import build_access
+from broker.auth.from_config import build_access
 from broker.cluster.engine import ClusterEngine
 from broker.config import load_config
 from broker.core.broker import Broker

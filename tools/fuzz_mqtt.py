@@ -26,7 +26,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from broker.auth import Authenticator
+from broker.auth.users import Authenticator
 from broker.config import load_config
 from broker.core.broker import Broker
 from simulation.world import ProcessScheduler, World

@@ -29,7 +29,8 @@ from broker.adapters.heap import freeze_startup_heap
 from broker.adapters.http import HttpEndpoint
 from broker.adapters.listeners import MqttProtocol, serve_websocket
 from broker.adapters.scheduler import AsyncioScheduler
-from broker.auth import Acl, build_access
+from broker.auth.acl import Acl
+from broker.auth.from_config import build_access
 from broker.core.broker import Broker
 
 if TYPE_CHECKING:

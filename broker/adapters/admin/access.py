@@ -2,7 +2,7 @@
 
 * **Admin users** are separate from MQTT users: ``admin.users_file`` holds one
   ``name:role:hash`` per line (role ``admin`` or ``readonly``; the hash is the password file's
-  salted scrypt, ``broker.auth.hash_password``), made with ``skipmq ctl admin-user``. Requests
+  salted scrypt, ``broker.auth.password_hashes.hash_password``), made with ``skipmq ctl admin-user``. Requests
   carry HTTP Basic credentials. ``readonly`` may read (GET) everything but the password-hash
   export; ``admin`` may also change things. The file is re-read when it changes.
 * **Brokers** ask each other for their part of a cluster-wide answer (``fanout``). Such a request
@@ -32,7 +32,8 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
-from broker.auth import _dummy_hash, check_encoded, check_username, hash_password, verify_password
+from broker.auth.password_hashes import check_encoded, dummy_hash, hash_password, verify_password
+from broker.auth.users import check_username
 
 ROLES = ("readonly", "admin")
 SIGNATURE_HEADER = "X-SkipMQ-Broker-Signature"
@@ -164,7 +165,7 @@ class AdminUsers:
         with self._lock:
             entry = self._users.get(name)
         if entry is None:
-            verify_password(password.encode(), _dummy_hash())  # unknown users cost the same
+            verify_password(password.encode(), dummy_hash())  # unknown users cost the same
             return None
         role, encoded = entry
         fingerprint = hmac.new(self._key, password.encode(), hashlib.sha256).digest()

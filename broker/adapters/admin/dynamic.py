@@ -19,7 +19,8 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from broker.auth import Acl, AclRule, Authenticator
+from broker.auth.acl import Acl, AclRule
+from broker.auth.users import Authenticator
 from broker.core.session import Message
 from broker.dynamic_auth import (
     AUTH_PREFIX,

@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 
 from broker.adapters.admin.responses import PROBLEM_JSON, ApiError, json_response
-from broker.auth import ACCESS_NAMES, Authenticator
+from broker.auth.acl import ACCESS_NAMES
+from broker.auth.users import Authenticator
 from broker.mqtt.topics import TopicError, validate_topic_filter, validate_topic_name
 
 if TYPE_CHECKING:

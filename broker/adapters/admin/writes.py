@@ -17,7 +17,9 @@ from aiohttp import web
 
 from broker.adapters.admin.reads import not_here
 from broker.adapters.admin.responses import ApiError, json_response
-from broker.auth import Acl, AuthFileError, hash_password
+from broker.auth.acl import Acl
+from broker.auth.files import AuthFileError
+from broker.auth.password_hashes import hash_password
 from broker.core.reserved import is_reserved_topic
 from broker.dynamic_auth import (
     RecordError,

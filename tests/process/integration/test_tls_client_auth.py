@@ -29,7 +29,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from broker.adapters.transport.tls import issue_broker_cert, make_ca
-from broker.auth import PasswordFile
+from broker.auth.users import PasswordFile
 from tests.support.interop_broker import TARGET, BrokerOptions, BrokerProcess
 from tests.support.interop_clients import MosquittoSub, PahoClient, mosquitto_pub, unique_id, v5_props
 

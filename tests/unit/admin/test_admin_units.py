@@ -17,7 +17,9 @@ from broker.adapters.admin.openapi import document
 from broker.adapters.admin.responses import ApiError
 from broker.adapters.admin.routes import ROUTES
 from broker.adapters.admin.traces import PacketFramer
-from broker.auth import Acl, Authenticator, hash_password, parse_acl_rule
+from broker.auth.acl import Acl, parse_acl_rule
+from broker.auth.password_hashes import hash_password
+from broker.auth.users import Authenticator
 from broker.certs import main as certs_main
 from broker.core.reserved import is_reserved_filter, is_reserved_topic
 from broker.dynamic_auth import (

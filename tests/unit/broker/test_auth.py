@@ -1,4 +1,4 @@
-"""Tests for broker/auth.py (hashes, password file, Authenticator, ACL) and the passwd CLI
+"""Tests for broker/auth/ (hashes, password file, Authenticator, ACL) and the passwd CLI
 (broker/passwd.py, run as a real subprocess). Reason codes per MQTT 5.0 §3.2.2.2."""
 
 from __future__ import annotations
@@ -17,15 +17,11 @@ from typing import Any
 import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
-from broker import auth as auth_module  # noqa: E402
-from broker.auth import (  # noqa: E402
-    Acl,
-    Authenticator,
-    AuthFileError,
-    PasswordFile,
-    hash_password,
-    verify_password,
-)
+from broker.auth import acl as acl_module  # noqa: E402
+from broker.auth.acl import Acl  # noqa: E402
+from broker.auth.files import AuthFileError  # noqa: E402
+from broker.auth.password_hashes import hash_password, verify_password  # noqa: E402
+from broker.auth.users import Authenticator, PasswordFile  # noqa: E402
 from broker.mqtt.packets import ReasonCode  # noqa: E402
 
 PYTHON = sys.executable
@@ -505,7 +501,7 @@ def test_acl_check_is_cheap(acl: Acl, monkeypatch: pytest.MonkeyPatch) -> None:
     them once per kind of check, and repeated checks are answered from the decision cache."""
     matched: list[str] = []
     compiled: list[tuple[str, str | None]] = []
-    original_matches = auth_module._FilterSet.matches
+    original_matches = acl_module._FilterSet.matches
     original_compile = Acl._compile
 
     def counting_matches(self: Any, topic: str) -> bool:
@@ -516,7 +512,7 @@ def test_acl_check_is_cheap(acl: Acl, monkeypatch: pytest.MonkeyPatch) -> None:
         compiled.append((client_id, username))
         return original_compile(self, client_id, username)
 
-    monkeypatch.setattr(auth_module._FilterSet, "matches", counting_matches)
+    monkeypatch.setattr(acl_module._FilterSet, "matches", counting_matches)
     monkeypatch.setattr(Acl, "_compile", counting_compile)
     topics = [f"alice/room/{index}" for index in range(100)]
     for topic in topics:

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from broker.adapters.server import ThreadedBroker
-from broker.auth import PasswordFile
+from broker.auth.users import PasswordFile
 from broker.logs import record_fields
 from broker.mqtt import codec
 from broker.mqtt.packets import (

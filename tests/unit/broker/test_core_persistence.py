@@ -294,7 +294,7 @@ def test_will_of_connected_persistent_client_fires_after_broker_crash(
 
 
 def test_sighup_reloads_password_file(tmp_path: Path, processes: list[BrokerProcess]) -> None:
-    from broker.auth import PasswordFile
+    from broker.auth.users import PasswordFile
 
     password_path = tmp_path / "passwd"
     passwords = PasswordFile()
