@@ -8,7 +8,9 @@ timestamps (CLOCK_MONOTONIC, the same clock as the load client's). Per message:
 - ``to_read``: sent by the load client -> the broker's ``receive`` of the bytes that held it
   (the kernel, and the broker's loop busy or its process not on a CPU);
 - ``handle``: that ``receive`` -> its ``handle_publish`` returned (decode, route, the store's
-  enqueue and set_inflight, the PUBLISH queued for the subscriber);
+  enqueue and set_inflight, the PUBLISH queued for the subscriber); of which
+  ``decode_before_handler`` (the read's decoding and the packets before it in the same read) and
+  ``store_calls`` (the SQLite statements: enqueue, set_inflight, an ack of an earlier one);
 - ``to_write``: -> the loop's write flush that sent it (other work of the same iteration);
 - ``to_subscriber``: the flush -> the subscriber read it (the kernel, the load client's loop).
 
@@ -53,11 +55,12 @@ def serve(trace_path: str, broker_args: list[str]) -> int:
     from broker.core import client, client_publish, outbound
 
     now = time.perf_counter_ns
-    messages: list[list[int]] = []  # stamp, read, handle start, handle end, flush start, flush end
+    # stamp, read, handle start, handle end, flush start, flush end, time in store calls
+    messages: list[list[int]] = []
     unflushed: list[list[int]] = []
     commits: list[list[Any]] = []  # start, duration, "loop"/"thread", enqueues, set_inflights, acks
     counts = [0, 0, 0]
-    state = {"read": 0}
+    state = {"read": 0, "store_ns": 0}
     slow_calls: list[list[Any]] = []  # start, duration, store call: the ones over SLOW_CALL_NS
 
     receive = client.ClientConnection.receive
@@ -70,9 +73,11 @@ def serve(trace_path: str, broker_args: list[str]) -> int:
 
     def timed_handle_publish(self: Any, packet: Any) -> None:
         start = now()
+        store_before = state["store_ns"]
         handle_publish(self, packet)
         if packet.qos and len(packet.payload) >= 8:
-            record = [int.from_bytes(packet.payload[:8], "big"), state["read"], start, now(), 0, 0]
+            stamp = int.from_bytes(packet.payload[:8], "big")
+            record = [stamp, state["read"], start, now(), 0, 0, state["store_ns"] - store_before]
             messages.append(record)
             unflushed.append(record)
 
@@ -97,6 +102,7 @@ def serve(trace_path: str, broker_args: list[str]) -> int:
             start = now()
             result = original(self, *args, **kwargs)
             took = now() - start
+            state["store_ns"] += took
             if took >= SLOW_CALL_NS:
                 slow_calls.append([start, took, name])
             return result
@@ -173,7 +179,7 @@ async def paced(port: int, pid: int, rate: int, duration_s: float, tag: str) -> 
     """broker_bench.run_latency at QoS 1, keeping each message's receive time (in order)."""
     import broker_bench as bb
 
-    class Received(list):  # type: ignore[type-arg]
+    class Received(list[int]):
         """The subscriber appends each latency; keep (sent, received) beside it."""
 
         pairs: list[tuple[int, int]] = []
@@ -242,7 +248,7 @@ def analyse(run: dict[str, Any], trace: dict[str, Any]) -> dict[str, Any]:
             i += 1
         if best is None or best < run["measured_from_ns"]:
             continue
-        stamp, read, _h0, h1, f0, f1 = by_stamp[best]
+        stamp, read, h0, h1, f0, f1, in_store = by_stamp[best]
         if not f0:
             continue
         rows.append(
@@ -250,6 +256,8 @@ def analyse(run: dict[str, Any], trace: dict[str, Any]) -> dict[str, Any]:
                 "total": (received - stamp) / 1e3,
                 "to_read": (read - stamp) / 1e3,
                 "handle": (h1 - read) / 1e3,
+                "decode_before_handler": (h0 - read) / 1e3,
+                "store_calls": in_store / 1e3,
                 "to_write": (f0 - h1) / 1e3,
                 "write": (f1 - f0) / 1e3,
                 "to_subscriber": (received - f1) / 1e3,
@@ -259,7 +267,8 @@ def analyse(run: dict[str, Any], trace: dict[str, Any]) -> dict[str, Any]:
         )
     commits = [c for c in trace["commits"] if c[0] >= run["measured_from_ns"]]
     loop_commits = [c for c in commits if c[2] == "loop"]
-    stages = ("to_read", "handle", "to_write", "write", "to_subscriber")
+    stages: tuple[str, ...] = ("to_read", "handle", "to_write", "write", "to_subscriber")
+    stages += ("decode_before_handler", "store_calls")  # parts of "handle"
     out: dict[str, Any] = {"messages": len(rows), "sent": run["sent"]}
     if not rows:
         return out
