@@ -114,10 +114,11 @@ class Durability:
         store = self.store
         if self._commit_scheduled or store is None:
             return
-        if self._commit_waiters or (store.pending and (self._urgent or not self.lazy_commit_s)):
+        pending = store.pending
+        if self._commit_waiters or (pending and (self._urgent or not self.lazy_commit_s)):
             self._commit_scheduled = True
             self._scheduler.call_soon(self.flush_commit)
-        elif store.pending and self._lazy_handle is None:
+        elif pending and self._lazy_handle is None:
             self._lazy_handle = self._scheduler.call_later(self.lazy_commit_s, self._lazy_commit)
 
     def _lazy_commit(self) -> None:
