@@ -408,7 +408,8 @@ async def run_throughput(port: int, pid: int, sc: Scenario, duration_s: float, t
 
 async def open_persistent_client(port: int, client_id: str) -> Client:
     """A subscriber with a persistent session (MQTT 3.1.1 clean session 0): the broker keeps what
-    it queues for it (SkipMQ commits each such QoS 1 message before sending it on)."""
+    it queues for it (SkipMQ commits each such QoS 1 message before the publisher's PUBACK; the
+    PUBLISH to a connected subscriber leaves in the same loop iteration, before that commit)."""
     loop = asyncio.get_running_loop()
     _transport, client = await loop.create_connection(lambda: Client(None, client_id), HOST, port)
     client.write(raw.connect_packet(client_id, clean=False, keepalive_s=600))

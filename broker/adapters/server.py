@@ -46,6 +46,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("skipmq.server")
 
+# how long a commit of only delivered-and-acknowledged records (a subscriber's PUBACK) waits for
+# the next publish's commit to carry it (broker.core.durability; docs/broker.md, group commit)
+LAZY_COMMIT_S = 0.005
+
 
 class StartupError(Exception):
     """The broker cannot start (a port in use, an unusable data directory, a bad certificate):
@@ -181,6 +185,9 @@ class BrokerServer:
                 # returned; a cluster's or federation's own tables join the store's transactions
                 # on the loop (``Store.db``), so those brokers keep committing on the loop
                 store.post = loop.call_soon_threadsafe
+                # a commit of only delivered-and-acknowledged records waits for company
+                # (broker.core.durability): a cluster's tables are written outside the core
+                broker.durability.lazy_commit_s = LAZY_COMMIT_S
         if self.federation is not None:
             self.federation.broker = broker
             self.federation.store = store  # durable custody (None: persistence off, custody in memory)

@@ -84,11 +84,17 @@ CHECKPOINT_MODES = ("inline", "background")
 # loop without a thread hand-off each (a thread woken per commit costs CPU and, on a small
 # machine, run-queue time): one that will start the WAL over (the checkpoint thread copied every
 # frame since: SQLite then fsyncs the new WAL header), one near the WAL bound (its checkpoint), any
-# with SQLite's own checkpoints ("inline"), and every one for a while after a slow one (a busy disk).
+# with SQLite's own checkpoints ("inline"), every one for a while after a slow one (a busy disk),
+# and any that comes at least THREAD_WHEN_APART_S after the previous one.
 BACKGROUND_COMMIT_POLICIES = ("adaptive", "always")
 SLOW_COMMIT_S = 0.002
 SLOW_SPELL_COMMITS = 1000
 NEAR_BOUND_FRAMES = WAL_BOUND_PAGES - 2_000
+# "adaptive" also sends a COMMIT to the thread when the previous one started at least this long
+# ago: under ~2,000 commits a second the hand-off costs little, and a COMMIT that blocks on the
+# disk without warning (a neighbour's fsync) then never holds the loop; above that rate the
+# hand-offs' CPU and wake-ups cost more than they save on 2 cores (docs/notes/single-broker.md)
+THREAD_WHEN_APART_S = 0.0005
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL);
@@ -287,6 +293,7 @@ class Store:
         self._commit_thread: CommitThread | None = None
         self.background_commits = "adaptive"  # BACKGROUND_COMMIT_POLICIES
         self._slow_spell = 0  # commits left that go to the thread after a slow one
+        self._last_commit_at = 0.0  # perf_counter() of the last group commit (THREAD_WHEN_APART_S)
         self._completed_seen = 0  # the checkpoint thread's completed passes, as of the last COMMIT
         self._bg_expected_slow = False  # the COMMIT in flight was sent for its WAL restart or bound
         self._bg_running = False  # a COMMIT is in flight on the commit thread: the loop keeps off _db
@@ -441,8 +448,12 @@ class Store:
         return True
 
     def _commit_may_block(self) -> bool:
-        """Whether this COMMIT is likely to wait on the disk (see BACKGROUND_COMMIT_POLICIES)."""
+        """Whether this COMMIT goes to the thread: likely to wait on the disk, or the commits are
+        far enough apart that a hand-off costs little (see BACKGROUND_COMMIT_POLICIES)."""
         self._bg_expected_slow = False
+        now = time.perf_counter()
+        spaced = now - self._last_commit_at >= THREAD_WHEN_APART_S
+        self._last_commit_at = now
         if self.background_commits == "always" or self._slow_spell > 0:
             return True
         checkpointer = self._checkpointer
@@ -454,7 +465,7 @@ class Store:
             self._bg_expected_slow = True
         elif checkpointer.last_wal_frames >= NEAR_BOUND_FRAMES:
             self._bg_expected_slow = True
-        return self._bg_expected_slow
+        return self._bg_expected_slow or spaced
 
     def _commit_on_thread(self) -> None:
         started = time.perf_counter()

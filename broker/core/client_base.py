@@ -156,7 +156,6 @@ class ClientBase:
     __slots__ = (
         "_now",
         "acks",
-        "address",
         "auth_pending",
         "broker",
         "cert_username",
@@ -196,7 +195,6 @@ class ClientBase:
             now=self._now(),
             max_connect_packet_size=broker.limits.max_connect_packet_bytes,
         )
-        self.address = address_of(peer)
         rate = broker.limits.max_publish_rate
         self.publish_bucket = TokenBucket(rate, 2.0 * rate, self._now()) if rate else None
         # set by the broker when this socket is over a per-IP limit: refused at its CONNECT
@@ -215,6 +213,12 @@ class ClientBase:
     @property
     def state(self) -> int:
         return self.protocol.state
+
+    @property
+    def address(self) -> str:
+        """The client's IP address (per-address admission limits); derived from ``peer`` when
+        asked, so that a connection does not keep a second string (58 B per idle connection)."""
+        return address_of(self.peer)
 
     if TYPE_CHECKING:  # defined by ClientConnection (it dispatches through its handler table)
 

@@ -15,6 +15,15 @@ it returned - only the ones held when it started (a connection's later ones wait
 commit, in order). One COMMIT is in flight at a time; what arrives meanwhile forms the next group.
 A failed background COMMIT is retried once on the loop after the rewrite from memory, as above.
 
+A commit that nothing waits for and that carries only the deletions of acknowledged deliveries
+and the packet ids of QoS 1 deliveries (``ack``, ``set_inflight`` at QoS 1) is put off by
+``lazy_commit_s`` (a broker without a cluster or federation: 5 ms) and usually rides with the next
+publish's commit: a subscriber's PUBACK no longer costs a COMMIT of its own. What a crash inside
+that window can undo is the broker's record that a QoS 1 message was delivered and acknowledged:
+it is delivered again (with MQTT's at-least-once, as any un-acknowledged delivery is). Every other
+write (a queued message, a session, a subscription, a will, a QoS 2 state, a retained message)
+and every held acknowledgement still commits at the end of the loop iteration.
+
 Queued messages carry per-session sequence numbers and are deleted only when acknowledged.
 """
 
@@ -43,6 +52,7 @@ class Durability:
         "_commit_failed_last",
         "_commit_scheduled",
         "_commit_waiters",
+        "_lazy_handle",
         "_log_event",
         "_resync_needed",
         "_retained",
@@ -51,6 +61,8 @@ class Durability:
         "_scheduler",
         "_sessions",
         "_store_errors",
+        "_urgent",
+        "lazy_commit_s",
         "store",
     )
 
@@ -79,25 +91,40 @@ class Durability:
         self._retried = False  # the next commit is the retry of a failed background COMMIT
         self._resync_needed = False  # a commit failed: rewrite the store from memory first
         self._commit_failed_last = False
+        # > 0: a commit of only lazy writes (see the module doc) waits this long for company
+        self.lazy_commit_s = 0.0
+        self._lazy_handle: Any = None
+        # a write other than the lazy ones since the last COMMIT started (True until the first)
+        self._urgent = True
 
     # ================================================================== group commit
     def pending(self) -> bool:
+        """Whether the store holds uncommitted work an acknowledgement must wait for (lazy writes
+        alone, see the module doc, hold nothing back)."""
         store = self.store
-        return store is not None and store.pending
+        return store is not None and store.pending and (self._urgent or not self.lazy_commit_s)
 
     def defer_until_commit(self, conn: ClientPort) -> None:
         self._commit_waiters[conn] = None
         self.after_batch()
 
     def after_batch(self) -> None:
-        """Schedule the group commit for the end of this loop iteration if the store has work."""
-        if (
-            not self._commit_scheduled
-            and self.store is not None
-            and (self.store.pending or self._commit_waiters)
-        ):
+        """Schedule the group commit for the end of this loop iteration if the store has work
+        (in ``lazy_commit_s`` if that work is only lazy writes and nothing waits for it)."""
+        store = self.store
+        if self._commit_scheduled or store is None:
+            return
+        pending = store.pending
+        if self._commit_waiters or (pending and (self._urgent or not self.lazy_commit_s)):
             self._commit_scheduled = True
             self._scheduler.call_soon(self.flush_commit)
+        elif pending and self._lazy_handle is None:
+            self._lazy_handle = self._scheduler.call_later(self.lazy_commit_s, self._lazy_commit)
+
+    def _lazy_commit(self) -> None:
+        self._lazy_handle = None
+        if not self._commit_scheduled:
+            self.flush_commit()
 
     def commit_now(self) -> bool:
         """Run the group commit at once, on this thread (after the one in flight in the
@@ -114,6 +141,11 @@ class Durability:
         self._commit_scheduled = False
         if self._running is not None:
             return  # the COMMIT in flight calls back, then the next group commits
+        lazy = self._lazy_handle
+        if lazy is not None:  # this commit carries the lazy writes too
+            self._lazy_handle = None
+            lazy.cancel()
+        self._urgent = False
         waiters = self._commit_waiters
         self._commit_waiters = {}
         store = self.store
@@ -159,6 +191,7 @@ class Durability:
             store.wait_background_commit()  # calls _background_done
 
     def _commit_error(self, exc: BaseException) -> None:
+        self._urgent = True
         self._commit_failed_last = True
         self._resync_needed = True
         self._count_error("commit")
@@ -174,6 +207,7 @@ class Durability:
         next commit, and acks held for that commit wait for it."""
         self._count_error("operation")
         self._log_event(logging.ERROR, "store_error", message=str(exc))
+        self._urgent = True
         self._resync_needed = True
         self._resync_now()
         self.after_batch()
@@ -194,6 +228,7 @@ class Durability:
                 self._resync_needed = False
             store.commit()
         except Exception as exc:
+            self._urgent = True
             self._commit_failed_last = True
             self._resync_needed = True  # memory is the truth: rewrite it before committing
             self._count_error("commit")
@@ -253,6 +288,7 @@ class Durability:
     # ================================================================== sessions
     def save_session(self, session: Session) -> None:
         """The one upsert of a persistent session's record (disconnected_at None while connected)."""
+        self._urgent = True
         store = self.store
         if store is None or not session.persistent:
             return
@@ -267,6 +303,7 @@ class Durability:
     def save_contents(self, session: Session) -> None:
         """Write a session's subscriptions, queue, in-flight states and QoS 2 ids (it just became
         persistent, or arrived from another broker, or the store is being rewritten)."""
+        self._urgent = True
         store = self.store
         assert store is not None
         client_id = session.client_id
@@ -281,6 +318,7 @@ class Durability:
 
     def make_persistent(self, session: Session, persistent: bool) -> None:
         """Start or stop keeping ``session`` in the store (its expiry interval changed)."""
+        self._urgent = True
         was = session.persistent
         session.persistent = persistent and self.store is not None
         if session.persistent:
@@ -293,40 +331,49 @@ class Durability:
                 entry.seq = None
 
     def delete_session(self, session: Session) -> None:
+        self._urgent = True
         store = self.store
         if store is not None and session.persistent:
             store.delete_session(session.client_id)
             store.set_will(session.client_id, None, None)
 
     def add_subscription(self, session: Session, opts: SubOptions) -> None:
+        self._urgent = True
         if session.persistent and self.store is not None:
             self.store.add_subscription(session.client_id, stored_subscription(opts))
 
     def remove_subscription(self, session: Session, topic_filter: str) -> None:
+        self._urgent = True
         if session.persistent and self.store is not None:
             self.store.remove_subscription(session.client_id, topic_filter)
 
     def set_will(self, session: Session, will: Will | None, fire_at: float | None = None) -> None:
+        self._urgent = True
         if session.persistent and self.store is not None:
             self.store.set_will(session.client_id, encode_will(will) if will is not None else None, fire_at)
 
     def add_incoming_qos2(self, session: Session, packet_id: int) -> None:
+        self._urgent = True
         if session.persistent and self.store is not None:
             self.store.add_incoming_qos2(session.client_id, packet_id)
 
     def remove_incoming_qos2(self, session: Session, packet_id: int) -> None:
+        self._urgent = True
         if session.persistent and self.store is not None:
             self.store.remove_incoming_qos2(session.client_id, packet_id)
 
     # ================================================================== queues
     def enqueue(self, session: Session, entry: OutEntry) -> None:
         """Give ``entry`` its store sequence number (persistent sessions only)."""
+        self._urgent = True
         if session.persistent and self.store is not None:
             entry.seq = self.store.enqueue(
                 session.client_id, stored(entry.message), entry.subscription_identifiers
             )
 
     def set_inflight(self, session: Session, entry: OutEntry) -> None:
+        if entry.qos != 1:  # a QoS 2 state is what stops a second delivery: never lazy
+            self._urgent = True
         if entry.seq is not None and session.persistent and self.store is not None:
             self.store.set_inflight(session.client_id, entry.seq, entry.packet_id, entry.state)
 
@@ -337,10 +384,12 @@ class Durability:
 
     # ================================================================== retained
     def set_retained(self, message: Message) -> None:
+        self._urgent = True
         if self.store is not None and not message.topic.startswith("$SYS"):
             self.store.set_retained(message.topic, stored(message))
 
     def delete_retained(self, topic: str) -> None:
+        self._urgent = True
         if self.store is not None and not topic.startswith("$SYS"):
             self.store.delete_retained(topic)
 

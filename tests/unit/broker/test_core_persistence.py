@@ -20,8 +20,8 @@ from typing import Any
 import pytest
 
 from broker.adapters.server import ThreadedBroker
-from broker.mqtt.codec import encode_publish
-from broker.mqtt.packets import Connect, Puback, Publish, Will
+from broker.mqtt.codec import encode, encode_publish
+from broker.mqtt.packets import Connect, Pingreq, Pingresp, Puback, Publish, Will
 from tests.support.core import MQTT_5, RawClient, start_broker
 
 __all__ = ["start_broker"]
@@ -314,3 +314,49 @@ def test_sighup_reloads_password_file(tmp_path: Path, processes: list[BrokerProc
     while not process.events("auth_reloaded") and time.monotonic() < deadline:
         time.sleep(0.05)
     assert RawClient(port).connect("b", username="bob", password=b"b-secret").reason_code == 0
+
+
+def test_a_subscribers_puback_rides_with_the_next_publishs_commit(
+    start_broker: Start, tmp_path: Path
+) -> None:
+    """A COMMIT that carries only a subscriber's PUBACK (the delivered message's row deleted) and
+    that nothing waits for is put off (``Durability.lazy_commit_s``) and joins the next publish's
+    commit: one COMMIT per message on a 1 -> 1 persistent stream, not two; it still reaches the
+    disk within the delay when no publish follows. The publisher's PUBACK still waits for the
+    commit of its message (``test_acknowledged_qos1_messages_survive_kill9``)."""
+    import sqlite3
+
+    broker = start_broker()
+    port = broker.ports["tcp"]
+    sub = RawClient(port)
+    sub.connect("lz-sub", clean=False)
+    sub.subscribe("lz/t", 1)
+    pub = RawClient(port)
+    pub.connect("lz-pub")
+
+    def commits() -> int:
+        return int(broker.call(lambda: sum(broker.broker.stats.store_commit_seconds.counts)))
+
+    count = 40
+    pub.send(Publish("lz/t", b"m", qos=1, packet_id=1))
+    pub.expect(Puback)
+    before = commits()
+    for index in range(1, count + 1):
+        delivery = sub.expect_publish()
+        assert delivery.payload == b"m"
+        sub.send_bytes(encode(Puback(delivery.packet_id), 4) + encode(Pingreq(), 4))  # one segment
+        sub.expect(Pingresp)  # the broker has handled the PUBACK, in an iteration of its own
+        pub.send(Publish("lz/t", b"m", qos=1, packet_id=index % 60000 + 2))
+        pub.expect(Puback)
+    per_message = (commits() - before) / count
+    assert per_message < 1.5, per_message  # two per message when every PUBACK commits on its own
+    last = sub.expect_publish()
+    sub.send(Puback(last.packet_id))
+    db = sqlite3.connect(str(tmp_path / "data" / "skipmq.db"))
+    try:
+        deadline = time.monotonic() + 5
+        while db.execute("SELECT COUNT(*) FROM queue WHERE client_id = 'lz-sub'").fetchone()[0]:
+            assert time.monotonic() < deadline, "the lone PUBACK's deletion was never committed"
+            time.sleep(0.01)
+    finally:
+        db.close()

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import sqlite3
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -131,6 +132,7 @@ def test_adaptive_policy_sends_the_commits_that_wait_on_the_disk_to_the_thread(
     stay on the caller's thread (no hand-off per commit). The slow-commit threshold is lifted for
     the first part, so that a COMMIT preempted on a loaded machine does not decide it."""
     monkeypatch.setattr(sqlite_store, "SLOW_COMMIT_S", 60.0)
+    monkeypatch.setattr(sqlite_store, "THREAD_WHEN_APART_S", 60.0)  # back to back (see below)
     store = Store(str(tmp_path / "adaptive.db"), checkpoint="background")
     posted: list[Callable[[], object]] = []
     store.post = posted.append
@@ -139,6 +141,7 @@ def test_adaptive_policy_sends_the_commits_that_wait_on_the_disk_to_the_thread(
     done: list[BaseException | None] = []
     checkpointer = store._checkpointer
     assert checkpointer is not None
+    store._last_commit_at = time.perf_counter()
     assert [_queued_commit(store, done) for _ in range(5)] == [False] * 5  # quick, nothing due
     completed = checkpointer.completed
     checkpointer.wanted.set()  # a pass with no COMMIT beside it copies every frame
@@ -154,4 +157,25 @@ def test_adaptive_policy_sends_the_commits_that_wait_on_the_disk_to_the_thread(
     store.close()
     reopened = Store(str(tmp_path / "adaptive.db"))
     assert reopened.queue_depth("sub") == 10  # every message committed, whichever thread
+    reopened.close()
+
+
+def test_adaptive_policy_sends_commits_that_come_apart_to_the_thread(tmp_path: Path) -> None:
+    """A COMMIT that comes at least THREAD_WHEN_APART_S after the previous one goes to the thread
+    (a hand-off is cheap then, and a disk stall without warning does not hold the loop); COMMITs
+    back to back stay on the caller's thread."""
+    store = Store(str(tmp_path / "apart.db"), checkpoint="background")
+    posted: list[Callable[[], object]] = []
+    store.post = posted.append
+    store.upsert_session("sub", protocol_level=4, expiry_interval_s=60, username=None, disconnected_at=None)
+    store.commit()
+    done: list[BaseException | None] = []
+    time.sleep(sqlite_store.THREAD_WHEN_APART_S * 4)
+    assert _queued_commit(store, done)  # after a pause: on the thread
+    assert done == [None] and len(posted) == 1
+    store._last_commit_at = time.perf_counter() + 60  # the next ones count as back to back
+    assert not _queued_commit(store, done)
+    store.close()
+    reopened = Store(str(tmp_path / "apart.db"))
+    assert reopened.queue_depth("sub") == 2
     reopened.close()
