@@ -474,3 +474,15 @@ def test_a_restarted_brokers_earlier_log_is_not_delivered_again_to_its_moved_sub
     acked = {a.seq for a in result.history.acked}
     assert len(acked) >= 780 and acked <= received  # (those in flight at the kill: never PUBACKed)
     assert result.duplicates <= INFLIGHT_DEFAULT, f"{result.duplicates} duplicates"
+
+
+def test_a_resend_is_not_held_for_a_newer_session_while_the_older_one_was_resumed_here() -> None:
+    """Seed 842 of ``--faults crash,move,partition --loss 0.05 --finite-clients``: sub0 resumed
+    its older session on broker 1 while broker 3, cut off, held a newer one made there after the
+    claim's answer was lost in the partition. After the heal broker 3's stream (new on broker 1)
+    arrived before its answer; held for that answer, it started at the newer session's position
+    (103) and dropped SEQ 1-102, which only the session on broker 1 still needed: PUBACKed
+    messages lost. The hold now applies only while the session the answer may bring is the older
+    one (``Takeover.awaits_session_from``)."""
+    result = run_seed(842, faults=frozenset({"crash", "partition", "move"}), loss=0.05, finite_clients=True)
+    _fail_with([result])
