@@ -174,6 +174,9 @@ class Takeover:
         # (no session came in time, none was stored here): any session a pending claim of theirs
         # brings later is the older one (:meth:`attached`, :meth:`awaits_session_from`)
         self._fresh: set[str] = set()
+        # our claims whose session a broker brought for the waiting CONNECT: claim id -> that broker
+        # (``_arrived`` once the client attached with it, :meth:`attached`)
+        self._brought_by: dict[int, str] = {}
 
     def claim(
         self,
@@ -319,6 +322,7 @@ class Takeover:
         claim.waiting_for.discard(replier)
         if reply.snapshot is not None:
             del self._claims[reply.claim_id]
+            self._brought_by[reply.claim_id] = replier  # (arrived once the client attaches with it)
             return ClaimFinished(reply.claim_id, reply.snapshot)
         if not claim.waiting_for:
             del self._claims[reply.claim_id]
@@ -474,6 +478,7 @@ class Takeover:
         for claim_id in [c for c, (_client, until) in self._own.items() if until < now]:
             del self._own[claim_id]
         self._arrived = {key for key in self._arrived if key[0] in self._own}
+        self._brought_by = {claim_id: b for claim_id, b in self._brought_by.items() if claim_id in self._own}
         dropped = [key for key, handed in self._handed_over.items() if handed.until < now]
         for key in dropped:
             del self._handed_over[key]
@@ -494,10 +499,19 @@ class Takeover:
     def attached(self, client_id: str, session_present: bool) -> None:
         """The local CONNECT of ``client_id`` attached, with a session (stored here, or brought by
         its claim) or with an empty one (``session_present`` False)."""
-        if session_present:
-            self._fresh.discard(client_id)
-        else:
+        if not session_present:
             self._fresh.add(client_id)
+            return
+        self._fresh.discard(client_id)
+        mine = self._connection_claims.get(client_id)
+        replier = self._brought_by.pop(mine[0], None) if mine is not None else None
+        if mine is not None and replier is not None and mine[1] == self.peer_id:
+            # the session the CONNECT waited for is the client's live session here: an answer to a
+            # repeat of that claim from the same broker is that session again (``on_reply``). A
+            # broker that restarts is sent its peers' claims again and answers each with the reply
+            # it kept: merged as a late session, the copy's old positions fetched again what the
+            # client had had since (the chaos soak's duplicates, docs/notes/recovery.md)
+            self._arrived.add((mine[0], replier))
 
     def awaits_session_from(self, peer: str) -> bool:
         """Whether broker ``peer`` has not yet answered a claim of ours that may still bring a

@@ -1,10 +1,13 @@
 """A peer's resends of a stream new here wait for its answer to our claim (``Takeover.awaits_session_from``,
-``StreamsMixin._hold_resend``): the pure rule, claim by claim."""
+``StreamsMixin._hold_resend``) only while that answer can only bring the client's older session;
+and an answer that brings again the session the client attached with is not merged a second time
+(``Takeover.attached``): the pure rules, claim by claim."""
 
 from __future__ import annotations
 
 from broker.cluster.messages import ClaimReply
-from broker.cluster.takeover import Takeover
+from broker.cluster.takeover import ClaimFinished, LateSession, Takeover
+from broker.core.session import SessionSnapshot
 
 
 def _claim(takeover: Takeover, *, clean_start: bool = False, unreachable: tuple[str, ...] = ("r:1",)) -> int:
@@ -105,3 +108,31 @@ def test_a_claim_whose_connection_is_gone_awaits_nothing() -> None:
     takeover.attached("sub", session_present=False)
     takeover.claim("sub", False, [], 6.0, 9_000, unreachable=())  # the client connected again
     assert not takeover.awaits_session_from("r:1")
+
+
+def test_the_answer_to_a_repeat_of_a_claim_whose_session_the_connect_attached_is_not_merged_again() -> None:
+    """The session the CONNECT waited for came from r:1 and the client attached with it. r:1 then
+    restarted and was sent the claim again (``claims_to_repeat``); it answers with the reply it
+    kept - the same session, its positions as they were when it left. Merged as a late session,
+    those positions fetched again everything the client had received here since (the chaos soak:
+    B1's stream from SEQ 1, 187 duplicates in one burst, docs/notes/recovery.md)."""
+    takeover = Takeover("c:1", wait_s=1.0, repeat_s=1.0)
+    claim, _waits = takeover.claim("sub", False, ["r:1"], 0.0, 1_000)
+    session = SessionSnapshot("sub", 5, 3600, None, [], [], set())
+    finished = takeover.on_reply("r:1", ClaimReply(claim.claim_id, "sub", True, session), client_here=False)
+    assert isinstance(finished, ClaimFinished) and finished.snapshot is session
+    takeover.attached("sub", session_present=True)
+    takeover.repeat_to("r:1", takeover.claims_to_repeat(lambda _client: True), 5.0)  # r:1 came back
+    again = takeover.on_reply("r:1", ClaimReply(claim.claim_id, "sub", True, session), client_here=True)
+    assert again is None
+
+
+def test_a_session_brought_for_a_connect_that_never_attached_still_counts_when_it_comes_again() -> None:
+    """The client gave up before its CONNACK (the snapshot was not imported here): a later answer
+    with the session may be what brings it to the client (seed 939), so it is not dropped."""
+    takeover = Takeover("c:1", wait_s=1.0, repeat_s=1.0)
+    claim, _waits = takeover.claim("sub", False, ["r:1"], 0.0, 1_000)
+    session = SessionSnapshot("sub", 5, 3600, None, [], [], set())
+    takeover.on_reply("r:1", ClaimReply(claim.claim_id, "sub", True, session), client_here=False)
+    again = takeover.on_reply("r:1", ClaimReply(claim.claim_id, "sub", True, session), client_here=False)
+    assert isinstance(again, LateSession)
