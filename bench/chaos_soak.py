@@ -70,6 +70,8 @@ SESSION_EVENTS = (  # the brokers' log events about a session's moves, named in 
     "cluster_catch_up_session_set_aside",
     "messages_dropped",
     "cluster_gap_given_up",
+    "cluster_stream_started",  # a stream new on that broker: where it started (its ``low``)
+    "cluster_resend_held",  # a peer's resend of a stream new there, held for its claim answer
 )
 
 

@@ -26,6 +26,7 @@ from broker.cluster.messages import (
     ClassInterest,
     ForwardedMessage,
     StreamPosition,
+    StreamResend,
 )
 from broker.cluster.origin_checks import OriginChecks
 from broker.cluster.replies import ReplyHold
@@ -191,6 +192,8 @@ class EngineBase:
         # ((origin, class), client) -> messages held for a moved session until its catch-up on
         # that stream is done
         self._held_for: dict[tuple[tuple[str, str], str], list[ForwardedMessage]] = {}
+        # peer -> (since, resends of streams new here) held for its answer to our claim (streams.py)
+        self._resends_held: dict[str, tuple[float, list[StreamResend]]] = {}
         # client -> filter -> stream key -> SEQ: where the streams stood when a client whose older
         # session may still arrive (a late session) subscribed here (``catch_up_state.upper_bound``)
         self._subscribed_at: dict[str, dict[str, dict[tuple[str, str], int]]] = {}

@@ -216,6 +216,7 @@ class EngineDriver(StreamsMixin, EngineBase):
         self._finish_claims(self.takeover.tick(now))
         for peer, claim in self.takeover.repeats(now):
             self._send_envelope(peer, claim.client_id, claim.claim_id, claim)
+        self._release_resends()  # held for a claim's answer: answered meanwhile, or held long enough
         self._send_copy_request(self.retained_sync.tick(now))
         assert self.transport is not None
         self._send_copy_request(self.retained_sync.anti_entropy(self.transport.connected_peers(), now))

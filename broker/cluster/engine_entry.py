@@ -316,6 +316,8 @@ class EngineEntryPoints(EngineReceiving):
         return completion
 
     def on_client_connected(self, client_id: str, session_present: bool) -> None:
+        if self.takeover is not None:
+            self.takeover.attached(client_id, session_present)  # (``Takeover.awaits_session_from``)
         if self._now() < self._claim_grace_until:
             self._connected_since_start = self._connected_since_start | {client_id}
         positions = self._moved_positions.pop(client_id, None)

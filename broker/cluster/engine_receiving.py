@@ -453,6 +453,8 @@ class EngineReceiving(TakeoverGlue):
                     # if a newer CONNECT elsewhere claimed the client meanwhile, the session goes
                     # on to it
                     self.scheduler.call_soon(self._pass_on_if_claimed_elsewhere, body.client_id)
+            if self._resends_held:  # after the answer's positions are applied (``_apply_moved_positions``)
+                self.scheduler.call_soon(self._release_resends_answered, envelope.orig)
         elif isinstance(body, RetainedSyncRequest):
             if body.digest is not None and not self.retained_sync.differs(body.digest):
                 return  # anti-entropy: the same retained versions on both sides

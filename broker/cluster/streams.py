@@ -10,7 +10,13 @@ over and applies stream positions so the moved client gets what was published du
 A moved session's catch-up and the messages held for it are written to the store as they change
 (``broker.cluster.catch_up_state``), in the transaction of the deliveries they go with, and
 resumed by a restarted broker (:meth:`StreamsMixin._restore_catch_ups`).
+A peer's resends of a stream new here wait for its answer to a claim of ours that may bring a
+session from it (:meth:`StreamsMixin._hold_resend`).
 It holds no state of its own; the engine owns everything (attributes declared below).
+
+Size: about 670 lines - the engine's glue of both stream cores and of the moved sessions'
+catch-ups, which share the receive positions and the held messages; the next thing to go out of
+it is the catch-up part (``_catch_up`` to ``_count_given_up``).
 """
 
 from __future__ import annotations
@@ -41,6 +47,7 @@ if TYPE_CHECKING:
     from broker.cluster.interest_table import InterestTable
     from broker.cluster.stats import ClusterStats
     from broker.cluster.store_port import ClusterStore
+    from broker.cluster.takeover import Takeover
     from broker.config import ClusterConfig
     from broker.core.ports import BrokerApi, Scheduler
     from broker.core.session import Message
@@ -56,6 +63,9 @@ BATCH_MAX_MESSAGES = 256
 _NOBODY: frozenset[str] = frozenset()  # no moved session waits for a catch-up of this stream
 BATCH_MAX_BYTES = 256 * 1024
 BATCH_ITEM_OVERHEAD_BYTES = 256  # per message beyond payload, topic and properties (fields, framing)
+# a peer's resends of streams new here wait for its answer to our claim at most this many claim
+# repeat periods (one lost claim or answer is repeated within that), then go on as they came
+RESEND_HOLD_REPEATS = 2.0
 
 
 def _batch_cost(forwarded: ForwardedMessage) -> int:
@@ -97,10 +107,14 @@ class StreamsMixin:
     _route_memos: dict[str, tuple[Callable[[str], bool], dict[str, list[Any]]]] | None
     _batch_parts: dict[int, list[int]]  # batch publication id -> its messages' publication ids
     _arm_timer: Callable[[], None]
+    _after_event: Callable[[], None]
     _catch_ups: dict[tuple[str, str], list[list[Any]]]
     _moved_positions: dict[str, tuple[StreamPosition, ...]]
     _awaiting_start: dict[tuple[str, str], list[tuple[int, str, float]]]
     _held_for: dict[tuple[tuple[str, str], str], list[ForwardedMessage]]
+    # peer -> (since, its resends of streams new here) held until its answer to our claim
+    _resends_held: dict[str, tuple[float, list[StreamResend]]]
+    takeover: Takeover | None
     _late_session_end: Callable[[str, Collection[str] | None], Callable[[tuple[str, str], int], int]]
     _now: Callable[[], float]
     _start_claim_grace: Callable[[float], None]
@@ -572,22 +586,90 @@ class StreamsMixin:
         elif isinstance(body, StreamRet):
             assert self.sender is not None
             self._sender_actions(self.sender.ret(orig, body, self._now()))
-        elif isinstance(body, StreamResend):
-            now = self._now()
-            if body.gone_below and self._catch_ups:
-                self._catch_ups_gone((body.origin, body.stream), body.gone_below)
-            for forwarded in body.messages:
-                if self._catch_ups:
-                    self._caught_up(forwarded)
-                self._receive_forwarded(forwarded, 1)
-            if body.gone_below:
-                skipped_before = self.stats.gaps_skipped
-                self._deliver(self.receiver.gone(body.origin, body.stream, body.gone_below, now))
-                self._persist_positions()
-                if self.stats.gaps_skipped > skipped_before:
-                    log.warning(
-                        "cluster_gap_given_up origin=%s stream=%s missing=%d",
-                        body.origin,
-                        body.stream,
-                        self.stats.gaps_skipped - skipped_before,
-                    )
+        elif isinstance(body, StreamResend) and not self._hold_resend(orig, body):
+            self._on_resend(body)
+
+    def _hold_resend(self, orig: str, body: StreamResend) -> bool:
+        """Whether ``body`` - messages of a stream of ``orig``'s that is new here - waits for
+        ``orig``'s answer to a claim of ours that may bring a session from it
+        (:meth:`Takeover.awaits_session_from`). A broker that restarts sends each peer at first
+        contact what its log holds of its earlier incarnation's streams; the client that was on it
+        and reconnected here had all of that, directly there, and the answer's positions name those
+        streams at their end: started at them (``_catch_up``: ``StreamReceiver.adopt``), the stream
+        drops what the positions prove delivered when the held messages go on. Started first, it
+        delivered all of it again (the chaos soak's largest cause of duplicates,
+        docs/notes/recovery.md). Only while every such claim's client has no session here older
+        than the one the answer may bring (its CONNECT waits, or attached with an empty session):
+        a session resumed here may need what lies below a newer session's positions (seed 842).
+        Nothing is dropped here: held messages go on, as they came, once the answer is applied
+        (:meth:`_release_resends`), after ``RESEND_HOLD_REPEATS`` claim repeat periods at most."""
+        takeover = self.takeover
+        if (
+            takeover is None
+            or not body.messages
+            or origin_peer(body.origin) != orig
+            or self.receiver.has_stream((body.origin, body.stream))
+            or not takeover.awaits_session_from(orig)
+        ):
+            return False
+        now = self._now()
+        since, held = self._resends_held.setdefault(orig, (now, []))
+        if now - since > RESEND_HOLD_REPEATS * takeover.repeat_s:
+            self._release_resends(orig)  # (the older ones first)
+            return False
+        held.append(body)
+        log.info(
+            "cluster_resend_held origin=%s stream=%s first_seq=%d count=%d",
+            body.origin,
+            body.stream,
+            body.messages[0].seq,
+            len(body.messages),
+        )
+        return True
+
+    def _release_resends(self, peer: str | None = None) -> None:
+        """Resends held for ``peer``'s answer (all peers: ``None``) go on once it no longer owes one
+        (answered, or the claim ended) or after ``RESEND_HOLD_REPEATS`` claim repeat periods.
+        Called after a claim answer is applied, and at each timer event."""
+        takeover = self.takeover
+        if not self._resends_held or takeover is None or self.stopped:
+            return
+        now = self._now()
+        for orig in [peer] if peer is not None else sorted(self._resends_held):
+            entry = self._resends_held.get(orig)
+            if entry is None:
+                continue
+            held_for_s = now - entry[0]
+            if takeover.awaits_session_from(orig) and held_for_s <= RESEND_HOLD_REPEATS * takeover.repeat_s:
+                continue
+            del self._resends_held[orig]
+            for body in entry[1]:
+                self._on_resend(body)
+
+    def _release_resends_answered(self, peer: str) -> None:
+        """Scheduled after ``peer``'s answer to a claim of ours was applied: an event of its own."""
+        if self._resends_held.get(peer) is not None and not self.stopped:
+            self._release_resends(peer)
+            self._after_event()
+
+    def _on_resend(self, body: StreamResend) -> None:
+        """A resend (or a RET's answer) from the stream's origin: into the receiver, and to the moved
+        sessions that wait for these messages."""
+        now = self._now()
+        if body.gone_below and self._catch_ups:
+            self._catch_ups_gone((body.origin, body.stream), body.gone_below)
+        for forwarded in body.messages:
+            if self._catch_ups:
+                self._caught_up(forwarded)
+            self._receive_forwarded(forwarded, 1)
+        if body.gone_below:
+            skipped_before = self.stats.gaps_skipped
+            self._deliver(self.receiver.gone(body.origin, body.stream, body.gone_below, now))
+            self._persist_positions()
+            if self.stats.gaps_skipped > skipped_before:
+                log.warning(
+                    "cluster_gap_given_up origin=%s stream=%s missing=%d",
+                    body.origin,
+                    body.stream,
+                    self.stats.gaps_skipped - skipped_before,
+                )

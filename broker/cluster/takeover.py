@@ -170,6 +170,13 @@ class Takeover:
         # from it with the session - to a repeat of the claim sent before its first answer came -
         # is the same session again (another broker's is another session: both are merged)
         self._arrived: set[tuple[int, str]] = set()
+        # clients whose session here was made empty by their current local connection's CONNECT
+        # (no session came in time, none was stored here): any session a pending claim of theirs
+        # brings later is the older one (:meth:`attached`, :meth:`awaits_session_from`)
+        self._fresh: set[str] = set()
+        # our claims whose session a broker brought for the waiting CONNECT: claim id -> that broker
+        # (``_arrived`` once the client attached with it, :meth:`attached`)
+        self._brought_by: dict[int, str] = {}
 
     def claim(
         self,
@@ -186,6 +193,7 @@ class Takeover:
         claim is repeated to whichever of ``peers`` and ``unreachable`` does not answer."""
         self._last_claim_id = claim_id = max(self._last_claim_id + 1, wall_ns)
         self._connection_claims[client_id] = (claim_id, self.peer_id)
+        self._fresh.discard(client_id)  # (until this CONNECT attaches: :meth:`attached`)
         self._clean_starts[client_id] = clean_start
         self._usernames[client_id] = username
         self._own[claim_id] = (client_id, now + self.repeat_for_s + self.wait_s)
@@ -314,6 +322,7 @@ class Takeover:
         claim.waiting_for.discard(replier)
         if reply.snapshot is not None:
             del self._claims[reply.claim_id]
+            self._brought_by[reply.claim_id] = replier  # (arrived once the client attaches with it)
             return ClaimFinished(reply.claim_id, reply.snapshot)
         if not claim.waiting_for:
             del self._claims[reply.claim_id]
@@ -458,6 +467,7 @@ class Takeover:
             self._clean_starts.pop(client_id, None)
             self._usernames.pop(client_id, None)
             self._asked.pop(client_id, None)
+            self._fresh.discard(client_id)
         # kept for a claim of ours that may still bring a session: it goes on to that claim's broker
         awaited = {pending.claim.client_id for pending in self._pending.values()}
         self._newest_remote = {c: order for c, order in self._newest_remote.items() if c in awaited}
@@ -468,6 +478,7 @@ class Takeover:
         for claim_id in [c for c, (_client, until) in self._own.items() if until < now]:
             del self._own[claim_id]
         self._arrived = {key for key in self._arrived if key[0] in self._own}
+        self._brought_by = {claim_id: b for claim_id, b in self._brought_by.items() if claim_id in self._own}
         dropped = [key for key, handed in self._handed_over.items() if handed.until < now]
         for key in dropped:
             del self._handed_over[key]
@@ -484,6 +495,56 @@ class Takeover:
         asked has not answered: down, cut off): the session attached here meanwhile may have that
         one merged into it later (a late session, :class:`LateSession`)."""
         return any(pending.claim.client_id == client_id for pending in self._pending.values())
+
+    def attached(self, client_id: str, session_present: bool) -> None:
+        """The local CONNECT of ``client_id`` attached, with a session (stored here, or brought by
+        its claim) or with an empty one (``session_present`` False)."""
+        if not session_present:
+            self._fresh.add(client_id)
+            return
+        self._fresh.discard(client_id)
+        mine = self._connection_claims.get(client_id)
+        replier = self._brought_by.pop(mine[0], None) if mine is not None else None
+        if mine is not None and replier is not None and mine[1] == self.peer_id:
+            # the session the CONNECT waited for is the client's live session here: an answer to a
+            # repeat of that claim from the same broker is that session again (``on_reply``). A
+            # broker that restarts is sent its peers' claims again and answers each with the reply
+            # it kept: merged as a late session, the copy's old positions fetched again what the
+            # client had had since (the chaos soak's duplicates, docs/notes/recovery.md)
+            self._arrived.add((mine[0], replier))
+
+    def awaits_session_from(self, peer: str) -> bool:
+        """Whether broker ``peer`` has not yet answered a claim of ours that may still bring a
+        session (sent or repeated to ``peer`` - also after it came back - and unanswered by it),
+        and every such claim is one whose answer may only bring the client's *older* session: its
+        connection's CONNECT still waits for the answers, or attached with an empty session made
+        here (:meth:`attached`). That answer carries the positions the older session stood at on
+        ``peer``: below them it had every message of ``peer``'s streams it needed (delivered, or
+        in the queue that comes with it), and the session here, made later, needs nothing from
+        before it. A stream of ``peer``'s that is new here and arrives before the answer (a
+        restarted broker's earlier incarnation's log, sent at first contact) waits for it
+        (``StreamsMixin._hold_resend``) instead of being delivered whole to the client's session
+        here, which had all of it on ``peer``.
+
+        False as soon as one such claim is of a client whose session here was resumed (stored here
+        or brought by another broker's answer): the session ``peer`` may still hand over is then
+        perhaps the *newer* one - made on ``peer`` while its claim could not reach us - whose
+        positions say nothing of what the session here still needs from ``peer``'s streams.
+        Started at them, the stream dropped what only the session here had not had (seed 842 of
+        ``--faults crash,move,partition --loss 0.05 --finite-clients`` lost acknowledged messages
+        that way, docs/notes/recovery.md)."""
+        awaited = False
+        for claim_id, unanswered in self._unanswered.items():
+            if peer not in unanswered.peers or claim_id not in self._pending:
+                continue
+            claim = unanswered.claim
+            client_id = claim.client_id
+            current = self._connection_claims.get(client_id) == (claim_id, self.peer_id)
+            waiting = claim_id in self._claims  # (its CONNECT has not attached yet)
+            if claim.recover or not current or not (waiting or client_id in self._fresh):
+                return False
+            awaited = True
+        return awaited
 
     def answered_without_session(self, claim_id: int, replier: str) -> bool:
         """Broker ``replier`` answered our claim without a session; True when that settles it:
