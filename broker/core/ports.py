@@ -308,7 +308,8 @@ class ClusterPort(Protocol):
         SUBACK, and the CONNACK of a session that moved here."""
 
     def on_client_connected(self, client_id: str, session_present: bool) -> None:
-        """A client finished CONNECT successfully."""
+        """A client finished CONNECT successfully: its CONNACK and the re-sends of its session's
+        unacknowledged messages are out (what the cluster delivers now comes after them)."""
 
     def on_client_disconnected(self, client_id: str) -> None:
         """A client's network connection ended (its session may live on)."""
