@@ -396,6 +396,12 @@ class BrokerApi(Protocol):
         """(messages queued for ``client_id`` beyond its in-flight window, the queue limit); None
         without a session (the cluster's flow control of catch-up)."""
 
+    def allow_backlog(self, client_id: str, count: int) -> None:
+        """``count`` messages the cluster kept for ``client_id``'s session while it moved (this
+        broker's own send log since the old broker's position) are about to be queued into it: the
+        queue may exceed its limit by them, as by a merged session's queue; the limit alone applies
+        again once the client has drained below it (docs/cluster.md "Merging two sessions")."""
+
     def set_retained(self, message: Message) -> None:
         """Store (or, with an empty payload, delete) a retained message without routing it."""
 
