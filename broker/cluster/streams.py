@@ -445,12 +445,8 @@ class StreamsMixin:
     def _deliver_backlog(
         self, client_id: str, messages: list[ForwardedMessage], accept: Callable[[str], bool], stop: int
     ) -> None:
-        """This broker's own send log (``messages``, below SEQ ``stop``) to a session that moved
-        here: what the cluster kept for it while it moved, queued whole - the queue may exceed its
-        limit by it (``BrokerApi.allow_backlog``, as a merged session's queue), so a client that
-        was away longer than its queue holds and comes back on the publisher's broker loses
-        nothing (before: 2,988 of 8,000 dropped by the queue limit on the way in,
-        ``simulation.scenario.session_move_under_a_fast_stream(to_publishers_broker=True)``)."""
+        """Our send log (``messages`` below SEQ ``stop``) to a session that moved here: the cluster's
+        backlog, queued whole (``BrokerApi.allow_backlog``; docs/notes/recovery.md, 2,988 lost)."""
         broker = self.broker
         assert broker is not None
         backlog = [forwarded for forwarded in messages if forwarded.seq < stop]
