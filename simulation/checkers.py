@@ -11,7 +11,9 @@ What a user of a production MQTT cluster relies on, checked after the run has go
   said "no session present", its old session's broker was down or cut off) reaches it only when
   that old session is merged in later, and is not ordered against the new session's messages;
 * **one owner per client id** - at the end at most one broker has the client id connected;
-* **retained converges** - at the end every live broker holds the same retained value per topic.
+* **retained converges** - at the end every live broker holds the same retained value per topic;
+* **CONNACK first** - the first packet a client gets on a connection is its CONNACK (MQTT-3.2.0-1):
+  a PUBLISH before it is a protocol error a real client closes the connection for.
 
 The checkers only read plain data (:class:`History`, and the brokers' end state passed in as
 dicts), so tests feed them fabricated histories to show each one fails when it should.
@@ -65,6 +67,8 @@ class History:
     events: list[tuple[object, ...]] = field(default_factory=list)
     clock: Callable[[], float] = lambda: 0.0  # the virtual clock the trace is stamped with
     steps: int = 0  # client actions (publishes, receipts) so far, in the order they happened
+    # what a client saw that breaks the protocol (a packet before the CONNACK), with its time
+    protocol_errors: list[tuple[float, str]] = field(default_factory=list)
 
     def next_step(self) -> int:
         self.steps += 1
@@ -89,7 +93,7 @@ class History:
 
 @dataclass(frozen=True)
 class Violation:
-    kind: str  # "lost" | "order" | "owners" | "retained"
+    kind: str  # "lost" | "order" | "owners" | "retained" | "protocol"
     detail: str
 
 
@@ -162,6 +166,10 @@ def retained_converged(retained: Mapping[str, Mapping[str, bytes]]) -> list[Viol
     return violations
 
 
+def protocol_kept(history: History) -> list[Violation]:
+    return [Violation("protocol", f"{detail} at {at:.3f}") for at, detail in history.protocol_errors]
+
+
 def check_all(
     history: History,
     connected: Mapping[str, Iterable[str]],
@@ -172,4 +180,5 @@ def check_all(
         *publisher_order(history),
         *one_owner(connected),
         *retained_converged(retained),
+        *protocol_kept(history),
     ]

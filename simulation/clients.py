@@ -135,6 +135,7 @@ class SimClient:
         self.on_lost: Callable[[SimClient], None] | None = None
         self.on_message: Callable[[SimClient, Received], None] | None = None
         self._seq = 0
+        self._connack_seen = False  # on the current connection
 
     # ------------------------------------------------------------------ actions
     def connect(self, broker: SimBroker) -> bool:
@@ -149,6 +150,7 @@ class SimClient:
         self.socket = socket
         self.epoch += 1
         self._decoder = codec.Decoder(role="client", protocol_level=MQTT_3_1_1)
+        self._connack_seen = False
         self._in_flight.clear()
         self.history.trace("connect", self.client_id, broker.peer_id, self.epoch)
         self._send(Connect(client_id=self.client_id, clean_start=self.clean_start, keep_alive_s=60))
@@ -201,7 +203,14 @@ class SimClient:
     # ------------------------------------------------------------------ internals
     def _handle(self, packet: Packet) -> None:
         history = self.history
+        if not self._connack_seen and not isinstance(packet, Connack):
+            # MQTT-3.2.0-1: the server's first packet on a connection is CONNACK (a real client
+            # closes the connection; this one records it and goes on, so the run shows the rest)
+            name = type(packet).__name__.upper()
+            history.protocol_errors.append((self.world.now, f"{self.client_id} got {name} before CONNACK"))
+            self._connack_seen = True  # (reported once per connection)
         if isinstance(packet, Connack):
+            self._connack_seen = True
             self.connected = packet.reason_code == 0
             history.trace("connack", self.client_id, packet.session_present)
             if self.connected and not packet.session_present:

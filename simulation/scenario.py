@@ -575,6 +575,7 @@ def session_move_under_a_fast_stream(
     interval_s: float = 0.0005,
     drain_per_s: float = 2500.0,
     away_s: float = 3.0,
+    to_publishers_broker: bool = False,
 ) -> tuple[Result, Run]:
     """A persistent subscriber on B, the only session of its class there, disconnects halfway
     through a 2,000 msg/s QoS 1 stream from A and connects to C ``away_s`` later (session present:
@@ -583,7 +584,8 @@ def session_move_under_a_fast_stream(
     session and dropped the oldest beyond the queue limit: 3,004 of 8,000 PUBACKed messages lost
     (3 s away); now B stops taking the stream once the session's queue is half full, the senders'
     logs keep the rest, and C fetches it from where B stood, paced by the session's drain. The run
-    is returned too, for its brokers' drop counters."""
+    is returned too, for its brokers' drop counters. ``to_publishers_broker``: the client connects
+    to A, the publisher's broker, instead of C (A catches the session up from its own send log)."""
     title = "session move under a fast stream (default limits)"
     run = Run(seed, Scenario(brokers=3, quiet_s=10.0, title=title))
     a, b, c = run.peer_ids
@@ -597,7 +599,7 @@ def session_move_under_a_fast_stream(
     run.publish_stream("pub", messages, interval_s, 4.0, "move/fast")
     away_at = 4.0 + messages * interval_s / 2
     run.world.at(away_at, subscriber.disconnect)
-    run.world.at(away_at + away_s, run.connect, "sub", c)
+    run.world.at(away_at + away_s, run.connect, "sub", a if to_publishers_broker else c)
     return run.finish(end_s=4.0 + messages * interval_s + away_s + 25.0), run
 
 

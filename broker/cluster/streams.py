@@ -416,13 +416,7 @@ class StreamsMixin:
                 if key in named:
                     continue
                 messages, _kept_from = sender.logged_from(key, 0)
-                accept = self._class_filter(cls)
-                stop = end(key, 1 << 62)
-                for forwarded in messages:
-                    if forwarded.seq >= stop:
-                        break
-                    broker.deliver_remote(forwarded.message, accept, client_id)
-                    self._deliver_pending_commit = True
+                self._deliver_backlog(client_id, messages, self._class_filter(cls), end(key, 1 << 62))
         # other brokers' streams of those classes received here: what this broker delivered of
         # them before the session arrived is asked for, for this client only (not counted as a
         # gap where the origin's log no longer has it: the client may never have needed it)
@@ -438,12 +432,7 @@ class StreamsMixin:
                 messages, kept_from = sender.logged_from(key, position.next_seq)
                 self._count_given_up(key, kept_from - position.next_seq)
                 accept = self._class_filter(position.stream)
-                stop = end(key, 1 << 62)
-                for forwarded in messages:
-                    if forwarded.seq >= stop:
-                        break
-                    broker.deliver_remote(forwarded.message, accept, client_id)
-                    self._deliver_pending_commit = True
+                self._deliver_backlog(client_id, messages, accept, end(key, 1 << 62))
                 continue
             here = self.receiver.position(key)
             if here:
@@ -466,6 +455,20 @@ class StreamsMixin:
         # restarted them at their next message - what lay between came after newer ones (seed 381
         # of ``--faults crash,partition,move --loss 0.05 --finite-clients``)
         self._persist_positions()
+
+    def _deliver_backlog(
+        self, client_id: str, messages: list[ForwardedMessage], accept: Callable[[str], bool], stop: int
+    ) -> None:
+        """Our send log (``messages`` below SEQ ``stop``) to a session that moved here: the cluster's
+        backlog, queued whole (``BrokerApi.allow_backlog``; docs/notes/recovery.md, 2,988 lost)."""
+        broker = self.broker
+        assert broker is not None
+        backlog = [forwarded for forwarded in messages if forwarded.seq < stop]
+        broker.allow_backlog(client_id, len(backlog))
+        for forwarded in backlog:
+            broker.deliver_remote(forwarded.message, accept, client_id)
+        if backlog:
+            self._deliver_pending_commit = True
 
     def _repeat_catch_ups(self, now: float, retransmit_s: float, give_up_s: float) -> float | None:
         """Ask again for what a moved session still waits for (a RET or its answer was lost); give
@@ -545,6 +548,7 @@ class StreamsMixin:
             return
         broker = self.broker
         assert broker is not None
+        broker.allow_backlog(client_id, len(held))  # the cluster's backlog, as ``_deliver_backlog``
         for forwarded in held:
             broker.deliver_remote(forwarded.message, self._class_filter(forwarded.stream), client_id)
         self.store.release_held(client_id, key)  # in the commit of these deliveries

@@ -379,6 +379,11 @@ class Broker:
             return None
         return len(session.queue), self.limits.max_queued_messages
 
+    def allow_backlog(self, client_id: str, count: int) -> None:
+        session = self.sessions.get(client_id)
+        if session is not None and count > 0:
+            self.outbound.allow_merged(session, count)
+
     def set_retained(self, message: Message) -> None:
         self.router.retain(message)
         if self.reserved_observer is not None and is_reserved_topic(message.topic):

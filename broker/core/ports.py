@@ -308,7 +308,8 @@ class ClusterPort(Protocol):
         SUBACK, and the CONNACK of a session that moved here."""
 
     def on_client_connected(self, client_id: str, session_present: bool) -> None:
-        """A client finished CONNECT successfully."""
+        """A client finished CONNECT successfully: its CONNACK and the re-sends of its session's
+        unacknowledged messages are out (what the cluster delivers now comes after them)."""
 
     def on_client_disconnected(self, client_id: str) -> None:
         """A client's network connection ended (its session may live on)."""
@@ -394,6 +395,12 @@ class BrokerApi(Protocol):
     def queue_depth(self, client_id: str) -> tuple[int, int] | None:
         """(messages queued for ``client_id`` beyond its in-flight window, the queue limit); None
         without a session (the cluster's flow control of catch-up)."""
+
+    def allow_backlog(self, client_id: str, count: int) -> None:
+        """``count`` messages the cluster kept for ``client_id``'s session while it moved (this
+        broker's own send log since the old broker's position) are about to be queued into it: the
+        queue may exceed its limit by them, as by a merged session's queue; the limit alone applies
+        again once the client has drained below it (docs/cluster.md "Merging two sessions")."""
 
     def set_retained(self, message: Message) -> None:
         """Store (or, with an empty payload, delete) a retained message without routing it."""

@@ -156,7 +156,7 @@ class SessionRegistry:
         stats = self.stats
         stats.connections_current = self.connected_count
         stats.connections_total += 1
-        self._cluster.on_client_connected(client_id, present)
+        # (the cluster hears of it once the CONNACK and the re-sends are out: ``ClientConnect._attach``)
         return session, present, expiry, capped
 
     def set_expiry(self, session: Session, expiry_s: int) -> None:

@@ -10,6 +10,7 @@ from simulation.checkers import (
     check_all,
     lost_acknowledged,
     one_owner,
+    protocol_kept,
     publisher_order,
     retained_converged,
 )
@@ -89,3 +90,35 @@ def test_diverging_retained_values_are_reported() -> None:
     assert retained_converged({"b1": {"t": b"1"}, "b2": {"t": b"1"}}) == []
     assert [v.kind for v in retained_converged({"b1": {"t": b"1"}, "b2": {"t": b"2"}})] == ["retained"]
     assert [v.kind for v in retained_converged({"b1": {"t": b"1"}, "b2": {}})] == ["retained"]
+
+
+def test_a_packet_before_the_connack_is_a_protocol_violation() -> None:
+    """MQTT-3.2.0-1, seen by the simulated client itself: real bytes, a PUBLISH then the CONNACK
+    on one connection (what a moved session's catch-up did, seed 361), then a clean connection."""
+    from broker.mqtt import codec
+    from broker.mqtt.packets import MQTT_3_1_1, Connack, Publish
+    from simulation.clients import SimClient
+    from simulation.world import World
+
+    history = History()
+    client = SimClient(World(1), history, "sub", clean_start=False)
+    publish = codec.encode(Publish("plant/a", b"pub:1:1", qos=1, packet_id=1), MQTT_3_1_1)
+    connack = codec.encode(Connack(session_present=True, reason_code=0), MQTT_3_1_1)
+
+    class Wire:  # the client's end of a connection: what it sends back (its PUBACKs)
+        def __init__(self) -> None:
+            self.sent: list[bytes] = []
+
+        def send(self, data: bytes) -> None:
+            self.sent.append(data)
+
+    for first, second in ((publish, connack), (connack, publish)):
+        socket = Wire()
+        client.socket = socket  # type: ignore[assignment]
+        client._decoder = codec.Decoder(role="client", protocol_level=MQTT_3_1_1)
+        client._connack_seen = False
+        client.bytes_received(socket, first + second + publish)  # type: ignore[arg-type]
+    violations = protocol_kept(history)
+    assert [v.kind for v in violations] == ["protocol"]  # the first connection only, once
+    assert "sub got PUBLISH before CONNACK" in violations[0].detail
+    assert check_all(history, {}, {}) == violations

@@ -57,3 +57,18 @@ def test_seed_381_a_position_a_moved_session_brought_survives_a_crash() -> None:
     in between came later, from the catch-up an old claim's answer started - after 385 (order)."""
     result = _run(381)
     assert result.ok, result.report(trace_lines=20)
+
+
+def test_seed_361_a_moved_session_gets_its_connack_and_its_in_flight_messages_first() -> None:
+    """sub1's broker (4) is killed with pub2:7 and pub0:7 in flight to it; restarted, it hands the
+    session (those two in flight, packet ids 14 and 15) to broker 3, pub0's own broker, where the
+    client moved. Broker 3's classes were joined already, so it imported the session and attached
+    the connection in one step, and the engine's ``on_client_connected`` caught the session up
+    from its own send log inside the attach: 18 PUBLISHes (pub0 8-28, up to the window of 20) went
+    out before the CONNACK (MQTT-3.2.0-1) and before the re-sent in-flight pub0:7 - order broken
+    (pub0:7 after :28). Now the core tells the cluster a client connected once its CONNACK and
+    re-sends are out."""
+    result = _run(361)
+    assert result.ok, result.report(trace_lines=20)
+    moved = [r for r in result.history.received if r.subscriber == "sub1" and r.publisher == "pub0"]
+    assert len({r.seq for r in moved}) > 150, "sub1 got pub0's stream after its move"

@@ -41,3 +41,22 @@ def test_a_session_that_moves_under_a_fast_stream_loses_nothing_with_the_default
     assert sum(count - 1 for count in received.values()) <= 100
     for peer_id, sim_broker in run.brokers.items():
         assert sim_broker.broker.stats.messages_dropped["queue_full_oldest"] == 0, peer_id
+
+
+def test_a_session_that_moves_to_the_publishers_broker_after_a_long_absence_loses_nothing() -> None:
+    """The same move, but to A, the publisher's broker, with the stream going on while the client
+    is away (2,000 msg/s, 4,000 messages, away 3 s): A catches the session up from its own send
+    log at once. Before, they entered a queue of 1,000 (drop oldest): 988 of 4,000 lost, all
+    counted ``queue_full_oldest`` on A (2,988 of 8,000 with the stream above); now the session
+    takes them whole, as a merged session's queue (``BrokerApi.allow_backlog``): 0 lost, no
+    queue-policy drop anywhere."""
+    result, run = session_move_under_a_fast_stream(messages=4000, to_publishers_broker=True)
+    history = result.history
+    acked = {(r.publisher, r.epoch, r.seq) for r in history.acked if r.acked_at is not None}
+    assert len(acked) == 4000
+    assert result.ok, result.report()
+    received = collections.Counter((r.publisher, r.epoch, r.seq) for r in history.received)
+    assert acked <= set(received)
+    assert sum(count - 1 for count in received.values()) <= 100
+    for peer_id, sim_broker in run.brokers.items():
+        assert sim_broker.broker.stats.messages_dropped["queue_full_oldest"] == 0, peer_id
