@@ -107,6 +107,8 @@ class StreamsMixin:
     _commit: Callable[[], None]
     _handle: Callable[[Any], None]
     _send_envelope: Callable[[str, str, int, Any], None]
+    _answer_log_taken_over: Callable[[str, StreamRet], bool]
+    _receive_log_taken_over: Callable[[StreamResend], bool]
     _announce_interest: Callable[[ClassInterest], None]
 
     def _forward(
@@ -571,8 +573,11 @@ class StreamsMixin:
             self._sender_actions(actions)
         elif isinstance(body, StreamRet):
             assert self.sender is not None
-            self._sender_actions(self.sender.ret(orig, body, self._now()))
+            if not self._answer_log_taken_over(orig, body):  # (``streams_taken_over``)
+                self._sender_actions(self.sender.ret(orig, body, self._now()))
         elif isinstance(body, StreamResend):
+            if self._receive_log_taken_over(body):
+                return
             now = self._now()
             if body.gone_below and self._catch_ups:
                 self._catch_ups_gone((body.origin, body.stream), body.gone_below)
