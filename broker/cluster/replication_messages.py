@@ -160,6 +160,21 @@ ReplicaItem = (
     | ReplicaLeaving
     | ReplicaHandedOver
 )
+# the same kinds as a tuple, once: the wire codec (``broker.adapters.transport.wire``) and the
+# engine's input check (``EngineReplication.on_receive``) both read it
+REPLICA_KINDS: tuple[type, ...] = (
+    ReplicaHello,
+    ReplicaAppend,
+    ReplicaAck,
+    ReplicaRelease,
+    SessionReplica,
+    SessionAck,
+    ReplicaLeaving,
+    ReplicaHandedOver,
+    SessionLookup,
+    SessionCopy,
+    SessionCopyTaken,
+)
 
 
 # ---------------------------------------------------------------------- actions for the adapter
