@@ -8,7 +8,8 @@ outputs asserted; no broker, clock or I/O."""
 
 from __future__ import annotations
 
-from broker.cluster.messages import ForwardedMessage, StreamPosition
+from broker.adapters.transport import wire
+from broker.cluster.messages import Envelope, ForwardedMessage, StreamPosition, StreamResend
 from broker.cluster.replication_messages import LOG_TAKEN_OVER
 from broker.cluster.stream_receiver import SendAck, SendRet, StreamReceiver
 from broker.core.session import Message
@@ -79,3 +80,10 @@ def test_the_answer_is_a_gone_below_no_stream_reaches() -> None:
     assert LOG_TAKEN_OVER > 1 << 60
     receiver = _held_behind_a_gap()
     assert [f.seq for f, _h in receiver.gone(OLD, CLS, LOG_TAKEN_OVER, now=0.6)] == [211, 212]
+
+
+def test_the_answer_crosses_the_wire_unchanged() -> None:
+    """``gone_below`` is a uint64 on the wire (``skipmq.v1.StreamResend``): the value fits."""
+    answer = Envelope("b:1", "a:1", "", "", 0, 8, StreamResend(OLD, CLS, (), LOG_TAKEN_OVER))
+    decoded = wire.decode_item(wire.encode_item(answer))
+    assert isinstance(decoded, Envelope) and decoded.body == answer.body
