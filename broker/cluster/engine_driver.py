@@ -28,13 +28,14 @@ from broker.cluster.messages import (
 )
 from broker.cluster.retained_sync import CopyRequest
 from broker.cluster.streams import StreamsMixin
+from broker.cluster.streams_taken_over import LogTakenOverMixin
 from overlay import api
 from overlay.messages import ACK, DONE, PING, PUB
 
 log = logging.getLogger("skipmq.cluster")
 
 
-class EngineDriver(StreamsMixin, EngineBase):
+class EngineDriver(StreamsMixin, LogTakenOverMixin, EngineBase):
     """See the module docstring."""
 
     def _now(self) -> float:

@@ -59,6 +59,7 @@ from broker.cluster.engine_replication_sessions import ReplicationSessions
 from broker.cluster.messages import StreamPosition
 from broker.cluster.replication import Replication
 from broker.cluster.replication_messages import (
+    REPLICA_KINDS,
     AdoptSessions,
     CopyFound,
     Drop,
@@ -69,18 +70,10 @@ from broker.cluster.replication_messages import (
     PersistSession,
     ReplicaAck,
     ReplicaAppend,
-    ReplicaHandedOver,
-    ReplicaHello,
     ReplicaItem,
-    ReplicaLeaving,
-    ReplicaRelease,
     ReplicationAction,
     SendReplica,
-    SessionAck,
-    SessionCopy,
-    SessionCopyTaken,
     SessionDurable,
-    SessionLookup,
     SessionReplica,
     TakeOver,
 )
@@ -94,21 +87,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("skipmq.cluster")
 
-REPLICA_KINDS: frozenset[type] = frozenset(
-    (
-        ReplicaHello,
-        ReplicaAppend,
-        ReplicaAck,
-        ReplicaRelease,
-        SessionReplica,
-        SessionAck,
-        ReplicaLeaving,
-        ReplicaHandedOver,
-        SessionLookup,
-        SessionCopy,
-        SessionCopyTaken,
-    )
-)
 MAX_MERGED_ENTRIES = 1024  # entries of one ReplicaAppend merged from an event-loop iteration's
 # a take-over publishes a gone broker's entries again at most this many every this often (500/s)
 TAKE_OVER_CHUNK = 50

@@ -20,6 +20,15 @@ from broker.core.messages import Message, SessionSnapshot
 
 LogKey = tuple[str, str]  # (origin peer id, origin incarnation): one replication log
 
+# A stream's RET answered with this ``gone_below`` (``StreamResend``): the answering broker has
+# no log of that stream of its *earlier* incarnation at all (its disk was lost, or replaced by a
+# later one's) and runs with ``cluster.replicas`` > 1 - so what that log held and was
+# acknowledged is published again by its replica holders, in log order, on their own streams.
+# The receiver drops what it holds of that incarnation's streams instead of delivering it after
+# the gap (seeds 172, 341, 554 and 649 of the ``--sessions`` sweep: the held messages came
+# before the gap's, which came later from the holder). An ordinary "gone" is a SEQ below this.
+LOG_TAKEN_OVER = 1 << 62
+
 
 # ---------------------------------------------------------------------- between brokers
 @dataclass(frozen=True, slots=True)
@@ -150,6 +159,21 @@ ReplicaItem = (
     | SessionAck
     | ReplicaLeaving
     | ReplicaHandedOver
+)
+# the same kinds as a tuple, once: the wire codec (``broker.adapters.transport.wire``) and the
+# engine's input check (``EngineReplication.on_receive``) both read it
+REPLICA_KINDS: tuple[type, ...] = (
+    ReplicaHello,
+    ReplicaAppend,
+    ReplicaAck,
+    ReplicaRelease,
+    SessionReplica,
+    SessionAck,
+    ReplicaLeaving,
+    ReplicaHandedOver,
+    SessionLookup,
+    SessionCopy,
+    SessionCopyTaken,
 )
 
 

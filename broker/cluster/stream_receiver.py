@@ -70,6 +70,7 @@ from dataclasses import dataclass, field
 from sortedcontainers import SortedDict
 
 from broker.cluster.messages import ForwardedMessage, StreamAck, StreamPosition, StreamRet
+from broker.cluster.replication_messages import LOG_TAKEN_OVER
 from broker.cluster.stats import ClusterStats
 
 log = logging.getLogger("skipmq.cluster")
@@ -188,6 +189,9 @@ class StreamReceiver:
         self._blocked: set[StreamKey] = set()  # streams whose head waits for its dependencies
         self._waiting: dict[StreamKey, float] = {}  # streams whose head waits for room -> when to look
         self._settled: dict[StreamKey, int] = {}  # streams not received here: "gone below" answers
+        # earlier origin incarnations whose logs their replica holders publish again (``taken_over``):
+        # whatever still arrives of them (a relay's copy, a late resend) is dropped
+        self._taken_over: set[str] = set()
 
     def set_causal(self, self_peer: str, wants_class: Callable[[str], bool], wait_s: float) -> None:
         """Causal groups: dependencies on this broker's own streams, and on streams of classes it
@@ -199,6 +203,9 @@ class StreamReceiver:
     # ------------------------------------------------------------------ receiving
     def receive(self, forwarded: ForwardedMessage, hops: int, now: float) -> list[Delivery]:
         """``forwarded`` arrived (overlay delivery or resend); the messages now deliverable."""
+        if self._taken_over and forwarded.origin in self._taken_over:
+            self.stats.duplicates_dropped += 1  # published again by the origin's replica holders
+            return []
         key = (forwarded.origin, forwarded.stream)
         stream = self._streams.get(key)
         if stream is None:
@@ -268,6 +275,32 @@ class StreamReceiver:
         if self._blocked:
             self._release(ready, now)
         return ready
+
+    def taken_over(self, origin: str, now: float) -> tuple[int, list[Delivery]]:
+        """The log of ``origin`` (an earlier incarnation of a broker whose disk went, with
+        ``cluster.replicas`` > 1) is published again by its replica holders, in log order, on
+        their own streams: what is held here of its streams - behind a gap, a causal dependency
+        or the flow condition - is dropped, not delivered after the gap (it comes again from the
+        holders, after the gap's messages), and so is whatever of it still arrives (a relay's
+        copy: seed 341). Its streams are forgotten here (their dependants' waits are over).
+        Returns how many were dropped, and what other streams held behind them delivers now."""
+        if len(self._taken_over) >= _SETTLED_LIMIT:
+            self._taken_over.clear()
+        self._taken_over.add(origin)
+        dropped = 0
+        ready: list[Delivery] = []
+        for key in [key for key in self._streams if key[0] == origin]:
+            stream = self._streams.pop(key)
+            dropped += len(stream.held)
+            self._gaps.discard(key)
+            self._blocked.discard(key)
+            self._waiting.pop(key, None)
+            self._unacked.discard(key)
+            self.changed[key] = 0
+            self._settled[key] = LOG_TAKEN_OVER
+        if self._blocked:
+            self._release(ready, now)
+        return dropped, ready
 
     def restore(self, positions: list[tuple[StreamKey, int]], now: float) -> None:
         """Positions persisted by a previous incarnation; acknowledged to their origins at once,

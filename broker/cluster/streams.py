@@ -121,6 +121,8 @@ class StreamsMixin:
     _commit: Callable[[], None]
     _handle: Callable[[Any], None]
     _send_envelope: Callable[[str, str, int, Any], None]
+    _answer_log_taken_over: Callable[[str, StreamRet], bool]
+    _receive_log_taken_over: Callable[[StreamResend], bool]
     _announce_interest: Callable[[ClassInterest], None]
 
     def _forward(
@@ -589,7 +591,8 @@ class StreamsMixin:
             self._sender_actions(actions)
         elif isinstance(body, StreamRet):
             assert self.sender is not None
-            self._sender_actions(self.sender.ret(orig, body, self._now()))
+            if not self._answer_log_taken_over(orig, body):  # (``streams_taken_over``)
+                self._sender_actions(self.sender.ret(orig, body, self._now()))
         elif isinstance(body, StreamResend) and not self._hold_resend(orig, body):
             self._on_resend(body)
 
@@ -658,7 +661,10 @@ class StreamsMixin:
 
     def _on_resend(self, body: StreamResend) -> None:
         """A resend (or a RET's answer) from the stream's origin: into the receiver, and to the moved
-        sessions that wait for these messages."""
+        sessions that wait for these messages; nothing of an earlier incarnation whose log its
+        replica holders took over (``streams_taken_over``)."""
+        if self._receive_log_taken_over(body):
+            return
         now = self._now()
         if body.gone_below and self._catch_ups:
             self._catch_ups_gone((body.origin, body.stream), body.gone_below)

@@ -19,6 +19,9 @@ from broker.adapters.transport.wire_cluster import (
     snapshot_to_proto,
 )
 from broker.cluster.replication_messages import (
+    REPLICA_KINDS as REPLICA_KINDS,  # (re-exported: ``wire`` reads it from here)
+)
+from broker.cluster.replication_messages import (
     ReplicaAck,
     ReplicaAppend,
     ReplicaHandedOver,
@@ -33,19 +36,6 @@ from broker.cluster.replication_messages import (
     SessionReplica,
 )
 
-REPLICA_KINDS: tuple[type, ...] = (
-    ReplicaHello,
-    ReplicaAppend,
-    ReplicaAck,
-    ReplicaRelease,
-    SessionReplica,
-    SessionAck,
-    ReplicaLeaving,
-    ReplicaHandedOver,
-    SessionLookup,
-    SessionCopy,
-    SessionCopyTaken,
-)
 _MAX_SEQ = 2**64 - 1
 
 
