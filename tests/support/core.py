@@ -304,6 +304,21 @@ def wait_for(predicate: Callable[[], bool], timeout_s: float = WAIT_S, what: str
     raise AssertionError(f"timed out waiting for {what}")
 
 
+def wait_store_idle(threaded: ThreadedBroker) -> None:
+    """Wait (bounded) until the broker's store has no COMMIT in flight on the commit thread, no
+    uncommitted work and no lazy commit waiting: a test that swaps the store's connection for a
+    failing or gated one does it then, so that an earlier step's commit running late (a loaded
+    machine) does not take what the test meant for its own."""
+
+    def idle() -> bool:
+        store = threaded.broker.store
+        assert store is not None
+        lazy_waiting = threaded.broker.durability._lazy_handle is not None
+        return not getattr(store, "_bg_running", False) and not store.pending and not lazy_waiting
+
+    wait_for(lambda: bool(threaded.call(idle)), what="the store idle")
+
+
 __all__ = [
     "MQTT_3_1_1",
     "MQTT_5",
@@ -312,6 +327,7 @@ __all__ = [
     "make_config",
     "start_broker",
     "wait_for",
+    "wait_store_idle",
 ]
 
 

@@ -36,7 +36,7 @@ from broker.mqtt.packets import (
     Subscription,
     Will,
 )
-from tests.support.core import MQTT_3_1_1, MQTT_5, RawClient, start_broker, wait_for
+from tests.support.core import MQTT_3_1_1, MQTT_5, RawClient, start_broker, wait_for, wait_store_idle
 
 __all__ = ["start_broker"]
 Start = Callable[..., ThreadedBroker]
@@ -68,17 +68,10 @@ class _FailingDb:
 def fail_next(threaded: ThreadedBroker, statement: str = "COMMIT", failures: int = 2, skip: int = 0) -> None:
     """Make the ``failures`` store statements starting with ``statement`` after the next ``skip``
     ones fail. The broker retries a failed commit once (after rewriting the store from memory),
-    so two COMMIT failures make a group commit fail for good. Installed once the store is idle:
-    no COMMIT in flight on the commit thread, nothing uncommitted, no lazy commit waiting (an
-    earlier step's commit that ran late - on a loaded machine - would take the failures)."""
+    so two COMMIT failures make a group commit fail for good. Installed once the store is idle
+    (``wait_store_idle``: an earlier step's commit running late would take the failures)."""
 
-    def idle() -> bool:
-        store = threaded.broker.store
-        assert store is not None
-        lazy_waiting = threaded.broker.durability._lazy_handle is not None
-        return not getattr(store, "_bg_running", False) and not store.pending and not lazy_waiting
-
-    wait_for(lambda: bool(threaded.call(idle)), what="the store idle")
+    wait_store_idle(threaded)
 
     def install() -> None:
         store = threaded.broker.store

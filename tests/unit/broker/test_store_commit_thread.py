@@ -26,7 +26,7 @@ from broker.adapters import sqlite_store
 from broker.adapters.server import ThreadedBroker
 from broker.adapters.sqlite_store import Store, StoredMessage
 from broker.mqtt.packets import Pingreq, Pingresp, Puback
-from tests.support.core import RawClient, start_broker, wait_for
+from tests.support.core import RawClient, start_broker, wait_for, wait_store_idle
 
 __all__ = ["start_broker"]
 Start = Callable[..., ThreadedBroker]
@@ -77,6 +77,7 @@ def test_commit_runs_off_the_loop_and_acks_wait_for_their_commit(start_broker: S
         store._db = gated[0]  # type: ignore[assignment]
         store.background_commits = "always"  # the default sends only likely-slow COMMITs there
 
+    wait_store_idle(threaded)  # the first COMMIT gated must be this publish's, not a late earlier one
     threaded.call(install)
     db = gated[0]
     pub.publish("ct/t", b"first", 1, packet_id=3)
