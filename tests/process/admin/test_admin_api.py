@@ -211,7 +211,12 @@ def test_acl_rules_set_on_one_broker_apply_on_another(admin_cluster: AdminCluste
             assert client.subscribe("allowed/x", 1) == [1]
         finally:
             client.close()
-        assert "topic deny forbidden/#" in admin.call(2, "GET", "/admin/v1/export/acl").text
+        # broker 2 converges on its own time, as broker 1 did (the rules reach it as a control message)
+        wait_until(
+            lambda: "topic deny forbidden/#" in admin.call(2, "GET", "/admin/v1/export/acl").text,
+            USER_CONVERGENCE_S,
+            what="ACL exported by broker 2",
+        )
     finally:
         admin.call(0, "DELETE", "/admin/v1/acl/anonymous")
     client = _client(admin, 1)
