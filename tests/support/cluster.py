@@ -15,8 +15,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import itertools
+import os
 import queue
+import sqlite3
 import subprocess
 import threading
 import time
@@ -581,3 +584,12 @@ def publish_until_acks_are_fast(
         payloads.append(payload)
         streak = streak + 1 if latency_s < fast_s else 0
     return payloads
+
+
+def send_log_rows(cluster: LocalCluster, index: int, cls: str) -> int:
+    """Rows of broker ``index``'s durable send log for topic class ``cls`` (read-only, from its
+    SQLite file while it runs: WAL lets a second reader in)."""
+    path = os.path.join(cluster.brokers[index].data_dir, "skipmq.db")
+    with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=5.0)) as db:
+        row = db.execute("SELECT count(*) FROM cluster_send_log WHERE stream = ?", (cls,)).fetchone()
+    return int(row[0])

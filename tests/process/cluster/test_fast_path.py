@@ -10,9 +10,6 @@ Real brokers (3-broker cluster over gRPC), paho clients, the brokers' own SQLite
 
 from __future__ import annotations
 
-import contextlib
-import os
-import sqlite3
 import time
 
 from tests.support.cluster import (
@@ -20,6 +17,7 @@ from tests.support.cluster import (
     ClusterFactory,
     metric_total,
     numbers,
+    send_log_rows,
     unique_id,
     wait_until,
 )
@@ -63,15 +61,6 @@ def test_a_class_nobody_elsewhere_subscribes_skips_the_overlay_until_a_remote_su
     assert numbers((m.payload for m in local_got), b"b") == list(range(50))
 
 
-def _send_log_rows(cluster: LocalCluster, index: int, cls: str) -> int:
-    """Rows of broker ``index``'s durable send log for topic class ``cls`` (read-only, from its
-    SQLite file while it runs: WAL lets a second reader in)."""
-    path = os.path.join(cluster.brokers[index].data_dir, "skipmq.db")
-    with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=5.0)) as db:
-        row = db.execute("SELECT count(*) FROM cluster_send_log WHERE stream = ?", (cls,)).fetchone()
-    return int(row[0])
-
-
 def test_a_local_only_qos1_publish_needs_no_send_log_row_while_every_peer_is_connected(
     cluster_factory: ClusterFactory, client_factory: ClientFactory
 ) -> None:
@@ -95,7 +84,7 @@ def test_a_local_only_qos1_publish_needs_no_send_log_row_while_every_peer_is_con
     wait_until(lambda: not publisher.pending, 30.0, what="every QoS 1 publish acknowledged")
     assert numbers((m.payload for m in local.wait_messages(MESSAGES)), b"a") == list(range(MESSAGES))
     # the full path runs at most once a second per class (QUIET_RECHECK_S) and logs its message
-    rows = _send_log_rows(cluster, 0, cls)
+    rows = send_log_rows(cluster, 0, cls)
     assert rows <= 20, f"{rows} of {MESSAGES + 1} local-only QoS 1 messages were written to the store"
 
     gone = cluster.brokers[2].peer_id
@@ -106,10 +95,10 @@ def test_a_local_only_qos1_publish_needs_no_send_log_row_while_every_peer_is_con
         what="broker 0 sees broker 2's link down",
     )
     time.sleep(1.5)  # past QUIET_RECHECK_S: the class's reach is checked again
-    before = _send_log_rows(cluster, 0, cls)
+    before = send_log_rows(cluster, 0, cls)
     for n in range(100):
         publisher.publish_nowait(topic, b"b" + str(n).encode(), 1)
     wait_until(lambda: not publisher.pending, 30.0, what="every QoS 1 publish acknowledged")
     assert numbers((m.payload for m in local.wait_messages(100)), b"b") == list(range(100))
-    written = _send_log_rows(cluster, 0, cls) - before
+    written = send_log_rows(cluster, 0, cls) - before
     assert written >= 100, f"only {written} of 100 QoS 1 messages written while a peer was down"

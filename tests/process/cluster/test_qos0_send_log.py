@@ -15,24 +15,11 @@ own SQLite file, read while it runs.
 
 from __future__ import annotations
 
-import contextlib
-import os
-import sqlite3
-
-from tests.support.cluster import ClientFactory, numbers, probe_route, unique_id, wait_until
+from tests.support.cluster import ClientFactory, numbers, probe_route, send_log_rows, unique_id, wait_until
 from tools.launcher import LocalCluster
 
 QOS0_MESSAGES = 300
 QOS1_MESSAGES = 50
-
-
-def _send_log_rows(cluster: LocalCluster, index: int, cls: str) -> int:
-    """Rows of broker ``index``'s durable send log for topic class ``cls`` (read-only, from its
-    SQLite file while it runs: WAL lets a second reader in)."""
-    path = os.path.join(cluster.brokers[index].data_dir, "skipmq.db")
-    with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=5.0)) as db:
-        row = db.execute("SELECT count(*) FROM cluster_send_log WHERE stream = ?", (cls,)).fetchone()
-    return int(row[0])
 
 
 def test_forwarded_qos0_messages_write_no_send_log_row_while_qos1_ones_do(
@@ -45,12 +32,12 @@ def test_forwarded_qos0_messages_write_no_send_log_row_while_qos1_ones_do(
     probe_route(cluster3, 0, remote, topic)  # the subscription reached broker 0
     publisher = client_factory(cluster3, 0)
 
-    before = _send_log_rows(cluster3, 0, cls)
+    before = send_log_rows(cluster3, 0, cls)
     for n in range(QOS0_MESSAGES):
         publisher.publish_nowait(topic, b"z" + str(n).encode(), 0)
     got = remote.wait_messages(QOS0_MESSAGES, timeout_s=30.0)
     assert numbers((m.payload for m in got), b"z") == list(range(QOS0_MESSAGES))
-    assert _send_log_rows(cluster3, 0, cls) == before, "a forwarded QoS 0 message was written to the store"
+    assert send_log_rows(cluster3, 0, cls) == before, "a forwarded QoS 0 message was written to the store"
 
     # the control, on the same stream: QoS 1 is durable before its PUBACK (kept at least
     # cluster.send_log_min_retention_ms, 10 s by default: past the count below)
@@ -59,5 +46,5 @@ def test_forwarded_qos0_messages_write_no_send_log_row_while_qos1_ones_do(
     wait_until(lambda: not publisher.pending, 30.0, what="every QoS 1 publish acknowledged")
     got = remote.wait_messages(QOS1_MESSAGES, timeout_s=30.0)
     assert numbers((m.payload for m in got), b"o") == list(range(QOS1_MESSAGES))
-    written = _send_log_rows(cluster3, 0, cls) - before
+    written = send_log_rows(cluster3, 0, cls) - before
     assert written >= QOS1_MESSAGES, f"only {written} of {QOS1_MESSAGES} QoS 1 messages in the store"
