@@ -6,9 +6,10 @@ MQTT-4.7.2-1) and MQTT 5.0 §4.8.2 (shared subscriptions "$share/{ShareName}/{fi
 ``SubscriptionTrie`` keeps one dict per topic level, so matching a topic costs O(levels x
 matching wildcard branches), independent of the number of unrelated subscriptions. Match results
 are cached per concrete topic as the list of *subscriber dicts* that match (not copies of the
-entries), so adding/removing a subscriber of an already-known filter never invalidates the cache;
-only creating a filter that did not exist before does (an exact filter evicts one cached topic,
-a wildcard filter clears the cache).
+entries), so adding/removing a subscriber of a filter that has a dict never invalidates the cache;
+creating a filter that did not exist before does (an exact filter evicts one cached topic, a
+wildcard filter clears the cache), and so does any change to a filter's single subscriber, which
+is held as a (key, value) tuple instead of a one-entry dict (56 bytes instead of 184 per filter).
 """
 
 from __future__ import annotations
@@ -162,7 +163,12 @@ class _Node(Generic[K, V]):
 
     ``children`` is the only child node itself while there is one (most nodes below a device's
     own level: "<device>/status"), a dict by word from the second child on: a one-entry dict
-    costs 184 bytes per node."""
+    costs 184 bytes per node.
+
+    ``exact`` / ``multi`` hold a single subscriber as a ``(key, value)`` tuple (56 bytes, where a
+    one-entry dict costs 184: most filters are one device's own), and a dict by key from the
+    second subscriber on. A tuple is replaced, never changed, so the trie drops the cached
+    results of its filter whenever it replaces or removes one (``SubscriptionTrie._put``)."""
 
     __slots__ = ("children", "exact", "exact_filter", "multi", "multi_filter", "parent", "single", "word")
 
@@ -171,8 +177,8 @@ class _Node(Generic[K, V]):
         self.word = word
         self.children: dict[str, _Node[K, V]] | _Node[K, V] | None = None
         self.single: _Node[K, V] | None = None
-        self.exact: dict[K, V] | None = None
-        self.multi: dict[K, V] | None = None
+        self.exact: _Subscribers[K, V] | None = None
+        self.multi: _Subscribers[K, V] | None = None
         self.exact_filter = ""
         self.multi_filter = ""
 
@@ -202,7 +208,9 @@ class _Node(Generic[K, V]):
 INTERN_BELOW_CHILDREN = 16
 
 
-_Bucket = tuple[str, dict]  # (filter, subscribers) as stored in the match cache
+# the subscribers of one filter: one as (key, value), two or more as a dict by key
+_Subscribers = dict[K, V] | tuple[K, V]
+_Bucket = tuple[str, dict | tuple]  # (filter, subscribers) as stored in the match cache
 
 
 class SubscriptionTrie(Generic[K, V]):
@@ -277,22 +285,36 @@ class SubscriptionTrie(Generic[K, V]):
                         children[level] = nxt
             node = nxt
         if multi:
-            bucket = node.multi
-            if bucket is None:
-                bucket = node.multi = {}
+            if node.multi is None:
                 node.multi_filter = topic_filter
-                self._invalidate(topic_filter)
+            node.multi, previous = self._put(node.multi, topic_filter, key, value)
         else:
-            bucket = node.exact
-            if bucket is None:
-                bucket = node.exact = {}
+            if node.exact is None:
                 node.exact_filter = topic_filter
-                self._invalidate(topic_filter)
+            node.exact, previous = self._put(node.exact, topic_filter, key, value)
+        return previous
+
+    def _put(
+        self, bucket: _Subscribers[K, V] | None, topic_filter: str, key: K, value: V
+    ) -> tuple[_Subscribers[K, V], V | None]:
+        """``bucket`` with (key, value) in it, and the value it replaced (None if new)."""
+        if bucket is None:
+            self._invalidate(topic_filter)
+            self._count += 1
+            return (key, value), None
+        if isinstance(bucket, tuple):
+            # the match cache holds the tuple itself: its filter's cached results go
+            self._invalidate(topic_filter)
+            old_key, old_value = bucket
+            if old_key == key:
+                return (key, value), old_value
+            self._count += 1
+            return {old_key: old_value, key: value}, None
         previous = bucket.get(key)
         if previous is None and key not in bucket:
             self._count += 1
         bucket[key] = value
-        return previous
+        return bucket, previous
 
     def remove(self, topic_filter: str, key: K) -> V | None:
         """Remove (topic_filter, key); returns its value, or None if it was not there."""
@@ -300,9 +322,18 @@ class SubscriptionTrie(Generic[K, V]):
         if node is None:
             return None
         bucket = node.multi if multi else node.exact
-        if bucket is None or key not in bucket:
+        if bucket is None:
             return None
-        value = bucket.pop(key)
+        if isinstance(bucket, tuple):
+            if bucket[0] != key:
+                return None
+            value = bucket[1]
+            self._invalidate(topic_filter)  # the cache holds the tuple itself
+            bucket = None
+        else:
+            if key not in bucket:
+                return None
+            value = bucket.pop(key)
         self._count -= 1
         self.version += 1
         if not bucket:
@@ -334,7 +365,8 @@ class SubscriptionTrie(Generic[K, V]):
             node = parent
 
     def _invalidate(self, topic_filter: str) -> None:
-        """A new (previously absent) filter appeared: drop cached results it could change."""
+        """A new (previously absent) filter appeared, or the single-subscriber tuple of one was
+        replaced: drop cached results it could change."""
         if not self._cache:
             return
         if "+" in topic_filter or "#" in topic_filter:
@@ -352,7 +384,11 @@ class SubscriptionTrie(Generic[K, V]):
         if node is None:
             return None
         bucket = node.multi if multi else node.exact
-        return None if bucket is None else bucket.get(key)
+        if bucket is None:
+            return None
+        if isinstance(bucket, tuple):
+            return bucket[1] if bucket[0] == key else None
+        return bucket.get(key)
 
     def _buckets(self, topic: str) -> list[_Bucket]:
         buckets: list[_Bucket] = []
@@ -396,7 +432,13 @@ class SubscriptionTrie(Generic[K, V]):
             cache[topic] = buckets
         else:
             self.cache_hits += 1
-        return [(flt, key, value) for flt, bucket in buckets for key, value in bucket.items()]
+        matches: list[tuple[str, K, V]] = []
+        for flt, bucket in buckets:
+            if isinstance(bucket, tuple):
+                matches.append((flt, bucket[0], bucket[1]))
+            else:
+                matches.extend([(flt, key, value) for key, value in bucket.items()])
+        return matches
 
     def has_match(self, topic: str) -> bool:
         """True if at least one subscription matches ``topic`` (cheaper than ``match``)."""
@@ -426,5 +468,8 @@ class SubscriptionTrie(Generic[K, V]):
             if node is None:
                 continue
             bucket = node.multi if multi else node.exact
+            if isinstance(bucket, tuple):
+                yield topic_filter, bucket[0], bucket[1]
+                continue
             for key, value in list((bucket or {}).items()):
                 yield topic_filter, key, value

@@ -470,3 +470,29 @@ def test_single_child_nodes_hold_the_child_itself_and_match_through_every_shape(
     statuses = {id(node.children.word) for node in wide.children.values()}
     assert len(statuses) == 1  # one "status" string for every device
     assert trie.match("wide/39x/status") == [("wide/39x/status", "c39", 39)]
+
+
+def test_single_subscriber_buckets_are_tuples_and_the_cache_follows_every_change() -> None:
+    """One subscriber of a filter is a (key, value) tuple (idle memory per device), a dict from
+    the second on; replacing, upgrading and removing it never leaves a cached match stale."""
+    trie: SubscriptionTrie[str, int] = SubscriptionTrie()
+    for flt, topic in (("dev/1/status", "dev/1/status"), ("dev/2/#", "dev/2/x"), ("dev/+/y", "dev/3/y")):
+        assert trie.add(flt, "c1", 1) is None
+        node, multi = trie._find(flt)
+        assert node is not None
+        assert (node.multi if multi else node.exact) == ("c1", 1)
+        assert trie.match(topic) == [(flt, "c1", 1)]  # now cached
+        assert trie.add(flt, "c1", 2) == 1  # replaced: the cached match must follow
+        assert trie.match(topic) == [(flt, "c1", 2)] and trie.get(flt, "c1") == 2
+        assert trie.add(flt, "c2", 3) is None  # second subscriber: a dict
+        assert isinstance(node.multi if multi else node.exact, dict)
+        assert sorted(trie.match(topic)) == [(flt, "c1", 2), (flt, "c2", 3)]
+        assert trie.remove(flt, "c1") == 2 and trie.remove(flt, "c2") == 3
+        assert trie.match(topic) == [] and not trie.has_match(topic)
+        trie.add(flt, "c3", 4)
+        assert trie.match(topic) == [(flt, "c3", 4)]
+        assert trie.remove(flt, "other") is None and trie.get(flt, "other") is None
+        assert trie.remove(flt, "c3") == 4  # removed while cached
+        assert trie.match(topic) == [] and len(trie) == 0
+    trie.add("a/b", "k", 0)
+    assert list(trie.items()) == [("a/b", "k", 0)] and list(trie.filters()) == ["a/b"]
