@@ -251,7 +251,10 @@ class ClientConnect(ClientBase):
             session_present=session_present,
         )
         broker.router.withhold_unreadable(session)
-        broker.outbound.resume(session)
+        if session.inflight_or_none or session.queue:
+            broker.outbound.resume(session)
+        else:  # nothing to re-send or send (resume would find no entry and an empty queue)
+            session.unsent = None
         # only now: what the cluster delivers at once (a moved session's catch-up from the send
         # log) follows the CONNACK (MQTT-3.2.0-1) and the session's re-sent in-flight messages
         # (order per publisher). Told inside ``registry.attach``, 18 PUBLISHes went out before

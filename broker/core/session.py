@@ -66,7 +66,7 @@ class Session:
         "expiry_handle",
         "expiry_interval_s",
         "incoming_qos2",
-        "inflight",
+        "inflight_or_none",
         "next_packet_id",
         "out_aliases",
         "overdraft",
@@ -90,7 +90,9 @@ class Session:
         self.subscriptions: dict[str, SubOptions] = {}
         self.connection: ClientPort | None = None  # the client's connection while connected
         self.queue: deque[OutEntry] | tuple[()] = NO_ENTRIES  # QoS>0 messages waiting to be sent
-        self.inflight: dict[int, OutEntry] = {}
+        # QoS>0 messages sent and not yet acknowledged, by packet id: made on first use
+        # (``inflight``), none while the session has never had one (64 bytes per idle session)
+        self.inflight_or_none: dict[int, OutEntry] | None = None
         self.incoming_qos2: set[int] | frozenset[int] = NO_PACKET_IDS
         self.next_packet_id = 1
         self.will: Will | None = None
@@ -114,6 +116,24 @@ class Session:
         # cluster's backlog, not this client's falling behind; 0 again once the queue has drained
         # below the limit (``Outbound.allow_merged``, ``Outbound.pump``)
         self.overdraft = 0
+
+    @property
+    def inflight(self) -> dict[int, OutEntry]:
+        """The in-flight messages by packet id, to read or change (created on first use).
+        Readers that must not create it (stats, idle connections) read ``inflight_or_none``."""
+        inflight = self.inflight_or_none
+        if inflight is None:
+            inflight = self.inflight_or_none = {}
+        return inflight
+
+    def inflight_count(self) -> int:
+        inflight = self.inflight_or_none
+        return 0 if inflight is None else len(inflight)
+
+    def clear_inflight(self) -> None:
+        inflight = self.inflight_or_none
+        if inflight is not None:
+            inflight.clear()
 
     def queue_to_fill(self) -> deque[OutEntry]:
         """The session's queue, to append to (created on the first queued message)."""
@@ -143,7 +163,10 @@ class Session:
     def allocate_packet_id(self) -> int:
         """Next free packet identifier (1..65535) not used by an in-flight message."""
         packet_id = self.next_packet_id
-        inflight = self.inflight
+        inflight = self.inflight_or_none
+        if inflight is None:
+            self.next_packet_id = packet_id + 1 if packet_id < 65535 else 1
+            return packet_id
         for _ in range(65536):
             if packet_id not in inflight:
                 break
@@ -159,7 +182,8 @@ class Session:
 
     def pending_entries(self) -> list[OutEntry]:
         """In-flight entries first (oldest packet first), then queued ones."""
-        return [*self.inflight.values(), *self.queue]
+        inflight = self.inflight_or_none
+        return [*inflight.values(), *self.queue] if inflight else list(self.queue)
 
     def cancel_timers(self) -> None:
         if self.expiry_handle is not None:

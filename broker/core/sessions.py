@@ -245,7 +245,7 @@ class SessionRegistry:
         # share-group leftovers go to another member)
         lost = sum(1 for entry in session.pending_entries() if entry.state != STATE_PUBREL_SENT)
         self._outbound.drops.dropped(client_id, SESSION_ENDED, lost - len(shared))
-        session.inflight.clear()
+        session.clear_inflight()
         session.set_queue([])
         session.unsent = None
         if shared:
@@ -303,7 +303,7 @@ class SessionRegistry:
                 # brings was out of reach) is kept: it follows the imported session's messages
                 leftover = existing.pending_entries()
                 existing.will = None
-                existing.inflight.clear()
+                existing.clear_inflight()
                 existing.set_queue([])
                 existing.unsent = None
                 self.end(existing)
@@ -350,7 +350,7 @@ class SessionRegistry:
                 return True, None
         snapshot = self.export(client_id) if transfer else None
         session.will = None
-        session.inflight.clear()
+        session.clear_inflight()
         session.set_queue([])
         session.unsent = None
         self.end(session)
@@ -448,5 +448,5 @@ class SessionRegistry:
         return {
             "sessions": len(self.sessions),
             "queued": sum(len(s.queue) for s in sessions),
-            "inflight": sum(len(s.inflight) for s in self.sessions.values()),
+            "inflight": sum(s.inflight_count() for s in self.sessions.values()),
         }

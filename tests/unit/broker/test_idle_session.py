@@ -64,3 +64,30 @@ def test_idle_session_has_no_queue_until_a_message_waits(start_broker: Start) ->
     back.send(Pubrel(9))
     assert back.expect(Pubcomp).packet_id == 9
     assert _containers(broker, "idle-sub")[3] == 0
+
+
+def test_idle_session_has_no_in_flight_table_until_a_message_is_in_flight(start_broker: Start) -> None:
+    """An idle connected session holds no in-flight dict (its connect, SUBACK and the broker's
+    statistics do not make one); the first QoS 1 delivery makes it, its PUBACK empties it."""
+    broker = start_broker()
+    port = broker.ports["tcp"]
+    sub = RawClient(port)
+    sub.connect("idle-inflight")
+    sub.subscribe("idle/inflight", 1)
+
+    def table() -> tuple[object, int]:
+        session = broker.broker.sessions["idle-inflight"]
+        broker.broker.refresh_stats()
+        return session.inflight_or_none, session.inflight_count()
+
+    assert broker.call(table) == (None, 0)
+    pub = RawClient(port)
+    pub.connect("idle-inflight-pub")
+    pub.publish_acked("idle/inflight", b"one", 1, packet_id=1)
+    message = sub.expect_publish()
+    assert message.payload == b"one"
+    held, count = broker.call(table)
+    assert isinstance(held, dict) and count == 1
+    sub.ack(message)
+    sub.expect_nothing(0.2)
+    assert broker.call(table) == ({}, 0)
