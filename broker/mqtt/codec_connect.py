@@ -153,6 +153,18 @@ def _decode_connack(buf: bytes, pos: int, end: int, level: int) -> Connack:
     return Connack(session_present, code, props)
 
 
+# Keep-alive values above 256 are int objects of their own (28 B each, held by every connection
+# for its lifetime); devices use a few values (300, 600, 1200 s), so each is kept once here.
+_SHARED_KEEP_ALIVES: dict[int, int] = {}
+_SHARED_KEEP_ALIVES_MAX = 1024
+
+
+def _share_keep_alive(value: int) -> int:
+    if len(_SHARED_KEEP_ALIVES) < _SHARED_KEEP_ALIVES_MAX:
+        _SHARED_KEEP_ALIVES[value] = value
+    return value
+
+
 class ConnectDecoding(DecoderState):
     """The CONNECT methods of ``broker.mqtt.codec.Decoder`` (one of its base classes)."""
 
@@ -192,6 +204,8 @@ class ConnectDecoding(DecoderState):
             raise _malformed("CONNECT ends inside the connect flags / keep alive")
         flags = buf[pos]
         keep_alive_s = (buf[pos + 1] << 8) | buf[pos + 2]
+        if keep_alive_s > 256:  # above CPython's cached small ints: one object per value
+            keep_alive_s = _SHARED_KEEP_ALIVES.get(keep_alive_s) or _share_keep_alive(keep_alive_s)
         pos += 3
         if flags & 0x01:
             raise _malformed("CONNECT reserved flag (bit 0) must be 0", "MQTT-3.1.2-3")
