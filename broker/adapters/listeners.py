@@ -14,7 +14,7 @@ import contextlib
 import logging
 from typing import TYPE_CHECKING, Any
 
-from broker.core.admission import Refusal
+from broker.core.admission import Refusal, peer_name
 from broker.mqtt.packets import ReasonCode
 
 if TYPE_CHECKING:
@@ -23,10 +23,6 @@ if TYPE_CHECKING:
     from broker.core.client import ClientConnection
 
 log = logging.getLogger("skipmq.listeners")
-
-
-def peer_name(peer: Any) -> str:
-    return f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) and len(peer) >= 2 else str(peer or "")
 
 
 def certificate_common_name(cert: Any) -> str | None:
@@ -93,7 +89,9 @@ class MqttProtocol(asyncio.Protocol):
         self.client = client = broker.new_client(
             transport,
             self.listener,
-            peer=peer_name(transport.get_extra_info("peername")),
+            # TCP: asked of the transport when needed (ClientBase.peer: uvloop and asyncio keep
+            # the address after the close); TLS: kept (its transport forgets it at the close)
+            peer=None if self.listener == "tcp" else peer_name(transport.get_extra_info("peername")),
             cert_username=cert_username,
         )
         if client is not None and refusal is not None and client.refusal is None:

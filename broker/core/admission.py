@@ -17,6 +17,7 @@ Pure: ``now`` (monotonic seconds) is passed in; no I/O, no clock.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from broker.mqtt.packets import ReasonCode
 
@@ -116,6 +117,18 @@ class TokenBucket:
             return False
         self.tokens -= 1.0
         return True
+
+
+def peer_name(peer: Any) -> str:
+    """``host:port`` of a socket address as asyncio's ``get_extra_info("peername")`` gives it."""
+    return f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) and len(peer) >= 2 else str(peer or "")
+
+
+def transport_peer_name(transport: Any) -> str:
+    """The peer name of an asyncio transport, asked when needed: the transport keeps the address
+    (uvloop as a C struct), so a connection need not keep the string (64 B per idle one)."""
+    get_extra_info = getattr(transport, "get_extra_info", None)
+    return peer_name(get_extra_info("peername")) if get_extra_info is not None else ""
 
 
 def address_of(peer: str) -> str:

@@ -216,7 +216,7 @@ class Broker:
         transport: ClientTransport,
         listener: str = "tcp",
         *,
-        peer: str = "",
+        peer: str | None = "",
         cert_username: str | None = None,
     ) -> ClientConnection | None:
         """A handler for a new client socket; None (and the transport closed) when too many sockets

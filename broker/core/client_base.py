@@ -16,7 +16,7 @@ import logging
 import struct
 from typing import TYPE_CHECKING, Any, Protocol
 
-from broker.core.admission import Refusal, TokenBucket, address_of
+from broker.core.admission import Refusal, TokenBucket, address_of, transport_peer_name
 from broker.core.session import Message, Session, SessionSnapshot, SubOptions
 from broker.mqtt import codec
 from broker.mqtt.packets import (
@@ -165,7 +165,7 @@ class ClientBase:
         "fire_will",
         "listener",
         "out",
-        "peer",
+        "peer_or_none",
         "protocol",
         "publish_bucket",
         "refusal",
@@ -180,13 +180,14 @@ class ClientBase:
         transport: ClientTransport,
         listener: str = "tcp",
         *,
-        peer: str = "",
+        peer: str | None = "",
         cert_username: str | None = None,
     ) -> None:
         self.broker = broker
         self.transport = transport
         self.listener = listener
-        self.peer = peer
+        # None: the transport's own address, formatted when asked (``peer``)
+        self.peer_or_none = peer
         self.cert_username = cert_username
         self._now = broker.scheduler.time
         self.protocol = ServerProtocol(
@@ -199,7 +200,9 @@ class ClientBase:
         self.publish_bucket = TokenBucket(rate, 2.0 * rate, self._now()) if rate else None
         # set by the broker when this socket is over a per-IP limit: refused at its CONNECT
         self.refusal: Refusal | None = None
-        self.acks = AckOrder()
+        # the client's QoS>0 PUBLISHes' acknowledgements in order: made by its first one (48 B
+        # less per idle connection; a subscriber that never publishes QoS>0 has none)
+        self.acks: AckOrder | None = None
         self.session: Session | None = None
         self.client_id = ""
         self.username: str | None = None
@@ -213,6 +216,13 @@ class ClientBase:
     @property
     def state(self) -> int:
         return self.protocol.state
+
+    @property
+    def peer(self) -> str:
+        """The client's ``host:port`` (logs, admin API); asked of the transport when it was not
+        given, so that an idle connection keeps no string of its own (64 B)."""
+        peer = self.peer_or_none
+        return transport_peer_name(self.transport) if peer is None else peer
 
     @property
     def address(self) -> str:
@@ -315,13 +325,15 @@ class ClientBase:
         if deferred is not None and count is not None and count < len(deferred):
             # a background commit covered the first ``count``; the rest wait for the next one
             self.deferred = deferred[count:]
-            self.acks.qos1_unacked = sum(1 for ack in self.deferred if ack[0] >> 4 == _PUBACK)
+            if self.acks is not None:
+                self.acks.qos1_unacked = sum(1 for ack in self.deferred if ack[0] >> 4 == _PUBACK)
             if count:
                 self.write(b"".join(deferred[:count]))
             return
         self.deferred = None
         if deferred:
-            self.acks.qos1_unacked = 0
+            if self.acks is not None:
+                self.acks.qos1_unacked = 0
             self.write(b"".join(deferred))
 
     def drop_deferred(self) -> None:

@@ -27,7 +27,7 @@ from broker.mqtt.packets import (
     Pubrel,
     ReasonCode,
 )
-from broker.mqtt.protocol import STATE_CLOSED
+from broker.mqtt.protocol import STATE_CLOSED, AckOrder
 
 
 class ClientPublish(ClientConnect):
@@ -82,7 +82,12 @@ class ClientPublish(ClientConnect):
         if (
             qos
             and protocol.protocol_level == MQTT_5
-            and self.acks.unacknowledged(len(session.incoming_qos2)) >= limits.receive_maximum
+            and (
+                self.acks.unacknowledged(len(session.incoming_qos2))
+                if self.acks is not None
+                else len(session.incoming_qos2)
+            )
+            >= limits.receive_maximum
         ):
             # v5 flow control (§4.9): unacknowledged QoS 1 (acks waiting for the group commit or
             # the cluster) and QoS 2 (waiting for PUBREL) publishes beyond our receive maximum
@@ -133,6 +138,8 @@ class ClientPublish(ClientConnect):
     def _send_ordered_ack(self, qos: int, ack: bytes, wait: Completion[bool] | None) -> None:
         """Send an ack now, or behind the acks still held for the cluster (PUBLISH order)."""
         acks = self.acks
+        if acks is None:
+            acks = self.acks = AckOrder()
         if not acks.push(qos, ack, wait):
             return
         if qos == 1:
@@ -145,6 +152,8 @@ class ClientPublish(ClientConnect):
         if self.protocol.state == STATE_CLOSED:
             return
         acks = self.acks
+        if acks is None:
+            return
         ready = acks.release()
         if not ready:
             return

@@ -156,9 +156,12 @@ class ClientPort(Protocol):
     """
 
     client_id: str
-    peer: str
     username: str | None
     transport: ClientTransport
+
+    @property
+    def peer(self) -> str: ...
+
     out: list[bytes] | None
 
     def write(self, data: bytes) -> None: ...
@@ -372,11 +375,12 @@ class BrokerApi(Protocol):
         transport: ClientTransport,
         listener: str = "tcp",
         *,
-        peer: str = "",
+        peer: str | None = "",
         cert_username: str | None = None,
     ) -> ClientHandler | None:
         """A handler for a new client socket of ``listener`` ("tcp", "tls", "websocket", ...);
-        None (and the transport closed) when the broker refuses more sockets."""
+        None (and the transport closed) when the broker refuses more sockets. ``peer`` None: the
+        transport's ``get_extra_info("peername")``, asked when needed."""
 
     # ---------------------------------------------------------------- cluster engine
     def deliver_remote(

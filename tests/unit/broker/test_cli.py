@@ -132,6 +132,8 @@ def test_connect_disconnect_and_auth_failure_are_logged(tmp_path: Path) -> None:
     try:
         port = process.ports["tcp"]
         good = RawClient(port)
+        host, client_port = good.sock.getsockname()[:2]
+        good_peer = f"{host}:{client_port}"
         assert good.connect("dev-1", username="alice", password=b"right").reason_code == 0
         good.send(Disconnect(reason_code=0))
         good.read_until_closed()
@@ -148,6 +150,8 @@ def test_connect_disconnect_and_auth_failure_are_logged(tmp_path: Path) -> None:
         assert [(g["client_id"], g["username"], g["reason"]) for g in gone] == [
             ("dev-1", "alice", "client disconnected")
         ]
+        # the peer is asked of the transport when logged: still the client's own after the close
+        assert connected[0]["peer"] == gone[0]["peer"] == good_peer
         failed = process.events("auth_failed")
         assert len(failed) == 1 and failed[0]["level"] == "warning"
         assert (failed[0]["client_id"], failed[0]["username"]) == ("dev-2", "alice")
