@@ -7,9 +7,12 @@ records (the session table, the topic trie, the delivery plans). The broker runs
 (``ThreadedBroker``, uvloop like ``skipmq``), the clients in a child process (MQTT 3.1.1, clean
 session, keep alive 600 s, one QoS 1 subscription each to a topic of their own), so only the
 broker's allocations are traced. Prints the bytes per connection and the source lines that
-allocated most of them.
+allocated most of them; ``--by-type`` adds the objects themselves: every object the broker's
+garbage collector tracks (and the untracked ones they refer to: strings, ints, floats) counted
+by type, allocating line and size, before and after the clients connected, per connection.
 
     .venv/bin/python bench/idle_memory.py --connections 10000
+    .venv/bin/python bench/idle_memory.py --connections 5000 --by-type
 """
 
 from __future__ import annotations
@@ -78,7 +81,58 @@ def run_clients(port: int, count: int) -> None:
     asyncio.run(main())
 
 
-def measure(count: int, top: int, frames: int = 1, loop: str = "uvloop") -> dict[str, Any]:
+def census() -> dict[tuple[str, str, int], int]:
+    """Objects by (type, allocating line, size in bytes): the garbage collector's objects and the
+    untracked objects they refer to, each once; objects allocated before tracing began are left
+    out (no traceback)."""
+    gc.collect()
+    counts: dict[tuple[str, str, int], int] = {}
+    seen: set[int] = set()
+
+    def visit(obj: object) -> None:
+        if id(obj) in seen:
+            return
+        seen.add(id(obj))
+        traceback = tracemalloc.get_object_traceback(obj)
+        if traceback is None:
+            return
+        frame = traceback[0]
+        key = (type(obj).__name__, f"{Path(frame.filename).name}:{frame.lineno}", sys.getsizeof(obj))
+        counts[key] = counts.get(key, 0) + 1
+
+    for obj in gc.get_objects():
+        visit(obj)
+        for referent in gc.get_referents(obj):
+            if not gc.is_tracked(referent):
+                visit(referent)
+    return counts
+
+
+def by_type(
+    before: dict[tuple[str, str, int], int], after: dict[tuple[str, str, int], int], opened: int
+) -> list[dict[str, Any]]:
+    """What the connections added: per (type, line, size), objects and bytes per connection
+    (rows of at least one object per 10 connections)."""
+    rows = []
+    for (kind, where, size), count in after.items():
+        added = count - before.get((kind, where, size), 0)
+        if added * 10 >= opened:
+            rows.append(
+                {
+                    "type": kind,
+                    "where": where,
+                    "size": size,
+                    "objects_per_connection": added / opened,
+                    "bytes_per_connection": size * added / opened,
+                }
+            )
+    rows.sort(key=lambda row: -row["bytes_per_connection"])
+    return rows
+
+
+def measure(
+    count: int, top: int, frames: int = 1, loop: str = "uvloop", types: bool = False
+) -> dict[str, Any]:
     from broker.adapters.server import ThreadedBroker
     from broker.config import load_config
 
@@ -107,6 +161,7 @@ def measure(count: int, top: int, frames: int = 1, loop: str = "uvloop") -> dict
     broker = ThreadedBroker(config)
     ports = broker.start()
     try:
+        census_before = broker.call(census, timeout_s=600) if types else {}
         gc.collect()
         before = tracemalloc.take_snapshot()
         before_bytes = tracemalloc.get_traced_memory()[0]
@@ -124,6 +179,7 @@ def measure(count: int, top: int, frames: int = 1, loop: str = "uvloop") -> dict
         broker.call(gc.collect)
         after = tracemalloc.take_snapshot()
         after_bytes = tracemalloc.get_traced_memory()[0]
+        census_after = broker.call(census, timeout_s=600) if types else {}
         child.stdin.close()
         child.wait(timeout=60)
     finally:
@@ -145,6 +201,7 @@ def measure(count: int, top: int, frames: int = 1, loop: str = "uvloop") -> dict
         "traced_bytes_after": after_bytes,
         "bytes_per_connection": (after_bytes - before_bytes) / opened,
         "top_lines": lines,
+        "by_type": by_type(census_before, census_after, opened) if types else [],
     }
 
 
@@ -165,6 +222,11 @@ def main(argv: list[str] | None = None) -> int:
         default="uvloop",
         help="the broker's event loop: uvloop (the broker's default where installed) or the standard one",
     )
+    parser.add_argument(
+        "--by-type",
+        action="store_true",
+        help="also count the objects the connections added, by type, allocating line and size",
+    )
     parser.add_argument("--json", default=None, help="write the result here")
     parser.add_argument("--run-clients", nargs=2, type=int, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -175,13 +237,20 @@ def main(argv: list[str] | None = None) -> int:
 
     _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-    result = measure(args.connections, args.top, args.frames, args.loop)
+    result = measure(args.connections, args.top, args.frames, args.loop, args.by_type)
     print(
         f"{result['connections']} idle connections (one subscription each, {result['loop']}): "
         f"{result['bytes_per_connection'] / 1024:.2f} KiB per connection traced by tracemalloc"
     )
     for line in result["top_lines"]:
         print(f"  {line['bytes_per_connection']:8.0f} B  {line['where']}")
+    if result["by_type"]:
+        print("objects the connections added (per connection: objects x size = bytes; type, line):")
+        for row in result["by_type"]:
+            print(
+                f"  {row['objects_per_connection']:5.2f} x {row['size']:5d} B = "
+                f"{row['bytes_per_connection']:6.0f} B  {row['type']:18s} {row['where']}"
+            )
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=1))
     return 0
