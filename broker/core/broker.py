@@ -478,7 +478,7 @@ class Broker:
         stats.queue_depth_max = max(depths, default=0)
         near = limit * QUEUE_NEAR_LIMIT
         stats.sessions_queue_near_limit = sum(1 for depth in depths if depth >= near) if limit > 0 else 0
-        stats.inflight_messages = sum(s.inflight_count() for s in sessions)
+        stats.inflight_messages = sum(len(s.inflight) for s in sessions)
         stats.connections_current = self.registry.connected_count
         stats.packets_sent["PUBLISH"] = sum(stats.messages_sent)
 

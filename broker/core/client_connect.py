@@ -251,7 +251,7 @@ class ClientConnect(ClientBase):
             session_present=session_present,
         )
         broker.router.withhold_unreadable(session)
-        if session.inflight_or_none or session.queue:
+        if session.inflight or session.queue:
             broker.outbound.resume(session)
         else:  # nothing to re-send or send (resume would find no entry and an empty queue)
             session.unsent = None

@@ -204,8 +204,7 @@ class ClientPublish(ClientConnect):
     def handle_puback(self, packet: Puback) -> None:
         session = self.session
         assert session is not None
-        inflight = session.inflight_or_none
-        entry = inflight.get(packet.packet_id) if inflight is not None else None
+        entry = session.inflight.get(packet.packet_id)
         if entry is not None and entry.qos == 1:  # a PUBACK for a QoS 2 message is ignored
             del session.inflight[packet.packet_id]
             self.broker.outbound.complete(session, entry)
@@ -214,8 +213,7 @@ class ClientPublish(ClientConnect):
         session = self.session
         assert session is not None
         packet_id = packet.packet_id
-        inflight = session.inflight_or_none
-        entry = inflight.get(packet_id) if inflight is not None else None
+        entry = session.inflight.get(packet_id)
         if entry is None or entry.qos != 2:
             if self.protocol.protocol_level == MQTT_5:
                 self.send_packet(
@@ -237,8 +235,7 @@ class ClientPublish(ClientConnect):
     def handle_pubcomp(self, packet: Pubcomp) -> None:
         session = self.session
         assert session is not None
-        inflight = session.inflight_or_none
-        entry = inflight.get(packet.packet_id) if inflight is not None else None
+        entry = session.inflight.get(packet.packet_id)
         if entry is not None and entry.qos == 2 and entry.state == STATE_PUBREL_SENT:
             del session.inflight[packet.packet_id]
             self.broker.outbound.complete(session, entry)

@@ -16,7 +16,7 @@ and re-exported here.
 from __future__ import annotations
 
 from collections import deque
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
 from broker.core.messages import (
     STATE_PUBLISH_SENT,
@@ -38,6 +38,23 @@ if TYPE_CHECKING:
 # ``Session.queue_to_fill`` / ``Session.incoming_qos2_to_fill``, which create it on first use.
 NO_ENTRIES: tuple[()] = ()
 NO_PACKET_IDS: frozenset[int] = frozenset()
+
+
+class _NoInflight(dict):
+    """The in-flight dict of a session that has sent no QoS>0 message yet: one shared, empty
+    and read-only instance. Reads are a dict's own (no property on the publish path); a write
+    raises instead of reaching every session (writers go through ``Session.allocate_packet_id``
+    or ``Session.inflight_to_fill``, which put a dict of the session's own in its place)."""
+
+    __slots__ = ()
+
+    def _refuse(self, *_args: object, **_kwargs: object) -> NoReturn:
+        raise TypeError("NO_INFLIGHT is shared and read-only: Session.inflight_to_fill() first")
+
+    __setitem__ = __delitem__ = pop = popitem = clear = update = setdefault = __ior__ = _refuse
+
+
+NO_INFLIGHT: dict[int, OutEntry] = _NoInflight()
 
 # the value types live in broker.core.messages (below the ports); this is their historical path
 __all__ = [
@@ -66,7 +83,7 @@ class Session:
         "expiry_handle",
         "expiry_interval_s",
         "incoming_qos2",
-        "inflight_or_none",
+        "inflight",
         "next_packet_id",
         "out_aliases",
         "overdraft",
@@ -90,9 +107,10 @@ class Session:
         self.subscriptions: dict[str, SubOptions] = {}
         self.connection: ClientPort | None = None  # the client's connection while connected
         self.queue: deque[OutEntry] | tuple[()] = NO_ENTRIES  # QoS>0 messages waiting to be sent
-        # QoS>0 messages sent and not yet acknowledged, by packet id: made on first use
-        # (``inflight``), none while the session has never had one (64 bytes per idle session)
-        self.inflight_or_none: dict[int, OutEntry] | None = None
+        # QoS>0 messages sent and not yet acknowledged, by packet id: NO_INFLIGHT (shared,
+        # read-only) until the first packet id is allocated (``allocate_packet_id``) or an entry
+        # restored (``inflight_to_fill``): 64 bytes less per idle session
+        self.inflight: dict[int, OutEntry] = NO_INFLIGHT
         self.incoming_qos2: set[int] | frozenset[int] = NO_PACKET_IDS
         self.next_packet_id = 1
         self.will: Will | None = None
@@ -117,23 +135,16 @@ class Session:
         # below the limit (``Outbound.allow_merged``, ``Outbound.pump``)
         self.overdraft = 0
 
-    @property
-    def inflight(self) -> dict[int, OutEntry]:
-        """The in-flight messages by packet id, to read or change (created on first use).
-        Readers that must not create it (stats, idle connections) read ``inflight_or_none``."""
-        inflight = self.inflight_or_none
-        if inflight is None:
-            inflight = self.inflight_or_none = {}
+    def inflight_to_fill(self) -> dict[int, OutEntry]:
+        """The in-flight dict, to add to (created on first use)."""
+        inflight = self.inflight
+        if inflight is NO_INFLIGHT:
+            inflight = self.inflight = {}
         return inflight
 
-    def inflight_count(self) -> int:
-        inflight = self.inflight_or_none
-        return 0 if inflight is None else len(inflight)
-
     def clear_inflight(self) -> None:
-        inflight = self.inflight_or_none
-        if inflight is not None:
-            inflight.clear()
+        if self.inflight is not NO_INFLIGHT:
+            self.inflight.clear()
 
     def queue_to_fill(self) -> deque[OutEntry]:
         """The session's queue, to append to (created on the first queued message)."""
@@ -161,10 +172,12 @@ class Session:
         self.incoming_qos2 = set(packet_ids) if packet_ids else NO_PACKET_IDS
 
     def allocate_packet_id(self) -> int:
-        """Next free packet identifier (1..65535) not used by an in-flight message."""
+        """Next free packet identifier (1..65535) not used by an in-flight message. The caller
+        puts the message in ``inflight`` under it: the session's first one makes the dict."""
         packet_id = self.next_packet_id
-        inflight = self.inflight_or_none
-        if inflight is None:
+        inflight = self.inflight
+        if inflight is NO_INFLIGHT:
+            self.inflight = {}
             self.next_packet_id = packet_id + 1 if packet_id < 65535 else 1
             return packet_id
         for _ in range(65536):
@@ -182,8 +195,7 @@ class Session:
 
     def pending_entries(self) -> list[OutEntry]:
         """In-flight entries first (oldest packet first), then queued ones."""
-        inflight = self.inflight_or_none
-        return [*inflight.values(), *self.queue] if inflight else list(self.queue)
+        return [*self.inflight.values(), *self.queue]
 
     def cancel_timers(self) -> None:
         if self.expiry_handle is not None:

@@ -315,7 +315,7 @@ class SessionRegistry:
         self._subscriptions.add_all(session, snapshot.subscriptions)
         for entry in snapshot.pending:
             if entry.packet_id is not None and entry.state != STATE_QUEUED:
-                session.inflight[entry.packet_id] = entry
+                session.inflight_to_fill()[entry.packet_id] = entry
             else:
                 entry.packet_id = None
                 session.queue_to_fill().append(entry)
@@ -411,7 +411,7 @@ class SessionRegistry:
                     queued.state,
                 )
                 if queued.packet_id is not None and queued.state != STATE_QUEUED:
-                    session.inflight[queued.packet_id] = entry
+                    session.inflight_to_fill()[queued.packet_id] = entry
                     session.next_packet_id = queued.packet_id % 65535 + 1
                 else:
                     entry.packet_id = None
@@ -448,5 +448,5 @@ class SessionRegistry:
         return {
             "sessions": len(self.sessions),
             "queued": sum(len(s.queue) for s in sessions),
-            "inflight": sum(s.inflight_count() for s in self.sessions.values()),
+            "inflight": sum(len(s.inflight) for s in self.sessions.values()),
         }

@@ -9,7 +9,10 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable
 
+import pytest
+
 from broker.adapters.server import ThreadedBroker
+from broker.core.session import NO_INFLIGHT
 from broker.mqtt.packets import Pubcomp, Pubrec, Pubrel
 from tests.support.core import RawClient, start_broker
 
@@ -67,27 +70,34 @@ def test_idle_session_has_no_queue_until_a_message_waits(start_broker: Start) ->
 
 
 def test_idle_session_has_no_in_flight_table_until_a_message_is_in_flight(start_broker: Start) -> None:
-    """An idle connected session holds no in-flight dict (its connect, SUBACK and the broker's
-    statistics do not make one); the first QoS 1 delivery makes it, its PUBACK empties it."""
+    """An idle connected session shares the read-only NO_INFLIGHT (its connect, SUBACK and the
+    broker's statistics do not replace it, and it refuses writes); the first QoS 1 delivery gives
+    the session a dict of its own, its PUBACK empties it."""
+    with pytest.raises(TypeError):
+        NO_INFLIGHT[1] = None  # type: ignore[assignment]
+    with pytest.raises(TypeError):
+        NO_INFLIGHT.setdefault(1, None)  # type: ignore[arg-type]
+    assert NO_INFLIGHT == {}
     broker = start_broker()
     port = broker.ports["tcp"]
     sub = RawClient(port)
     sub.connect("idle-inflight")
     sub.subscribe("idle/inflight", 1)
 
-    def table() -> tuple[object, int]:
+    def table() -> tuple[bool, dict[int, object]]:
         session = broker.broker.sessions["idle-inflight"]
         broker.broker.refresh_stats()
-        return session.inflight_or_none, session.inflight_count()
+        return session.inflight is NO_INFLIGHT, dict(session.inflight)
 
-    assert broker.call(table) == (None, 0)
+    assert broker.call(table) == (True, {})
     pub = RawClient(port)
     pub.connect("idle-inflight-pub")
     pub.publish_acked("idle/inflight", b"one", 1, packet_id=1)
     message = sub.expect_publish()
     assert message.payload == b"one"
-    held, count = broker.call(table)
-    assert isinstance(held, dict) and count == 1
+    shared, held = broker.call(table)
+    assert not shared and list(held) == [message.packet_id]
     sub.ack(message)
     sub.expect_nothing(0.2)
-    assert broker.call(table) == ({}, 0)
+    assert broker.call(table) == (False, {})
+    assert NO_INFLIGHT == {}
