@@ -288,7 +288,7 @@ class ReplicationNode:
         for index, snapshot in enumerate(action.snapshots):
             existed = broker.has_session(snapshot.client_id)
             # merged into a session the client made here meanwhile (nothing queued is lost)
-            broker.receive_late_session(_copy.deepcopy(snapshot))
+            broker.receive_late_session(_copy.deepcopy(snapshot), adopted=True)
             self.sim.history_note("adopt", action.key[0], snapshot.client_id)
             positions = action.positions[index] if index < len(action.positions) else ()
             if positions:

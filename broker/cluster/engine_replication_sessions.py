@@ -334,7 +334,7 @@ class ReplicationSessions:
         for index, snapshot in enumerate(action.snapshots):
             existed = broker.has_session(snapshot.client_id)
             # merged into a session the client made here meanwhile (nothing queued is lost)
-            broker.receive_late_session(_copy.deepcopy(snapshot))
+            broker.receive_late_session(_copy.deepcopy(snapshot), adopted=True)
             positions = action.positions[index] if index < len(action.positions) else ()
             if positions and self._claim_from_elsewhere and not existed:
                 # adopted for another broker's claim and handed on at once: the copy's positions go
