@@ -343,9 +343,8 @@ class SessionRegistry:
             self.adopt_entries(session, leftover)
         if adopted and session.expiry_interval_s > 0:
             if session.will is not None:
-                if (
-                    session.will_fire_at is None
-                ):  # connected when its broker was lost: the delay runs from now
+                # connected when its broker was lost: the delay runs from now
+                if session.will_fire_at is None:
                     session.will_fire_at = now + self._will_delay_s(session, session.will)
                 self._durability.set_will(session, session.will, session.will_fire_at)
             self._schedule_restored(session, now)
