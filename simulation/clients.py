@@ -29,6 +29,7 @@ from broker.mqtt.packets import (
     Suback,
     Subscribe,
     Subscription,
+    Will,
 )
 from simulation.checkers import Acked, History, Received
 
@@ -136,6 +137,7 @@ class SimClient:
         self.on_message: Callable[[SimClient, Received], None] | None = None
         self._seq = 0
         self._connack_seen = False  # on the current connection
+        self.will: Will | None = None  # sent with every CONNECT (MQTT 3.1.1: no delay)
 
     # ------------------------------------------------------------------ actions
     def connect(self, broker: SimBroker) -> bool:
@@ -153,7 +155,9 @@ class SimClient:
         self._connack_seen = False
         self._in_flight.clear()
         self.history.trace("connect", self.client_id, broker.peer_id, self.epoch)
-        self._send(Connect(client_id=self.client_id, clean_start=self.clean_start, keep_alive_s=60))
+        self._send(
+            Connect(client_id=self.client_id, clean_start=self.clean_start, keep_alive_s=60, will=self.will)
+        )
         return True
 
     def disconnect(self) -> None:

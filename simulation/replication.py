@@ -287,8 +287,9 @@ class ReplicationNode:
         engine = self.sim.engine
         for index, snapshot in enumerate(action.snapshots):
             existed = broker.has_session(snapshot.client_id)
-            # merged into a session the client made here meanwhile (nothing queued is lost)
-            broker.receive_late_session(_copy.deepcopy(snapshot))
+            # merged into a session the client made here meanwhile (nothing queued is lost); its
+            # will kept unless a CONNECT of the client is adopting it (the client is back)
+            broker.receive_late_session(_copy.deepcopy(snapshot), adopted=not self._claiming)
             self.sim.history_note("adopt", action.key[0], snapshot.client_id)
             positions = action.positions[index] if index < len(action.positions) else ()
             if positions:

@@ -30,6 +30,7 @@ import shutil
 from dataclasses import dataclass, replace
 from typing import Any
 
+from broker.mqtt.packets import Will
 from simulation.checkers import Violation
 from simulation.network import Network, NetworkConfig
 from simulation.process import SimBroker
@@ -339,6 +340,28 @@ def run_replication_seed(seed: int, options: ReplicationOptions, *, workdir: str
         + (" --sessions" if options.sessions else "")
     )
     return result
+
+
+def will_after_disk_loss(seed: int, *, back_at_s: float) -> Result:
+    """The will in the session copy (docs/cluster.md, Replicas): a persistent MQTT 3.1.1 device
+    with a will (QoS 1, no delay: 3.1.1 has none) on broker A, a watcher of the will's topic on C;
+    A crashes with its disk at 6 s (and comes back empty at the end). The device comes back, to B,
+    at ``back_at_s``: after A's holder adopted its session (A down ``FAILOVER_AFTER_S``), the
+    adopter published the will once; before (0.2 s after the loss), the device has its session
+    and no will is published. Either way it gets ``session present`` (``sessions_present``)."""
+    run = ReplicationRun(seed, Scenario(brokers=3, quiet_s=6.0, title="will after a disk loss"), 2)
+    a, b, c = run.peer_ids
+    run.start_brokers()
+    device = run.add_client("dev", a, persistent=True)
+    device.will = Will("will/dev", b"dev-will:0:1", 1, False)
+    device.on_lost = lambda client: None  # it comes back when the script says
+    watcher = run.add_client("watch", c, persistent=True)
+    watcher.on_connack = _subscribe_once("will/#")
+    run.world.at(2.0, run.connect, "watch")
+    run.world.at(2.5, run.connect, "dev")
+    run.world.at(6.0, run.crash_with_disk_loss, a)
+    run.world.at(back_at_s, run.connect, "dev", b)
+    return run.finish(end_s=max(back_at_s, 6.0 + 3 * FAILOVER_AFTER_S) + 6.0)
 
 
 def takeovers(result: Result) -> int:

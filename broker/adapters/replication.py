@@ -69,6 +69,7 @@ _SESSION_WRITES = (
     "drop_oldest",
     "add_incoming_qos2",
     "remove_incoming_qos2",
+    "set_will",  # the will and its delay are in the session copy
 )
 
 

@@ -333,8 +333,10 @@ class ReplicationSessions:
             return
         for index, snapshot in enumerate(action.snapshots):
             existed = broker.has_session(snapshot.client_id)
-            # merged into a session the client made here meanwhile (nothing queued is lost)
-            broker.receive_late_session(_copy.deepcopy(snapshot))
+            # merged into a session the client made here meanwhile (nothing queued is lost); its
+            # will kept (published after its delay) unless a CONNECT of the client is adopting it:
+            # the client is back, which cancels the will (MQTT-3.1.3-9; docs/cluster.md, Replicas)
+            broker.receive_late_session(_copy.deepcopy(snapshot), adopted=not self._claiming)
             positions = action.positions[index] if index < len(action.positions) else ()
             if positions and self._claim_from_elsewhere and not existed:
                 # adopted for another broker's claim and handed on at once: the copy's positions go

@@ -425,12 +425,16 @@ class Broker:
         self.registry.import_(snapshot)
         self.after_batch()
 
-    def receive_late_session(self, snapshot: SessionSnapshot) -> None:
+    def receive_late_session(self, snapshot: SessionSnapshot, *, adopted: bool = False) -> None:
         """A session arrived after the client's CONNECT stopped waiting: queue its messages into the
-        client's current session (or keep it as a stored one) so nothing acknowledged is lost."""
+        client's current session (or keep it as a stored one) so nothing acknowledged is lost.
+
+        ``adopted``: a replica holder adopts the copy of a gone broker's session; kept as a stored
+        one, its will is published after its delay unless the client reconnects first (a client
+        that has a session here already reconnected: no will)."""
         session = self.sessions.get(snapshot.client_id)
         if session is None:
-            self.registry.import_(snapshot)
+            self.registry.import_(snapshot, adopted=adopted)
         else:
             if session.present_at_connect:
                 # its CONNACK said "session present" (a session left here by an earlier CONNECT,

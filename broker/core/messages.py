@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from broker.core.records import PUBLISH_SENT, PUBREL_SENT, QUEUED
-from broker.mqtt.packets import Properties
+from broker.mqtt.packets import Properties, Will
 
 __all__ = [
     "STATE_PUBLISH_SENT",
@@ -105,3 +105,12 @@ class SessionSnapshot:
     pending: list[OutEntry]  # in-flight first (with packet ids and states), then queued
     incoming_qos2: set[int]
     next_packet_id: int = 1
+    # the will and the expiry clock (MQTT 5 §3.1.2.5, §3.1.3.2; MQTT 3.1.1 §3.1.2.5): what a broker
+    # that adopts the session after its home's loss needs to publish the will with its delay
+    # (docs/cluster.md, Replicas). ``will_fire_at``: the wall time a delayed will is due (the client
+    # left, the delay runs); None while the client is connected or when there is no delayed will.
+    # ``disconnected_at``: the wall time the client left (the expiry interval runs from it); None
+    # while it is connected. A hand-over to the client's new broker ignores both (it reconnected).
+    will: Will | None = None
+    will_fire_at: float | None = None
+    disconnected_at: float | None = None

@@ -428,7 +428,7 @@ class BrokerApi(Protocol):
 
     def import_session(self, snapshot: SessionSnapshot) -> None: ...
 
-    def receive_late_session(self, snapshot: SessionSnapshot) -> None:
+    def receive_late_session(self, snapshot: SessionSnapshot, *, adopted: bool = False) -> None:
         """A session handed over after its client's CONNECT stopped waiting: keep its messages."""
 
     def kick(self, client_id: str, reason_code: int) -> bool: ...

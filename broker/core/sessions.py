@@ -24,7 +24,7 @@ from broker.core.session import (
     SessionSnapshot,
     SubOptions,
 )
-from broker.mqtt.packets import MQTT_5, Connect, ReasonCode
+from broker.mqtt.packets import MQTT_5, Connect, ReasonCode, Will
 from broker.mqtt.topics import TopicError, parse_shared
 
 if TYPE_CHECKING:
@@ -190,11 +190,7 @@ class SessionRegistry:
         durability.save_session(session)
         will = session.will
         if will is not None:
-            delay = (
-                int(will.properties.get("will_delay_interval", 0)) if session.protocol_level == MQTT_5 else 0
-            )
-            if session.expiry_interval_s != NEVER_EXPIRES:
-                delay = min(delay, session.expiry_interval_s)
+            delay = self._will_delay_s(session, will)
             if delay <= 0 or (self.shutting_down and not session.persistent):
                 session.will = None
                 durability.set_will(session, None)
@@ -207,6 +203,14 @@ class SessionRegistry:
             session.expiry_handle = self._scheduler.call_later(
                 session.expiry_interval_s, self._expire, session
             )
+
+    @staticmethod
+    def _will_delay_s(session: Session, will: Will) -> int:
+        """The will delay interval (MQTT 5 §3.1.3.2.2; 0 for MQTT 3.1.1), at most the session expiry."""
+        delay = int(will.properties.get("will_delay_interval", 0)) if session.protocol_level == MQTT_5 else 0
+        if session.expiry_interval_s != NEVER_EXPIRES:
+            delay = min(delay, session.expiry_interval_s)
+        return delay
 
     def _fire_delayed_will(self, session: Session) -> None:
         session.will_handle = None
@@ -286,10 +290,19 @@ class SessionRegistry:
             pending=pending,
             incoming_qos2=set(session.incoming_qos2),
             next_packet_id=session.next_packet_id,
+            will=session.will,
+            will_fire_at=session.will_fire_at,
+            disconnected_at=None if session.connection is not None else session.disconnected_at,
         )
 
-    def import_(self, snapshot: SessionSnapshot) -> Session:
-        """Install a (disconnected) session handed over by another broker, replacing any local one."""
+    def import_(self, snapshot: SessionSnapshot, *, adopted: bool = False) -> Session:
+        """Install a (disconnected) session handed over by another broker, replacing any local one.
+
+        ``adopted``: a replica holder adopts the copy of a session whose broker is gone (no client
+        is reconnecting with it): its will is kept and published after its delay, and its expiry
+        runs from when the client left, as after a restart of the session's own broker
+        (``_schedule_restored``). Otherwise the session moves with its reconnecting client: the
+        will goes (MQTT-3.1.3-9) and the expiry waits for the client."""
         existing = self.sessions.get(snapshot.client_id)
         leftover: list[OutEntry] = []
         if existing is not None:
@@ -310,7 +323,12 @@ class SessionRegistry:
         session = Session(snapshot.client_id, snapshot.protocol_level, snapshot.username)
         session.expiry_interval_s = snapshot.expiry_interval_s
         session.next_packet_id = snapshot.next_packet_id
-        session.disconnected_at = self._scheduler.wall_time()
+        now = self._scheduler.wall_time()
+        session.disconnected_at = now
+        if adopted:
+            session.disconnected_at = snapshot.disconnected_at or now
+            session.will = snapshot.will
+            session.will_fire_at = snapshot.will_fire_at if snapshot.will is not None else None
         self.sessions[snapshot.client_id] = session
         self._subscriptions.add_all(session, snapshot.subscriptions)
         for entry in snapshot.pending:
@@ -323,6 +341,14 @@ class SessionRegistry:
         self._durability.make_persistent(session, snapshot.expiry_interval_s > 0)
         if leftover:
             self.adopt_entries(session, leftover)
+        if adopted and session.expiry_interval_s > 0:
+            if session.will is not None:
+                # connected when its broker was lost: the delay runs from now
+                if session.will_fire_at is None:
+                    session.will_fire_at = now + self._will_delay_s(session, session.will)
+                self._durability.set_will(session, session.will, session.will_fire_at)
+            self._schedule_restored(session, now)
+            return session
         if session.expiry_interval_s == 0:  # give the moving client the CONNECT timeout to arrive
             session.expiry_handle = self._scheduler.call_later(self.connect_timeout_s, self._expire, session)
         elif session.expiry_interval_s != NEVER_EXPIRES:

@@ -37,7 +37,7 @@ from broker.cluster.messages import (
 )
 from broker.core.session import Message, OutEntry, SessionSnapshot, SubOptions
 from broker.mqtt import codec
-from broker.mqtt.packets import MQTTProtocolError, PacketType
+from broker.mqtt.packets import MQTTProtocolError, PacketType, Will
 
 # ---------------------------------------------------------------------------- broker messages
 
@@ -341,6 +341,29 @@ def snapshot_to_proto(snapshot: SessionSnapshot, out: Any, where: str = "snapsho
     except (ValueError, TypeError) as exc:
         raise WireError(f"{where}.incoming_qos2: {exc}") from None
     _set(out, "next_packet_id", _check_int(snapshot.next_packet_id, f"{where}.next_packet_id"), where)
+    will = snapshot.will
+    if will is not None:
+        if not isinstance(will, Will):
+            raise WireError(f"{where}.will: expected Will, got {type(will).__name__}")
+        properties = {k: v for k, v in will.properties.items() if k != "will_delay_interval"}
+        delay = _check_int(will.properties.get("will_delay_interval", 0), f"{where}.will.will_delay_interval")
+        message = Message(will.topic, will.payload, will.qos, will.retain, properties)
+        mqtt_message_to_proto(message, out.will, f"{where}.will")
+        _set(out, "will_delay_interval_s", delay, where)
+    if snapshot.will_fire_at is not None:
+        _set(out, "will_fire_at", float(snapshot.will_fire_at), where)
+    if snapshot.disconnected_at is not None:
+        _set(out, "disconnected_at", float(snapshot.disconnected_at), where)
+
+
+def _will_from_proto(src: Any, where: str) -> Will | None:
+    if not src.HasField("will"):
+        return None
+    message = mqtt_message_from_proto(src.will, f"{where}.will")
+    properties = dict(message.properties)
+    if src.will_delay_interval_s:
+        properties["will_delay_interval"] = src.will_delay_interval_s
+    return Will(message.topic, message.payload, message.qos, message.retain, properties)
 
 
 def snapshot_from_proto(src: Any, where: str = "snapshot") -> SessionSnapshot:
@@ -387,6 +410,9 @@ def snapshot_from_proto(src: Any, where: str = "snapshot") -> SessionSnapshot:
         pending=pending,
         incoming_qos2=set(src.incoming_qos2),
         next_packet_id=src.next_packet_id,
+        will=_will_from_proto(src, where),
+        will_fire_at=src.will_fire_at if src.HasField("will_fire_at") else None,
+        disconnected_at=src.disconnected_at if src.HasField("disconnected_at") else None,
     )
 
 

@@ -22,6 +22,7 @@ from simulation.replication_scenario import (
     run_replication_seed,
     sessions_present,
     takeovers,
+    will_after_disk_loss,
 )
 
 # seeds where the victim's log held PUBACKed messages nobody else had (python -m
@@ -211,3 +212,21 @@ def test_the_order_seeds_of_the_sessions_sweep_keep_per_publisher_order(seed: in
         assert takeovers(result) > 0
     else:
         assert any(event[1] == "copy_taken" for event in result.history.events)
+
+
+def test_the_adopter_publishes_the_will_of_a_device_whose_broker_lost_its_disk_once() -> None:
+    """The device comes back long after its session was adopted: its will was published once,
+    after the loss, by one broker, and the device still gets ``session present``."""
+    result = will_after_disk_loss(1, back_at_s=16.0)
+    assert result.ok, result.report(trace_lines=30)
+    wills = [r for r in result.history.received if r.topic == "will/dev"]
+    assert [(r.subscriber, r.publisher) for r in wills] == [("watch", "dev-will")], wills
+    lost_at = next(event[0] for event in result.history.events if event[1] == "crash_disk_loss")
+    assert lost_at < wills[0].at < 16.0
+    assert any(event[1] == "adopt" and event[3] == "dev" for event in result.history.events)
+
+
+def test_no_will_for_a_device_back_before_its_session_was_adopted() -> None:
+    result = will_after_disk_loss(1, back_at_s=6.2)
+    assert result.ok, result.report(trace_lines=30)
+    assert not [r for r in result.history.received if r.topic == "will/dev"]

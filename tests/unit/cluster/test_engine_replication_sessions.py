@@ -47,7 +47,7 @@ class _SessionBroker(_Broker):
     def has_session(self, client_id: str) -> bool:
         return client_id in self.sessions
 
-    def receive_late_session(self, snapshot: SessionSnapshot) -> None:
+    def receive_late_session(self, snapshot: SessionSnapshot, *, adopted: bool = False) -> None:
         self.late.append(snapshot)
         self.sessions[snapshot.client_id] = snapshot
 

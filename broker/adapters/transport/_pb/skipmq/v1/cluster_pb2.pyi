@@ -417,7 +417,7 @@ class OutEntry(_message.Message):
     def __init__(self, message: _Optional[_Union[MqttMessage, _Mapping]] = ..., qos: _Optional[int] = ..., retain: _Optional[bool] = ..., subscription_identifiers: _Optional[_Iterable[int]] = ..., seq: _Optional[int] = ..., packet_id: _Optional[int] = ..., state: _Optional[int] = ..., share_key: _Optional[_Union[ShareKey, _Mapping]] = ...) -> None: ...
 
 class SessionSnapshot(_message.Message):
-    __slots__ = ("client_id", "protocol_level", "expiry_interval_s", "username", "subscriptions", "pending", "incoming_qos2", "next_packet_id")
+    __slots__ = ("client_id", "protocol_level", "expiry_interval_s", "username", "subscriptions", "pending", "incoming_qos2", "next_packet_id", "will", "will_delay_interval_s", "will_fire_at", "disconnected_at")
     CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
     PROTOCOL_LEVEL_FIELD_NUMBER: _ClassVar[int]
     EXPIRY_INTERVAL_S_FIELD_NUMBER: _ClassVar[int]
@@ -426,6 +426,10 @@ class SessionSnapshot(_message.Message):
     PENDING_FIELD_NUMBER: _ClassVar[int]
     INCOMING_QOS2_FIELD_NUMBER: _ClassVar[int]
     NEXT_PACKET_ID_FIELD_NUMBER: _ClassVar[int]
+    WILL_FIELD_NUMBER: _ClassVar[int]
+    WILL_DELAY_INTERVAL_S_FIELD_NUMBER: _ClassVar[int]
+    WILL_FIRE_AT_FIELD_NUMBER: _ClassVar[int]
+    DISCONNECTED_AT_FIELD_NUMBER: _ClassVar[int]
     client_id: str
     protocol_level: int
     expiry_interval_s: int
@@ -434,7 +438,11 @@ class SessionSnapshot(_message.Message):
     pending: _containers.RepeatedCompositeFieldContainer[OutEntry]
     incoming_qos2: _containers.RepeatedScalarFieldContainer[int]
     next_packet_id: int
-    def __init__(self, client_id: _Optional[str] = ..., protocol_level: _Optional[int] = ..., expiry_interval_s: _Optional[int] = ..., username: _Optional[str] = ..., subscriptions: _Optional[_Iterable[_Union[SubOptions, _Mapping]]] = ..., pending: _Optional[_Iterable[_Union[OutEntry, _Mapping]]] = ..., incoming_qos2: _Optional[_Iterable[int]] = ..., next_packet_id: _Optional[int] = ...) -> None: ...
+    will: MqttMessage
+    will_delay_interval_s: int
+    will_fire_at: float
+    disconnected_at: float
+    def __init__(self, client_id: _Optional[str] = ..., protocol_level: _Optional[int] = ..., expiry_interval_s: _Optional[int] = ..., username: _Optional[str] = ..., subscriptions: _Optional[_Iterable[_Union[SubOptions, _Mapping]]] = ..., pending: _Optional[_Iterable[_Union[OutEntry, _Mapping]]] = ..., incoming_qos2: _Optional[_Iterable[int]] = ..., next_packet_id: _Optional[int] = ..., will: _Optional[_Union[MqttMessage, _Mapping]] = ..., will_delay_interval_s: _Optional[int] = ..., will_fire_at: _Optional[float] = ..., disconnected_at: _Optional[float] = ...) -> None: ...
 
 class ClaimReply(_message.Message):
     __slots__ = ("claim_id", "client_id", "had_client", "snapshot", "positions", "refused")
