@@ -1,7 +1,7 @@
 """The ``skipmq`` command (also ``python -m broker``): run the broker, or manage password files.
 
 ``skipmq [run] [options]`` runs a broker; every option is a configuration override (dotted keys
-as documented in docs/configuration.md). ``skipmq passwd ...`` is ``broker.passwd.main``,
+as documented in docs/configuration.md). ``skipmq passwd ...`` is ``broker.auth.passwd.main``,
 ``skipmq ctl ...`` is ``broker.ctl.main`` (the admin API from the shell).
 A bad configuration exits with status 2 and the ConfigError message on stderr; a broker that
 cannot start (a port in use, an unusable data directory, a bad certificate) exits with status 1
@@ -203,7 +203,7 @@ def run(argv: list[str]) -> int:
 def main(argv: list[str] | None = None) -> int:
     arguments = list(sys.argv[1:] if argv is None else argv)
     if arguments and arguments[0] == "passwd":
-        from broker.passwd import main as passwd_main
+        from broker.auth.passwd import main as passwd_main
 
         return passwd_main(arguments[1:])
     if arguments and arguments[0] == "pull":

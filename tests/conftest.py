@@ -1,6 +1,6 @@
 """Suite-wide: the order in which test files run, longest first (docs/testing.md).
 
-scripts/test.sh runs the suite in two pytest-xdist workers with ``--dist loadfile``: each file is
+scripts/test.sh runs the suite in three pytest-xdist workers with ``--dist loadfile``: each file is
 one unit of work, handed to whichever worker runs low, in collection order (``--no-loadscope-reorder``:
 xdist's own order, most tests first, put the long one-test files such as the pipeline's quick start
 at the end, where one worker ran them while the other was idle). Here the files are ordered by

@@ -167,7 +167,7 @@ class Authenticator:
     """Decides CONNECT: anonymous access, or user name + password checked against the users.
 
     The users are the password file's, overridden by the dynamic users of the admin API
-    (``set_dynamic_user``; ``broker.dynamic_auth``): a dynamic user replaces the file's entry of
+    (``set_dynamic_user``; ``broker.auth.dynamic_auth``): a dynamic user replaces the file's entry of
     that name, a removed one hides it.
 
     - no user name: SUCCESS if ``allow_anonymous`` else NOT_AUTHORIZED;

@@ -31,7 +31,7 @@ topic read $SYS/#
 
 def _passwd(*args: str) -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "broker.passwd", *args],
+        [sys.executable, "-m", "broker.auth.passwd", *args],
         cwd=REPO_ROOT,
         capture_output=True,
         text=True,

@@ -1,4 +1,4 @@
-"""Applies the dynamic users and ACL (``broker.dynamic_auth``) on this broker, and writes them.
+"""Applies the dynamic users and ACL (``broker.auth.dynamic_auth``) on this broker, and writes them.
 
 Every broker runs one (whether or not it serves the admin API): at start it reads the records in
 its retained store (restored from its SQLite store, or copied from the cluster when it joins),
@@ -20,9 +20,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from broker.auth.acl import Acl, AclRule
-from broker.auth.users import Authenticator
-from broker.core.session import Message
-from broker.dynamic_auth import (
+from broker.auth.dynamic_auth import (
     AUTH_PREFIX,
     AclRecord,
     RecordError,
@@ -34,6 +32,8 @@ from broker.dynamic_auth import (
     user_payload,
     user_topic,
 )
+from broker.auth.users import Authenticator
+from broker.core.session import Message
 
 if TYPE_CHECKING:
     from broker.core.broker import Broker

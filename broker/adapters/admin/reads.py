@@ -2,7 +2,7 @@
 cluster (``AdminApi.gather`` / ``paged``) unless ``scope=local`` asks for this broker's part only.
 
 Users and ACL are answered from this broker's copy of the dynamic records, which the cluster
-replicates to every broker (``broker.dynamic_auth``), composed with this broker's files.
+replicates to every broker (``broker.auth.dynamic_auth``), composed with this broker's files.
 """
 
 from __future__ import annotations

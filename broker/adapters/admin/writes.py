@@ -3,7 +3,7 @@ retained message, and change the dynamic users and ACL.
 
 A disconnect is asked of every broker (the client's session lives on one); users, ACL and retained
 deletions are written once, on the asked broker, as retained messages the cluster replicates to
-every broker (``broker.dynamic_auth``, docs/cluster.md "Retained messages").
+every broker (``broker.auth.dynamic_auth``, docs/cluster.md "Retained messages").
 """
 
 from __future__ import annotations
@@ -18,16 +18,16 @@ from aiohttp import web
 from broker.adapters.admin.reads import not_here
 from broker.adapters.admin.responses import ApiError, json_response
 from broker.auth.acl import Acl
-from broker.auth.files import AuthFileError
-from broker.auth.password_hashes import hash_password
-from broker.core.reserved import is_reserved_topic
-from broker.dynamic_auth import (
+from broker.auth.dynamic_auth import (
     RecordError,
     SectionKey,
     check_admin_username,
     parse_password_file_text,
     parse_rules,
 )
+from broker.auth.files import AuthFileError
+from broker.auth.password_hashes import hash_password
+from broker.core.reserved import is_reserved_topic
 from broker.mqtt.topics import TopicError, validate_topic_name
 
 if TYPE_CHECKING:

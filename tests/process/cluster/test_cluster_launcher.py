@@ -1,6 +1,6 @@
 """The local-cluster launcher (tools/launcher.py): ports, processes, stop/kill/restart.
 
-Real broker processes started with clustering flags; the last test checks the GET /cluster
+Real broker processes started with clustering flags; the first test also checks the GET /cluster
 contract of docs/cluster.md (peer id "127.0.0.1:<cluster_port>", joined, connected peers).
 """
 
@@ -16,7 +16,11 @@ from tests.support.cluster import ClusterClient, unique_id, wait_until
 from tools.launcher import LocalCluster, main, parse_settings, start_cluster
 
 
-def test_brokers_start_with_distinct_ports_and_join_through_the_earlier_ones(tmp_path: Path) -> None:
+def test_brokers_start_with_distinct_ports_join_through_the_earlier_ones_and_say_so_on_cluster(
+    tmp_path: Path,
+) -> None:
+    """One 3-broker cluster for the launcher's ports, processes and logs, then the GET /cluster
+    contract (the two were a cluster each)."""
     cluster = start_cluster(3, data_root=str(tmp_path))
     try:
         ports = [p for b in cluster.brokers for p in (b.mqtt_port, b.http_port, b.cluster_port)]
@@ -39,6 +43,22 @@ def test_brokers_start_with_distinct_ports_and_join_through_the_earlier_ones(tmp
             listening = [r for r in broker.log_records() if r.get("event") == "listening"]
             assert listening and listening[0]["tcp"] == broker.mqtt_port
             assert listening[0]["http"] == broker.http_port
+        # GET /cluster (docs/cluster.md): peer id "127.0.0.1:<cluster_port>", joined, connected peers
+        cluster.wait_ready(30)
+        peer_ids = {b.peer_id for b in cluster.brokers}
+        for index, broker in enumerate(cluster.brokers):
+            state = cluster.cluster_state(index)
+            assert state["peer_id"] == broker.peer_id
+            assert state["joined"] is True
+            # every broker ends up linked to at least one other (bounded wait: links form async)
+            others = peer_ids - {broker.peer_id}
+
+            def linked(i: int = index, others: set[str] = others) -> bool:
+                return bool(set(cluster.cluster_state(i)["connected_peers"]) & others)
+
+            wait_until(linked, 10, what=f"broker {index} connected to another broker")
+            state = cluster.cluster_state(index)
+            assert set(state["connected_peers"]) <= others
     finally:
         cluster.close()
     assert all(not b.alive() for b in cluster.brokers)
@@ -106,28 +126,6 @@ def test_a_broker_that_cannot_start_is_reported_with_its_log(tmp_path: Path) -> 
     with pytest.raises(RuntimeError, match=r"exited with status 2[\s\S]*table_size"):
         cluster.start()
     assert cluster.live_indexes() == []
-
-
-def test_cluster_endpoint_reports_peer_ids_and_neighbours(tmp_path: Path) -> None:
-    cluster = start_cluster(3, data_root=str(tmp_path))
-    try:
-        cluster.wait_ready(30)
-        peer_ids = {b.peer_id for b in cluster.brokers}
-        for index, broker in enumerate(cluster.brokers):
-            state = cluster.cluster_state(index)
-            assert state["peer_id"] == broker.peer_id
-            assert state["joined"] is True
-            # every broker ends up linked to at least one other (bounded wait: links form async)
-            others = peer_ids - {broker.peer_id}
-
-            def linked(i: int = index, others: set[str] = others) -> bool:
-                return bool(set(cluster.cluster_state(i)["connected_peers"]) & others)
-
-            wait_until(linked, 10, what=f"broker {index} connected to another broker")
-            state = cluster.cluster_state(index)
-            assert set(state["connected_peers"]) <= others
-    finally:
-        cluster.close()
 
 
 def test_a_port_taken_after_it_was_picked_is_replaced(

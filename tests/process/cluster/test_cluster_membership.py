@@ -25,6 +25,7 @@ from tests.support.cluster import (
     wait_peer_gone,
     wait_until,
 )
+from tools.launcher import LocalCluster
 
 DELIVERY_S = 30.0
 
@@ -100,9 +101,9 @@ def test_join_and_graceful_leave_under_traffic(
 
 @pytest.mark.slow
 def test_kill_9_of_the_publishers_broker_loses_nothing_acknowledged(
-    cluster_factory: ClusterFactory, client_factory: ClientFactory
+    cluster3: LocalCluster, client_factory: ClientFactory
 ) -> None:
-    cluster = cluster_factory(3)
+    cluster = cluster3  # ends with all three brokers up again (broker 0 restarted)
     topic = f"{unique_id('k9')}/stream"
     subscriber = client_factory(cluster, 2)
     subscriber.subscribe(topic, 1)
@@ -170,12 +171,13 @@ def test_acks_are_not_delayed_after_a_subscriber_broker_leaves(
 
 @pytest.mark.slow
 def test_puback_means_stored_at_the_subscribers_broker(
-    cluster_factory: ClusterFactory, client_factory: ClientFactory
+    cluster3: LocalCluster, client_factory: ClientFactory
 ) -> None:
     """docs/cluster.md: a QoS 1 PUBACK is sent after the message is stored at every subscriber's
     broker. Kill -9 both the publisher's and the subscriber's broker right after the last PUBACK,
-    restart the subscriber's broker from its data directory: the offline session has them all."""
-    cluster = cluster_factory(3)
+    restart the subscriber's broker from its data directory: the offline session has them all.
+    On the module's cluster after the kill -9 test (the last to use it: it leaves broker 2 dead)."""
+    cluster = cluster3
     topic = f"{unique_id('dur')}/stored"
     client_id = unique_id("offline")
     sub = client_factory(cluster, 1, client_id=client_id, clean=False, session_expiry_s=600)

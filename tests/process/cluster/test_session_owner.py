@@ -38,7 +38,7 @@ NOT_AUTHORIZED = 0x87
 
 def _passwd(*args: str) -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "broker.passwd", *args],
+        [sys.executable, "-m", "broker.auth.passwd", *args],
         cwd=REPO_ROOT,
         capture_output=True,
         text=True,

@@ -1,4 +1,4 @@
-"""Authentication and ACL (SkipMQ only): password file made with `python -m broker.passwd -b`,
+"""Authentication and ACL (SkipMQ only): password file made with `python -m broker.auth.passwd -b`,
 anonymous off, mosquitto-style acl_file.
 
 Follows MQTT 3.1.1 §3.1.3.4-5 + §3.2.2.3 (CONNACK 4 bad user name or password / 5 not authorized)
@@ -43,14 +43,14 @@ pattern readwrite clients/%c/#
 
 def _passwd(*args: str) -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "broker.passwd", *args],
+        [sys.executable, "-m", "broker.auth.passwd", *args],
         cwd=REPO_ROOT,
         capture_output=True,
         text=True,
         timeout=30,
         check=False,
     )
-    assert result.returncode == 0, f"broker.passwd {args} failed: {result.stderr}"
+    assert result.returncode == 0, f"broker.auth.passwd {args} failed: {result.stderr}"
 
 
 @pytest.fixture(scope="module")

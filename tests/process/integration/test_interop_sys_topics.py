@@ -126,14 +126,14 @@ topic read $SYS/#
 
 def _passwd(*args: str) -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "broker.passwd", *args],
+        [sys.executable, "-m", "broker.auth.passwd", *args],
         cwd=REPO_ROOT,
         capture_output=True,
         text=True,
         timeout=30,
         check=False,
     )
-    assert result.returncode == 0, f"broker.passwd {args} failed: {result.stderr}"
+    assert result.returncode == 0, f"broker.auth.passwd {args} failed: {result.stderr}"
 
 
 @pytest.fixture

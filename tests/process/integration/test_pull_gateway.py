@@ -268,7 +268,7 @@ topic read public/#
 def test_auth_and_acl_refusals(broker_factory: Factory, tmp_path: Path) -> None:
     passwd = tmp_path / "passwd"
     subprocess.run(
-        [sys.executable, "-m", "broker.passwd", "-c", "-b", "alice-pw", str(passwd), "alice"],
+        [sys.executable, "-m", "broker.auth.passwd", "-c", "-b", "alice-pw", str(passwd), "alice"],
         check=True,
         timeout=60,
     )
@@ -326,7 +326,7 @@ def test_a_bad_credentials_flood_on_a_client_id_does_not_slow_its_device(
     count against their source address (pull.failures_per_s)."""
     passwd = tmp_path / "passwd"
     subprocess.run(
-        [sys.executable, "-m", "broker.passwd", "-c", "-b", "alice-pw", str(passwd), "alice"],
+        [sys.executable, "-m", "broker.auth.passwd", "-c", "-b", "alice-pw", str(passwd), "alice"],
         check=True,
         timeout=60,
     )

@@ -18,11 +18,7 @@ from broker.adapters.admin.responses import ApiError
 from broker.adapters.admin.routes import ROUTES
 from broker.adapters.admin.traces import PacketFramer
 from broker.auth.acl import Acl, parse_acl_rule
-from broker.auth.password_hashes import hash_password
-from broker.auth.users import Authenticator
-from broker.certs import main as certs_main
-from broker.core.reserved import is_reserved_filter, is_reserved_topic
-from broker.dynamic_auth import (
+from broker.auth.dynamic_auth import (
     AclRecord,
     RecordError,
     UserRecord,
@@ -31,6 +27,10 @@ from broker.dynamic_auth import (
     user_payload,
     user_topic,
 )
+from broker.auth.password_hashes import hash_password
+from broker.auth.users import Authenticator
+from broker.certs import main as certs_main
+from broker.core.reserved import is_reserved_filter, is_reserved_topic
 from broker.mqtt.packets import ReasonCode
 from tools.mqtt_raw import connect_packet, publish_packet
 

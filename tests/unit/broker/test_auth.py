@@ -1,5 +1,5 @@
 """Tests for broker/auth/ (hashes, password file, Authenticator, ACL) and the passwd CLI
-(broker/passwd.py, run as a real subprocess). Reason codes per MQTT 5.0 §3.2.2.2."""
+(broker/auth/passwd.py, run as a real subprocess). Reason codes per MQTT 5.0 §3.2.2.2."""
 
 from __future__ import annotations
 
@@ -245,7 +245,7 @@ def test_authenticator_refuses_to_start_with_broken_file(tmp_path: Path) -> None
 
 def run_passwd(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [PYTHON, "-m", "broker.passwd", *args],
+        [PYTHON, "-m", "broker.auth.passwd", *args],
         cwd=REPO_ROOT,
         input=stdin,
         capture_output=True,
