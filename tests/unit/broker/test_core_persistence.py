@@ -23,6 +23,7 @@ from broker.adapters.server import ThreadedBroker
 from broker.mqtt.codec import encode, encode_publish
 from broker.mqtt.packets import Connect, Pingreq, Pingresp, Puback, Publish, Will
 from tests.support.core import MQTT_5, RawClient, start_broker
+from tools.start_wait import start_timeout_s
 
 __all__ = ["start_broker"]
 Start = Callable[..., ThreadedBroker]
@@ -42,9 +43,10 @@ class BrokerProcess:
             command, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
         )
         threading.Thread(target=self._read, daemon=True).start()
-        if not self.listening.wait(15):
+        waited_s = start_timeout_s()  # readiness, bounded by the machine's load (tools/start_wait.py)
+        if not self.listening.wait(waited_s):
             self.kill()
-            raise AssertionError("broker did not start:\n" + "\n".join(self.lines[-20:]))
+            raise AssertionError(f"broker did not start within {waited_s} s:\n" + "\n".join(self.lines[-20:]))
 
     def _read(self) -> None:
         assert self.proc.stderr is not None
