@@ -160,6 +160,8 @@ class ClientPort(Protocol):
     username: str | None
     transport: ClientTransport
     out: list[bytes] | None
+    # output held for the next group commit (acknowledgements, new QoS 2 PUBLISHes; None: none)
+    deferred: list[bytes] | None
 
     def write(self, data: bytes) -> None: ...
 
