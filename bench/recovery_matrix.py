@@ -88,7 +88,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--subscriber", choices=SUBSCRIBERS, default="mosquitto",
         help="mosquitto: mosquitto_sub (drains 2,000 QoS 2 msg/s on 2 cores; a move cell takes"
         " paho-process, as mosquitto_sub cannot change broker); paho-process: paho in a process of its"
-        " own; paho: a paho client in the bench's process beside the publisher (default mosquitto)",
+        " own; paho: a paho client in the bench's process beside the publisher; auto: paho-process at"
+        " QoS 2 (libmosquitto 2.0.11 mishandles a QoS 2 PUBLISH sent again after a kill of its broker),"
+        " mosquitto at QoS 1. Default mosquitto: paho-process did not keep up with the QoS 2 control"
+        " at load 20-23 (docs/notes/recovery.md, 2026-11-29 qos2out)",
     )  # fmt: skip
     parser.add_argument("--repeat", type=int, default=1, help="rounds of the whole matrix (interleaved)")
     parser.add_argument("--out", default="", help="write the JSON summary here")

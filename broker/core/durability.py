@@ -15,6 +15,10 @@ it returned - only the ones held when it started (a connection's later ones wait
 commit, in order). One COMMIT is in flight at a time; what arrives meanwhile forms the next group.
 A failed background COMMIT is retried once on the loop after the rewrite from memory, as above.
 
+A new QoS 2 PUBLISH to a persistent session is held the same way until the commit that records
+its packet id (:meth:`Durability.write_after_commit`, MQTT-4.3.3: a crash must not let it go out
+again under another packet id).
+
 A commit that nothing waits for and that carries only the deletions of acknowledged deliveries
 and the packet ids of QoS 1 deliveries (``ack``, ``set_inflight`` at QoS 1) is put off by
 ``lazy_commit_s`` (a broker without a cluster or federation: 5 ms) and usually rides with the next
@@ -376,6 +380,21 @@ class Durability:
             self._urgent = True
         if entry.seq is not None and session.persistent and self.store is not None:
             self.store.set_inflight(session.client_id, entry.seq, entry.packet_id, entry.state)
+
+    def write_after_commit(self, conn: ClientPort, data: bytes) -> None:
+        """Send ``data`` (a new QoS 2 PUBLISH, broker.core.outbound) once the commit that carries
+        its ``set_inflight`` has returned: held with the connection's acknowledgements, in order,
+        and released with them (``flush_deferred``; a failed commit closes the connection and the
+        client gets the message again, DUP=1, when it resumes the session)."""
+        deferred = conn.deferred
+        if deferred is not None:
+            deferred.append(data)
+        elif self.pending():
+            conn.deferred = [data]
+        else:
+            conn.write(data)
+            return
+        self.defer_until_commit(conn)
 
     def ack(self, session: Session, entry: OutEntry) -> None:
         """The entry is complete (or dropped): delete it from the store."""

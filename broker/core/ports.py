@@ -163,6 +163,8 @@ class ClientPort(Protocol):
     def peer(self) -> str: ...
 
     out: list[bytes] | None
+    # output held for the next group commit (acknowledgements, new QoS 2 PUBLISHes; None: none)
+    deferred: list[bytes] | None
 
     def write(self, data: bytes) -> None: ...
 

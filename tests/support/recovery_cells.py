@@ -66,13 +66,18 @@ INFLIGHT_DEFAULT = 20
 SENDER_BATCH = 256
 
 
-SUBSCRIBERS = ("mosquitto", "paho-process", "paho")
+SUBSCRIBERS = ("auto", "mosquitto", "paho-process", "paho")
 
 
-def subscriber_kind(wanted: str, steps: list[str]) -> str:
-    """The subscriber client a cell uses: ``wanted``, except that mosquitto_sub cannot move."""
+def subscriber_kind(wanted: str, steps: list[str], qos: int = 1) -> str:
+    """The subscriber client a cell uses: ``wanted``, except that mosquitto_sub cannot move;
+    ``auto``: paho in a process of its own at QoS 2 (libmosquitto 2.0.11 mishandles a QoS 2
+    PUBLISH sent again after a kill of its broker, docs/cluster.md "Known limits"), mosquitto_sub
+    at QoS 1."""
     if wanted not in SUBSCRIBERS:
         raise ValueError(f"unknown subscriber {wanted!r}; one of {', '.join(SUBSCRIBERS)}")
+    if wanted == "auto":
+        wanted = "paho-process" if qos == 2 else "mosquitto"
     return "paho-process" if wanted == "mosquitto" and "move" in steps else wanted
 
 
@@ -238,7 +243,7 @@ def run_cell(
         try:
             topic = f"{unique_id(f'rm-{steps[0]}-q{qos}')}/stream"
             sub: Any
-            kind = subscriber_kind(params.subscriber, steps)
+            kind = subscriber_kind(params.subscriber, steps, qos)
             if kind == "mosquitto":
                 sub = MosquittoSubscriber(cluster, B, client_id=unique_id("rm-sub"), topic=topic, qos=qos,
                                           session_expiry_s=SESSION_EXPIRY_S)  # fmt: skip
