@@ -48,10 +48,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("skipmq.cluster")
 
-# a set-aside session's queue may exceed its limit by the cluster's backlog, at most this many times
-# the limit (``EngineReceiving._exempt_catch_up``)
-EXEMPT_LIMITS = 4
-
 
 class EngineReceiving(TakeoverGlue):
     """See the module docstring."""
@@ -208,15 +204,13 @@ class EngineReceiving(TakeoverGlue):
         self._set_aside.setdefault(key, set()).update(slow)
         self.stats.catch_up_sessions_set_aside += len(slow)
         for client_id in slow:
-            exempt = self._exempt_catch_up(broker, client_id, least)
             log.warning(
                 "cluster_catch_up_session_set_aside client_id=%s origin=%s stream=%s behind=%d "
-                "exempt=%d reason=slower_than_stream (its queue policy applies until it has drained)",
+                "reason=slower_than_stream (its queue policy applies until it has drained)",
                 client_id,
                 key[0],
                 key[1],
                 behind,
-                exempt,
             )
         return len(slow)
 
@@ -236,26 +230,6 @@ class EngineReceiving(TakeoverGlue):
             client_id not in slow and client_id not in set_aside and broker.client_connected(client_id)
             for client_id in self.interest.clients_of(key[1])
         )
-
-    @staticmethod
-    def _exempt_catch_up(broker: BrokerApi, client_id: str, least: int) -> int:
-        """A session set aside takes the rest of the catch-up unpaced. Its queue limit applies to
-        what it fell behind the live stream, not to the cluster's own backlog (#30's rule): that
-        is the least backlog the catch-up had left in the senders' logs (``least``) plus the part
-        of the queue the pacing filled (at most half the limit), and the queue may exceed its limit
-        by that much (``BrokerApi.allow_backlog``), at most by ``EXEMPT_LIMITS`` times the limit
-        (memory: the senders' logs no longer hold it), until it has drained below the limit.
-        Before, the whole backlog counted: a moved subscriber draining slower than the live stream
-        for a few seconds lost 279-1,343 of 5,000 (test_disk_loss.py with 5 brokers,
-        docs/notes/replication.md). How many are exempt."""
-        depth = broker.queue_depth(client_id)
-        if depth is None:
-            return 0
-        queued, limit = depth
-        exempt = min(EXEMPT_LIMITS * limit, least + min(queued, limit // 2))
-        # ``allow_backlog(n)``: n more are about to be queued, the queue may hold them all
-        broker.allow_backlog(client_id, limit - queued + exempt)
-        return exempt
 
     def _catch_up_stalled(self, key: tuple[str, str], behind: int) -> int:
         """The catch-up of ``key`` has not shrunk for the stall (``StreamReceiver.stall_s``): the
@@ -279,17 +253,14 @@ class EngineReceiving(TakeoverGlue):
             return 0
         self._set_aside.setdefault(key, set()).update(holding)
         self.stats.catch_up_sessions_set_aside += len(holding)
-        least = min(behind, self._least_behind_at_close.get(key, behind))
         for client_id in sorted(holding):
-            exempt = self._exempt_catch_up(broker, client_id, least)
             log.warning(
                 "cluster_catch_up_session_set_aside client_id=%s origin=%s stream=%s behind=%d "
-                "exempt=%d reason=stalled connected=%s (its queue policy applies until it has drained)",
+                "reason=stalled connected=%s (its queue policy applies until it has drained)",
                 client_id,
                 key[0],
                 key[1],
                 behind,
-                exempt,
                 broker.client_connected(client_id),
             )
         return len(holding)
