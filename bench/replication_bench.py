@@ -44,6 +44,9 @@ restarts reads it back (``load_sessions``). Per size: bytes on the wire, wall mi
 milliseconds per step (median of ``--copy-rounds``).
 
     .venv/bin/python bench/replication_bench.py --session-copy 1000,10000 --json /tmp/copies.json
+
+Size: two measurements of one subject (what a copy costs), one command and one report format;
+the session copy part is ~100 lines beside the cluster runs.
 """
 
 from __future__ import annotations
