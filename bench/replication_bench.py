@@ -33,6 +33,20 @@ defaults (mutual TLS on the cluster links, persistence on).
     .venv/bin/python bench/replication_bench.py --help
     .venv/bin/python bench/replication_bench.py --rounds 5 --json /tmp/replication.json \\
         --png /tmp/replication.png
+
+``--session-copy 1000,10000`` measures instead what one copy of a persistent session with that many
+queued QoS 1 messages costs (a session copy is the whole state, its queue included:
+``engine_replication_sessions.SESSION_COPY_MESSAGES_PER_S`` spaces the copies by it), in one
+process, with the components a broker uses: the home encodes the ``SessionReplica`` record (the
+cluster wire codec), the holder decodes it and writes it to its SQLite store in a commit
+(``SqliteReplicaStore``, WAL, ``synchronous=normal`` as the broker's default), and an adopter that
+restarts reads it back (``load_sessions``). Per size: bytes on the wire, wall milliseconds and CPU
+milliseconds per step (median of ``--copy-rounds``).
+
+    .venv/bin/python bench/replication_bench.py --session-copy 1000,10000 --json /tmp/copies.json
+
+Size: two measurements of one subject (what a copy costs), one command and one report format;
+the session copy part is ~100 lines beside the cluster runs.
 """
 
 from __future__ import annotations
@@ -444,6 +458,100 @@ def plot(results: dict[str, Any], path: str) -> None:
     figure.savefig(path, dpi=80)
 
 
+def _copy_once(record: Any, held: Any, store: Any) -> dict[str, tuple[float, float]]:
+    """One copy of ``record``: encoded by the home, decoded and committed by the holder, loaded
+    back by a restarted adopter; (wall ms, CPU ms) per step."""
+    from broker.adapters.transport.wire import pb
+    from broker.adapters.transport.wire_replication import replica_from_proto, replica_to_proto
+
+    times: dict[str, tuple[float, float]] = {}
+    wall, cpu = time.perf_counter(), time.process_time()
+
+    def lap(name: str) -> None:
+        nonlocal wall, cpu
+        now_wall, now_cpu = time.perf_counter(), time.process_time()
+        times[name] = ((now_wall - wall) * 1e3, (now_cpu - cpu) * 1e3)
+        wall, cpu = time.perf_counter(), time.process_time()
+
+    message = pb.Replica()
+    replica_to_proto(record, message)
+    data = message.SerializeToString()
+    lap("encode")
+    received = pb.Replica()
+    received.ParseFromString(data)
+    got = replica_from_proto(received)
+    lap("decode")
+    held.persist_session(("10.0.0.9:7883", "inc-home"), got.client_id, got.snapshot, got.positions)
+    store.commit()
+    lap("persist")
+    loaded = held.load_sessions()
+    lap("load")
+    assert len(loaded[0][1].pending) == len(record.snapshot.pending)
+    times["bytes"] = (float(len(data)), 0.0)
+    return times
+
+
+def session_copy(sizes: list[int], rounds: int) -> dict[str, Any]:
+    """What one session copy costs per queue size (see the module docstring)."""
+    import tempfile
+
+    from broker.adapters.replication_store import SqliteReplicaStore
+    from broker.adapters.sqlite_store import Store
+    from broker.cluster.messages import StreamPosition
+    from broker.cluster.replication_messages import SessionReplica
+    from broker.core.messages import Message, OutEntry, SessionSnapshot, SubOptions
+
+    out: dict[str, Any] = {"machine": _machine(), "sizes": {}}
+    topic = "plant/line-7/press-12/telemetry"
+    for size in sizes:
+        payloads = [b"%08d" % n + b"x" * 56 for n in range(size)]
+        pending = [
+            OutEntry(Message(topic, payload, 1, False, {}, None, "pub-7", "pub-7"), 1, False, [], n)
+            for n, payload in enumerate(payloads)
+        ]
+        snapshot = SessionSnapshot(
+            client_id="sub-7",
+            protocol_level=5,
+            expiry_interval_s=3600,
+            username=None,
+            subscriptions=[SubOptions("plant/#", 1, match_filter="plant/#")],
+            pending=pending,
+            incoming_qos2=set(),
+        )
+        positions = tuple(StreamPosition(f"10.0.0.{n}:7883/inc{n}", "=plant", 1000 + size) for n in range(4))
+        record = SessionReplica("inc-home", "sub-7", 1, snapshot, positions)
+        with tempfile.TemporaryDirectory() as tmp:
+            store = Store(os.path.join(tmp, "holder.db"))
+            held = SqliteReplicaStore(store)
+            samples = [_copy_once(record, held, store) for _ in range(rounds)]
+            store.close()
+        row: dict[str, Any] = {"bytes": int(samples[0]["bytes"][0])}
+        for name in ("encode", "decode", "persist", "load"):
+            row[f"{name}_wall_ms"] = statistics.median(sample[name][0] for sample in samples)
+            row[f"{name}_cpu_ms"] = statistics.median(sample[name][1] for sample in samples)
+        row["copy_cpu_ms"] = row["encode_cpu_ms"] + row["decode_cpu_ms"] + row["persist_cpu_ms"]
+        out["sizes"][str(size)] = row
+        print(
+            f"{size:>6} queued: {row['bytes'] / 1024:8.1f} KiB; CPU ms encode {row['encode_cpu_ms']:.1f},"
+            f" decode {row['decode_cpu_ms']:.1f}, persist+commit {row['persist_cpu_ms']:.1f}"
+            f" (wall {row['persist_wall_ms']:.1f}), load {row['load_cpu_ms']:.1f};"
+            f" one copy {row['copy_cpu_ms']:.1f} ms CPU = {row['copy_cpu_ms'] * 1e3 / size:.1f} us per queued"
+            f" message",
+            flush=True,
+        )
+    out["load_after"] = os.getloadavg()
+    return out
+
+
+def _machine() -> dict[str, Any]:
+    return {
+        "nproc": os.cpu_count(),
+        "cpu": _cpu_model(),
+        "python": platform.python_version(),
+        "load": os.getloadavg(),
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -473,7 +581,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--png", metavar="PATH", help="also draw the per-round ratios to the first variant (matplotlib)"
     )
+    parser.add_argument(
+        "--session-copy",
+        metavar="SIZES",
+        help="measure instead one session copy's cost for these queue sizes (e.g. 1000,10000)",
+    )
+    parser.add_argument("--copy-rounds", type=int, default=7, help="copies measured per size (median)")
     args = parser.parse_args(argv)
+    if args.session_copy:
+        copies = session_copy([int(n) for n in args.session_copy.split(",")], args.copy_rounds)
+        if args.json:
+            Path(args.json).write_text(json.dumps(copies, indent=2) + "\n")
+        return 0
     results = asyncio.run(run(args))
     text = report(results)
     print(text)

@@ -31,6 +31,12 @@ LOOKUP_AGAIN_S = 0.1  # a session lookup is sent again this often while the CONN
 # sessions written by the store are given to the core (exported, replicated) at most this often:
 # the stream acks that cover them wait up to this much longer (docs/notes/replication-in-brokers.md)
 SESSION_FLUSH_S = 0.05
+# a copy is the session's whole state, its queue included: the flushes are spaced so that at most
+# about this many queued messages per second are copied (encoded here, decoded and written at each
+# holder, ~15 us each; docs/benchmarks-cluster.md, "Session copies"). Every 50 ms, a session whose
+# client fell 500-1,000 behind cost its broker half its CPU in copies, and it drained 2.3x slower
+# than before the move that made it long (test_disk_loss.py with 5 brokers, docs/notes/replication.md)
+SESSION_COPY_MESSAGES_PER_S = 4000
 
 
 class ReplicationSessions:
@@ -61,6 +67,7 @@ class ReplicationSessions:
         self._dirty: set[str] = set()  # sessions committed since the last session flush
         self._session_flush_armed = False
         self._last_session_flush = float("-inf")
+        self._session_flush_gap_s = SESSION_FLUSH_S  # after the last flush (its copies' size)
         self._session_flushes = 0
         self._send_acks: Callable[[list[Any]], None] | None = None  # the engine's own
         self.copies: dict[int, CopyFound] = {}  # lookup id -> the first copy a holder sent
@@ -95,7 +102,7 @@ class ReplicationSessions:
         if self._session_flush_armed or self.stopped:
             return
         self._session_flush_armed = True
-        delay = max(0.0, self._last_session_flush + SESSION_FLUSH_S - self._now())
+        delay = max(0.0, self._last_session_flush + self._session_flush_gap_s - self._now())
         self.engine.scheduler.call_later(delay, self._flush_sessions)
 
     def _flush_sessions(self) -> None:
@@ -151,6 +158,7 @@ class ReplicationSessions:
             return
         now = self._now()
         actions: list[ReplicationAction] = []
+        copied = 0  # queued messages copied by this flush (they space the next one)
         for client_id in sorted(set(client_ids)):
             snapshot = broker.export_session(client_id)
             if snapshot is not None and snapshot.expiry_interval_s > 0:
@@ -166,6 +174,7 @@ class ReplicationSessions:
                     continue
                 self._given[client_id] = snapshot
                 self._given_positions[client_id] = positions
+                copied += len(snapshot.pending)
                 actions += core.session_changed(client_id, snapshot, now, positions)
             elif client_id in self._given:
                 del self._given[client_id]
@@ -175,6 +184,7 @@ class ReplicationSessions:
                 continue
             self._versions += 1
             self._given_version[client_id] = self._versions
+        self._session_flush_gap_s = max(SESSION_FLUSH_S, copied / SESSION_COPY_MESSAGES_PER_S)
         self._apply(actions)
 
     def _positions(self, snapshot: SessionSnapshot) -> tuple[StreamPosition, ...]:
