@@ -12,7 +12,8 @@ A new QoS 2 PUBLISH to a persistent session leaves only after the commit that re
 id (``Durability.write_after_commit``, as the PUBREL after the one that records "PUBREL sent"):
 after a ``kill -9`` the restarted broker sends it again under the same id (DUP=1), never as a new
 message a receiver would deliver twice (MQTT-4.3.3). QoS 1 deliveries do not wait (a second copy
-is within at-least-once); re-sends, already durable, do not either.
+is within at-least-once) unless the connection already holds output, which they then follow, so
+that the session's deliveries keep their order; re-sends, already durable, do not wait.
 
 QoS 0 output of one event-loop iteration is coalesced per connection: the fan-out path appends
 the encoded PUBLISH to ``conn.out`` and :meth:`Outbound.flush_writes` hands each dirty
@@ -249,12 +250,14 @@ class Outbound:
         session.inflight[packet_id] = entry
         if entry.seq is not None:
             self._durability.set_inflight(session, entry)
-            if entry.qos == 2:
+            if entry.qos == 2 or conn.deferred is not None:
                 # MQTT-4.3.3 / 4.4.0-1: once out, this message goes again only under this packet id;
                 # a crash before its commit would restart without it and send it under another one,
-                # which a receiver holding this id (PUBREC sent) takes for a new message
+                # which a receiver holding this id (PUBREC sent) takes for a new message. A QoS 1
+                # message queues behind whatever the connection holds, so that it does not overtake
+                # a held QoS 2 message of the same session (delivery order, MQTT-4.6.0)
                 self._durability.write_after_commit(conn, data)
-                self.stats.messages_sent[2] += 1
+                self.stats.messages_sent[entry.qos] += 1
                 return True
         conn.write(data)
         self.stats.messages_sent[entry.qos] += 1
