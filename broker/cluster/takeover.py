@@ -37,6 +37,7 @@ No I/O.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 
@@ -585,9 +586,17 @@ class Takeover:
 
     def restore_handed_over(self, replies: list[tuple[int, str, ClaimReply]], now: float) -> None:
         """The replies a previous incarnation kept (durable with the hand-overs): a claim repeated
-        after this broker restarted still gets its session."""
+        after this broker restarted still gets its session, and a ``recover`` claim of a claimant
+        that restarted too. A restored reply's hand-over is at least one restart old, so it is
+        never taken for one whose claimant went down right after (:meth:`claimant_down`): a
+        claimant reported down after our restart does not pass the old session on to the client's
+        next newer claim, which would deliver again what the client had since (the chaos soak's
+        "restored reply handed again" duplicates)."""
         for claim_id, claimant, reply in replies:
-            self.handed_over(claim_id, claimant, reply, now)
+            if reply.snapshot is not None:
+                self._handed_over[(claim_id, claimant)] = _HandedOver(
+                    reply, now + self.repeat_for_s, -math.inf
+                )
 
     def abort_all(self) -> list[ClaimFinished]:
         finished = [ClaimFinished(claim_id, None) for claim_id in self._claims]
