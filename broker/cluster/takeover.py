@@ -514,6 +514,22 @@ class Takeover:
             # client had had since (the chaos soak's duplicates, docs/notes/recovery.md)
             self._arrived.add((mine[0], replier))
 
+    def awaits_older_session(self, client_id: str) -> bool:
+        """Whether the session of ``client_id`` here was made empty by its current connection's
+        CONNECT (:meth:`attached`) while that connection's claim may still bring the client's
+        older session from a broker that has not answered it (down, cut off). That session, merged
+        later (:class:`LateSession`), brings the positions it stood at: below them the client had
+        every message (delivered there, or in the queue that comes with it). A stream new here that
+        starts below its first message meanwhile is held for the client until then
+        (``StreamsMixin._hold_for_older_sessions``)."""
+        if client_id not in self._fresh:
+            return False
+        mine = self._connection_claims.get(client_id)
+        if mine is None or mine[1] != self.peer_id:
+            return False
+        pending = self._pending.get(mine[0])
+        return pending is not None and not pending.claim.recover and bool(pending.waiting)
+
     def awaits_session_from(self, peer: str) -> bool:
         """Whether broker ``peer`` has not yet answered a claim of ours that may still bring a
         session (sent or repeated to ``peer`` - also after it came back - and unanswered by it),
