@@ -16,7 +16,7 @@ message waits, for a client whose older session may still come, for that session
 (:meth:`StreamsMixin._hold_for_older_sessions`).
 It holds no state of its own; the engine owns everything (attributes declared below).
 
-Size: about 800 lines - the engine's glue of both stream cores and of the moved sessions'
+Size: about 840 lines - the engine's glue of both stream cores and of the moved sessions'
 catch-ups and holds, which share the receive positions and the held messages; the next thing to go
 out of it is the catch-up part (``_catch_up`` to ``_release_older_session_holds``).
 """
@@ -380,6 +380,8 @@ class StreamsMixin:
             if not matched and not waiting:
                 stats.wasted += 1  # the class reached us, no local filter matched the topic
             class_counters.received(forwarded.stream, hops, bool(matched or waiting))
+        if older_holds:
+            self._end_full_holds()
         if memos is None:  # (in a batch: once after its last message, ``_on_deliver``)
             self._persist_positions()
         self._deliver_pending_commit = True
@@ -599,6 +601,30 @@ class StreamsMixin:
         else:
             del self._held_for[(key, client_id)]
         self._deliver_pending_commit = True
+
+    def _end_full_holds(self) -> None:
+        """A hold whose held messages and the client's queue reach half its queue limit ends now:
+        released at once, a longer hold would overflow the queue with them (a stream of 500
+        msg/s held 11 s: 5,443 messages, 495 dropped as ``queue_full_oldest``). Half: the room the
+        flow condition keeps for catch-up (``stream_receiver``)."""
+        broker = self.broker
+        assert broker is not None
+        for key, clients in list(self._older_session_holds.items()):
+            for client_id in list(clients):
+                depth = broker.queue_depth(client_id)
+                held = len(self._held_for.get((key, client_id), ()))
+                if depth is None or depth[0] + held >= depth[1] // 2:
+                    del clients[client_id]
+                    log.info(
+                        "cluster_stream_hold_released client_id=%s origin=%s stream=%s held=%d full",
+                        client_id,
+                        key[0],
+                        key[1],
+                        held,
+                    )
+                    self._release_held(key, client_id)
+            if not clients:
+                del self._older_session_holds[key]
 
     def _release_older_session_holds(self, now: float) -> bool:
         """Holds whose client no longer awaits its older session (every broker answered without
