@@ -72,6 +72,9 @@ SESSION_EVENTS = (  # the brokers' log events about a session's moves, named in 
     "cluster_gap_given_up",
     "cluster_stream_started",  # a stream new on that broker: where it started (its ``low``)
     "cluster_resend_held",  # a peer's resend of a stream new there, held for its claim answer
+    "cluster_stream_held_for_older_session",  # a stream new there, held for the client's older session
+    "cluster_stream_hold_released",  # that hold's end without the session (answered none, timed out)
+    "cluster_stream_hold_ended",  # the older session arrived: what it had of the held stream is dropped
 )
 
 

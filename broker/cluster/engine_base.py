@@ -194,6 +194,9 @@ class EngineBase:
         self._held_for: dict[tuple[tuple[str, str], str], list[ForwardedMessage]] = {}
         # peer -> (since, resends of streams new here) held for its answer to our claim (streams.py)
         self._resends_held: dict[str, tuple[float, list[StreamResend]]] = {}
+        # (origin, class) -> {client: since}: a stream new here held for a client whose older
+        # session may still come (streams.py, ``_hold_for_older_sessions``)
+        self._older_session_holds: dict[tuple[str, str], dict[str, float]] = {}
         # client -> filter -> stream key -> SEQ: where the streams stood when a client whose older
         # session may still arrive (a late session) subscribed here (``catch_up_state.upper_bound``)
         self._subscribed_at: dict[str, dict[str, dict[tuple[str, str], int]]] = {}

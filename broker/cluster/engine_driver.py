@@ -244,7 +244,7 @@ class EngineDriver(StreamsMixin, LogTakenOverMixin, EngineBase):
     def _after_event(self) -> None:
         if self._quiet:
             self._quiet.clear()  # receivers and interest may have changed
-        if self._catch_ups and self._next_catch_up is None:
+        if (self._catch_ups or self._older_session_holds) and self._next_catch_up is None:
             self._next_catch_up = self._now() + self.retransmit_s
         if self.subscribe_waits.waiting():
             self._finish_ready_waits(self.subscribe_waits.poll(self._topic_ready))

@@ -295,6 +295,7 @@ class TakeoverGlue(RetainedGlue):
         for table, client_at in ((self._catch_ups, 2), (self._awaiting_start, 1)):
             for key, seq in _take_client_entries(table, client_id, client_at):
                 at[key] = min(at.get(key, seq), seq)
+        self._drop_older_session_holds(client_id)  # (what was held for it goes on, as positions)
         for held_key in [k for k in self._held_for if k[1] == client_id]:
             held = self._held_for.pop(held_key)
             key = held_key[0]

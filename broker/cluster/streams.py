@@ -11,12 +11,14 @@ A moved session's catch-up and the messages held for it are written to the store
 (``broker.cluster.catch_up_state``), in the transaction of the deliveries they go with, and
 resumed by a restarted broker (:meth:`StreamsMixin._restore_catch_ups`).
 A peer's resends of a stream new here wait for its answer to a claim of ours that may bring a
-session from it (:meth:`StreamsMixin._hold_resend`).
+session from it (:meth:`StreamsMixin._hold_resend`); a stream new here that starts below its first
+message waits, for a client whose older session may still come, for that session's positions
+(:meth:`StreamsMixin._hold_for_older_sessions`).
 It holds no state of its own; the engine owns everything (attributes declared below).
 
-Size: about 670 lines - the engine's glue of both stream cores and of the moved sessions'
-catch-ups, which share the receive positions and the held messages; the next thing to go out of
-it is the catch-up part (``_catch_up`` to ``_count_given_up``).
+Size: about 840 lines - the engine's glue of both stream cores and of the moved sessions'
+catch-ups and holds, which share the receive positions and the held messages; the next thing to go
+out of it is the catch-up part (``_catch_up`` to ``_release_older_session_holds``).
 """
 
 from __future__ import annotations
@@ -66,6 +68,11 @@ BATCH_ITEM_OVERHEAD_BYTES = 256  # per message beyond payload, topic and propert
 # a peer's resends of streams new here wait for its answer to our claim at most this many claim
 # repeat periods (one lost claim or answer is repeated within that), then go on as they came
 RESEND_HOLD_REPEATS = 2.0
+# a stream new here that starts below its first message is held for a client whose older session
+# may still come (``_hold_for_older_sessions``) at most this long: a killed broker that restarts
+# answers the client's claim within its start-up and a claim repeat; one away longer is not waited
+# for (what was held goes, duplicates possible, nothing lost)
+OLDER_SESSION_HOLD_S = 15.0
 
 
 def _batch_cost(forwarded: ForwardedMessage) -> int:
@@ -112,6 +119,10 @@ class StreamsMixin:
     _moved_positions: dict[str, tuple[StreamPosition, ...]]
     _awaiting_start: dict[tuple[str, str], list[tuple[int, str, float]]]
     _held_for: dict[tuple[tuple[str, str], str], list[ForwardedMessage]]
+    # stream key -> {client: since}: streams new here held for a client's older session
+    _older_session_holds: dict[tuple[str, str], dict[str, float]]
+    _next_catch_up: float | None
+    retransmit_s: float
     # peer -> (since, its resends of streams new here) held until its answer to our claim
     _resends_held: dict[str, tuple[float, list[StreamResend]]]
     takeover: Takeover | None
@@ -293,8 +304,11 @@ class StreamsMixin:
             self._send_stream(origin_peer(forwarded.origin), StreamAck((), (position,)))
             return
         key = (forwarded.origin, forwarded.stream)
-        new_here = forwarded.low and forwarded.stream != CONTROL_CLASS and not self.receiver.has_stream(key)
+        new_stream = forwarded.stream != CONTROL_CLASS and not self.receiver.has_stream(key)
+        new_here = new_stream and forwarded.low
         ready = self.receiver.receive(forwarded, hops, self._now())
+        if new_stream and not forwarded.copies:  # (not in a causal group: see the method)
+            self._hold_for_older_sessions(key)  # before anything of it is delivered
         if new_here:
             log.info(
                 "cluster_stream_started origin=%s stream=%s first_seq=%d low=%d start=%d",
@@ -330,6 +344,7 @@ class StreamsMixin:
         class_counters = self.class_counters
         causal = self.causal
         catch_ups = self._catch_ups
+        older_holds = self._older_session_holds
         memos = self._route_memos
         for forwarded, hops in ready:
             if forwarded.copies and causal is not None:
@@ -339,9 +354,12 @@ class StreamsMixin:
             stream = forwarded.stream
             key = (forwarded.origin, stream)
             pending = catch_ups.get(key) if catch_ups else None
-            waiting: Collection[str]
+            waiting: Collection[str] = _NOBODY
             if pending:
                 waiting = {catch_up[2] for catch_up in pending}
+            if older_holds and key in older_holds:
+                waiting = set(waiting) | older_holds[key].keys()
+            if waiting:
                 for client_id in waiting:
                     # a moved session still catching up on this stream gets this message after
                     # the older ones it waits for (order per publisher): held for it until then
@@ -351,7 +369,6 @@ class StreamsMixin:
                 accept = self._class_filter(stream)
                 matched = broker.deliver_remote(forwarded.message, accept, except_clients=waiting)
             else:
-                waiting = _NOBODY
                 # the messages of one batch share their class's filter and, mostly, their topic:
                 # matched once (``_route_memos`` lives while ``_on_deliver`` takes one batch)
                 route = memos.get(stream) if memos is not None else None
@@ -363,6 +380,8 @@ class StreamsMixin:
             if not matched and not waiting:
                 stats.wasted += 1  # the class reached us, no local filter matched the topic
             class_counters.received(forwarded.stream, hops, bool(matched or waiting))
+        if older_holds:
+            self._end_full_holds()
         if memos is None:  # (in a batch: once after its last message, ``_on_deliver``)
             self._persist_positions()
         self._deliver_pending_commit = True
@@ -399,6 +418,7 @@ class StreamsMixin:
             filters is not None,
             ",".join(f"{p.origin}/{p.stream}@{p.next_seq}" for p in positions),
         )
+        held_keys = self._older_session_arrived(client_id, positions)
         end = self._late_session_end(client_id, filters)
         # the positions name every stream of the session's classes the old broker received (its
         # own included); a stream they do not name never reached it (the overlay delivered late),
@@ -451,6 +471,9 @@ class StreamsMixin:
                 self._catch_ups.setdefault(key, []).append([position.next_seq, here, client_id, now, True])
                 request = StreamRet(position.origin, position.stream, position.next_seq, here)
                 self._send_stream(origin_peer(position.origin), request)
+        for key in held_keys:  # what the older session lacked of them follows its catch-up
+            self._trim_held(key, client_id, [c[1] for c in self._catch_ups.get(key, ()) if c[2] == client_id])
+            self._release_held(key, client_id)
         self._persist_catch_ups((client_id,))
         # streams started at the session's positions (``adopt``) are durable in the same commit:
         # nothing may be delivered on them for a while (a paced catch-up), and a crash meanwhile
@@ -493,7 +516,140 @@ class StreamsMixin:
             else:
                 deadline = now + retransmit_s
         self._persist_catch_ups(given_up)
+        if self._older_session_holds and self._release_older_session_holds(now):
+            deadline = now + retransmit_s
         return deadline
+
+    # ------------------------------------------------- streams held for a client's older session
+    def _hold_for_older_sessions(self, key: tuple[str, str]) -> None:
+        """Stream ``key`` is new here: it starts at the sender's ``low`` (what some receiver may
+        still lack), or at a republication, a resend of the sender's log - often well before the
+        live stream. A local client of its class whose session here was made empty while its
+        claim may still bring its older session (its broker was killed and has not answered:
+        :meth:`Takeover.awaits_older_session`) had much of that on its old broker: delivered now,
+        it all came twice (the chaos soak's duplicates "new streams started at ``low``",
+        docs/notes/recovery.md). The stream is
+        held for such a client - every message of it, in order, durable as a catch-up's held
+        messages - until that session arrives (its positions then drop what it had:
+        :meth:`_older_session_arrived`), every broker answered without it, or
+        ``OLDER_SESSION_HOLD_S`` passed (:meth:`_release_older_session_holds`). Nothing is dropped
+        otherwise; other clients of the class get the stream at once. Not for a stream of a causal
+        group: the group's other streams, not held, would overtake what their messages depend on
+        (``tests/sim/cluster/test_causal_sim.py``, seed 9 broke causal order with the hold)."""
+        takeover = self.takeover
+        if takeover is None or key[1] == CONTROL_CLASS:
+            return
+        now = self._now()
+        for client_id in self.interest.clients_of(key[1]):
+            if takeover.awaits_older_session(client_id):
+                self._older_session_holds.setdefault(key, {})[client_id] = now
+                log.info(
+                    "cluster_stream_held_for_older_session client_id=%s origin=%s stream=%s from_seq=%d",
+                    client_id,
+                    key[0],
+                    key[1],
+                    self.receiver.start_of(key),
+                )
+        if self._older_session_holds.get(key) and self._next_catch_up is None:
+            self._next_catch_up = now + self.retransmit_s
+
+    def _older_session_arrived(
+        self, client_id: str, positions: tuple[StreamPosition, ...]
+    ) -> list[tuple[str, str]]:
+        """The older session of ``client_id`` arrived with ``positions`` (``_catch_up``): the
+        streams held for it stop being held; of each, what the session had - below its position
+        there - is dropped. The streams, whose held rest goes once the catch-up is set up."""
+        at = {(position.origin, position.stream): position.next_seq for position in positions}
+        keys = self._drop_older_session_holds(client_id)
+        for key in keys:
+            held = self._held_for.get((key, client_id), ())
+            if key in at:
+                self._trim_held(key, client_id, [at[key]])
+            log.info(
+                "cluster_stream_hold_ended client_id=%s origin=%s stream=%s held=%d had=%d",
+                client_id,
+                key[0],
+                key[1],
+                len(held),
+                len(held) - len(self._held_for.get((key, client_id), ())),
+            )
+        return keys
+
+    def _drop_older_session_holds(self, client_id: str) -> list[tuple[str, str]]:
+        """``client_id``'s streams held for its older session, no longer held (the messages held
+        stay in ``_held_for``, for the caller)."""
+        keys = []
+        for key, clients in list(self._older_session_holds.items()):
+            if clients.pop(client_id, None) is not None:
+                keys.append(key)
+            if not clients:
+                del self._older_session_holds[key]
+        return keys
+
+    def _trim_held(self, key: tuple[str, str], client_id: str, below: list[int]) -> None:
+        """The messages held for ``client_id`` on ``key`` below the highest of ``below`` are not
+        delivered: the client had them (or gets them from a catch-up)."""
+        held = self._held_for.get((key, client_id))
+        if not held or not below or held[0].seq >= max(below):
+            return
+        kept = [forwarded for forwarded in held if forwarded.seq >= max(below)]
+        self.store.release_held(client_id, key)
+        for forwarded in kept:
+            self.store.hold(client_id, forwarded)
+        if kept:
+            self._held_for[(key, client_id)] = kept
+        else:
+            del self._held_for[(key, client_id)]
+        self._deliver_pending_commit = True
+
+    def _end_full_holds(self) -> None:
+        """A hold whose held messages and the client's queue reach half its queue limit ends now:
+        released at once, a longer hold would overflow the queue with them (a stream of 500
+        msg/s held 11 s: 5,443 messages, 495 dropped as ``queue_full_oldest``). Half: the room the
+        flow condition keeps for catch-up (``stream_receiver``)."""
+        broker = self.broker
+        assert broker is not None
+        for key, clients in list(self._older_session_holds.items()):
+            for client_id in list(clients):
+                depth = broker.queue_depth(client_id)
+                held = len(self._held_for.get((key, client_id), ()))
+                if depth is None or depth[0] + held >= depth[1] // 2:
+                    del clients[client_id]
+                    log.info(
+                        "cluster_stream_hold_released client_id=%s origin=%s stream=%s held=%d full",
+                        client_id,
+                        key[0],
+                        key[1],
+                        held,
+                    )
+                    self._release_held(key, client_id)
+            if not clients:
+                del self._older_session_holds[key]
+
+    def _release_older_session_holds(self, now: float) -> bool:
+        """Holds whose client no longer awaits its older session (every broker answered without
+        it, its claim ended, a newer connection) or that lasted ``OLDER_SESSION_HOLD_S``: what was
+        held goes now. Whether holds remain."""
+        takeover = self.takeover
+        for key, clients in list(self._older_session_holds.items()):
+            for client_id, since in list(clients.items()):
+                if (
+                    takeover is None
+                    or now - since > OLDER_SESSION_HOLD_S
+                    or not takeover.awaits_older_session(client_id)
+                ):
+                    del clients[client_id]
+                    log.info(
+                        "cluster_stream_hold_released client_id=%s origin=%s stream=%s held_s=%.1f",
+                        client_id,
+                        key[0],
+                        key[1],
+                        now - since,
+                    )
+                    self._release_held(key, client_id)
+            if not clients:
+                del self._older_session_holds[key]
+        return bool(self._older_session_holds)
 
     def _caught_up(self, forwarded: ForwardedMessage) -> None:
         """A resent message some moved session waits for: to that client only."""
@@ -545,6 +701,8 @@ class StreamsMixin:
         """``client_id`` caught up on ``key`` (or gave up): the newer messages held for it go now."""
         if any(catch_up[2] == client_id for catch_up in self._catch_ups.get(key, ())):
             return  # another catch-up of this client on this stream still runs
+        if client_id in self._older_session_holds.get(key, ()):
+            return  # held for its older session still (``_hold_for_older_sessions``)
         held = self._held_for.pop((key, client_id), None)
         if not held:
             return
