@@ -24,7 +24,6 @@ If a newer libmosquitto fixes this, these tests fail, and the limit can go from 
 from __future__ import annotations
 
 import shutil
-import socket
 import subprocess
 import threading
 import time
@@ -32,78 +31,11 @@ from collections.abc import Iterator
 
 import pytest
 
+from tests.support.scripted_mqtt import WAIT_S, ScriptedServer
+
 pytestmark = pytest.mark.skipif(shutil.which("mosquitto_sub") is None, reason="mosquitto_sub not installed")
 
-WAIT_S = 10.0
 RECEIVE_MAXIMUM = 20  # libmosquitto's default, sent in its CONNECT (checked below)
-
-
-class ScriptedServer:
-    """One MQTT 5 connection at a time on a loopback port; the test writes the server's packets."""
-
-    def __init__(self) -> None:
-        self.listener = socket.create_server(("127.0.0.1", 0))
-        self.listener.settimeout(WAIT_S)
-        self.port = self.listener.getsockname()[1]
-        self.conn: socket.socket | None = None
-
-    def accept(self, *, session_present: bool) -> bytes:
-        """Accept the client's (re)connection, answer CONNACK and SUBACK; the CONNECT body."""
-        self.conn, _ = self.listener.accept()
-        self.conn.settimeout(WAIT_S)
-        kind, connect = self.read()
-        assert kind >> 4 == 1, f"expected CONNECT, got {kind:#x}"
-        self.conn.sendall(bytes((0x20, 3, 1 if session_present else 0, 0, 0)))
-        kind, body = self.read()
-        assert kind >> 4 == 8, f"expected SUBSCRIBE, got {kind:#x}"
-        self.conn.sendall(bytes((0x90, 4)) + body[:2] + b"\x00\x02")
-        return connect
-
-    def read(self) -> tuple[int, bytes]:
-        assert self.conn is not None
-        first = self._exactly(1)[0]
-        length, shift = 0, 0
-        while True:
-            byte = self._exactly(1)[0]
-            length |= (byte & 0x7F) << shift
-            shift += 7
-            if not byte & 0x80:
-                break
-        return first, self._exactly(length)
-
-    def _exactly(self, size: int) -> bytes:
-        assert self.conn is not None
-        data = b""
-        while len(data) < size:
-            chunk = self.conn.recv(size - len(data))
-            if not chunk:
-                raise ConnectionError("the client closed the connection")
-            data += chunk
-        return data
-
-    def publish_qos2(self, packet_id: int, payload: bytes, *, dup: bool = False) -> None:
-        assert self.conn is not None
-        body = b"\x00\x01t" + packet_id.to_bytes(2, "big") + b"\x00" + payload
-        self.conn.sendall(bytes((0x34 | (0x08 if dup else 0), len(body))) + body)
-
-    def pubrel(self, packet_id: int) -> None:
-        assert self.conn is not None
-        self.conn.sendall(bytes((0x62, 2)) + packet_id.to_bytes(2, "big"))
-
-    def expect(self, kind: int, packet_id: int) -> None:
-        got, body = self.read()
-        assert (got, body[:2]) == (kind, packet_id.to_bytes(2, "big")), (hex(got), body.hex())
-
-    def drop(self) -> None:
-        """The broker's kill -9, as the client sees it: the connection just ends."""
-        assert self.conn is not None
-        self.conn.close()
-        self.conn = None
-
-    def close(self) -> None:
-        if self.conn is not None:
-            self.conn.close()
-        self.listener.close()
 
 
 class MosquittoSub:
@@ -150,12 +82,12 @@ def client(server: ScriptedServer) -> Iterator[MosquittoSub]:
 def test_a_resent_publish_of_a_held_id_is_queued_twice_and_delivered_again_at_its_next_use(
     server: ScriptedServer, client: MosquittoSub
 ) -> None:
-    connect = server.accept(session_present=False)
+    connect = server.accept(session_present=False, suback=True)
     assert b"\x21" + RECEIVE_MAXIMUM.to_bytes(2, "big") in connect  # its Receive Maximum property
     server.publish_qos2(1, b"old")
     server.expect(0x50, 1)  # PUBREC: it holds id 1, waiting for PUBREL
     server.drop()  # the broker dies before it recorded that PUBREC
-    server.accept(session_present=True)
+    server.accept(session_present=True, suback=True)
     server.publish_qos2(1, b"old", dup=True)  # what a restarted broker must send (MQTT-4.4.0-1)
     server.expect(0x50, 1)
     server.pubrel(1)
@@ -172,13 +104,13 @@ def test_a_resent_publish_of_a_held_id_is_queued_twice_and_delivered_again_at_it
 def test_with_its_receive_maximum_held_a_resent_publish_ends_the_connection(
     server: ScriptedServer, client: MosquittoSub
 ) -> None:
-    server.accept(session_present=False)
+    server.accept(session_present=False, suback=True)
     for packet_id in range(1, RECEIVE_MAXIMUM + 1):
         server.publish_qos2(packet_id, b"m%d" % packet_id)
     for packet_id in range(1, RECEIVE_MAXIMUM + 1):
         server.expect(0x50, packet_id)
     server.drop()
-    server.accept(session_present=True)
+    server.accept(session_present=True, suback=True)
     server.publish_qos2(1, b"m1", dup=True)
     with pytest.raises((ConnectionError, OSError)):
         server.read()

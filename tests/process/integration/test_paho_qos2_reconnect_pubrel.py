@@ -20,7 +20,6 @@ PUBLISH, DUP=0; ``PahoQos2Publisher`` re-sends the PUBREL after the failed attem
 
 from __future__ import annotations
 
-import socket
 import threading
 import time
 
@@ -30,64 +29,7 @@ from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
 from tests.support.paho_qos2 import PahoQos2Publisher
-
-WAIT_S = 10.0
-PUBLISH, PUBREC, PUBREL = 3, 5, 6
-
-
-class ScriptedServer:
-    """MQTT 5 connections on one loopback port; the test writes the server's packets."""
-
-    def __init__(self) -> None:
-        self.listener = socket.create_server(("127.0.0.1", 0))
-        self.listener.settimeout(WAIT_S)
-        self.port = self.listener.getsockname()[1]
-        self.conn: socket.socket | None = None
-
-    def accept(self, *, session_present: bool) -> None:
-        self.conn, _ = self.listener.accept()
-        self.conn.settimeout(WAIT_S)
-        kind, _body = self.read()
-        assert kind >> 4 == 1, f"expected CONNECT, got {kind:#x}"
-        self.conn.sendall(bytes((0x20, 3, 1 if session_present else 0, 0, 0)))
-
-    def refuse_once(self) -> None:
-        """A failed reconnect attempt, as a restarting broker gives it: the connection ends
-        before any CONNACK."""
-        conn, _ = self.listener.accept()
-        conn.close()
-
-    def read(self) -> tuple[int, bytes]:
-        first = self._exactly(1)[0]
-        length, shift = 0, 0
-        while True:
-            byte = self._exactly(1)[0]
-            length |= (byte & 0x7F) << shift
-            shift += 7
-            if not byte & 0x80:
-                break
-        return first, self._exactly(length)
-
-    def _exactly(self, size: int) -> bytes:
-        assert self.conn is not None
-        data = b""
-        while len(data) < size:
-            chunk = self.conn.recv(size - len(data))
-            if not chunk:
-                raise ConnectionError("the client closed the connection")
-            data += chunk
-        return data
-
-    def drop(self) -> None:
-        """The broker's kill -9, as the client sees it: the connection just ends."""
-        assert self.conn is not None
-        self.conn.close()
-        self.conn = None
-
-    def close(self) -> None:
-        if self.conn is not None:
-            self.conn.close()
-        self.listener.close()
+from tests.support.scripted_mqtt import PUBLISH, PUBREL, WAIT_S, ScriptedServer
 
 
 def after_restart(failed_attempts: int, cls: type[paho.Client] = paho.Client) -> tuple[int, bytes]:
@@ -114,8 +56,7 @@ def after_restart(failed_attempts: int, cls: type[paho.Client] = paho.Client) ->
         mid = client.publish("t", b"m", 2).mid
         kind, body = server.read()
         assert (kind >> 4, kind & 0x08, body[3:5]) == (PUBLISH, 0, mid.to_bytes(2, "big")), body.hex()
-        assert server.conn is not None
-        server.conn.sendall(bytes((0x50, 2)) + mid.to_bytes(2, "big"))  # PUBREC
+        server.pubrec(mid)
         kind, body = server.read()
         assert (kind >> 4, body[:2]) == (PUBREL, mid.to_bytes(2, "big")), (hex(kind), body.hex())
         server.drop()  # no PUBCOMP

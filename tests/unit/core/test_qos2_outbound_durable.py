@@ -27,7 +27,6 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -35,7 +34,6 @@ from broker.adapters.sqlite_store import Store
 from broker.auth.from_config import build_access
 from broker.config import load_config
 from broker.core.broker import Broker
-from broker.core.ports import Completion
 from broker.mqtt import codec
 from broker.mqtt.packets import (
     MQTT_5,
@@ -50,6 +48,7 @@ from broker.mqtt.packets import (
     Subscribe,
     Subscription,
 )
+from simulation.world import ProcessScheduler, World
 
 LATENCY_S = 0.0005
 # delivered and completed before the stream: the subscriber's next packet id is no longer 1, as
@@ -57,40 +56,21 @@ LATENCY_S = 0.0005
 WARM_UP = [b"w1", b"w2", b"w3"]
 STREAM = [b"m1", b"m2", b"m3", b"m4"]
 TOPIC = "q2/t"
-EPOCH_S = 1_800_000_000.0
 
 
-class _Handle:
-    __slots__ = ("cancelled",)
-
-    def __init__(self) -> None:
-        self.cancelled = False
-
-    def cancel(self) -> None:
-        self.cancelled = True
-
-
-class Loop:
-    """Virtual time and one event queue for the brokers and the clients; ``step`` runs one event.
+class Loop(World):
+    """The simulation's virtual time and event queue (``simulation.world.World``), one event at a
+    time (``step``), for the brokers and the clients.
 
     A store's background COMMIT (``Store.post``) returns through ``posted``: the loop waits for the
     commit thread and runs its callback as the next event, so that every run replays exactly."""
 
     def __init__(self) -> None:
-        self.now = 0.0
-        self._queue: list[tuple[float, int, _Handle, Callable[..., Any], tuple[Any, ...]]] = []
-        self._seq = 0
-        self.events = 0
+        super().__init__(seed=0)
         self._posted: list[Callable[[], None]] = []
         self._lock = threading.Lock()
         self.store: Store | None = None  # the live broker's store (its COMMIT thread is awaited)
         self._awaited = 0  # the last background COMMIT (generation) whose return was queued
-
-    def at(self, when: float, callback: Callable[..., Any], *args: Any) -> _Handle:
-        handle = _Handle()
-        self._seq += 1
-        heapq.heappush(self._queue, (max(when, self.now), self._seq, handle, callback, args))
-        return handle
 
     def post(self, callback: Callable[[], None]) -> None:  # from the commit thread
         with self._lock:
@@ -113,6 +93,7 @@ class Loop:
             time.sleep(0.0001)
 
     def step(self) -> bool:
+        """Run the next event (after the commit thread's return, if one is due); False if none."""
         self._settle_background()
         queue = self._queue
         while queue:
@@ -125,7 +106,7 @@ class Loop:
             return True
         return False
 
-    def run_until(self, end_s: float, *, stop_after: int | None = None) -> bool:
+    def run_until(self, end_s: float, *, stop_after: int | None = None) -> bool:  # type: ignore[override]
         """Run events up to virtual time ``end_s``; False if it stopped after ``stop_after`` events."""
         while True:
             self._settle_background()
@@ -138,45 +119,12 @@ class Loop:
         return True
 
 
-class ProcessScheduler:
-    """The core's ``Scheduler`` for one broker process on the loop; dead after ``kill``."""
-
-    def __init__(self, loop: Loop) -> None:
-        self.loop = loop
-        self.alive = True
-
-    def time(self) -> float:
-        return self.loop.now
-
-    def wall_time(self) -> float:
-        return EPOCH_S + self.loop.now
-
-    def _guarded(self, callback: Callable[..., Any], args: tuple[Any, ...]) -> None:
-        if self.alive:
-            callback(*args)
-
-    def call_soon(self, callback: Callable[..., object], *args: Any) -> _Handle:
-        return self.loop.at(self.loop.now, self._guarded, callback, args)
-
-    def call_later(self, delay_s: float, callback: Callable[..., object], *args: Any) -> _Handle:
-        return self.loop.at(self.loop.now + max(0.0, delay_s), self._guarded, callback, args)
-
-    def call_at(self, when: float, callback: Callable[..., object], *args: Any) -> _Handle:
-        return self.loop.at(when, self._guarded, callback, args)
-
-    def run_blocking(self, func: Callable[[], Any]) -> Completion[Any]:
-        completion: Completion[Any] = Completion()
-        result = func()
-        self.call_soon(completion.set_result, result)
-        return completion
-
-
 class BrokerProcess:
     """One incarnation of a broker on the database file ``path``."""
 
     def __init__(self, loop: Loop, path: Path, commits: str) -> None:
         self.loop = loop
-        self.scheduler = ProcessScheduler(loop)
+        self.scheduler = ProcessScheduler(loop)  # simulation.world's: nothing runs after kill()
         config = load_config(None, env={}, overrides={"sys.interval_s": 0, "uvloop": False})
         self.store = Store(str(path))
         if commits == "thread":  # a single broker's process: the COMMIT on the store's thread
@@ -190,7 +138,7 @@ class BrokerProcess:
         self.sockets: list[Socket] = []
 
     def kill(self) -> None:
-        self.scheduler.alive = False
+        self.scheduler.kill()
         self.store.abandon()  # no COMMIT: SQLite rolls the open transaction back
         for sock in self.sockets:
             sock.reset()
