@@ -1,6 +1,7 @@
 """Fixtures for the multi-process cluster suite: real SkipMQ brokers joined over gRPC, real clients.
 
-- ``cluster3``: a module-scoped 3-broker cluster (tests sharing it use unique topics/client ids).
+- ``cluster3``, ``cluster2``: a module-scoped 3- or 2-broker cluster (tests sharing it use unique
+  topics/client ids).
 - ``cluster_factory(n, settings=...)``: a cluster for one test, closed after it.
 - ``client_factory(cluster, i, **ClusterClient kwargs)``: a paho client connected to broker i.
 - A failing test's report gets the log tail of every broker of every live cluster.
@@ -44,12 +45,11 @@ def _close(cluster: LocalCluster) -> None:
         LIVE_CLUSTERS.remove(cluster)
 
 
-@pytest.fixture(scope="module")
-def cluster3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    root = tmp_path_factory.mktemp("cluster3")
+def _module_cluster(tmp_path_factory: pytest.TempPathFactory, n: int) -> Iterator[LocalCluster]:
+    root = tmp_path_factory.mktemp(f"cluster{n}")
     started: list[LocalCluster] = []
     try:
-        cluster = start_cluster(3, settings=dict(FAST_SETTINGS), data_root=str(root))
+        cluster = start_cluster(n, settings=dict(FAST_SETTINGS), data_root=str(root))
         started.append(cluster)
         LIVE_CLUSTERS.append(cluster)
         cluster.wait_ready(READY_TIMEOUT_S)
@@ -57,6 +57,16 @@ def cluster3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]
     finally:
         for cluster in started:
             _close(cluster)
+
+
+@pytest.fixture(scope="module")
+def cluster3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    yield from _module_cluster(tmp_path_factory, 3)
+
+
+@pytest.fixture(scope="module")
+def cluster2(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    yield from _module_cluster(tmp_path_factory, 2)
 
 
 @pytest.fixture

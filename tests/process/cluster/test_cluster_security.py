@@ -10,6 +10,10 @@ broker into its data directory) is attacked from this test process over real gRP
   ClaimReply injecting a message into a client's session, an unsolicited retained-store copy, a
   RetainedSyncRequest addressed to an address it wants dialled, an envelope claiming another
   origin: each is rejected (counted, logged) and changes nothing a client can see.
+
+The tests share one 2-broker cluster (``cluster2``, module scope, tests/process/cluster/conftest.py;
+each reads only its own lines of the brokers' logs); the malformed-frames test (its own
+``cluster.max_frame_bytes``) and the graceful-leave test (3 brokers, one stopped) start their own.
 """
 
 from __future__ import annotations
@@ -22,7 +26,6 @@ from pathlib import Path
 from typing import Any
 
 import grpc
-import pytest
 
 from broker.adapters.transport import GrpcTransport, wire
 from broker.adapters.transport.tls import ClusterTls, TlsFiles, issue_broker_cert, make_ca
@@ -81,11 +84,6 @@ def _rogue_credentials(cluster: LocalCluster, tmp_path: Path, peer_id: str) -> C
     certs = _certs_dir(cluster)
     cert, key = issue_broker_cert(certs, peer_id, out_dir=tmp_path, name="rogue")
     return ClusterTls(TlsFiles(str(certs / "ca.pem"), str(cert), str(key)))
-
-
-@pytest.fixture
-def cluster2(cluster_factory: ClusterFactory) -> LocalCluster:
-    return cluster_factory(2)
 
 
 def test_an_uncertified_process_cannot_open_a_link(cluster2: LocalCluster, tmp_path: Path) -> None:
@@ -160,6 +158,7 @@ def test_forged_cluster_messages_are_rejected(
     cluster2: LocalCluster, client_factory: ClientFactory, tmp_path: Path
 ) -> None:
     victim_broker = cluster2.brokers[0]
+    log_start = len(victim_broker.log_text())  # the shared cluster's log: this test's lines only
     other = cluster2.brokers[1].peer_id
     # a client with a persistent session and a subscription on broker 0
     victim_id = unique_id("victim")
@@ -237,7 +236,7 @@ def test_forged_cluster_messages_are_rejected(
         fresh.subscribe("forged/#", qos=1)
         fresh.assert_no_message(1.0)  # no planted retained message
         assert listener.connections == 0, "broker 0 dialled an address named by a forged envelope"
-        log = victim_broker.log_text()
+        log = victim_broker.log_text()[log_start:]
         assert log.count("cluster_message_rejected") >= len(forged)
     finally:
         listener.close()
@@ -327,7 +326,7 @@ async def _send_hostile_items(
 
 
 def test_mutated_items_close_at_most_their_own_stream(
-    cluster_factory: ClusterFactory, client_factory: ClientFactory, tmp_path: Path
+    cluster2: LocalCluster, client_factory: ClientFactory, tmp_path: Path
 ) -> None:
     """Seeded mutations (tools.fuzz_mqtt.mutate: wrong wire types, hostile lengths and counts,
     truncations, splices) of well-encoded items of every overlay kind and of the cluster
@@ -340,7 +339,7 @@ def test_mutated_items_close_at_most_their_own_stream(
     from tests.unit.transport.test_wire_hostile import _seeds
     from tools.fuzz_mqtt import mutate
 
-    cluster2 = cluster_factory(2)
+    log_start = len(cluster2.brokers[0].log_text())  # the shared cluster's log: this test's lines only
     own_id = f"{HOST}:{free_port()}"
     tls = _rogue_credentials(cluster2, tmp_path, own_id)
     target = cluster2.brokers[0].peer_id
@@ -373,7 +372,7 @@ def test_mutated_items_close_at_most_their_own_stream(
     message = subscriber.wait_message()
     assert (message.topic, message.payload) == ("mutated/after", b"still delivered")
     assert cluster2.brokers[0].alive()
-    log = cluster2.brokers[0].log_text()
+    log = cluster2.brokers[0].log_text()[log_start:]
     assert "on_receive raised" not in log and "Traceback" not in log and "internal_error" not in log
     # both kinds arrived: frames that are not protobuf ended their streams, items that decode to
     # nothing valid were skipped, and some decoded ones were rejected by the inbound validation
