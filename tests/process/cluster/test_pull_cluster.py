@@ -9,23 +9,9 @@ once across a move), and nothing acknowledged by a publisher is lost.
 
 from __future__ import annotations
 
-import time
-
-from broker.pull_client import PullClient, PullFailed, payload_bytes
+from broker.pull_client import PullClient
 from tests.support.cluster import ClientFactory, ClusterFactory, numbers
-
-
-def _drain(client: PullClient, want: int, timeout_s: float = 30.0) -> list[bytes]:
-    got: list[bytes] = []
-    deadline = time.monotonic() + timeout_s
-    while len(got) < want and time.monotonic() < deadline:
-        try:
-            fresh, _ = client.pull_once(wait_s=1.0)
-        except (OSError, PullFailed):
-            time.sleep(0.2)
-            continue
-        got.extend(payload_bytes(m) for m in fresh)
-    return got
+from tests.support.pull import drain
 
 
 def test_pull_at_a_broker_that_is_not_the_sessions_home(
@@ -38,7 +24,7 @@ def test_pull_at_a_broker_that_is_not_the_sessions_home(
     publisher = client_factory(cluster, 1)  # publishes at the other broker
     for n in range(30):
         publisher.publish("roam/t", f"r{n}".encode(), qos=1)
-    first = _drain(at_home, 10)
+    first = drain(at_home, 10)
     at_home.acknowledge_received()  # confirmed deleted at home
     assert len(first) >= 10
     # the device now reaches the other broker (say, another load-balancer target)
@@ -49,7 +35,7 @@ def test_pull_at_a_broker_that_is_not_the_sessions_home(
     assert answer["subscriptions"] == [{"filter": "roam/#", "qos": 1}]
     for n in range(30, 40):
         publisher.publish("roam/t", f"r{n}".encode(), qos=1)
-    rest = _drain(roaming, 40 - len(first))
+    rest = drain(roaming, 40 - len(first))
     roaming.acknowledge_received()
     got = numbers(first + rest, b"r")
     assert sorted(set(got)) == list(range(40)), f"missing {sorted(set(range(40)) - set(got))}"

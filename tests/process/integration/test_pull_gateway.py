@@ -30,6 +30,7 @@ from paho.mqtt.properties import Properties
 from broker.pull_client import PullClient, PullFailed, payload_bytes
 from tests.support.interop_broker import IS_MOSQUITTO, BrokerOptions, BrokerProcess
 from tests.support.interop_clients import PahoClient
+from tests.support.pull import drain
 
 pytestmark = pytest.mark.skipif(IS_MOSQUITTO, reason="the pull gateway is SkipMQ's")
 
@@ -52,19 +53,6 @@ def _post(
             return response.status, response.headers.get("Content-Type", ""), json.loads(response.read())
     except urllib.error.HTTPError as error:
         return error.code, error.headers.get("Content-Type", ""), json.loads(error.read())
-
-
-def _drain(client: PullClient, want: int, *, timeout_s: float = 30.0) -> list[bytes]:
-    got: list[bytes] = []
-    deadline = time.monotonic() + timeout_s
-    while len(got) < want and time.monotonic() < deadline:
-        try:
-            fresh, _ = client.pull_once(wait_s=1.0)
-        except (OSError, PullFailed):
-            time.sleep(0.2)
-            continue
-        got.extend(payload_bytes(m) for m in fresh)
-    return got
 
 
 @pytest.fixture
@@ -157,14 +145,14 @@ def test_nothing_lost_or_duplicated_across_kill9_and_dropped_responses(
     for n in range(total // 2):
         publisher.publish(f"k9/q{1 + n % 2}/x", f"m{n}".encode(), qos=1 + n % 2)
     publisher.close()
-    got = _drain(device, 25)
+    got = drain(device, 25)
     assert len(got) >= 25
     broker.kill()  # kill -9 while the device holds numbers it has not had confirmed
     broker.start()
     publisher = paho_factory(broker, client_id="k9-pub2", version=5)
     for n in range(total // 2, total):
         publisher.publish(f"k9/q{1 + n % 2}/x", f"m{n}".encode(), qos=1 + n % 2)
-    got += _drain(device, total - len(got))
+    got += drain(device, total - len(got))
     device.acknowledge_received()
     assert proxy.dropped >= 3, "the proxy should have dropped responses"
     assert sorted(got, key=lambda p: int(p[1:])) == [f"m{n}".encode() for n in range(total)]
@@ -208,7 +196,7 @@ def test_session_alternates_between_mqtt_and_pull(
     for round_number in range(3):
         for n in range(5):
             publisher.publish("alt/t", f"a{round_number}-{n}-http".encode(), qos=1)
-        received += _drain(device, 5)
+        received += drain(device, 5)
         device.acknowledge_received()
         for n in range(5):
             publisher.publish("alt/t", f"a{round_number}-{n}-mqtt".encode(), qos=1)
@@ -377,7 +365,7 @@ def test_publish_is_acknowledged_after_commit_and_survives_kill9(pull_broker: Br
         assert answer["matched"] is True
     pull_broker.kill()  # every 200 above was a PUBREC after the commit: nothing may be missing
     pull_broker.start()
-    got = _drain(device, 5)
+    got = drain(device, 5)
     assert got == [f"p{n}".encode() for n in range(5)]
 
 
