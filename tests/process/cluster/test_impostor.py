@@ -26,15 +26,12 @@ from __future__ import annotations
 
 import asyncio
 import os
-import threading
 import time
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from broker.adapters.transport import GrpcTransport
-from broker.adapters.transport.tls import ClusterTls, TlsFiles, issue_broker_cert
 from broker.cluster.messages import (
     Envelope,
     ForwardedBatch,
@@ -44,7 +41,6 @@ from broker.cluster.messages import (
     StreamResend,
 )
 from broker.cluster.origin_hello import LinkIdentity
-from broker.cluster.origin_proof import Signer, Verifier
 from overlay import messages as om
 from tests.support.cluster import (
     ClientFactory,
@@ -56,37 +52,24 @@ from tests.support.cluster import (
     unique_id,
     wait_until,
 )
+from tests.support.rogue_member import HOST, RogueMember
 from tools.launcher import LocalCluster
 from tools.ports import free_port
 
-HOST = "127.0.0.1"
 MODE = os.environ.get("SKIPMQ_TEST_ORIGIN_PROOFS", "required")
 
 
-class Impostor:
+class Impostor(RogueMember):
     """X: a GrpcTransport with X's certificate bound to d's address (so its peer id is d's),
     answering Hello challenges with X's key; it records what it receives and acknowledges every
     stream item it sees, in d's name (what a broker does for what it received)."""
 
     def __init__(self, cluster: LocalCluster, tmp_path: Path, address: str) -> None:
-        certs = Path(cluster.data_root) / "certs"
-        own_id = f"{HOST}:{free_port()}"
-        cert, key = issue_broker_cert(certs, own_id, out_dir=tmp_path, name="x")
-        self.tls = ClusterTls(TlsFiles(str(certs / "ca.pem"), str(cert), str(key)))
-        signer = Signer.from_pem(cert.read_bytes(), key.read_bytes())
-        verifier = Verifier((certs / "ca.pem").read_bytes())
-        self.identity = LinkIdentity("required", lambda: signer, lambda: verifier)
+        super().__init__(cluster, tmp_path, f"{HOST}:{free_port()}", thread_name="impostor")
+        self.identity = LinkIdentity("required", lambda: self.signer, lambda: self.verifier)
         self.host, port = address.rsplit(":", 1)
         self.port = int(port)
-        self.received: list[tuple[str, object]] = []
-        self._lock = threading.Lock()
-        self.loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self.loop.run_forever, daemon=True, name="impostor")
-        self._thread.start()
-        self.transport: GrpcTransport = self._run(self._start())
-
-    def _run(self, coroutine: Any) -> Any:
-        return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result(30.0)
+        self.start()
 
     async def _start(self) -> GrpcTransport:
         transport = GrpcTransport(
@@ -107,8 +90,7 @@ class Impostor:
                 await asyncio.sleep(0.2)
 
     def _on_receive(self, sender: str, item: object) -> None:
-        with self._lock:
-            self.received.append((sender, item))
+        super()._on_receive(sender, item)
         messages: tuple[ForwardedMessage, ...] = ()
         if isinstance(item, om.PUB) and isinstance(item.payload, ForwardedBatch):
             messages = item.payload.messages
@@ -120,17 +102,6 @@ class Impostor:
             last = max(messages, key=lambda m: m.seq)
             ack = StreamAck((StreamPosition(last.origin, last.stream, last.seq + 1),))
             self.transport.send(sender, Envelope(self.transport.self_id, sender, "", "", 0, 8, ack))
-
-    def items(self) -> list[tuple[str, object]]:
-        with self._lock:
-            return list(self.received)
-
-    def close(self) -> None:
-        try:
-            self._run(self.transport.stop(drain_timeout_s=1.0))
-        finally:
-            self.loop.call_soon_threadsafe(self.loop.stop)
-            self._thread.join(5.0)
 
 
 def _dial_refused(cluster: LocalCluster, index: int) -> float:

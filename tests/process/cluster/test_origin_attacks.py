@@ -30,17 +30,13 @@ runs the cluster with ``cluster.origin_proofs = off``.
 
 from __future__ import annotations
 
-import asyncio
 import os
-import threading
 import time
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from broker.adapters.transport import GrpcTransport
-from broker.adapters.transport.tls import ClusterTls, TlsFiles, issue_broker_cert
 from broker.cluster.messages import (
     ClaimReply,
     ClassInterest,
@@ -56,7 +52,6 @@ from broker.cluster.messages import (
     StreamResend,
 )
 from broker.cluster.origin_checks import OriginChecks
-from broker.cluster.origin_proof import Signer, Verifier
 from broker.core.session import Message, OutEntry, SessionSnapshot
 from overlay import messages as om
 from overlay.keys import PUBLISHER, SUBSCRIBER, make_key
@@ -70,38 +65,26 @@ from tests.support.cluster import (
     unique_id,
     wait_until,
 )
+from tests.support.rogue_member import HOST, RogueMember
 from tools.launcher import LocalCluster
 from tools.ports import free_port
 
-HOST = "127.0.0.1"
 CLASS = "=atk"
 CONTROL = "!ctl"
 FORGED = 50
 MODE = os.environ.get("SKIPMQ_TEST_ORIGIN_PROOFS", "required")
 
 
-class Attacker:
+class Attacker(RogueMember):
     """Certified member X: a GrpcTransport (real mTLS) on its own event loop in a thread, signing
     what it sends with its own key, recording what the brokers send it."""
 
     def __init__(self, cluster: LocalCluster, tmp_path: Path) -> None:
-        certs = Path(cluster.data_root) / "certs"
         self.port = free_port()
         self.peer_id = f"{HOST}:{self.port}"
-        cert, key = issue_broker_cert(certs, self.peer_id, out_dir=tmp_path, name="x")
-        self.tls = ClusterTls(TlsFiles(str(certs / "ca.pem"), str(cert), str(key)))
-        signer = Signer.from_pem(cert.read_bytes(), key.read_bytes())
-        verifier = Verifier((certs / "ca.pem").read_bytes())
-        self.checks = OriginChecks("required", lambda: signer, lambda: verifier)
-        self.received: list[tuple[str, object]] = []
-        self._lock = threading.Lock()
-        self.loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self.loop.run_forever, daemon=True, name="attacker")
-        self._thread.start()
-        self.transport: GrpcTransport = self._run(self._start())
-
-    def _run(self, coroutine: Any) -> Any:
-        return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result(30.0)
+        super().__init__(cluster, tmp_path, self.peer_id, thread_name="attacker")
+        self.checks = OriginChecks("required", lambda: self.signer, lambda: self.verifier)
+        self.start()
 
     async def _start(self) -> GrpcTransport:
         transport = GrpcTransport(
@@ -109,14 +92,6 @@ class Attacker:
         )
         await transport.start(HOST, self.port)
         return transport
-
-    def _on_receive(self, sender: str, item: object) -> None:
-        with self._lock:
-            self.received.append((sender, item))
-
-    def items(self) -> list[tuple[str, object]]:
-        with self._lock:
-            return list(self.received)
 
     def send(self, dest: str, item: object) -> None:
         async def go() -> None:
@@ -128,13 +103,6 @@ class Attacker:
         """An envelope X signs with its own key (also when it names another origin)."""
         envelope = Envelope(orig or self.peer_id, dest, "", "", ref, 8, body)  # type: ignore[arg-type]
         return self.checks.sign_envelope(envelope)
-
-    def close(self) -> None:
-        try:
-            self._run(self.transport.stop(drain_timeout_s=1.0))
-        finally:
-            self.loop.call_soon_threadsafe(self.loop.stop)
-            self._thread.join(5.0)
 
 
 _PUBLICATIONS = iter(range(900_000, 10**9))
