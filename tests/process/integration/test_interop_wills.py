@@ -12,6 +12,7 @@ from collections.abc import Callable
 
 import pytest
 from paho.mqtt.packettypes import PacketTypes
+from paho.mqtt.properties import Properties
 
 from tests.support.interop_broker import BrokerProcess
 from tests.support.interop_clients import PahoClient, unique_id, v5_props
@@ -67,11 +68,12 @@ def test_retained_will(broker: BrokerProcess, paho_factory: PahoFactory) -> None
     assert (got.payload, got.retain) == (b"offline", True)
 
 
-def test_v5_will_delay(broker: BrokerProcess, paho_factory: PahoFactory) -> None:
-    cid = unique_id("willdelay")
-    watcher = _watch(broker, paho_factory, f"{cid}/will")
+def _drop_with_a_delayed_will(
+    broker: BrokerProcess, paho_factory: PahoFactory, cid: str, session: Properties
+) -> None:
+    """An MQTT 5 client ``cid`` with a session (``session``) and a will on ``{cid}/will`` (b"late",
+    QoS 1) delayed 2 s, whose connection then drops."""
     will_props = v5_props(PacketTypes.WILLMESSAGE, WillDelayInterval=2)
-    session = v5_props(PacketTypes.CONNECT, SessionExpiryInterval=60)
     client = paho_factory(
         broker,
         client_id=cid,
@@ -81,6 +83,13 @@ def test_v5_will_delay(broker: BrokerProcess, paho_factory: PahoFactory) -> None
         connect_props=session,
     )
     client.drop()
+
+
+def test_v5_will_delay(broker: BrokerProcess, paho_factory: PahoFactory) -> None:
+    cid = unique_id("willdelay")
+    watcher = _watch(broker, paho_factory, f"{cid}/will")
+    session = v5_props(PacketTypes.CONNECT, SessionExpiryInterval=60)
+    _drop_with_a_delayed_will(broker, paho_factory, cid, session)
     dropped_at = time.monotonic()
     watcher.assert_no_message(1.2)  # not before the delay
     got = watcher.wait_message(5.0)
@@ -92,17 +101,8 @@ def test_v5_will_delay(broker: BrokerProcess, paho_factory: PahoFactory) -> None
 def test_v5_will_delay_cancelled_by_reconnect(broker: BrokerProcess, paho_factory: PahoFactory) -> None:
     cid = unique_id("willcancel")
     watcher = _watch(broker, paho_factory, f"{cid}/will")
-    will_props = v5_props(PacketTypes.WILLMESSAGE, WillDelayInterval=2)
     session = v5_props(PacketTypes.CONNECT, SessionExpiryInterval=60)
-    client = paho_factory(
-        broker,
-        client_id=cid,
-        version=5,
-        will=(f"{cid}/will", b"late", 1, False),
-        will_props=will_props,
-        connect_props=session,
-    )
-    client.drop()
+    _drop_with_a_delayed_will(broker, paho_factory, cid, session)
     time.sleep(0.3)
     back = paho_factory(broker, client_id=cid, version=5, clean=False, connect_props=session)
     assert back.session_present
