@@ -39,7 +39,8 @@ def test_the_first_command_names_what_setup_installs() -> None:
     scripts = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]["scripts"]
     assert scripts["skipmq"] == "broker.__main__:main"  # .venv/bin/skipmq, from pip install -e
     setup = (REPO_ROOT / "scripts" / "setup.sh").read_text()
-    assert "-m venv" in setup and "pip install -q -e '.[dev,spark]'" in setup
+    assert "-m venv" in setup
+    assert re.search(r"pip install -q (--[\w-]+ )*-e '\.\[dev,spark\]'", setup), "setup.sh's pip install"
 
 
 def test_a_changed_quick_start_is_seen() -> None:
