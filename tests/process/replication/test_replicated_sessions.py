@@ -21,7 +21,7 @@ S's holder; its own holder is S until S goes). Steps:
 3. the subscriber reconnects (clean start 0) to P - not S's holder: the session comes through the
    takeover claim (H adopts its copy) or the lookup beside it: ``session present`` required. P
    waits for the lookup's answers once the claim found none: taking the claim's "no session" at
-   once lost the session and 3,434-3,473 of 5,000 messages (once in a CI run; 2 of 5 runs with the
+   once lost the session and 3,434-3,473 of 5,000 messages (once in a CI run; 2 of 6 runs with the
    stall; docs/notes/replication.md);
 4. every PUBACKed id (SKIPMQ_ZL_REPL_SESSION_MESSAGES in all) must reach the subscriber (bounded wait;
    duplicates counted and reported);
