@@ -285,7 +285,8 @@ class ReplicationNode:
                 or self.core.lookup_answered(lookup_id)
                 or now >= deadline
             ):
-                del self._copy_waits[lookup_id]
+                if self._copy_waits.pop(lookup_id, None) is None:
+                    continue  # (answered by a call that ``then`` made)
                 self.core.lookup_ended(lookup_id)
                 then()
 

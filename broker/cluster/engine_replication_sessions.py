@@ -313,7 +313,8 @@ class ReplicationSessions:
                 or core.lookup_answered(lookup_id)
                 or now >= deadline
             ):
-                del waits[lookup_id]
+                if waits.pop(lookup_id, None) is None:
+                    continue  # (answered by a call that ``then`` made)
                 if core is not None:
                     core.lookup_ended(lookup_id)
                 then()
