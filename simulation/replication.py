@@ -25,6 +25,7 @@ import copy as _copy
 import os
 import pickle
 import sqlite3
+from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -165,6 +166,9 @@ class ReplicationNode:
         self.replicated: dict[str, SessionSnapshot] = {}  # the state last given to the core
         self._claiming = False  # adopting for a claim answered here (or a CONNECT here)
         self.copies: dict[int, CopyFound] = {}  # lookup id -> the first copy a holder sent
+        # lookup id -> (deadline, what to do): a CONNECT whose claim found no session waits until
+        # no copy can still come (``when_no_copy_can_come``, as the broker's adapter does)
+        self._copy_waits: dict[int, tuple[float, Callable[[], None]]] = {}
 
     # ------------------------------------------------------------------ life
     def start(self) -> None:
@@ -252,12 +256,39 @@ class ReplicationNode:
         self.apply(actions)
 
         def again() -> None:
+            self._check_copy_waits()
             if self.sim.alive and not until.done() and lookup_id not in self.copies:
-                self.apply(actions)
+                unanswered = set(self.core.lookup_unanswered(lookup_id))
+                self.apply([a for a in actions if isinstance(a, SendReplica) and a.peer in unanswered])
                 self.scheduler.call_later(LOOKUP_AGAIN_S, again)
+            else:
+                self.core.lookup_ended(lookup_id)
 
         self.scheduler.call_later(LOOKUP_AGAIN_S, again)
         return lookup_id
+
+    def when_no_copy_can_come(self, lookup_id: int, deadline: float, then: Callable[[], None]) -> None:
+        """The claim of the CONNECT that asked ``lookup_id`` found no session: ``then`` once a copy
+        came, every member asked that is live in our view answered, or ``deadline`` passed
+        (``EngineReplication.when_no_copy_can_come``)."""
+        self._copy_waits[lookup_id] = (deadline, then)
+        self._check_copy_waits()
+        if lookup_id in self._copy_waits:
+            self.scheduler.call_later(max(0.0, deadline - self.scheduler.time()), self._check_copy_waits)
+
+    def _check_copy_waits(self) -> None:
+        now = self.scheduler.time()
+        for lookup_id, (deadline, then) in list(self._copy_waits.items()):
+            if (
+                not self.sim.alive
+                or lookup_id in self.copies
+                or self.core.lookup_answered(lookup_id)
+                or now >= deadline
+            ):
+                if self._copy_waits.pop(lookup_id, None) is None:
+                    continue  # (answered by a call that ``then`` made)
+                self.core.lookup_ended(lookup_id)
+                then()
 
     def take_copy(self, lookup_id: int, client_id: str) -> SessionSnapshot | None:
         """The copy a holder sent for ``lookup_id`` as the client's session here (the claim found
@@ -334,7 +365,10 @@ class ReplicationNode:
             elif isinstance(action, AdoptSessions):
                 self._adopt(action)
             elif isinstance(action, CopyFound):
-                self.copies.setdefault(action.lookup_id, action)
+                # kept for a CONNECT still waiting (not "no copy here", nor late: never taken)
+                if action.copy.snapshot is not None and self.core.lookup_open(action.lookup_id):
+                    self.copies.setdefault(action.lookup_id, action)
+                self._check_copy_waits()
 
     def _take_over(self, action: TakeOver) -> None:
         """Publish a gone origin's entries again as this broker's own (the failover)."""
@@ -367,6 +401,7 @@ class ReplicationNode:
     def _on_peer_down(self, peer: str) -> None:
         if self.sim.alive:
             self.apply(self.core.on_peer_down(peer, self.scheduler.time()))
+            self._check_copy_waits()  # a member asked that will not answer now
 
 
 def _as_item(item: object) -> ReplicaItem:
@@ -410,22 +445,29 @@ class ReplicatedCluster:
         # not answer within the CONNECT's wait - gone, or not yet reported down)
         result: Completion[SessionSnapshot | None] = Completion()
         lookup_id = node.lookup(client_id, result)
+        takeover = self.engine.takeover
+        deadline = node.scheduler.time() + (takeover.wait_s if takeover is not None else 0.0)
 
         def claim_done(done: Completion[SessionSnapshot | None]) -> None:
             error = done.exception()
             if error is not None:
                 node.copies.pop(lookup_id, None)
+                node.core.lookup_ended(lookup_id)
                 result.set_exception(error)
                 return
             snapshot = done.result()
-            copied = False
             if snapshot is None:
-                snapshot = node.take_copy(lookup_id, client_id)
-                copied = snapshot is not None
-            else:
-                node.copies.pop(lookup_id, None)
+                # a holder's copy may still be on its way (its claim answer said "no session")
+                node.when_no_copy_can_come(lookup_id, deadline, take_copy)
+                return
+            node.copies.pop(lookup_id, None)
+            node.core.lookup_ended(lookup_id)
             result.set_result(snapshot)
-            if copied:
+
+        def take_copy() -> None:
+            snapshot = node.take_copy(lookup_id, client_id)
+            result.set_result(snapshot)
+            if snapshot is not None:
                 # the copy's positions catch the session up right after its import, as a claim
                 # reply's do (``_apply_moved_positions``), not at the CONNACK: a message published
                 # here in between went live into the session ahead of what came before it

@@ -404,7 +404,11 @@ class EngineReplication(ReplicationSessions):
             elif isinstance(action, AdoptSessions):
                 self._adopt(action)
             elif isinstance(action, CopyFound):
-                self.copies.setdefault(action.lookup_id, action)
+                # kept for a CONNECT still waiting (not "no copy here", nor late: never taken)
+                open_ = self.core is not None and self.core.lookup_open(action.lookup_id)
+                if action.copy.snapshot is not None and open_:
+                    self.copies.setdefault(action.lookup_id, action)
+                self._check_copy_waits()
 
     def _take_over(self, action: TakeOver) -> None:
         """Publish a gone origin's entries again as this broker's own (the failover), in order,
@@ -593,24 +597,32 @@ class ReplicatedClusterPort:
         # not answer within the CONNECT's wait - gone, or not yet reported down)
         result: Completion[SessionSnapshot | None] = Completion()
         lookup_id = replication.lookup(client_id, result)
+        takeover = engine.takeover
+        deadline = replication._now() + (takeover.wait_s if takeover is not None else 0.0)
 
         def claim_done(done: Completion[SessionSnapshot | None]) -> None:
             error = done.exception()
             if error is not None:
                 replication.copies.pop(lookup_id, None)
+                replication.end_lookup(lookup_id)
                 replication.adopted_at_claim.discard(client_id)
                 result.set_exception(error)
                 return
             snapshot = done.result()
-            copied = False
-            if snapshot is None:
-                snapshot = replication.take_copy(lookup_id, client_id)
-                copied = snapshot is not None
-            else:
-                replication.copies.pop(lookup_id, None)
+            if snapshot is None and client_id not in replication.adopted_at_claim:
+                # a holder's copy may still be on its way (its claim answer said "no session")
+                replication.when_no_copy_can_come(lookup_id, deadline, take_copy)
+                return
+            replication.copies.pop(lookup_id, None)
+            replication.end_lookup(lookup_id)
             replication.adopted_at_claim.discard(client_id)
             result.set_result(snapshot)  # the CONNECT imports it (``client_connect._claimed``)
-            if copied:
+
+        def take_copy() -> None:
+            snapshot = replication.take_copy(lookup_id, client_id)
+            replication.adopted_at_claim.discard(client_id)
+            result.set_result(snapshot)  # the CONNECT imports it (``client_connect._claimed``)
+            if snapshot is not None:
                 # the copy's positions catch the session up right after its import, as a claim
                 # reply's do (``EngineReceiving._on_envelope``), not at the CONNACK: the CONNACK
                 # waits for the subscriptions' classes (``subscriptions_ready``), and a message

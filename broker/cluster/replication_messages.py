@@ -126,14 +126,16 @@ class SessionLookup:
 
 @dataclass(frozen=True, slots=True)
 class SessionCopy:
-    """A holder's answer to :class:`SessionLookup`: its copy of the session, of ``home``'s
-    ``incarnation``. Used by the asking broker only if the takeover claim found no session (the
-    home did not answer within the CONNECT's wait: it is gone, or cut off)."""
+    """A member's answer to :class:`SessionLookup`: a holder's copy of the session, of ``home``'s
+    ``incarnation``, or (``snapshot`` None, ``home`` and ``incarnation`` empty) "no copy here".
+    A copy is used by the asking broker only if the takeover claim found no session (the home did
+    not answer within the CONNECT's wait: it is gone, or cut off); the "no copy" answers tell it
+    when every live member has answered, so that it need not wait longer for a copy."""
 
     lookup_id: int
     home: str
     incarnation: str
-    snapshot: SessionSnapshot
+    snapshot: SessionSnapshot | None
     positions: tuple[StreamPosition, ...] = ()
 
 
@@ -266,8 +268,8 @@ class DropSessions:
 
 @dataclass(frozen=True, slots=True)
 class CopyFound:
-    """Asking broker: a holder's copy for the lookup ``lookup_id`` (the adapter keeps the first
-    one for the CONNECT that asked)."""
+    """Asking broker: a member's answer to the lookup ``lookup_id``: a holder's copy (the adapter
+    keeps the first one for the CONNECT that asked) or, ``copy.snapshot`` None, none held there."""
 
     lookup_id: int
     holder: str

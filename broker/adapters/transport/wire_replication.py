@@ -88,7 +88,8 @@ def replica_to_proto(item: ReplicaItem, out: Any) -> None:
         body.lookup_id = _seq(item.lookup_id, "Replica.copy.lookup_id")
         body.home = item.home
         body.incarnation = item.incarnation
-        snapshot_to_proto(item.snapshot, body.snapshot, "Replica.copy.snapshot")
+        if item.snapshot is not None:  # (none: "no copy here")
+            snapshot_to_proto(item.snapshot, body.snapshot, "Replica.copy.snapshot")
         _positions_to_proto(item.positions, body.positions, "Replica.copy.positions")
     elif isinstance(item, SessionCopyTaken):
         out.copy_taken.incarnation = item.incarnation
@@ -154,8 +155,12 @@ def replica_from_proto(src: Any) -> ReplicaItem:
         return SessionLookup(src.lookup.lookup_id, src.lookup.client_id)
     if case == "copy":
         body = src.copy
-        if not body.home or not body.incarnation or not body.HasField("snapshot"):
-            raise WireError("Replica.copy: empty home, incarnation or snapshot")
+        if not body.HasField("snapshot"):  # "no copy here" (an answer that names nothing)
+            if body.home or body.incarnation or body.positions:
+                raise WireError("Replica.copy: a home, incarnation or positions without a snapshot")
+            return SessionCopy(body.lookup_id, "", "", None)
+        if not body.home or not body.incarnation:
+            raise WireError("Replica.copy: empty home or incarnation")
         copy_snapshot = snapshot_from_proto(body.snapshot, "Replica.copy.snapshot")
         return SessionCopy(
             body.lookup_id, body.home, body.incarnation, copy_snapshot, _positions_from_proto(body.positions)

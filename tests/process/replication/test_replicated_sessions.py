@@ -14,9 +14,15 @@ S's holder; its own holder is S until S goes). Steps:
 1. a persistent QoS 1 subscriber on S; a QoS 1 stream (SKIPMQ_ZL_REPL_SESSION_RATE msg/s) from a
    publisher on P;
 2. after SKIPMQ_ZL_REPL_SESSION_BEFORE PUBACKs (mid-stream: messages queued and in flight on S),
-   kill -9 of S and ``rm -rf`` of its data directory; the publisher goes on;
+   kill -9 of S and ``rm -rf`` of its data directory; the publisher goes on. H is stopped
+   (SIGSTOP) over the kill for SKIPMQ_ZL_REPL_SESSION_STALL_S (0.2 s; a loaded machine's stall):
+   it then takes P's claim before S's broken link, S is live in its view, and it answers the claim
+   "no session" and the lookup with its copy;
 3. the subscriber reconnects (clean start 0) to P - not S's holder: the session comes through the
-   takeover claim (H adopts its copy) or the lookup beside it: ``session present`` required;
+   takeover claim (H adopts its copy) or the lookup beside it: ``session present`` required. P
+   waits for the lookup's answers once the claim found none: taking the claim's "no session" at
+   once lost the session and 3,434-3,473 of 5,000 messages (once in a CI run; 2 of 6 runs with the
+   stall; docs/notes/replication.md);
 4. every PUBACKed id (SKIPMQ_ZL_REPL_SESSION_MESSAGES in all) must reach the subscriber (bounded wait;
    duplicates counted and reported);
 5. S restarts empty (same peer id): every broker's replication gauges come back to 0
@@ -33,6 +39,8 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import signal
+import threading
 import time
 from pathlib import Path
 
@@ -57,6 +65,8 @@ RATE_PER_S = env_float("SKIPMQ_ZL_REPL_SESSION_RATE", 500.0)
 DRAIN_S = env_float("SKIPMQ_ZL_DRAIN_S", 30.0)
 CONTROL = env_int("SKIPMQ_ZL_REPL_SESSION_CONTROL", 0) == 1
 QOS = env_int("SKIPMQ_ZL_REPL_SESSION_QOS", 1)  # 2: the subscription and stream at QoS 2 (by hand)
+# H stopped (SIGSTOP) this long over S's kill: it takes P's claim before it sees S's link break (0: not)
+STALL_S = env_float("SKIPMQ_ZL_REPL_SESSION_STALL_S", 0.2)
 WINDOW = 100
 STREAM_S = 120.0
 
@@ -116,6 +126,13 @@ def test_subscribers_broker_killed_with_its_disk_the_session_is_present_elsewher
                     interval_s=0.2,
                     what="S's holder holds the subscriber's session",
                 )
+            stalled = None
+            if STALL_S > 0:
+                holder_pid = cluster.brokers[h].pid
+                assert holder_pid is not None
+                os.kill(holder_pid, signal.SIGSTOP)
+                stalled = threading.Timer(STALL_S, os.kill, (holder_pid, signal.SIGCONT))
+                stalled.start()
             cluster.kill_broker(s)
             killed_at = len(stream.acked_ids())
             data_dir = cluster.brokers[s].data_dir
@@ -125,6 +142,8 @@ def test_subscribers_broker_killed_with_its_disk_the_session_is_present_elsewher
             started = time.monotonic()
             sub.connect(cluster.brokers[p].mqtt_port, host=cluster.brokers[p].host)
             reconnect_s = time.monotonic() - started
+            if stalled is not None:
+                stalled.join()
             present = sub.session_present
             report(f"replicas {replicas}: session present {present} on broker {p} ({reconnect_s:.2f} s)")
             stream.wait_done(STREAM_S)

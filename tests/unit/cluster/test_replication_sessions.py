@@ -235,11 +235,18 @@ def test_a_lookup_is_answered_by_the_holders_with_their_copy_and_a_taken_copy_is
     lookup_id, asks = cluster.cores[C].lookup("s1")
     assert sorted(send.peer for send in asks) == [A, B]
     answers = [cluster.cores[send.peer].on_item(C, send.item, 0.0) for send in asks]
-    (from_b,) = [a for actions in answers for a in actions]  # A, the home, holds no copy of its own
+    (from_a,), (from_b,) = answers
+    # A, the home, holds no copy of its own: it answers "no copy here"
+    assert from_a == SendReplica(C, SessionCopy(lookup_id, "", "", None))
     assert isinstance(from_b, SendReplica) and isinstance(from_b.item, SessionCopy)
     assert from_b.peer == C and from_b.item.snapshot == snap("s1", "a/#") and from_b.item.positions == at
+    assert not cluster.cores[C].lookup_answered(lookup_id)
+    (none_found,) = cluster.cores[C].on_item(A, from_a.item, 0.0)
+    assert isinstance(none_found, CopyFound) and none_found.copy.snapshot is None
+    assert not cluster.cores[C].lookup_answered(lookup_id)  # B's copy may still come
     (found,) = cluster.cores[C].on_item(B, from_b.item, 0.0)
     assert isinstance(found, CopyFound) and found.lookup_id == lookup_id and found.holder == B
+    assert cluster.cores[C].lookup_answered(lookup_id)
     (taken,) = cluster.cores[C].copy_taken(B, found.copy, "s1")
     assert cluster.cores[B].on_item(C, taken.item, 0.0) == [PersistSession((A, f"{A}#1"), "s1", None)]
     assert cluster.cores[B].held_sessions() == {}
@@ -266,7 +273,11 @@ def test_a_session_adopted_at_a_claim_and_handed_on_is_still_given_to_lookups_fo
         _lookup_id, asks = cluster.cores[C].lookup("s1")
         (to_b,) = [send for send in asks if send.peer == B]
         answers = holder.on_item(C, to_b.item, cluster.now)
-        return [a.item for a in answers if isinstance(a, SendReplica) and isinstance(a.item, SessionCopy)]
+        return [
+            a.item
+            for a in answers
+            if isinstance(a, SendReplica) and isinstance(a.item, SessionCopy) and a.item.snapshot is not None
+        ]
 
     assert asked() == []  # still B's own session: B answers the claim itself
     cluster.apply(B, holder.session_changed("s1", None, cluster.now))  # handed over to C's claim

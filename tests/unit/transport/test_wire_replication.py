@@ -88,6 +88,7 @@ def test_the_session_and_drain_records_round_trip_and_bad_ones_are_refused() -> 
         ReplicaHandedOver("inc2"),
         SessionLookup(3, "dev-1"),
         SessionCopy(3, "10.0.0.1:7000", "inc1", snapshot, positions),
+        SessionCopy(3, "", "", None),  # "no copy here"
         SessionCopyTaken("inc1", "10.0.0.1:7000", "dev-1"),
     ]
     for record in records:
@@ -104,6 +105,10 @@ def test_the_session_and_drain_records_round_trip_and_bad_ones_are_refused() -> 
     with pytest.raises(WireError, match="another client id"):
         wire.decode_item(bad.SerializeToString())
     bad = pb.Item()
-    bad.replica.copy.home = "h"  # no snapshot
-    with pytest.raises(WireError, match=r"Replica\.copy: empty"):
+    bad.replica.copy.home = "h"  # no snapshot, yet a home
+    with pytest.raises(WireError, match=r"Replica\.copy: a home"):
+        wire.decode_item(bad.SerializeToString())
+    bad = pb.Item()
+    bad.replica.copy.snapshot.client_id = "dev-1"  # a snapshot, no home
+    with pytest.raises(WireError, match=r"Replica\.copy: empty home"):
         wire.decode_item(bad.SerializeToString())
