@@ -129,7 +129,7 @@ def machine() -> dict[str, Any]:
     model = next((line.split(":", 1)[1].strip() for line in lscpu.splitlines() if "Model name" in line), "")
     commit = subprocess.run(
         ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True
-    ).stdout.strip()
+    ).stdout.strip() or os.environ.get("SKIPMQ_COMMIT", "")  # (a git archive copy has no .git)
     return {"nproc": os.cpu_count(), "cpu": model, "python": platform.python_version(), "commit": commit}
 
 
@@ -206,7 +206,13 @@ def main(argv: list[str] | None = None) -> int:
         progress(
             f"cell {number}/{len(plan)}: {fault} QoS {qos}: acked {result.acknowledged}, lost {result.lost},"
             f" duplicates {result.duplicates}, {result.rate_outside_fault_per_s:.0f} msg/s,"
-            f" {'pass' if result.passed else 'FAIL: ' + '; '.join(result.shortfalls)}"
+            + (
+                f" lost ids {min(result.lost_sample)}-{result.lost_max} (ids sent at the fault:"
+                f" {result.sent_at_fault}), dropped by policy {result.dropped_by_policy},"
+                if result.lost
+                else ""
+            )
+            + f" {'pass' if result.passed else 'FAIL: ' + '; '.join(result.shortfalls)}"
         )
     if not args.keep:
         shutil.rmtree(root, ignore_errors=True)

@@ -139,6 +139,12 @@ class CellResult:
     # at >= 2,000 msg/s"); 0: not checked (the CI cells check only loss and duplicates)
     min_messages: int = 0
     min_rate_per_s: float = 0.0
+    # the ids the publisher had handed to paho when the (first) fault began, and the highest lost
+    # id: a loss wholly below ``sent_at_fault`` was published before the fault (a subscriber that
+    # was already behind the live stream drops so by its queue policy, also in an incarnation
+    # killed before its counter could be read to the end); -1: nothing lost
+    sent_at_fault: int = 0
+    lost_max: int = -1
 
     @property
     def shortfalls(self) -> list[str]:
@@ -306,7 +312,7 @@ def run_cell(
             watch = _PendingWatch(pub, stream)
             half = params.messages // 2
             session_present = True
-            fault_s, acked_in_faults = 0.0, 0
+            fault_s, acked_in_faults, sent_at_fault = 0.0, 0, -1
             started = time.monotonic()
             stream.start()
             watch.start()
@@ -314,6 +320,7 @@ def run_cell(
                 stream.wait_acked(half, params.stream_s)
                 for step in steps:
                     fault_at, acked_at_fault = time.monotonic(), len(stream.acked_ids())
+                    sent_at_fault = stream.sent if sent_at_fault < 0 else sent_at_fault
                     progress(f"{fault} QoS {qos}: {acked_at_fault} acknowledged, {step}")
                     session_present = (
                         _inject(step, qos, cluster, lab, pub, sub, params, progress, drops)
@@ -351,6 +358,7 @@ def run_cell(
                 load_before=round(load_before, 2), load_after=round(_load(), 2),
                 lost_sample=sorted(result.lost)[:20], subscriber=kind,
                 min_messages=params.min_messages, min_rate_per_s=params.min_rate_per_s,
+                sent_at_fault=sent_at_fault, lost_max=max(result.lost, default=-1),
             )  # fmt: skip
         finally:
             for client in made:
