@@ -27,6 +27,7 @@ the machine and the load average.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import platform
 import re
@@ -115,10 +116,13 @@ def logged_drops(cluster: Any, index: int) -> dict[str, int]:
 
 
 def one_round(
-    mode: str, beside: bool, rate: float, seconds: float, slow_share: float = 0.25
+    mode: str, beside: bool, rate: float, seconds: float, slow_share: float = 0.25, keep: str = ""
 ) -> dict[str, float]:
     count = int(rate * seconds)
-    with tempfile.TemporaryDirectory(prefix="slowbench") as root:
+    if keep:
+        Path(keep).mkdir(parents=True, exist_ok=True)
+    kept = tempfile.mkdtemp(prefix=f"{mode}-{'beside' if beside else 'alone'}-", dir=keep) if keep else ""
+    with contextlib.nullcontext(kept) if keep else tempfile.TemporaryDirectory(prefix="slowbench") as root:
         cluster = start_cluster(3, settings=dict(SETTINGS), data_root=root)
         clients: list[ClusterClient] = []
         slow_process: subprocess.Popen[str] | None = None
@@ -259,6 +263,7 @@ def main(argv: list[str] | None = None) -> int:
         default=0.25,
         help="the slow subscriber drains this share of the rate (0: as fast as paho goes, a control)",
     )
+    parser.add_argument("--keep", default="", help="keep each round's data and broker logs here")
     args = parser.parse_args(argv)
     print(f"machine: {platform.machine()} {os.cpu_count()} CPUs, {platform.platform()}; may be shared")
     ratios: dict[str, list[float]] = {}
@@ -272,7 +277,7 @@ def main(argv: list[str] | None = None) -> int:
             order = (False, True) if number % 2 == 0 else (True, False)  # interleaved both ways
             for beside in order:
                 loads.append(os.getloadavg()[0])
-                figures = one_round(mode, beside, args.rate, args.seconds, args.slow_share)
+                figures = one_round(mode, beside, args.rate, args.seconds, args.slow_share, args.keep)
                 pair[beside] = figures
                 total = sums.setdefault((mode, beside), {"lost": 0.0, "fast_logged": 0.0, "slow_logged": 0.0})
                 for key in total:
