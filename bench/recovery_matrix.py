@@ -129,7 +129,8 @@ def machine() -> dict[str, Any]:
     model = next((line.split(":", 1)[1].strip() for line in lscpu.splitlines() if "Model name" in line), "")
     commit = subprocess.run(
         ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True
-    ).stdout.strip() or os.environ.get("SKIPMQ_COMMIT", "")  # (a git archive copy has no .git)
+    ).stdout.strip() or os.environ.get("BENCH_COMMIT", "")  # (a git archive copy has no .git;
+    # not SKIPMQ_*: the broker refuses an environment variable of that prefix that is no key)
     return {"nproc": os.cpu_count(), "cpu": model, "python": platform.python_version(), "commit": commit}
 
 
