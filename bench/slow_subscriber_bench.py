@@ -13,8 +13,12 @@ quarter of the rate (its on_message sleeps). Two modes:
   control"): this measures head-of-line blocking.
 
 Rounds interleave "alone" and "beside" per mode; printed per round: the fast one's latency
-(publish -> first receipt) p50 / p99 / max, its lost messages, B's queue_full_oldest drops; then
-the p99 ratio beside/alone per round and its median, the machine and the load average.
+(publish -> first receipt) p50 / p99 / max, its lost messages, B's queue_full_oldest drops (its
+counter) and the drops B logged per client (``messages_dropped`` lines, B stopped with SIGTERM at
+the round's end so that it logs what it had only counted: the slow one's, the fast one's - a fast
+one that falls behind on a loaded machine drops by the same policy - and any other's); then the
+p99 ratio beside/alone per round and its median, the totals of lost and logged drops per mode,
+the machine and the load average.
 
     .venv/bin/python bench/slow_subscriber_bench.py [--modes live,restart] [--rounds 3]
         [--rate 600] [--seconds 10]
@@ -23,6 +27,7 @@ the p99 ratio beside/alone per round and its median, the machine and the load av
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import platform
 import re
@@ -98,11 +103,26 @@ def cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def logged_drops(cluster: Any, index: int) -> dict[str, int]:
+    """Messages dropped per client id as broker ``index`` logged them (``messages_dropped`` warning
+    lines, every incarnation; a drop is logged at once or summed into its client's next line,
+    and a broker stopped with SIGTERM logs what it had not yet)."""
+    out: dict[str, int] = {}
+    for record in cluster.brokers[index].log_records():
+        if record.get("event") == "messages_dropped":
+            client_id = str(record.get("client_id"))
+            out[client_id] = out.get(client_id, 0) + int(record.get("dropped", 0))
+    return out
+
+
 def one_round(
-    mode: str, beside: bool, rate: float, seconds: float, slow_share: float = 0.25
+    mode: str, beside: bool, rate: float, seconds: float, slow_share: float = 0.25, keep: str = ""
 ) -> dict[str, float]:
     count = int(rate * seconds)
-    with tempfile.TemporaryDirectory(prefix="slowbench") as root:
+    if keep:
+        Path(keep).mkdir(parents=True, exist_ok=True)
+    kept = tempfile.mkdtemp(prefix=f"{mode}-{'beside' if beside else 'alone'}-", dir=keep) if keep else ""
+    with contextlib.nullcontext(kept) if keep else tempfile.TemporaryDirectory(prefix="slowbench") as root:
         cluster = start_cluster(3, settings=dict(SETTINGS), data_root=root)
         clients: list[ClusterClient] = []
         slow_process: subprocess.Popen[str] | None = None
@@ -112,6 +132,7 @@ def one_round(
             topic = f"{unique_id('bench')}/stream"
             common: dict[str, Any] = {"clean": False, "session_expiry_s": 600, "host": host_b}
             fast = TimedClient(port_b, client_id=unique_id("fast"), **common)
+            slow_id = unique_id("slow")
             subs = [fast]
             clients += subs
             if beside:  # in a process of its own (its sleeps are not the fast one's interpreter's)
@@ -124,6 +145,7 @@ def one_round(
                         str(port_b),
                         topic,
                         str(rate * slow_share),
+                        slow_id,
                     ],
                     stdout=subprocess.PIPE,
                     text=True,
@@ -172,6 +194,9 @@ def one_round(
             # the catch-up's own delay: from when the message was published or the subscribers were
             # back on the restarted broker, whichever came later (the downtime taken out)
             delays = sorted(fast.latency[n] - max(0.0, back_at - fast.sent_at[n]) for n in got)
+            counted = dropped(cluster, B)  # (this incarnation's counter)
+            cluster.stop_broker(B)  # SIGTERM: B logs the drops it had only counted so far
+            logged = logged_drops(cluster, B)
             return {
                 "acked": len(acked),
                 "lost": len(acked - set(fast.latency)),
@@ -180,7 +205,10 @@ def one_round(
                 "max": latencies[-1],
                 "delay_p99": delays[int(len(delays) * 0.99)],
                 "down_s": down_s,
-                "dropped": dropped(cluster, B),
+                "dropped": counted,
+                "slow_logged": logged.pop(slow_id, 0),
+                "fast_logged": logged.pop(fast.client_id, 0),
+                "others_logged": sum(logged.values()),
                 "cpu_b": cpu_b,
             }
         finally:
@@ -195,10 +223,9 @@ def one_round(
             cluster.close()
 
 
-def slow_client(host: str, port: int, topic: str, drain_per_s: float) -> None:
+def slow_client(host: str, port: int, topic: str, drain_per_s: float, client_id: str) -> None:
     """The slow subscriber's own process: subscribe, say so, drain; reconnect whenever the broker
     goes away (a restart), until terminated."""
-    client_id = unique_id("slow")
     client = TimedClient(
         port, host=host, client_id=client_id, clean=False, session_expiry_s=600, drain_per_s=drain_per_s
     )
@@ -218,8 +245,8 @@ def main(argv: list[str] | None = None) -> int:
     if argv is None:
         argv = sys.argv[1:]
     if argv[:1] == ["--slow-client"]:
-        host, port, topic, drain = argv[1:5]
-        slow_client(host, int(port), topic, float(drain))
+        host, port, topic, drain, client_id = argv[1:6]
+        slow_client(host, int(port), topic, float(drain), client_id)
         return 0
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -236,19 +263,25 @@ def main(argv: list[str] | None = None) -> int:
         default=0.25,
         help="the slow subscriber drains this share of the rate (0: as fast as paho goes, a control)",
     )
+    parser.add_argument("--keep", default="", help="keep each round's data and broker logs here")
     args = parser.parse_args(argv)
     print(f"machine: {platform.machine()} {os.cpu_count()} CPUs, {platform.platform()}; may be shared")
     ratios: dict[str, list[float]] = {}
     p99s: dict[tuple[str, bool], list[float]] = {}
     loads: list[float] = []
+    # per mode and variant: the fast one's lost and logged drops, the slow one's logged drops
+    sums: dict[tuple[str, bool], dict[str, float]] = {}
     for number in range(args.rounds):
         for mode in args.modes.split(","):
             pair: dict[bool, dict[str, float]] = {}
             order = (False, True) if number % 2 == 0 else (True, False)  # interleaved both ways
             for beside in order:
                 loads.append(os.getloadavg()[0])
-                figures = one_round(mode, beside, args.rate, args.seconds, args.slow_share)
+                figures = one_round(mode, beside, args.rate, args.seconds, args.slow_share, args.keep)
                 pair[beside] = figures
+                total = sums.setdefault((mode, beside), {"lost": 0.0, "fast_logged": 0.0, "slow_logged": 0.0})
+                for key in total:
+                    total[key] += figures[key]
                 print(
                     f"round {number} {mode:7} {'beside slow' if beside else 'alone':11} fast: "
                     f"acked {figures['acked']:.0f} lost {figures['lost']:.0f} "
@@ -260,7 +293,9 @@ def main(argv: list[str] | None = None) -> int:
                         if mode == "restart"
                         else ""
                     )
-                    + f"B dropped {figures['dropped']:.0f}, B CPU {figures['cpu_b']:.1f} s; "
+                    + f"B dropped {figures['dropped']:.0f} (logged: slow {figures['slow_logged']:.0f},"
+                    f" fast {figures['fast_logged']:.0f}, others {figures['others_logged']:.0f}),"
+                    f" B CPU {figures['cpu_b']:.1f} s; "
                     f"load {loads[-1]:.1f}",
                     flush=True,
                 )
@@ -281,6 +316,11 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"{mode}: median fast p99 alone {p99_alone * 1000:.1f} ms, beside slow "
             f"{p99_beside * 1000:.1f} ms: {p99_beside / p99_alone:.2f}x"
+        )
+    for (mode, beside), total in sorted(sums.items()):
+        print(
+            f"{mode} {'beside slow' if beside else 'alone'}: fast lost {total['lost']:.0f}, fast dropped"
+            f" (logged) {total['fast_logged']:.0f}; slow dropped (logged) {total['slow_logged']:.0f}"
         )
     print(f"load average (1 min) at the rounds' starts: {min(loads):.1f}-{max(loads):.1f}")
     return 0

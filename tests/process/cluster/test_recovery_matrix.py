@@ -39,8 +39,10 @@ from pathlib import Path
 
 import pytest
 
+from broker.cluster.stream_sender import RESEND_BATCH
+from broker.config.schema import LimitsConfig
 from tests.process.cluster.conftest import FAST_SETTINGS
-from tests.support.recovery_cells import CellParams, CellResult, run_cell
+from tests.support.recovery_cells import CellParams, CellResult, duplicate_bound, run_cell
 from tests.support.zeroloss import env_float, env_int, report
 
 MESSAGES = env_int("SKIPMQ_RM_MESSAGES", 3_000)
@@ -103,3 +105,34 @@ def test_a_session_move_with_the_client_away_past_its_queue_limit_loses_nothing(
     moved = params(RATE_PER_S)
     moved.down_s = 3.0
     check(run_cell("move", 1, moved, tmp_path))
+
+
+def _cell(**changes: object) -> CellResult:
+    fields: dict[str, object] = dict(
+        fault="kill-sub", qos=1, acknowledged=11_000, lost=0, duplicates=3, duplicated_ids=3, most_copies=2,
+        duplicate_bound=duplicate_bound(3, 1, 100), max_unacknowledged=100, rate_outside_fault_per_s=2_001.0,
+        rate_overall_per_s=1_900.0, fault_s=4.0, stream_s=9.0, session_present=True, dropped_by_policy=0,
+        load_before=1.0, load_after=1.0, lost_sample=[], min_messages=5_000, min_rate_per_s=2_000.0,
+    )  # fmt: skip
+    fields.update(changes)
+    return CellResult(**fields)  # type: ignore[arg-type]
+
+
+def test_a_matrix_cell_counts_only_at_the_issues_size_and_rate_and_within_the_window_in_flight() -> None:
+    """What bench/recovery_matrix.py calls a pass (issue #30: >= 5,000 messages at >= 2,000 msg/s,
+    0 lost, QoS 2 0 duplicates, QoS 1 duplicates <= the window in flight), without a cluster."""
+    # the QoS 1 bound is read from the code: the broker's outgoing window (default) and a sender's
+    # resend batch from each other broker, and the publisher's window (paho sends it again)
+    assert duplicate_bound(3, 1, 100) == LimitsConfig().max_inflight_messages + 2 * RESEND_BATCH + 100
+    assert _cell().passed
+    assert _cell(rate_outside_fault_per_s=1_950.0).shortfalls == ["1950 msg/s < 2000"]
+    assert _cell(acknowledged=4_999).shortfalls == ["4999 acknowledged < 5000"]
+    assert not _cell(lost=1).passed
+    assert not _cell(session_present=False).passed
+    bound = duplicate_bound(3, 1, 100)
+    assert _cell(duplicates=bound).passed
+    assert _cell(duplicates=bound + 1).shortfalls == [f"{bound + 1} duplicates > {bound} in flight"]
+    assert _cell(qos=2, duplicates=1).shortfalls == ["1 duplicates at QoS 2"]
+    # the CI cells (min_messages, min_rate_per_s 0) check loss and duplicates only
+    ci_cell = _cell(rate_outside_fault_per_s=900.0, acknowledged=3_000, min_messages=0, min_rate_per_s=0.0)
+    assert ci_cell.passed
