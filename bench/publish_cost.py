@@ -31,10 +31,16 @@ charge its wait to the system call: the kernel's row is the measured stime inste
 dump, C level: the interpreter, SQLite, uvloop, the kernel entry points), ``--keep DIR`` keeps
 the dumps for ``callgrind_annotate``.
 
+Size: one script a person runs by hand, whose probes (callgrind, strace, py-spy attached, the
+CPU time from /proc) share the lock-step client, the scenarios and the broker start; the grouping
+of py-spy's samples by stage is bench/cpu_stages.py.
+
     .venv/bin/python bench/publish_cost.py --help
     .venv/bin/python bench/publish_cost.py                         # SkipMQ of this tree
     .venv/bin/python bench/publish_cost.py --broker-root /tmp/old  # another revision's checkout
     .venv/bin/python bench/publish_cost.py --broker mosquitto --json cost.json
+    .venv/bin/python bench/publish_cost.py --breakdown 5 --rounds-scale 15 \
+        --scenarios 'qos0 1->1,qos1 1->1,qos1 1->1 persistent'   # where the CPU goes, by stage
 """
 
 from __future__ import annotations
@@ -60,6 +66,8 @@ REPO_ROOT = BENCH_DIR.parent
 for _path in (str(REPO_ROOT), str(BENCH_DIR)):
     if _path not in sys.path:
         sys.path.insert(0, _path)
+
+from cpu_stages import DISK, IDLE, IN_SYSCALL, KERNEL, USER_STAGES, breakdown, print_breakdown  # noqa: E402
 
 from tools import mqtt_raw as raw  # noqa: E402
 from tools.loadclient import LoadClient  # noqa: E402
@@ -302,94 +310,6 @@ class PySpy:
         self.proc.send_signal(signal.SIGINT)
         self.proc.wait(timeout=60)
         return self.path()
-
-
-# ---- where the time goes: py-spy's samples grouped by stage -------------------------------------
-IDLE = "(idle: waiting in epoll or on a lock; not CPU)"
-DISK = "(waiting on the disk: fdatasync; not CPU)"
-# the groups of the breakdown, in the order the table lists them
-STAGES = (
-    "the kernel: system calls (recv, send, epoll; the broker's stime)",
-    "(samples inside a system call: kernel time and run-queue waits; the row above counts it)",
-    "event loop and transport (uvloop, libuv, asyncio; the listener's protocol)",
-    "decode (the MQTT decoder)",
-    "the packet handlers (dispatch, handle_publish, checks)",
-    "routing (topic checks, trie, delivery plan)",
-    "session and queue bookkeeping (outbound, session, durability)",
-    "encode (the outgoing PUBLISH)",
-    "the write flush (the connection's buffered output)",
-    "the ack path (PUBACK in and out)",
-    "SQLite (statements and COMMIT, the store adapter)",
-    "garbage collector",
-    "other (interpreter start-up of callbacks, metrics, timers)",
-)
-KERNEL, IN_SYSCALL = STAGES[0], STAGES[1]
-USER_STAGES = STAGES[2:]
-_SYSCALL_READ = ("read", "recv", "recvfrom", "recvmsg", "readv")
-_SYSCALL_WRITE = ("write", "writev", "send", "sendto", "sendmsg")
-
-
-def classify_stack(frames: list[str]) -> str:
-    """The stage one sample (frames root first, py-spy's ``name (file:line)``) belongs to: the
-    deepest frame that names one decides."""
-    leaf = frames[-1]
-    leaf_name = leaf.split(" (")[0]
-    if leaf_name == "epoll_pwait" or leaf_name == "epoll_wait":
-        return IDLE
-    if leaf_name == "fdatasync" or leaf_name == "fsync":
-        return DISK
-    for frame in frames:
-        if "PyThread_acquire_lock_timed" in frame or frame.startswith(("Condition.wait ", "Queue.get ")):
-            return IDLE
-    for frame in reversed(frames):
-        name, _, where = frame.partition(" (")
-        where = where.rstrip(")")
-        if "libsqlite3" in where or "_sqlite" in where or "sqlite_store.py" in where:
-            return STAGES[10]
-        if "libc.so" in where and name in _SYSCALL_READ + _SYSCALL_WRITE:
-            return IN_SYSCALL
-        if name.startswith("gc_collect") or name == "gc_collect_main":
-            return STAGES[11]
-        if ".py:" not in where:
-            continue
-        path = where.split(":")[0]
-        if "ack" in name.lower() and ("client" in path or "outbound" in path or "codec_publish" in path):
-            return STAGES[9]
-        if "broker/mqtt/codec" in path:
-            return STAGES[7] if "encode" in name or name.startswith("_topic_field") else STAGES[3]
-        if path.endswith(("broker/core/routing.py", "broker/mqtt/topics.py", "broker/core/reserved.py")):
-            return STAGES[5]
-        if path.endswith("broker/core/outbound.py"):
-            if "encode" in name:
-                return STAGES[7]
-            if "flush" in name:
-                return STAGES[8]
-            return STAGES[6]
-        if path.endswith(("broker/core/session.py", "broker/core/sessions.py", "broker/core/records.py")):
-            return STAGES[6]
-        if "broker/core/durability" in path:
-            return STAGES[6]
-        if path.endswith("broker/core/client_base.py") and "flush" in name:
-            return STAGES[8]
-        if path.startswith("broker/core/client") or "/broker/core/client" in path:
-            return STAGES[4]
-        if "listeners.py" in path or "asyncio/" in path or "uvloop/" in path:
-            return STAGES[2]
-        return STAGES[12]
-    # no Python frame and none of the above: uvloop's and libuv's own C
-    return STAGES[2]
-
-
-def breakdown(profile: Path) -> dict[str, int]:
-    """Samples per stage (and the idle and disk-wait samples) of one py-spy raw profile."""
-    counts: dict[str, int] = {}
-    for line in profile.read_text(errors="replace").splitlines():
-        stack, _, number = line.rpartition(" ")
-        if not stack or not number.isdigit():
-            continue
-        stage = classify_stack(stack.split(";"))
-        counts[stage] = counts.get(stage, 0) + int(number)
-    return counts
 
 
 def _proc_cpu_s(pid: int) -> float:
@@ -663,40 +583,6 @@ def measure_breakdown(port: int, pid: int, sc: Scenario, workdir: Path, runs: in
     }
 
 
-def print_breakdown(result: dict[str, Any]) -> None:
-    scenarios = result["scenarios"]
-    print("| stage (us of broker CPU per delivery) | " + " | ".join(r["scenario"] for r in scenarios) + " |")
-    print("|---|" + "---:|" * len(scenarios))
-    for stage in STAGES:
-        cells = []
-        for res in scenarios:
-            us = res["us_per_delivery_by_stage"][stage]
-            if stage == IN_SYSCALL:
-                cells.append(f"{res['samples'].get(stage, 0)} samples")
-                continue
-            share = 100 * us / max(1e-9, res["cpu_us_per_delivery"])
-            cells.append(f"{us:.2f} ({share:.0f} %)")
-        print(f"| {stage} | " + " | ".join(cells) + " |")
-    print(
-        "| **total** (median of the uninstrumented runs) | "
-        + " | ".join(f"**{r['cpu_us_per_delivery']:.2f}**" for r in scenarios)
-        + " |"
-    )
-    print(
-        "| samples in user space (idle / disk wait left out) | "
-        + " | ".join(
-            f"{r['busy_samples']} ({r['samples'].get(IDLE, 0)} / {r['samples'].get(DISK, 0)})"
-            for r in scenarios
-        )
-        + " |"
-    )
-    print(
-        "| the kernel's share of the CPU (stime, uninstrumented runs) | "
-        + " | ".join(f"{100 * r['system_share']:.0f} %" for r in scenarios)
-        + " |"
-    )
-
-
 def _wait_port(port: int, proc: subprocess.Popen[bytes]) -> None:
     import socket
 
@@ -753,6 +639,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--annotate", type=int, default=0, help="print the top N functions per scenario")
     parser.add_argument("--keep", default=None, help="keep the callgrind dumps in this directory")
     args = parser.parse_args(argv)
+    if args.breakdown and not (Path(sys.executable).parent / "py-spy").exists():
+        print("py-spy is needed in this environment: .venv/bin/pip install py-spy", file=sys.stderr)
+        return 2
     if not args.breakdown and (shutil.which("valgrind") is None or shutil.which("callgrind_control") is None):
         print("valgrind (with callgrind_control) is needed: apt-get install valgrind", file=sys.stderr)
         return 2
