@@ -209,7 +209,7 @@ class Router:
                     self._deliver_to(client_id, message, qos, rap, sids, cache)
         if (
             only_client is None
-            and len(self._subscriptions.shared_trie)
+            and self._subscriptions.shared_trie.count
             and self._route_shared(message, cache, accept_filter)
         ):
             matched = True
@@ -252,7 +252,7 @@ class Router:
         for client_id, qos, rap, sids in plan:
             deliver(client_id, message, qos, rap, sids, cache)
         matched = bool(plan)
-        if len(self._subscriptions.shared_trie) and self._route_shared(message, cache, None):
+        if self._subscriptions.shared_trie.count and self._route_shared(message, cache, None):
             matched = True
         if not matched and not message.topic.startswith("$SYS/"):
             self.stats.count_drop("no_subscribers")
