@@ -30,7 +30,7 @@ STAGES = (
     "encode (the outgoing PUBLISH)",
     "the write flush (the connection's buffered output)",
     "the ack path (PUBACK in and out)",
-    "SQLite (statements and COMMIT, the store adapter)",
+    "SQLite (statements, COMMIT and its hand-off to the commit thread; the store adapter)",
     "garbage collector",
     "other (interpreter start-up of callbacks, metrics, timers)",
 )
@@ -55,7 +55,7 @@ def classify_stack(frames: list[str]) -> str:
     for frame in reversed(frames):
         name, _, where = frame.partition(" (")
         where = where.rstrip(")")
-        if "libsqlite3" in where or "_sqlite" in where or "sqlite_store.py" in where:
+        if "libsqlite3" in where or "_sqlite" in where or "broker/adapters/sqlite" in where:
             return STAGES[10]
         if "libc.so" in where and name in _SYSCALL_READ + _SYSCALL_WRITE:
             return IN_SYSCALL
@@ -66,6 +66,8 @@ def classify_stack(frames: list[str]) -> str:
         path = where.split(":")[0]
         if "ack" in name.lower() and ("client" in path or "outbound" in path or "codec_publish" in path):
             return STAGES[9]
+        if path.endswith("broker/mqtt/protocol.py"):
+            return STAGES[3]
         if "broker/mqtt/codec" in path:
             return STAGES[7] if "encode" in name or name.startswith("_topic_field") else STAGES[3]
         if path.endswith(("broker/core/routing.py", "broker/mqtt/topics.py", "broker/core/reserved.py")):
