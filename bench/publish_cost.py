@@ -17,14 +17,30 @@ callgrind's totals of the later dumps wrong). The figure is the broker's instruc
 
 Instructions are not time: a CPython interpreter and a C broker retire instructions at different
 rates, so compare SkipMQ revisions with this script and SkipMQ with mosquitto in seconds
-(``broker_bench.py``). ``--annotate`` adds where the instructions went (the top functions of the
+(``broker_bench.py``).
+
+``--breakdown RUNS`` measures where the broker's CPU per delivery goes instead (no callgrind):
+RUNS uninstrumented runs per scenario give the total (the broker's threads' run time from
+/proc, median) and the kernel's share of it (stime); py-spy ``--native`` attached over a run of
+4x the rounds gives the user-space shares (its samples grouped by stage: the decoder, the
+handlers, routing, bookkeeping, encoding, the flush, the ack path, SQLite, the loop); the rows
+add up to the median (py-spy samples wall-clock time, so a thread preempted inside send() would
+charge its wait to the system call: the kernel's row is the measured stime instead).
+
+``--annotate`` adds where the instructions went (the top functions of the
 dump, C level: the interpreter, SQLite, uvloop, the kernel entry points), ``--keep DIR`` keeps
 the dumps for ``callgrind_annotate``.
+
+Size: one script a person runs by hand, whose probes (callgrind, strace, py-spy attached, the
+CPU time from /proc) share the lock-step client, the scenarios and the broker start; the grouping
+of py-spy's samples by stage is bench/cpu_stages.py.
 
     .venv/bin/python bench/publish_cost.py --help
     .venv/bin/python bench/publish_cost.py                         # SkipMQ of this tree
     .venv/bin/python bench/publish_cost.py --broker-root /tmp/old  # another revision's checkout
     .venv/bin/python bench/publish_cost.py --broker mosquitto --json cost.json
+    .venv/bin/python bench/publish_cost.py --breakdown 5 --rounds-scale 15 \
+        --scenarios 'qos0 1->1,qos1 1->1,qos1 1->1 persistent'   # where the CPU goes, by stage
 """
 
 from __future__ import annotations
@@ -51,6 +67,8 @@ for _path in (str(REPO_ROOT), str(BENCH_DIR)):
     if _path not in sys.path:
         sys.path.insert(0, _path)
 
+from cpu_stages import DISK, IDLE, IN_SYSCALL, KERNEL, USER_STAGES, breakdown, print_breakdown  # noqa: E402
+
 from tools import mqtt_raw as raw  # noqa: E402
 from tools.loadclient import LoadClient  # noqa: E402
 from tools.ports import free_port  # noqa: E402
@@ -60,6 +78,7 @@ PAYLOAD = bytes(range(64))
 MOSQUITTO_BIN = "/usr/sbin/mosquitto"
 START_TIMEOUT_S = 120.0  # a broker's start under valgrind (imports run ~5x slower)
 ROUND_TIMEOUT_S = 60.0
+PYSPY_EXTRA: list[str] = ["--native"]  # C frames too: the system calls, SQLite, uvloop
 
 
 def log(message: str) -> None:
@@ -250,6 +269,67 @@ class NoProbe:
         return self.out_dir / "none"
 
 
+class PySpy:
+    """py-spy attached (``record --pid --native``) only while the measured rounds run: samples of
+    every thread of the broker, Python and C frames, for ``--breakdown``."""
+
+    RATE_HZ = 500
+
+    def __init__(self, pid: int, out_dir: Path) -> None:
+        self.pid = pid
+        self.out_dir = out_dir
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.count = 0
+
+    def start(self) -> None:
+        self.count += 1
+        self.proc = subprocess.Popen(
+            [
+                str(Path(sys.executable).parent / "py-spy"),
+                "record",
+                "--pid",
+                str(self.pid),
+                "--native",
+                "--rate",
+                str(self.RATE_HZ),
+                "--format",
+                "raw",
+                "-o",
+                str(self.path()),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        time.sleep(1.5)  # attached
+
+    def path(self) -> Path:
+        return self.out_dir / f"pyspy.{self.count}.txt"
+
+    def stop(self) -> Path:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGINT)
+        self.proc.wait(timeout=60)
+        return self.path()
+
+
+def _proc_cpu_s(pid: int) -> float:
+    """CPU time of a process, all its threads, user and system (the scheduler's run time in ns per
+    thread, ``/proc/<pid>/task/*/schedstat``: clock ticks are too coarse for a few seconds)."""
+    total_ns = 0
+    for task in os.listdir(f"/proc/{pid}/task"):
+        with contextlib.suppress(OSError), open(f"/proc/{pid}/task/{task}/schedstat") as f:
+            total_ns += int(f.read().split()[0])
+    return total_ns / 1e9
+
+
+def _proc_user_system_s(pid: int) -> tuple[float, float]:
+    """utime and stime of a process (all threads), seconds (clock ticks: coarse)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    tick = os.sysconf("SC_CLK_TCK")
+    return int(fields[11]) / tick, int(fields[12]) / tick
+
+
 def _children(pid: int) -> list[int]:
     found: list[int] = []
     with contextlib.suppress(OSError):
@@ -296,7 +376,9 @@ def top_functions(path: Path, count: int) -> list[tuple[int, str]]:
     return rows[:count]
 
 
-async def run_scenario(port: int, sc: Scenario, tag: str, cg: Callgrind | Strace | NoProbe) -> dict[str, Any]:
+async def run_scenario(
+    port: int, sc: Scenario, tag: str, cg: Callgrind | Strace | NoProbe | PySpy, cpu_pid: int = 0
+) -> dict[str, Any]:
     base = f"cost/{tag}/{sc.name.replace(' ', '_').replace('>', '')}"
     subs = [
         await open_step_client(port, f"{tag}-{sc.name}-s{i}".replace(" ", "_"), clean=not sc.persistent)
@@ -339,10 +421,12 @@ async def run_scenario(port: int, sc: Scenario, tag: str, cg: Callgrind | Strace
     await asyncio.sleep(0.3)  # the subscribers' last PUBACKs are read uninstrumented
     cg.start()
     started = time.perf_counter()
+    cpu_before = _proc_cpu_s(cpu_pid) if cpu_pid else 0.0
     for number in range(sc.rounds):
         await one_round(number)
     await asyncio.sleep(0.3)  # ... and this batch's are counted
     elapsed = time.perf_counter() - started
+    cpu_s = _proc_cpu_s(cpu_pid) - cpu_before if cpu_pid else 0.0
     dump = cg.stop()
     syscalls = strace_calls(dump) if isinstance(cg, Strace) else {}
     instructions = _summary(dump) or 0 if isinstance(cg, Callgrind) else 0
@@ -356,6 +440,7 @@ async def run_scenario(port: int, sc: Scenario, tag: str, cg: Callgrind | Strace
         "deliveries": deliveries,
         "published": sc.rounds * sc.batch * sc.n_pub,
         "instructions_per_delivery": instructions / deliveries,
+        "cpu_us_per_delivery": cpu_s * 1e6 / deliveries,
         "syscalls_per_delivery": {name: calls / deliveries for name, calls in syscalls.items()},
         "round_batch": sc.batch,
         "wall_s": elapsed,
@@ -387,14 +472,15 @@ def measure(
     persistence: bool,
     strace: bool,
     profile: str | None = None,
+    breakdown_rounds: int = 0,
 ) -> dict[str, Any]:
     port = free_port()
     workdir.mkdir(parents=True, exist_ok=True)
     argv = broker_command(kind, broker_root, port, workdir, persistence)
     if profile:
-        argv = [str(Path(sys.executable).parent / "py-spy"), "record", "--rate", "500", "--format", "raw",
-                "-o", profile, "--", *argv]  # fmt: skip
-    elif not strace:
+        spy = str(Path(sys.executable).parent / "py-spy")
+        argv = [spy, "record", "--rate", "500", "--format", "raw", *PYSPY_EXTRA, "-o", profile, "--", *argv]
+    elif not strace and not breakdown_rounds:
         argv = [
             "valgrind", "--tool=callgrind", "--instr-atstart=no",
             f"--callgrind-out-file={workdir}/callgrind.out", *argv,
@@ -406,7 +492,15 @@ def measure(
     proc = subprocess.Popen(argv, stdout=err, stderr=err, stdin=subprocess.DEVNULL, env=env, cwd=workdir)
     try:
         _wait_port(port, proc)
-        log(f"{kind}: started under callgrind in {time.monotonic() - started:.0f} s (pid {proc.pid})")
+        log(f"{kind}: started in {time.monotonic() - started:.0f} s (pid {proc.pid})")
+        if breakdown_rounds:
+            return {
+                "broker": kind,
+                "broker_root": str(broker_root),
+                "scenarios": [
+                    measure_breakdown(port, proc.pid, sc, workdir, breakdown_rounds) for sc in scenarios
+                ],
+            }
         cg: Callgrind | Strace | NoProbe
         if profile:
             cg = NoProbe(workdir)
@@ -445,6 +539,48 @@ def measure(
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(timeout=30)
+
+
+def measure_breakdown(port: int, pid: int, sc: Scenario, workdir: Path, runs: int) -> dict[str, Any]:
+    """One scenario: ``runs`` uninstrumented runs (the broker's CPU per delivery from /proc, the
+    median is the total), then one run of 4x the rounds with py-spy attached (the shares)."""
+    cpu = []
+    user0, system0 = _proc_user_system_s(pid)
+    for number in range(runs):
+        res = asyncio.run(run_scenario(port, sc, f"c{number}", NoProbe(workdir), pid))
+        cpu.append(res["cpu_us_per_delivery"])
+        log(f"{sc.name}: run {number + 1}: {res['cpu_us_per_delivery']:.2f} us CPU per delivery")
+    user1, system1 = _proc_user_system_s(pid)
+    system_share = (system1 - system0) / max(1e-9, (user1 - user0) + (system1 - system0))
+    log(f"{sc.name}: the kernel's share of the broker's CPU (stime / (utime + stime)): {system_share:.0%}")
+    spy = PySpy(pid, workdir)
+    longer = dataclasses.replace(sc, rounds=sc.rounds * 4)
+    res = asyncio.run(run_scenario(port, longer, "spy", spy, 0))
+    samples = breakdown(spy.path())
+    total_us = sorted(cpu)[len(cpu) // 2]
+    # py-spy samples wall-clock time: a thread preempted inside send() (its wake-up of the peer
+    # hands the core over) still shows there, so the kernel's row is the measured stime, and the
+    # samples outside system calls (where preemption falls evenly) split the measured user time
+    busy = sum(n for stage, n in samples.items() if stage in USER_STAGES)
+    user_us = total_us * (1.0 - system_share)
+    rows = {stage: user_us * samples.get(stage, 0) / busy if busy else 0.0 for stage in USER_STAGES}
+    rows[KERNEL] = total_us * system_share
+    rows[IN_SYSCALL] = 0.0
+    log(
+        f"{sc.name}: {busy} samples in user space, {samples.get(IN_SYSCALL, 0)} in system calls, "
+        f"{samples.get(IDLE, 0)} idle, {samples.get(DISK, 0)} disk"
+    )
+    return {
+        "scenario": sc.name,
+        "cpu_us_per_delivery_runs": cpu,
+        "cpu_us_per_delivery": total_us,
+        "system_share": system_share,
+        "samples": samples,
+        "busy_samples": busy,
+        "us_per_delivery_by_stage": rows,
+        "deliveries_profiled": res["deliveries"],
+        "instructions_per_delivery": 0.0,
+    }
 
 
 def _wait_port(port: int, proc: subprocess.Popen[bytes]) -> None:
@@ -490,11 +626,23 @@ def main(argv: list[str] | None = None) -> int:
         help="run the broker under py-spy record (folded stacks to this file) instead of callgrind; "
         "use --rounds-scale to run longer",
     )
+    parser.add_argument(
+        "--breakdown",
+        type=int,
+        default=0,
+        metavar="RUNS",
+        help="where the broker's CPU goes, per stage: RUNS uninstrumented runs per scenario (the CPU "
+        "per delivery from /proc, median), then one of 4x the rounds with py-spy --native attached "
+        "(its samples grouped into decode, routing, ..., system calls); rows add up to the median",
+    )
     parser.add_argument("--json", default=None, help="write the results here")
     parser.add_argument("--annotate", type=int, default=0, help="print the top N functions per scenario")
     parser.add_argument("--keep", default=None, help="keep the callgrind dumps in this directory")
     args = parser.parse_args(argv)
-    if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
+    if args.breakdown and not (Path(sys.executable).parent / "py-spy").exists():
+        print("py-spy is needed in this environment: .venv/bin/pip install py-spy", file=sys.stderr)
+        return 2
+    if not args.breakdown and (shutil.which("valgrind") is None or shutil.which("callgrind_control") is None):
         print("valgrind (with callgrind_control) is needed: apt-get install valgrind", file=sys.stderr)
         return 2
     scenarios = list(SCENARIOS)
@@ -522,6 +670,7 @@ def main(argv: list[str] | None = None) -> int:
             not args.no_persistence,
             args.strace,
             args.profile,
+            args.breakdown,
         )
         for res in result["scenarios"]:
             if args.annotate:
@@ -531,6 +680,11 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if not args.keep:
             shutil.rmtree(workdir, ignore_errors=True)
+    if args.breakdown:
+        print_breakdown(result)
+        if args.json:
+            Path(args.json).write_text(json.dumps(result, indent=1))
+        return 0
     print(f"| scenario | {args.broker}: instructions per delivery |")
     print("|---|---:|")
     for res in result["scenarios"]:

@@ -90,9 +90,10 @@ class ClientConnection(ClientPublish):
                 if self.auth_pending is not None:  # CONNECT is being authenticated: keep the rest
                     self.auth_pending.extend(packets[index:])
                     break
-                name = _NAMES[type(packet)]
+                kind = type(packet)
+                name = _NAMES[kind]
                 received[name] = received.get(name, 0) + 1
-                _HANDLERS[type(packet)](self, packet)
+                _HANDLERS[kind](self, packet)
         except MQTTProtocolError as err:
             decode_error = err
             failed_type = name

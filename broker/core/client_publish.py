@@ -96,9 +96,11 @@ class ClientPublish(ClientConnect):
                 ReasonCode.RECEIVE_MAXIMUM_EXCEEDED,
                 "MQTT-3.3.4-9",
             )
-        acl = broker.acl
+        acl = broker.router.acl  # (``broker.acl`` is a property over it)
         denied = acl is not None and not acl.can_publish(self.client_id, self.username, topic)
-        if denied or is_broker_only_topic(topic):  # $skipmq/, $SYS/: the brokers' own (broker.core.reserved)
+        # $skipmq/, $SYS/: the brokers' own (broker.core.reserved); the prefix test first, so that
+        # an ordinary topic costs no call
+        if denied or (topic.startswith("$") and is_broker_only_topic(topic)):
             stats.count_drop("acl_denied")
             if qos == 0:
                 return

@@ -222,7 +222,9 @@ class SubscriptionTrie(Generic[K, V]):
 
     def __init__(self, *, cache_size: int = 4096) -> None:
         self._root: _Node[K, V] = _Node(None, "")
-        self._count = 0
+        # the (filter, key) entries held; a plain attribute, so that the publish path reads it
+        # without a call (``len`` calls ``__len__``)
+        self.count = 0
         self._cache: dict[str, list[_Bucket]] = {}
         self._cache_size = cache_size
         self.cache_hits = 0
@@ -232,7 +234,7 @@ class SubscriptionTrie(Generic[K, V]):
         self.version = 0
 
     def __len__(self) -> int:
-        return self._count
+        return self.count
 
     # -- lookup helpers -------------------------------------------------------------------------
 
@@ -300,7 +302,7 @@ class SubscriptionTrie(Generic[K, V]):
         """``bucket`` with (key, value) in it, and the value it replaced (None if new)."""
         if bucket is None:
             self._invalidate(topic_filter)
-            self._count += 1
+            self.count += 1
             return (key, value), None
         if isinstance(bucket, tuple):
             # the match cache holds the tuple itself: its filter's cached results go
@@ -308,11 +310,11 @@ class SubscriptionTrie(Generic[K, V]):
             old_key, old_value = bucket
             if old_key == key:
                 return (key, value), old_value
-            self._count += 1
+            self.count += 1
             return {old_key: old_value, key: value}, None
         previous = bucket.get(key)
         if previous is None and key not in bucket:
-            self._count += 1
+            self.count += 1
         bucket[key] = value
         return bucket, previous
 
@@ -334,7 +336,7 @@ class SubscriptionTrie(Generic[K, V]):
             if key not in bucket:
                 return None
             value = bucket.pop(key)
-        self._count -= 1
+        self.count -= 1
         self.version += 1
         if not bucket:
             # Detach the empty dict (cached buckets keep referencing it harmlessly: it stays
