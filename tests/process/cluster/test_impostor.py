@@ -11,15 +11,27 @@ dialing d (their streams have a subscriber there). Checked:
 
 * a and b refuse the impostor: counted in ``skipmq_cluster_link_dial_refused_total{reason}``,
   logged as the structured event ``cluster_link_refused`` (``side`` ``dialer``) naming d; no link
-  to d comes up and
-  the impostor receives nothing;
+  to d comes up and the impostor receives nothing;
 * nothing is lost: every PUBACKed message of a's stream reaches b's subscriber, and after d
   restarts (the impostor gone) its subscriber gets every PUBACKed message of both streams.
 
-With the check disabled the same test fails (the impostor is taken for d: it receives d's traffic
-and, with it, acknowledges d's streams so their origins drop what d's subscriber never got):
-``SKIPMQ_TEST_ORIGIN_PROOFS=off .venv/bin/python -m pytest tests/process/cluster/test_impostor.py``
-runs the cluster with ``cluster.origin_proofs = off``.
+Two checks refuse the impostor (docs/security.md "Who answers a dial"), and on the defaults the
+first one fires: the default link runtime ``h2`` reads the acceptor's TLS certificate and refuses
+one that does not name the dialed peer id before any Hello (reason ``certificate``, code
+``DIAL_CERTIFICATE``); ``cluster.origin_proofs`` does not switch that off. The Hello challenge
+(reason ``wrong_proof``) is the check on ``cluster.link_runtime = grpcio``, whose dialer sees no
+certificate. ``SKIPMQ_TEST_DIAL_CHECKS`` picks the configuration, with production keys only
+(nothing test-only in the broker):
+
+* ``all`` (the default, what CI runs): the defaults; refused with reason ``certificate``;
+* ``hello``: ``cluster.link_runtime = grpcio``; refused by the Hello check alone (``wrong_proof``);
+* ``none`` - the control: ``cluster.link_runtime = grpcio`` and ``cluster.origin_proofs = off``,
+  so nothing checks who answers a dial. The same test fails: the impostor is taken for d by a and
+  b, receives d's traffic and acknowledges d's streams, and a and b count no refused dial.
+  (``cluster.origin_proofs = off`` alone, on ``h2``, still refuses it by its certificate.)
+
+``SKIPMQ_TEST_DIAL_CHECKS=none .venv/bin/python -m pytest tests/process/cluster/test_impostor.py``
+runs the control.
 """
 
 from __future__ import annotations
@@ -56,7 +68,14 @@ from tests.support.rogue_member import HOST, RogueMember
 from tools.launcher import LocalCluster
 from tools.ports import free_port
 
-MODE = os.environ.get("SKIPMQ_TEST_ORIGIN_PROOFS", "required")
+# what a dial checks (the module docstring): the cluster's settings, and the refusal expected
+DIAL_CHECKS = os.environ.get("SKIPMQ_TEST_DIAL_CHECKS", "all")
+SETTINGS: dict[str, dict[str, str]] = {
+    "all": {},
+    "hello": {"cluster.link_runtime": "grpcio"},
+    "none": {"cluster.link_runtime": "grpcio", "cluster.origin_proofs": "off"},
+}
+EXPECTED_REASON = {"all": "certificate", "hello": "wrong_proof", "none": ""}
 
 
 class Impostor(RogueMember):
@@ -112,7 +131,7 @@ def _dial_refused(cluster: LocalCluster, index: int) -> float:
 def test_a_certified_impostor_on_a_crashed_brokers_address_is_refused(
     cluster_factory: ClusterFactory, client_factory: ClientFactory, tmp_path: Path
 ) -> None:
-    cluster = cluster_factory(3, settings={"cluster.origin_proofs": MODE})
+    cluster = cluster_factory(3, settings=SETTINGS[DIAL_CHECKS])
     d = cluster.brokers[2].peer_id
     sub_b = client_factory(cluster, 1, client_id=unique_id("imp-b"), clean=False, session_expiry_s=300)
     sub_b.subscribe("imp/#", qos=1)
@@ -195,17 +214,23 @@ def test_a_certified_impostor_on_a_crashed_brokers_address_is_refused(
             harm.append(f"{len(missing)} PUBACKed messages of {name} lost, e.g. {sorted(missing)[:5]}")
     assert not harm, "; ".join(harm)
     for index in (0, 1):
-        # refused by the Hello check (wrong_proof), or already by a runtime that reads the TLS
-        # certificate itself (the h2 runtime: certificate)
         text = cluster.metrics_text(index)
         reasons = {
             reason: metric_total(text, "skipmq_cluster_link_dial_refused_total", reason=reason)
-            for reason in ("wrong_proof", "certificate")
+            for reason in ("certificate", "wrong_proof", "no_proof", "wrong_peer_id")
         }
-        assert sum(reasons.values()) >= 1, f"broker {index}: {reasons}"
+        expected = EXPECTED_REASON[DIAL_CHECKS]  # ("none": any reason; there is none)
+        refused = reasons[expected] if expected else sum(reasons.values())
+        assert refused >= 1 and sum(reasons.values()) == refused, (
+            f"broker {index}: refused dials {reasons}, expected reason {expected or 'any'!r}"
+        )
+        code = {"certificate": "DIAL_CERTIFICATE", "wrong_proof": "DIAL_WRONG_PROOF"}.get(expected, "")
         refusals = [
             line
             for line in cluster.brokers[index].log_text().splitlines()
-            if '"cluster_link_refused"' in line and '"side": "dialer"' in line and f'"peer": "{d}"' in line
+            if '"cluster_link_refused"' in line
+            and '"side": "dialer"' in line
+            and f'"peer": "{d}"' in line
+            and f'"code": "{code}' in line
         ]
-        assert refusals, f"broker {index} logged no refused dial of d"
+        assert refusals, f"broker {index} logged no refused dial of d ({code or 'any code'})"
