@@ -104,7 +104,7 @@ def _drain(outbound: Outbound, session: Session, count: int) -> None:
         outbound.complete(session, entry)
 
 
-def test_a_stalled_catch_ups_backlog_waits_beyond_the_limit_until_it_is_in_then_the_limit_applies_to_the_lag() -> None:
+def test_a_stalled_catch_ups_backlog_waits_beyond_the_limit_until_in_then_the_lag_has_the_limit() -> None:
     outbound, stats = _outbound()
     session = _session()
     sent = 0
