@@ -255,20 +255,23 @@ class EngineReceiving(TakeoverGlue):
         self._set_aside.setdefault(key, set()).update(holding)
         self.stats.catch_up_sessions_set_aside += len(holding)
         for client_id in holding:
-            if broker.client_connected(client_id):
-                # the rest of the catch-up is the cluster's backlog, not the client's lag: counted
-                # apart from its queue limit until it is in (``_backlog_arrived``)
-                broker.count_backlog_apart(client_id, behind, True)
+            depth = broker.queue_depth(client_id)
+            if depth is not None and broker.client_connected(client_id):
+                # what its queue holds and the rest of the catch-up are the cluster's backlog, not
+                # the client's lag: counted apart from its queue limit (``_backlog_arrived``)
+                broker.count_backlog_apart(client_id, depth[0] + behind, True)
                 self._backlog_coming.setdefault(client_id, set()).add(key)
         for client_id in sorted(holding):
             log.warning(
                 "cluster_catch_up_session_set_aside client_id=%s origin=%s stream=%s behind=%d "
-                "reason=stalled connected=%s (its queue policy applies until it has drained)",
+                "reason=stalled connected=%s (its queue policy applies to what it falls behind "
+                "beyond the backlog%s)",
                 client_id,
                 key[0],
                 key[1],
                 behind,
                 broker.client_connected(client_id),
+                " counted apart" if client_id in self._backlog_coming else ", until it has drained",
             )
         return len(holding)
 
@@ -287,13 +290,29 @@ class EngineReceiving(TakeoverGlue):
             return
         slow = set_aside or ()
         for client_id in self.interest.clients_of(key[1]):
-            if self._backlog_arrived(key, client_id) or (
-                client_id not in slow and broker.client_connected(client_id)
+            stalled = self._backlog_arrived(key, client_id)
+            depth = broker.queue_depth(client_id)
+            if (
+                depth is not None
+                and not stalled
+                and client_id not in slow
+                and broker.client_connected(client_id)
             ):
-                # what the paced catch-up left in its queue is the cluster's backlog: the queue
-                # limit applies to what the client falls behind beyond it (not to a session set
-                # aside as slower than the stream: its queue is its own lag)
-                broker.count_backlog_apart(client_id, 0, False)
+                # what the paced catch-up left in its queue - half its limit at most, the pacing's
+                # share - is the cluster's backlog: the queue limit applies to what the client falls
+                # behind beyond it (not for a session set aside as slower than the stream: its
+                # queue is its own lag)
+                backlog = min(depth[0], depth[1] // 2)
+                if backlog:
+                    broker.count_backlog_apart(client_id, backlog, False)
+                    log.info(
+                        "cluster_catch_up_backlog_apart client_id=%s origin=%s stream=%s backlog=%d "
+                        "reason=live (the queue limit applies beyond it)",
+                        client_id,
+                        key[0],
+                        key[1],
+                        backlog,
+                    )
         if set_aside is None:
             return
         for client_id in list(set_aside):

@@ -384,10 +384,10 @@ class Broker:
         if session is not None and count > 0:
             self.outbound.allow_merged(session, count)
 
-    def count_backlog_apart(self, client_id: str, coming: int, held: bool) -> None:
+    def count_backlog_apart(self, client_id: str, backlog: int, held: bool) -> None:
         session = self.sessions.get(client_id)
         if session is not None:
-            self.outbound.allow_backlog(session, coming, held=held)
+            self.outbound.allow_backlog(session, backlog, held=held)
 
     def backlog_in(self, client_id: str) -> None:
         session = self.sessions.get(client_id)

@@ -253,15 +253,15 @@ class Outbound:
         if excess > session.overdraft:
             session.overdraft = excess
 
-    def allow_backlog(self, session: Session, coming: int, *, held: bool = False) -> None:
-        """What ``session``'s queue holds now and ``coming`` more messages are the cluster's backlog
-        (a catch-up paced into the queue, or about to enter it unpaced): none of it counts against
-        the queue limit, which applies to what the subscriber falls behind beyond it. At most
-        ``BACKLOG_ALLOWANCE_LIMITS`` queue limits (the memory bound: a session's queue holds at
-        most that many limits plus one). ``held``: the backlog is still on its way - the
-        allowance stands until ``release_backlog``, then follows the queue down once it has
-        drained below it (``pump``)."""
-        allowance = min(len(session.queue) + coming, self._max_queued * BACKLOG_ALLOWANCE_LIMITS)
+    def allow_backlog(self, session: Session, backlog: int, *, held: bool = False) -> None:
+        """``backlog`` messages of what ``session``'s queue holds, and of what is still to enter it,
+        are the cluster's backlog (a catch-up paced into the queue, or about to enter it unpaced):
+        they do not count against the queue limit, which applies to what the subscriber falls
+        behind beyond them. At most ``BACKLOG_ALLOWANCE_LIMITS`` queue limits (the memory bound: a
+        session's queue holds at most that many limits plus one). ``held``: some of it is still
+        on its way - the allowance stands until ``release_backlog``, then follows the queue down
+        once it has drained below it (``pump``)."""
+        allowance = min(backlog, self._max_queued * BACKLOG_ALLOWANCE_LIMITS)
         if allowance > session.overdraft:
             session.overdraft = allowance
         if held and session.overdraft:

@@ -408,11 +408,11 @@ class BrokerApi(Protocol):
         queue may exceed its limit by them, as by a merged session's queue; the allowance follows the
         queue down once the client has drained below it (docs/cluster.md "Merging two sessions")."""
 
-    def count_backlog_apart(self, client_id: str, coming: int, held: bool) -> None:
-        """What ``client_id``'s queue holds now and ``coming`` more messages are the cluster's
-        backlog (a catch-up paced into the queue, or set to enter it unpaced): the queue limit
-        applies beyond it (``Outbound.allow_backlog``); ``held``: more of it is on its way, the
-        allowance stands until ``backlog_in``."""
+    def count_backlog_apart(self, client_id: str, backlog: int, held: bool) -> None:
+        """``backlog`` messages of what ``client_id``'s queue holds and of what is to enter it are
+        the cluster's backlog (a catch-up paced into the queue, or set to enter it unpaced): the
+        queue limit applies beyond them (``Outbound.allow_backlog``); ``held``: some of it is on
+        its way, the allowance stands until ``backlog_in``."""
 
     def backlog_in(self, client_id: str) -> None:
         """The backlog announced with ``count_backlog_apart(held=True)`` is in the queue: the

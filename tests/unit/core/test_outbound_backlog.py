@@ -113,7 +113,7 @@ def test_a_stalled_catch_ups_backlog_waits_beyond_the_limit_until_in_then_the_la
     sent = WINDOW + 500
     assert len(session.queue) == 500
     # the stall sets the lone session aside: 1,500 more of the catch-up are on their way
-    outbound.allow_backlog(session, 1500, held=True)
+    outbound.allow_backlog(session, 500 + 1500, held=True)
     assert session.overdraft == 2000
     _drain(outbound, session, 450)  # the client drains before the backlog arrives ...
     assert len(session.queue) == 50 and session.overdraft == 2000  # ... the allowance stands
@@ -147,7 +147,7 @@ def test_a_catch_up_that_turned_live_leaves_its_paced_backlog_outside_the_limit(
     session = _session()
     for n in range(WINDOW + 500):
         outbound.enqueue(session, _entry(n))
-    outbound.allow_backlog(session, 0)  # live again: the 500 the pacing left queued are backlog
+    outbound.allow_backlog(session, 500)  # live again: the 500 the pacing left queued are backlog
     assert session.overdraft == 500
     for n in range(1000):  # the client's own lag: up to the limit beyond them, nothing dropped
         outbound.enqueue(session, _entry(n))
