@@ -215,6 +215,9 @@ class EngineBase:
         self._absent_in_window: dict[tuple[str, str], set[str]] = {}
         self._least_behind_at_close: dict[tuple[str, str], int] = {}  # per catch-up (engine_receiving)
         self._set_aside: dict[tuple[str, str], set[str]] = {}
+        # client -> the catch-ups set aside by the stall whose backlog is still on its way to it
+        # (its queue's allowance stands: ``EngineReceiving._catch_up_stalled``)
+        self._backlog_coming: dict[str, set[tuple[str, str]]] = {}
         self._deliver_pending_commit = False
         # the overlay's ACK and DONE, held per peer up to ack_delay_ms and sent with the stream
         # acknowledgements (``replies``, issue #11); None: each goes out at once

@@ -124,6 +124,7 @@ class EngineReceiving(TakeoverGlue):
                     if queued > limit // 4:
                         continue  # still behind: its queue policy applies
                     set_aside.discard(client_id)  # drained to a quarter of its limit: paces again
+                    self._backlog_arrived(key, client_id)
                 if not broker.client_connected(client_id):
                     self._absent_in_window.setdefault(key, set()).add(client_id)
                     if self._claimable_after_restart(client_id):
@@ -253,15 +254,24 @@ class EngineReceiving(TakeoverGlue):
             return 0
         self._set_aside.setdefault(key, set()).update(holding)
         self.stats.catch_up_sessions_set_aside += len(holding)
+        for client_id in holding:
+            depth = broker.queue_depth(client_id)
+            if depth is not None and broker.client_connected(client_id):
+                # what its queue holds and the rest of the catch-up are the cluster's backlog, not
+                # the client's lag: counted apart from its queue limit (``_backlog_arrived``)
+                broker.count_backlog_apart(client_id, depth[0] + behind, True)
+                self._backlog_coming.setdefault(client_id, set()).add(key)
         for client_id in sorted(holding):
             log.warning(
                 "cluster_catch_up_session_set_aside client_id=%s origin=%s stream=%s behind=%d "
-                "reason=stalled connected=%s (its queue policy applies until it has drained)",
+                "reason=stalled connected=%s (its queue policy applies to what it falls behind "
+                "beyond the backlog%s)",
                 client_id,
                 key[0],
                 key[1],
                 behind,
                 broker.client_connected(client_id),
+                " counted apart" if client_id in self._backlog_coming else ", until it has drained",
             )
         return len(holding)
 
@@ -276,7 +286,34 @@ class EngineReceiving(TakeoverGlue):
         self._least_behind_at_close.pop(key, None)
         set_aside = self._set_aside.get(key)
         broker = self.broker
-        if set_aside is None or broker is None:
+        if broker is None:
+            return
+        slow = set_aside or ()
+        for client_id in self.interest.clients_of(key[1]):
+            stalled = self._backlog_arrived(key, client_id)
+            depth = broker.queue_depth(client_id)
+            if (
+                depth is not None
+                and not stalled
+                and client_id not in slow
+                and broker.client_connected(client_id)
+            ):
+                # what the paced catch-up left in its queue - half its limit at most, the pacing's
+                # share - is the cluster's backlog: the queue limit applies to what the client falls
+                # behind beyond it (not for a session set aside as slower than the stream: its
+                # queue is its own lag)
+                backlog = min(depth[0], depth[1] // 2)
+                if backlog:
+                    broker.count_backlog_apart(client_id, backlog, False)
+                    log.info(
+                        "cluster_catch_up_backlog_apart client_id=%s origin=%s stream=%s backlog=%d "
+                        "reason=live (the queue limit applies beyond it)",
+                        client_id,
+                        key[0],
+                        key[1],
+                        backlog,
+                    )
+        if set_aside is None:
             return
         for client_id in list(set_aside):
             depth = broker.queue_depth(client_id)
@@ -284,6 +321,20 @@ class EngineReceiving(TakeoverGlue):
                 set_aside.discard(client_id)
         if not set_aside:
             del self._set_aside[key]
+
+    def _backlog_arrived(self, key: tuple[str, str], client_id: str) -> bool:
+        """The stalled catch-up ``key`` set aside for ``client_id`` is in its queue (live again, or
+        paced again): its queue's allowance follows the queue down once no other such catch-up is
+        still on its way (``Outbound.release_backlog``). Whether it had been set aside so."""
+        coming = self._backlog_coming.get(client_id)
+        if coming is None or key not in coming:
+            return False
+        coming.discard(key)
+        if not coming:
+            del self._backlog_coming[client_id]
+            assert self.broker is not None
+            self.broker.backlog_in(client_id)
+        return True
 
     def _peer_left(self, peer: str) -> None:
         """``peer`` stops gracefully (its announcement ``leaving``): absent, as if down - the send

@@ -384,6 +384,16 @@ class Broker:
         if session is not None and count > 0:
             self.outbound.allow_merged(session, count)
 
+    def count_backlog_apart(self, client_id: str, backlog: int, held: bool) -> None:
+        session = self.sessions.get(client_id)
+        if session is not None:
+            self.outbound.allow_backlog(session, backlog, held=held)
+
+    def backlog_in(self, client_id: str) -> None:
+        session = self.sessions.get(client_id)
+        if session is not None:
+            self.outbound.release_backlog(session)
+
     def set_retained(self, message: Message) -> None:
         self.router.retain(message)
         if self.reserved_observer is not None and is_reserved_topic(message.topic):

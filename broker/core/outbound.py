@@ -22,6 +22,15 @@ transport buffer is above ``limits.max_output_buffer_bytes`` gets no QoS 0 messa
 ``slow_consumer``), nor does a disconnected session (``qos0_offline``); QoS>0 messages wait in its
 bounded queue instead (``limits.max_queued_messages``; when it is full ``limits.queue_overflow``
 evicts the oldest queued one, ``queue_full_oldest``, or refuses the new one, ``queue_full_new``).
+
+The cluster's own backlog in a session - a merged session's queue, a catch-up the cluster paced
+into it or let in unpaced (docs/cluster.md "Flow control of catch-up") - is counted apart from
+that limit: ``session.overdraft`` messages may wait beyond it (``allow_merged``,
+``allow_backlog``), at most ``BACKLOG_ALLOWANCE_LIMITS`` queue limits. The allowance lasts while
+the cluster still has backlog on its way (``backlog_held``) and then until the queue has drained
+below it, and follows the queue down from there (``pump``): the subscriber is then no further
+behind the live stream than its own lag, to which the limit alone applies - drop-oldest beyond it,
+counted as today.
 """
 
 from __future__ import annotations
@@ -50,10 +59,14 @@ if TYPE_CHECKING:
     from broker.core.stats import BrokerStats
 
 
+BACKLOG_ALLOWANCE_LIMITS = 4  # the cluster's backlog makes a queue at most this many limits longer
+
+
 class Outbound:
     """Per-session outgoing queues and in-flight windows, and the per-iteration write coalescing."""
 
     __slots__ = (
+        "_backlog_held",
         "_dirty",
         "_drop_oldest",
         "_durability",
@@ -84,6 +97,10 @@ class Outbound:
         self._scheduler = scheduler
         self._dirty: list[ClientPort] = []
         self._flush_scheduled = False
+        # client ids whose allowance stands whatever their queue (``allow_backlog(held=True)``):
+        # the cluster has backlog on its way to them (an unpaced catch-up); at most one per session
+        # with an allowance, until ``release_backlog``
+        self._backlog_held: set[str] = set()
 
     # ================================================================== write coalescing
     def mark_dirty(self, conn: ClientPort) -> None:
@@ -230,10 +247,39 @@ class Outbound:
         """``count`` messages of another session of the same client are about to be queued into
         ``session`` (a late session merged by the cluster, ``SessionRegistry.adopt_entries``): the
         queue may exceed its limit by what they bring, so the merge itself drops nothing; once the
-        queue has drained below its limit, the limit alone applies again (``pump``; docs/cluster.md)."""
+        queue has drained below that allowance, the allowance follows it down (``pump``;
+        docs/cluster.md)."""
         excess = len(session.queue) + count - self._max_queued
         if excess > session.overdraft:
             session.overdraft = excess
+
+    def allow_backlog(self, session: Session, backlog: int, *, held: bool = False) -> None:
+        """``backlog`` messages of what ``session``'s queue holds, and of what is still to enter it,
+        are the cluster's backlog (a catch-up paced into the queue, or about to enter it unpaced):
+        they do not count against the queue limit, which applies to what the subscriber falls
+        behind beyond them. At most ``BACKLOG_ALLOWANCE_LIMITS`` queue limits (the memory bound: a
+        session's queue holds at most that many limits plus one). ``held``: some of it is still
+        on its way - the allowance stands until ``release_backlog``, then follows the queue down
+        once it has drained below it (``pump``)."""
+        allowance = min(backlog, self._max_queued * BACKLOG_ALLOWANCE_LIMITS)
+        if allowance > session.overdraft:
+            session.overdraft = allowance
+        if held and session.overdraft:
+            self._backlog_held.add(session.client_id)
+
+    def release_backlog(self, session: Session) -> None:
+        """The backlog ``allow_backlog(held=True)`` announced for ``session`` is in its queue (the
+        catch-up is live again, or paced again): its allowance follows the queue down from here."""
+        self._backlog_held.discard(session.client_id)
+        self._follow_queue_down(session)
+
+    def _follow_queue_down(self, session: Session) -> None:
+        """The allowance lasts until the queue has drained below it, then follows it down: the
+        subscriber has taken that much of the backlog, and what it falls behind from here is its
+        own lag (the limit alone applies to it once the allowance is 0)."""
+        depth = len(session.queue)
+        if depth < session.overdraft and session.client_id not in self._backlog_held:
+            session.overdraft = depth
 
     def _send_entry(self, session: Session, entry: OutEntry) -> bool:
         conn = session.connection
@@ -297,8 +343,8 @@ class Outbound:
         assert isinstance(queue, deque)
         while queue and session.connection is not None and len(session.inflight) < window:
             self._send_entry(session, queue.popleft())
-        if session.overdraft and len(queue) < self._max_queued:
-            session.overdraft = 0  # a merged backlog drained: the limit alone applies again
+        if session.overdraft and len(queue) < session.overdraft:
+            self._follow_queue_down(session)  # the cluster's backlog drained below its allowance
 
     def resume(self, session: Session) -> None:
         """After CONNACK: re-send unacknowledged messages (DUP=1 / PUBREL), then queued ones.

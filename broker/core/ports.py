@@ -405,8 +405,18 @@ class BrokerApi(Protocol):
     def allow_backlog(self, client_id: str, count: int) -> None:
         """``count`` messages the cluster kept for ``client_id``'s session while it moved (this
         broker's own send log since the old broker's position) are about to be queued into it: the
-        queue may exceed its limit by them, as by a merged session's queue; the limit alone applies
-        again once the client has drained below it (docs/cluster.md "Merging two sessions")."""
+        queue may exceed its limit by them, as by a merged session's queue; the allowance follows the
+        queue down once the client has drained below it (docs/cluster.md "Merging two sessions")."""
+
+    def count_backlog_apart(self, client_id: str, backlog: int, held: bool) -> None:
+        """``backlog`` messages of what ``client_id``'s queue holds and of what is to enter it are
+        the cluster's backlog (a catch-up paced into the queue, or set to enter it unpaced): the
+        queue limit applies beyond them (``Outbound.allow_backlog``); ``held``: some of it is on
+        its way, the allowance stands until ``backlog_in``."""
+
+    def backlog_in(self, client_id: str) -> None:
+        """The backlog announced with ``count_backlog_apart(held=True)`` is in the queue: the
+        allowance follows the queue down once it has drained below it."""
 
     def set_retained(self, message: Message) -> None:
         """Store (or, with an empty payload, delete) a retained message without routing it."""

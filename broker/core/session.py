@@ -131,8 +131,8 @@ class Session:
         self.present_at_connect = False
         # messages the queue may hold beyond the queue limit: another session of the same client,
         # merged in (a session handed over late by another broker of the cluster), is the
-        # cluster's backlog, not this client's falling behind; 0 again once the queue has drained
-        # below the limit (``Outbound.allow_merged``, ``Outbound.pump``)
+        # cluster's backlog, not this client's falling behind (so is a catch-up's); it follows the
+        # queue down once the queue has drained below it (``Outbound.allow_backlog``, ``pump``)
         self.overdraft = 0
 
     def inflight_to_fill(self) -> dict[int, OutEntry]:

@@ -59,6 +59,7 @@ RATE_PER_S = env_float("SKIPMQ_ZL_REPL_DISK_RATE", 500.0)
 DRAIN_S = env_float("SKIPMQ_ZL_DRAIN_S", 30.0)
 WINDOW = 100
 STREAM_S = 120.0
+DROPPED = "skipmq_messages_dropped_total"
 COPIES_S = 30.0  # a rejoined broker gets its share: the next flush of each session it holds
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(400)]
@@ -174,6 +175,15 @@ def test_publishers_then_subscribers_broker_lost_with_its_disk_loses_nothing_and
             f"QoS {qos}, {BROKERS} brokers: the subscriber moved from {s} to {a}", inbox, acked, DRAIN_S
         )
         report(result)
+        dropped = {
+            i: metric_total(cluster.metrics_text(i), DROPPED, reason="queue_full_oldest")
+            for i in cluster.live_indexes()
+        }
+        report(f"QoS {qos}: queue_full_oldest by live broker {dropped} (the wiped S's own are gone with it)")
+        if result.lost:  # lost, or still queued for a subscriber slower than DRAIN_S allowed?
+            depths = {i: _metric(cluster, i, "skipmq_session_queue_depth_max") for i in order}
+            late = len(result.lost - inbox.wait_for(result.lost, 10.0))
+            report(f"QoS {qos}: longest queue by broker {depths}; {late} of the missing came 10 s later")
         doubled = sorted(n for n, count in result.counts.items() if count > 1)
         by_500 = Counter(n // 500 * 500 for n in doubled)
         report(f"QoS {qos}: ids received more than once, by 500: {sorted(by_500.items())}")
