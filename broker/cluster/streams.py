@@ -340,7 +340,8 @@ class StreamsMixin:
                 self._catch_ups.setdefault(key, []).append([next_seq, start, client_id, self._now(), True])
                 self._send_stream(origin_peer(key[0]), StreamRet(key[0], key[1], next_seq, start))
             elif next_seq > start:  # it starts below what the session had: not delivered again
-                self._skip_below.setdefault(key, {})[client_id] = next_seq
+                marks = self._skip_below.setdefault(key, {})
+                marks[client_id] = max(marks.get(client_id, 0), next_seq)
         self._persist_catch_ups(entry[1] for entry in started)
 
     def _deliver(self, ready: list[tuple[ForwardedMessage, int]]) -> None:
@@ -549,7 +550,8 @@ class StreamsMixin:
                 continue  # our own stream: the send log, from the position (``_catch_up``)
             here = self.receiver.position(key)
             if 0 < here < position.next_seq:
-                self._skip_below.setdefault(key, {})[client_id] = position.next_seq
+                marks = self._skip_below.setdefault(key, {})
+                marks[client_id] = max(marks.get(client_id, 0), position.next_seq)
                 log.info(
                     "cluster_stream_skip_had client_id=%s origin=%s stream=%s from_seq=%d below=%d",
                     client_id,
