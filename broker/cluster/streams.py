@@ -16,7 +16,7 @@ message waits, for a client whose older session may still come, for that session
 (:meth:`StreamsMixin._hold_for_older_sessions`).
 It holds no state of its own; the engine owns everything (attributes declared below).
 
-Size: about 840 lines - the engine's glue of both stream cores and of the moved sessions'
+Size: about 930 lines - the engine's glue of both stream cores and of the moved sessions'
 catch-ups and holds, which share the receive positions and the held messages; the next thing to go
 out of it is the catch-up part (``_catch_up`` to ``_release_older_session_holds``).
 """
