@@ -109,11 +109,11 @@ class ClusterEngine(EngineEntryPoints):
             absent_since=self._absent_since,
         )
         self.sender.confirm_seconds = self.stats.publish_confirm_seconds
-        self.receiver.budget = self._room_for  # the flow condition of catch-up (stream_receiver)
+        self.receiver.budget = self._room_with_holds  # the flow condition of catch-up (stream_receiver)
         self.receiver.window_closed = self._catch_up_window_closed  # ... without head-of-line blocking
         self.receiver.caught_up = self._catch_up_over
-        self.receiver.stalled = self._catch_up_stalled
-        self.receiver.hold_live = self._hold_for_absent  # ... and for sessions all away
+        self.receiver.stalled = self._stalled_unless_held
+        self.receiver.hold_live = self._held_or_absent  # ... and for sessions all away
         if self.origin_checks is not None:
             self.origin_checks.stats = self.stats  # (its counters are the engine's)
         self.receiver.set_causal(peer_id, self.interest.subscribes, cluster.causal_wait_ms / 1000.0)

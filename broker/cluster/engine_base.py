@@ -197,6 +197,9 @@ class EngineBase:
         # (origin, class) -> {client: since}: a stream new here held for a client whose older
         # session may still come (streams.py, ``_hold_for_older_sessions``)
         self._older_session_holds: dict[tuple[str, str], dict[str, float]] = {}
+        # (origin, class) -> {client: SEQ}: below it, what still arrives of the stream is not
+        # delivered to the client (its older session had it; streams.py, ``_skip_had``)
+        self._skip_below: dict[tuple[str, str], dict[str, int]] = {}
         # client -> filter -> stream key -> SEQ: where the streams stood when a client whose older
         # session may still arrive (a late session) subscribed here (``catch_up_state.upper_bound``)
         self._subscribed_at: dict[str, dict[str, dict[tuple[str, str], int]]] = {}

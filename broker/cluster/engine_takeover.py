@@ -292,6 +292,14 @@ class TakeoverGlue(RetainedGlue):
         # next broker fetches them from where the session stands
         client_id = snapshot.client_id
         self._subscribed_at.pop(client_id, None)  # (its subscriptions leave with it)
+        # streams this broker stands behind the session in (its older session had them up to a
+        # mark, ``streams._skip_what_the_session_had``): the session goes on from the mark
+        for key, marks in list(self._skip_below.items()):
+            mark = marks.pop(client_id, None)
+            if mark is not None:
+                at[key] = max(at.get(key, mark), mark)
+            if not marks:
+                del self._skip_below[key]
         for table, client_at in ((self._catch_ups, 2), (self._awaiting_start, 1)):
             for key, seq in _take_client_entries(table, client_id, client_at):
                 at[key] = min(at.get(key, seq), seq)
