@@ -227,14 +227,15 @@ class EngineReceiving(TakeoverGlue):
         with room for a RET window or more (not gating, not set aside: it is held back), stop
         pacing it: the others' catch-up goes on at their pace (no head-of-line blocking). Nothing
         shows them slower than the stream (no live stream to compare; the rate it was published at
-        is not known here after a restart), so the rest of the catch-up is the cluster's backlog,
-        not their lag: it enters their queues counted apart from the queue limit, as for the stall
-        (``_catch_up_stalled``, ``Outbound.allow_backlog``: at most 4 queue limits; drop-oldest
-        beyond, counted and logged). They pace again once drained to a quarter of their queue
-        limit (``_room_for``). A session alone in its class here (a moved session that drains a
-        bit slower for a few seconds) is never set aside so: nobody would go faster. Before this
-        rule a session draining at 100 msg/s paced the whole catch-up of a fast one beside it,
-        p99 2.5x its p99 alone (test_slow_subscriber_sim.py). How many sessions were set aside."""
+        is not known here after a restart), so what their queues hold and the rest of the
+        catch-up as known now (``behind``) are the cluster's backlog, not their lag: counted apart
+        from the queue limit, as for the stall (``_catch_up_stalled``, ``Outbound.allow_backlog``:
+        at most 4 queue limits; drop-oldest beyond, counted and logged). They pace again once
+        drained to a quarter of their queue limit (``_room_for``). A session alone in its class
+        here (a moved session that drains a bit slower for a few seconds) is never set aside so:
+        nobody would go faster. Before this rule a session draining at 100 msg/s paced the whole
+        catch-up of a fast one beside it, p99 2.5x its p99 alone (test_slow_subscriber_sim.py).
+        How many sessions were set aside."""
         broker = self.broker
         assert broker is not None
         most = max(gated.values())
