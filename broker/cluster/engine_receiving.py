@@ -5,6 +5,10 @@
 envelopes, each checked by ``broker.cluster.inbound`` and the origin checks first), peers down,
 back or gone, and the periodic probe and sweep that follow peers and idle state. It holds no
 state of its own.
+
+Size: with the flow-control decisions of catch-up (room, holds, the window rules, the stall) that
+the receiver's callbacks ask for: they read and set the same per-stream sets of set-aside, gated
+and absent sessions, and split apart each would reach into the others' (about 630 lines).
 """
 
 from __future__ import annotations
