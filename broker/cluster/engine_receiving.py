@@ -5,6 +5,10 @@
 envelopes, each checked by ``broker.cluster.inbound`` and the origin checks first), peers down,
 back or gone, and the periodic probe and sweep that follow peers and idle state. It holds no
 state of its own.
+
+Size: with the flow-control decisions of catch-up (room, holds, the window rules, the stall) that
+the receiver's callbacks ask for: they read and set the same per-stream sets of set-aside, gated
+and absent sessions, and split apart each would reach into the others' (about 630 lines).
 """
 
 from __future__ import annotations
@@ -182,8 +186,10 @@ class EngineReceiving(TakeoverGlue):
         least = min(behind, self._least_behind_at_close.get(key, behind))
         self._least_behind_at_close[key] = least
         broker = self.broker
-        if not fell_behind or broker is None or not gated:
+        if broker is None or not gated:
             return 0
+        if not fell_behind:
+            return self._holding_back_the_class(key, gated, absent, behind)
         # the sessions that held it most of the window (not one that drained a restored queue first)
         # and for which the catch-up has fallen behind, since its least backlog, by half their
         # queue limit or more (the half the pacing leaves them; the whole limit held the fast one
@@ -214,6 +220,66 @@ class EngineReceiving(TakeoverGlue):
                 behind,
             )
         return len(slow)
+
+    def _holding_back_the_class(
+        self, key: tuple[str, str], gated: Counter[str], absent: set[str], behind: int
+    ) -> int:
+        """A window of the catch-up of ``key`` is over and it did not fall behind a live stream (the
+        stream is over, or as slow as the catch-up: e.g. this broker was down longer than the
+        stream lasted, so its whole backlog is catch-up). The sessions that gated it most of the
+        window while connected throughout, beside another connected session of its class here
+        with room for a RET window or more (not gating, not set aside: it is held back), stop
+        pacing it: the others' catch-up goes on at their pace (no head-of-line blocking). Nothing
+        shows them slower than the stream (no live stream to compare; the rate it was published at
+        is not known here after a restart), so what their queues hold and the rest of the
+        catch-up as known now (``behind``) are the cluster's backlog, not their lag: counted apart
+        from the queue limit, as for the stall (``_catch_up_stalled``, ``Outbound.allow_backlog``:
+        at most 4 queue limits; drop-oldest beyond, counted and logged). They pace again once
+        drained to a quarter of their queue limit (``_room_for``). A session alone in its class
+        here (a moved session that drains a bit slower for a few seconds) is never set aside so:
+        nobody would go faster. Before this rule a session draining at 100 msg/s paced the whole
+        catch-up of a fast one beside it, p99 2.5x its p99 alone (test_slow_subscriber_sim.py).
+        How many sessions were set aside."""
+        broker = self.broker
+        assert broker is not None
+        most = max(gated.values())
+        holding = sorted(
+            c for c, n in gated.items() if n * 2 >= most and c not in absent and broker.client_connected(c)
+        )
+        if not holding or not self._held_back_with_room(key, holding):
+            return 0
+        self._set_aside.setdefault(key, set()).update(holding)
+        self.stats.catch_up_sessions_set_aside += len(holding)
+        for client_id in holding:
+            depth = broker.queue_depth(client_id)
+            if depth is not None:
+                broker.count_backlog_apart(client_id, depth[0] + behind, True)
+                self._backlog_coming.setdefault(client_id, set()).add(key)
+            log.warning(
+                "cluster_catch_up_session_set_aside client_id=%s origin=%s stream=%s behind=%d "
+                "reason=holds_back_class (no live stream; the backlog is counted apart, its queue "
+                "policy applies beyond it)",
+                client_id,
+                key[0],
+                key[1],
+                behind,
+            )
+        return len(holding)
+
+    def _held_back_with_room(self, key: tuple[str, str], holding: list[str]) -> bool:
+        """Whether another connected session of ``key``'s class here, not in ``holding`` and not
+        set aside, has room for a RET window or more below half its queue limit now: the sessions
+        ``holding`` hold it back."""
+        broker = self.broker
+        assert broker is not None
+        set_aside = self._set_aside.get(key, ())
+        for client_id in self.interest.clients_of(key[1]):
+            if client_id in holding or client_id in set_aside or not broker.client_connected(client_id):
+                continue
+            depth = broker.queue_depth(client_id)
+            if depth is not None and max(1, depth[1] // 2) - depth[0] >= RET_WINDOW:
+                return True
+        return False
 
     def _held_back_by(self, key: tuple[str, str], slow: list[str]) -> bool:
         """Whether setting ``slow`` aside lets another session's catch-up of ``key`` go faster: a
