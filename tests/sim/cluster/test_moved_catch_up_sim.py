@@ -43,8 +43,9 @@ MESSAGES = 16_000
 INTERVAL_S = 0.0005  # 2,000 msg/s
 
 
-def _moved_and_slow_for_a_while(seed: int = 1) -> tuple[Result, Run]:
-    run = Run(seed, Scenario(brokers=3, quiet_s=10.0, title="moved session slower than the stream for 3 s"))
+def _publisher_and_moving_subscriber(run: Run) -> tuple[SimClient, str]:
+    """Brokers a, b, c started; a publisher on a, a persistent subscriber of ``moved/#`` on b
+    draining 6,000 msg/s (both connected by 2.5 s). The subscriber and c, where it moves to."""
     a, b, c = run.peer_ids
     run.start_brokers()
     run.add_client("pub", a, persistent=False)
@@ -58,6 +59,12 @@ def _moved_and_slow_for_a_while(seed: int = 1) -> tuple[Result, Run]:
     subscriber.on_connack = on_connack
     run.world.at(2.0, run.connect, "sub")
     run.world.at(2.5, run.connect, "pub")
+    return subscriber, c
+
+
+def _moved_and_slow_for_a_while(seed: int = 1) -> tuple[Result, Run]:
+    run = Run(seed, Scenario(brokers=3, quiet_s=10.0, title="moved session slower than the stream for 3 s"))
+    subscriber, c = _publisher_and_moving_subscriber(run)
     run.publish_stream("pub", MESSAGES, INTERVAL_S, 4.0, "moved/x")
     away_at = 4.0 + MESSAGES * INTERVAL_S / 2
 
@@ -99,19 +106,7 @@ PATHS = {
 
 def _moved_with_a_lag(path: str, seed: int = 1) -> tuple[Result, Run, int]:
     run = Run(seed, Scenario(brokers=3, quiet_s=10.0, title=f"moved session, {path}"))
-    a, b, c = run.peer_ids
-    run.start_brokers()
-    run.add_client("pub", a, persistent=False)
-    subscriber = run.add_client("sub", b, persistent=True)
-    subscriber.drain_per_s = 6000.0
-
-    def on_connack(client: SimClient, session_present: bool) -> None:
-        if not session_present:
-            client.subscribe("moved/#")
-
-    subscriber.on_connack = on_connack
-    run.world.at(2.0, run.connect, "sub")
-    run.world.at(2.5, run.connect, "pub")
+    subscriber, c = _publisher_and_moving_subscriber(run)
     back_at = AWAY_AT_S + AWAY_S
     plan = PATHS[path]
     messages = int((back_at + plan[-1][0] - 4.0) * STREAM_RATE)
