@@ -172,7 +172,7 @@ class ReplicationNode:
         self._copy_waits: dict[int, tuple[float, Callable[[], None]]] = {}
         # SUBACKs of persistent sessions held until the state with their subscriptions is on N
         # (``EngineReplication.session_copied``; the store's commit gave it to the core already)
-        self.suback_waits = SessionCopyWaits(sim.engine.subscribe_waits.timeout_s)
+        self.suback_waits = SessionCopyWaits(cluster.subscribe_wait_ms / 1000.0)
         self._suback_completions: dict[int, Completion[bool]] = {}
 
     # ------------------------------------------------------------------ life

@@ -81,7 +81,8 @@ class ReplicationSessions:
         self.adopted_total = 0  # sessions of gone homes adopted here
         self.adopted_at_claim: set[str] = set()  # adopted here by the CONNECT being answered
         # SUBACKs of persistent sessions held until the state with their subscriptions is on N
-        self._suback_waits = SessionCopyWaits(self.engine.subscribe_waits.timeout_s)
+        self._suback_waits = SessionCopyWaits(self.engine.cluster.subscribe_wait_ms / 1000.0)
+        self.suback_waits_timed_out = 0  # SUBACKs sent after subscribe_wait_ms without N copies
         self._suback_completions: dict[int, Completion[bool]] = {}
 
     def gate_acks(self) -> None:
@@ -279,7 +280,7 @@ class ReplicationSessions:
             finished = waits.poll(core.session_durable_from) + waits.tick(self._now())
         for wait_id, durable in finished:
             if not durable:
-                self.engine.stats.subscribe_waits_timed_out += 1
+                self.suback_waits_timed_out += 1
             completion = self._suback_completions.pop(wait_id, None)
             if completion is not None and not completion.done():
                 completion.set_result(durable)
