@@ -17,6 +17,11 @@ core ``broker.cluster.replication`` on the simulation's clock, network and a rea
 A failover (``TakeOver``) publishes the gone origin's entries again through this broker's router
 (``Router.publish``, as a will is): local subscribers get them, and so do the other brokers on
 this broker's own streams; the copy is dropped once they are durable here.
+
+Size: one node carries what the broker splits over ``engine_replication`` and
+``engine_replication_sessions`` (the log, the sessions, the copies at a CONNECT, the SUBACKs held
+for N copies) on one core and one set of actions; the pure parts (``Replication``,
+``SessionCopyWaits``) are shared with the broker already.
 """
 
 from __future__ import annotations
