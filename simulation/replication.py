@@ -17,6 +17,11 @@ core ``broker.cluster.replication`` on the simulation's clock, network and a rea
 A failover (``TakeOver``) publishes the gone origin's entries again through this broker's router
 (``Router.publish``, as a will is): local subscribers get them, and so do the other brokers on
 this broker's own streams; the copy is dropped once they are durable here.
+
+Size: one node carries what the broker splits over ``engine_replication`` and
+``engine_replication_sessions`` (the log, the sessions, the copies at a CONNECT, the SUBACKs held
+for N copies) on one core and one set of actions; the pure parts (``Replication``,
+``SessionCopyWaits``) are shared with the broker already.
 """
 
 from __future__ import annotations
@@ -47,6 +52,7 @@ from broker.cluster.replication_messages import (
     SendReplica,
     TakeOver,
 )
+from broker.cluster.subscribe_waits import SessionCopyWaits
 from broker.core.messages import SessionSnapshot
 from broker.core.ports import Completion
 from simulation.process import SimBroker
@@ -169,6 +175,10 @@ class ReplicationNode:
         # lookup id -> (deadline, what to do): a CONNECT whose claim found no session waits until
         # no copy can still come (``when_no_copy_can_come``, as the broker's adapter does)
         self._copy_waits: dict[int, tuple[float, Callable[[], None]]] = {}
+        # SUBACKs of persistent sessions held until the state with their subscriptions is on N
+        # (``EngineReplication.session_copied``; the store's commit gave it to the core already)
+        self.suback_waits = SessionCopyWaits(cluster.subscribe_wait_ms / 1000.0)
+        self._suback_completions: dict[int, Completion[bool]] = {}
 
     # ------------------------------------------------------------------ life
     def start(self) -> None:
@@ -186,6 +196,33 @@ class ReplicationNode:
         self.sessions_committed()
         self._release(now)
         self.scheduler.call_later(self.retransmit_s, self._tick)
+
+    # ------------------------------------------------------------------ SUBACKs held for N copies
+    def session_copied(self, client_id: str) -> Completion[bool] | None:
+        """Done once ``client_id``'s session state as committed now is on N brokers (at most
+        ``cluster.subscribe_wait_ms``); None when there is nothing to wait for."""
+        core = self.core
+        version = core.session_version(client_id)
+        if not self.sim.alive or core.session_durable_from(client_id, version):
+            return None
+        completion: Completion[bool] = Completion()
+        wait_id = self.suback_waits.add(client_id, version, self.scheduler.time())
+        self._suback_completions[wait_id] = completion
+        self.scheduler.call_later(self.suback_waits.timeout_s, self._check_suback_waits)
+        return completion
+
+    def _check_suback_waits(self) -> None:
+        waits = self.suback_waits
+        if not self.sim.alive:
+            finished = waits.abort_all()
+        else:
+            finished = waits.poll(self.core.session_durable_from) + waits.tick(self.scheduler.time())
+        for wait_id, durable in finished:
+            if not durable:
+                self.sim.history_note("suback_copy_timed_out", wait_id)
+            completion = self._suback_completions.pop(wait_id, None)
+            if completion is not None and not completion.done():
+                completion.set_result(durable)
 
     # ------------------------------------------------------------------ the origin's log
     def append(self, message: Message, entries: list[StreamEntry]) -> Completion[bool]:
@@ -369,6 +406,8 @@ class ReplicationNode:
                 if action.copy.snapshot is not None and self.core.lookup_open(action.lookup_id):
                     self.copies.setdefault(action.lookup_id, action)
                 self._check_copy_waits()
+        if self.suback_waits.waiting():
+            self._check_suback_waits()
 
     def _take_over(self, action: TakeOver) -> None:
         """Publish a gone origin's entries again as this broker's own (the failover)."""
@@ -480,8 +519,14 @@ class ReplicatedCluster:
     def owns_share_group(self, group: str, topic_filter: str) -> bool:
         return self.engine.owns_share_group(group, topic_filter)
 
-    def subscriptions_ready(self, topic_filters: list[tuple[str, str | None]]) -> Completion[bool] | None:
-        return self.engine.subscriptions_ready(topic_filters)
+    def subscriptions_ready(
+        self, topic_filters: list[tuple[str, str | None]], client_id: str | None = None
+    ) -> Completion[bool] | None:
+        ready = self.engine.subscriptions_ready(topic_filters)
+        if client_id is None or self.node.core.replicas <= 1:
+            return ready
+        copied = self.node.session_copied(client_id)  # seed 004's "durable on N"
+        return copied if ready is None else both_done(ready, copied) if copied is not None else ready
 
     def on_client_connected(self, client_id: str, session_present: bool) -> None:
         self.engine.on_client_connected(client_id, session_present)

@@ -57,7 +57,9 @@ class EngineEntryPoints(EngineReceiving):
         self._apply_interest(self.interest.unsubscribe(client_id, topic_filter, share_group))
         self._subscribed_at.get(client_id, {}).pop(topic_filter, None)
 
-    def subscriptions_ready(self, topic_filters: list[tuple[str, str | None]]) -> Completion[bool] | None:
+    def subscriptions_ready(
+        self, topic_filters: list[tuple[str, str | None]], client_id: str | None = None
+    ) -> Completion[bool] | None:
         """A completion done once the classes of ``topic_filters`` ((filter, share group) pairs)
         are joined in the overlay (at most ``cluster.subscribe_wait_ms``), or None when they are."""
         if self.stopped or self.node is None:

@@ -257,6 +257,7 @@ class EngineReplication(ReplicationSessions):
             return
         self._flush()
         self.stopped = True
+        self._check_suback_waits()  # (aborted: the SUBACKs they hold leave)
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
@@ -395,6 +396,8 @@ class EngineReplication(ReplicationSessions):
                     self._given_version.pop(client_id, None)
                 if self._held_acks:
                     self._release_acks()
+                else:
+                    self._check_suback_waits()
             elif isinstance(action, PersistSession):
                 self.store.persist_session(action.key, action.client_id, action.snapshot, action.positions)
                 self._persisted = True
@@ -637,8 +640,14 @@ class ReplicatedClusterPort:
     def owns_share_group(self, group: str, topic_filter: str) -> bool:
         return self.engine.owns_share_group(group, topic_filter)
 
-    def subscriptions_ready(self, topic_filters: list[tuple[str, str | None]]) -> Completion[bool] | None:
-        return self.engine.subscriptions_ready(topic_filters)
+    def subscriptions_ready(
+        self, topic_filters: list[tuple[str, str | None]], client_id: str | None = None
+    ) -> Completion[bool] | None:
+        ready = self.engine.subscriptions_ready(topic_filters)
+        if client_id is None:
+            return ready
+        copied = self.replication.session_copied(client_id)  # seed 004's "durable on N"
+        return copied if ready is None else both_done(ready, copied) if copied is not None else ready
 
     def on_client_connected(self, client_id: str, session_present: bool) -> None:
         self.engine.on_client_connected(client_id, session_present)

@@ -19,11 +19,13 @@ from typing import TYPE_CHECKING, Any
 from broker.cluster.messages import StreamPosition
 from broker.cluster.replication_messages import AdoptSessions, CopyFound, ReplicationAction, SendReplica
 from broker.cluster.stream_receiver import SendAck
+from broker.cluster.subscribe_waits import SessionCopyWaits
+from broker.core.ports import Completion
 
 if TYPE_CHECKING:
     from broker.cluster.engine import ClusterEngine
     from broker.cluster.replication import Replication
-    from broker.core.ports import Completion, SessionSnapshot
+    from broker.core.ports import SessionSnapshot
 
 log = logging.getLogger("skipmq.cluster")
 
@@ -78,6 +80,10 @@ class ReplicationSessions:
         self._claim_from_elsewhere = False  # ... for another broker's claim (handed on at once)
         self.adopted_total = 0  # sessions of gone homes adopted here
         self.adopted_at_claim: set[str] = set()  # adopted here by the CONNECT being answered
+        # SUBACKs of persistent sessions held until the state with their subscriptions is on N
+        self._suback_waits = SessionCopyWaits(self.engine.cluster.subscribe_wait_ms / 1000.0)
+        self.suback_waits_timed_out = 0  # SUBACKs sent after subscribe_wait_ms without N copies
+        self._suback_completions: dict[int, Completion[bool]] = {}
 
     def gate_acks(self) -> None:
         """Hold the engine's stream acknowledgements until the session states they cover are
@@ -116,6 +122,8 @@ class ReplicationSessions:
         dirty, self._dirty = self._dirty, set()
         self._give_sessions(dirty)
         self._session_flushes += 1
+        if self._suback_waits.waiting() and self.core is not None:
+            self._suback_waits.numbered(self.core.session_version)
         pending: dict[str, int] | None = None
         for index, (needs, acks) in enumerate(self._held_acks):
             if needs is None:  # held before this flush gave their sessions to the core
@@ -241,7 +249,49 @@ class ReplicationSessions:
         core = self.core
         return core is not None and len(core.holders_of(core.peer_id)) >= core.replicas - 1
 
+    # ------------------------------------------------------------------ SUBACKs held for N copies
+    def session_copied(self, client_id: str) -> Completion[bool] | None:
+        """A completion done once the persistent session ``client_id``'s state as committed now
+        (a SUBSCRIBE's) is on N brokers, at most ``cluster.subscribe_wait_ms``; None when there is
+        nothing to wait for (replicas 1, fewer than N brokers live, not a replicated session)."""
+        core = self.core
+        if core is None or self.stopped or core.replicas <= 1 or not self._can_be_durable():
+            return None
+        if client_id in self._dirty:
+            # given now, not at the next session flush: that one waited up to SESSION_FLUSH_S
+            # (a SUBACK p50 of 50 ms, bench/suback_latency.py); one copy per SUBSCRIBE, and the
+            # flushes keep their spacing
+            gap_s = self._session_flush_gap_s
+            self._dirty.discard(client_id)
+            self._give_sessions([client_id])
+            self._session_flush_gap_s = max(gap_s, self._session_flush_gap_s)
+        version = core.session_version(client_id)
+        if core.session_durable_from(client_id, version):
+            return None
+        completion: Completion[bool] = Completion()
+        wait_id = self._suback_waits.add(client_id, version, self._now())
+        self._suback_completions[wait_id] = completion
+        self.engine.scheduler.call_later(self._suback_waits.timeout_s, self._check_suback_waits)
+        return completion
+
+    def _check_suback_waits(self) -> None:
+        waits = self._suback_waits
+        if not waits.waiting():
+            return
+        core = self.core
+        if core is None or self.stopped:
+            finished = waits.abort_all()
+        else:
+            finished = waits.poll(core.session_durable_from) + waits.tick(self._now())
+        for wait_id, durable in finished:
+            if not durable:
+                self.suback_waits_timed_out += 1
+            completion = self._suback_completions.pop(wait_id, None)
+            if completion is not None and not completion.done():
+                completion.set_result(durable)
+
     def _release_acks(self) -> None:
+        self._check_suback_waits()
         held = self._held_acks
         if not held:
             return

@@ -506,6 +506,21 @@ class Replication:
         self._session_positions[client_id] = positions
         return self._send_sessions(now, force=False, only=client_id) + self._check_sessions()
 
+    def session_version(self, client_id: str) -> int:
+        """The version of ``client_id``'s latest state given here (0: none, or ended and forgotten)."""
+        latest = self._sessions.get(client_id)
+        return latest[0] if latest is not None else 0
+
+    def session_durable_from(self, client_id: str, version: int) -> bool:
+        """State ``version`` of ``client_id`` (or a later one) is on N brokers - seed 004's
+        acknowledgement stage, which a persistent session's SUBACK waits for - or it cannot be
+        yet: fewer than N brokers are live (no wait then), or the session is not ours."""
+        if client_id not in self._sessions or self.replicas <= 1:
+            return True
+        if len(self.holders_of(self.peer_id)) < self.replicas - 1:
+            return True
+        return self._session_durable.get(client_id, 0) >= version
+
     def session_durable(self, client_id: str) -> bool:
         """The latest state of ``client_id`` is on N brokers (or it is not a session of ours)."""
         latest = self._sessions.get(client_id)

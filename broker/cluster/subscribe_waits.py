@@ -65,3 +65,63 @@ class SubscribeWaits:
         self._waits.clear()
         self._deadlines.clear()
         return finished
+
+
+class SessionCopyWaits:
+    """SUBACKs of persistent sessions held until the session's state with the subscription is on
+    N brokers (``cluster.replicas`` = N > 1; seed 004's acknowledgement stage, "durable on N"),
+    at most ``timeout_s`` (``cluster.subscribe_wait_ms``, the bound of every SUBACK wait). A
+    SUBACK that followed the local commit only promised a subscription that a disk loss of the
+    home took with it: the client reconnected elsewhere to an older copy (session present, no
+    subscription) and missed what was published after its SUBACK (seed 145 of the replication
+    sweep; docs/notes/replication.md).
+
+    ``add`` a wait for a client's state ``version`` (None: the state is not numbered yet - the
+    adapter gives it to the replication later; ``numbered`` names it then), ``poll`` with a
+    durability predicate after each event, ``tick`` with ``now``; finished waits out as
+    ``(wait id, durable)``. No I/O."""
+
+    def __init__(self, timeout_s: float) -> None:
+        self.timeout_s = timeout_s
+        self._next_id = 0
+        self._waits: dict[int, tuple[str, int | None]] = {}
+        self._deadlines: deque[tuple[float, int]] = deque()
+
+    def add(self, client_id: str, version: int | None, now: float) -> int:
+        self._next_id += 1
+        self._waits[self._next_id] = (client_id, version)
+        self._deadlines.append((now + self.timeout_s, self._next_id))
+        return self._next_id
+
+    def waiting(self) -> bool:
+        return bool(self._waits)
+
+    def numbered(self, version_of: Callable[[str], int]) -> None:
+        """The adapter gave its pending states to the replication: waits without a version take
+        the client's version now (0: not a session of the replication's - nothing to wait for)."""
+        for wait_id, (client_id, version) in list(self._waits.items()):
+            if version is None:
+                self._waits[wait_id] = (client_id, version_of(client_id))
+
+    def poll(self, is_durable: Callable[[str, int], bool]) -> list[Finished]:
+        finished: list[Finished] = []
+        for wait_id, (client_id, version) in list(self._waits.items()):
+            if version is not None and (version == 0 or is_durable(client_id, version)):
+                del self._waits[wait_id]
+                finished.append((wait_id, True))
+        return finished
+
+    def tick(self, now: float) -> list[Finished]:
+        finished: list[Finished] = []
+        deadlines = self._deadlines
+        while deadlines and deadlines[0][0] <= now:
+            _at, wait_id = deadlines.popleft()
+            if self._waits.pop(wait_id, None) is not None:
+                finished.append((wait_id, False))
+        return finished
+
+    def abort_all(self) -> list[Finished]:
+        finished = [(wait_id, False) for wait_id in self._waits]
+        self._waits.clear()
+        self._deadlines.clear()
+        return finished

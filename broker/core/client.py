@@ -123,7 +123,9 @@ class ClientConnection(ClientPublish):
             for sub, code in zip(packet.subscriptions, reason_codes, strict=False)
             if code < 0x80 and (opts := session.subscriptions.get(sub.topic_filter)) is not None
         ]
-        ready = broker.cluster.subscriptions_ready(accepted) if accepted else None
+        # (and, with replicas, until the persistent session's state with them is on N brokers)
+        client_id = session.client_id if session.persistent else None
+        ready = broker.cluster.subscriptions_ready(accepted, client_id) if accepted else None
         if ready is None:
             self._send_suback(session, packet.packet_id, reason_codes, retained)
         else:

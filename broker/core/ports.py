@@ -307,10 +307,13 @@ class ClusterPort(Protocol):
     def owns_share_group(self, group: str, topic_filter: str) -> bool:
         """Whether this broker delivers the copy of share group (group, filter) (one per cluster)."""
 
-    def subscriptions_ready(self, topic_filters: list[tuple[str, str | None]]) -> Completion[bool] | None:
+    def subscriptions_ready(
+        self, topic_filters: list[tuple[str, str | None]], client_id: str | None = None
+    ) -> Completion[bool] | None:
         """A completion done once messages published anywhere reach these (filter, share group)
         subscriptions (their classes joined the overlay); None when they already do. It holds the
-        SUBACK, and the CONNACK of a session that moved here."""
+        SUBACK, and the CONNACK of a session that moved here. ``client_id``: the persistent session
+        whose SUBACK it holds (with replicas, until its state is on N brokers too)."""
 
     def on_client_connected(self, client_id: str, session_present: bool) -> None:
         """A client finished CONNECT successfully: its CONNACK and the re-sends of its session's
@@ -342,7 +345,9 @@ class NullCluster:
     def owns_share_group(self, group: str, topic_filter: str) -> bool:
         return True
 
-    def subscriptions_ready(self, topic_filters: list[tuple[str, str | None]]) -> Completion[bool] | None:
+    def subscriptions_ready(
+        self, topic_filters: list[tuple[str, str | None]], client_id: str | None = None
+    ) -> Completion[bool] | None:
         return None
 
     def on_client_connected(self, client_id: str, session_present: bool) -> None:

@@ -40,8 +40,10 @@ class FederatedClusterPort:
     def owns_share_group(self, group: str, topic_filter: str) -> bool:
         return self.inner.owns_share_group(group, topic_filter)
 
-    def subscriptions_ready(self, topic_filters: list[tuple[str, str | None]]) -> Completion[bool] | None:
-        return self.inner.subscriptions_ready(topic_filters)
+    def subscriptions_ready(
+        self, topic_filters: list[tuple[str, str | None]], client_id: str | None = None
+    ) -> Completion[bool] | None:
+        return self.inner.subscriptions_ready(topic_filters, client_id)
 
     def on_client_connected(self, client_id: str, session_present: bool) -> None:
         self.inner.on_client_connected(client_id, session_present)

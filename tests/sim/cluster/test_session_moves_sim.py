@@ -69,10 +69,12 @@ def moved_session_then_crash_before_connack(seed: int = 1) -> Result:
                 run.world.after(0.1, run.crash, b)
                 run.world.after(1.0, run.restart, b)
 
-        def classes_slow_to_join(filters: list[tuple[str, str | None]]) -> Completion[bool] | None:
+        def classes_slow_to_join(
+            filters: list[tuple[str, str | None]], client_id: str | None = None
+        ) -> Completion[bool] | None:
             if imported["done"]:
                 return Completion()  # no CONNACK before the crash
-            return subscriptions_ready(filters)
+            return subscriptions_ready(filters, client_id)
 
         sim.broker.import_session = import_then_crash  # type: ignore[method-assign]
         sim.engine.subscriptions_ready = classes_slow_to_join  # type: ignore[method-assign]

@@ -230,3 +230,15 @@ def test_no_will_for_a_device_back_before_its_session_was_adopted() -> None:
     result = will_after_disk_loss(1, back_at_s=6.2)
     assert result.ok, result.report(trace_lines=30)
     assert not [r for r in result.history.received if r.topic == "will/dev"]
+
+
+def test_a_suback_waits_for_the_sessions_copy_so_a_disk_loss_right_after_keeps_the_subscription() -> None:
+    """``--sessions`` seed 145: sub0's SUBACK for ``plant/#`` left at the local commit; the session
+    copy carrying the subscription to its holder was lost twice, then cut off by a partition, and
+    the home was removed with its disk: sub0 reconnected to the holder, which adopted an older copy
+    (session present, no subscription) - 235 PUBACKed messages never delivered. A persistent
+    session's SUBACK now waits until the state with the subscription is on N brokers."""
+    options = ReplicationOptions(replicas=2, disk_losses=2, removals=1, crashes=1, loss=0.05, sessions=True)
+    result = run_replication_seed(145, options)
+    assert result.ok, result.report(trace_lines=30)
+    assert not any(v.kind == "lost" for v in result.violations)

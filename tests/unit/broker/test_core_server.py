@@ -316,7 +316,9 @@ class RecordingCluster:
     def owns_share_group(self, group: str, topic_filter: str) -> bool:
         return True
 
-    def subscriptions_ready(self, topic_filters: list[tuple[str, str | None]]) -> None:
+    def subscriptions_ready(
+        self, topic_filters: list[tuple[str, str | None]], client_id: str | None = None
+    ) -> None:
         return None  # always reachable: the SUBACK is not held
 
     def on_client_connected(self, client_id: str, session_present: bool) -> None:
