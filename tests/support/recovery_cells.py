@@ -49,9 +49,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from broker.cluster.stream_sender import RESEND_BATCH
-from broker.config.schema import LimitsConfig
 from tests.support.cluster import ClusterClient, metric_total, probe_route, unique_id, wait_until
+from tests.support.in_flight import duplicate_bound
 from tests.support.subscriber_process import MosquittoSubscriber, ProcessSubscriber
 from tests.support.zeroloss import IdStream, Inbox, tally
 from tools.launcher import LocalCluster
@@ -61,12 +60,6 @@ A, B, C = 0, 1, 2
 FAULTS = ("none", "kill-sub", "kill-pub", "kill-third", "move", "netsplit")
 SESSION_EXPIRY_S = 600
 READY_TIMEOUT_S = 30.0
-# the broker's outgoing window per client (limits.max_inflight_messages, default) and the most a
-# sender resends unasked in one round (stream_sender.RESEND_BATCH): what may be in flight at a
-# fault besides the publisher's own window (tests/process/cluster/test_zero_loss.py). Read from
-# the code, so that the bound follows a change of either.
-INFLIGHT_DEFAULT = LimitsConfig().max_inflight_messages
-SENDER_BATCH = RESEND_BATCH
 
 
 SUBSCRIBERS = ("auto", "mosquitto", "paho-process", "paho")
@@ -82,13 +75,6 @@ def subscriber_kind(wanted: str, steps: list[str], qos: int = 1) -> str:
     if wanted == "auto":
         wanted = "paho-process" if qos == 2 else "mosquitto"
     return "paho-process" if wanted == "mosquitto" and "move" in steps else wanted
-
-
-def duplicate_bound(brokers: int, faults: int, window: int) -> int:
-    """QoS 1 copies a subscriber may get again after ``faults`` faults: per fault its broker's
-    outgoing window and an unacknowledged batch from every other broker, and the publisher's
-    window (paho sends it again) once."""
-    return faults * (INFLIGHT_DEFAULT + (brokers - 1) * SENDER_BATCH) + window
 
 
 @dataclass

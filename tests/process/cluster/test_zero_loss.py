@@ -53,6 +53,7 @@ import grpc
 import pytest
 
 from tests.support.cluster import ClientFactory, ClusterClient, ClusterFactory, probe_route, unique_id
+from tests.support.in_flight import duplicate_bound
 from tests.support.zeroloss import IdStream, Inbox, Tally, env_float, env_int, report, tally
 from tools.launcher import LocalCluster
 
@@ -227,19 +228,6 @@ def test_qos2_across_kill_9_of_the_subscribers_then_the_publishers_broker_delive
 
 # ------------------------------------------------------------------ duplicates after kill -9
 
-# the broker's outgoing window per client (limits.max_inflight_messages, default) and the most a
-# sender sends unasked in one round (stream_sender.RESEND_BATCH): after a kill -9 a QoS 1
-# subscriber may get again what was in flight - its window plus one unacknowledged batch from
-# each sender of its stream - and the publisher's own window that paho sends again
-INFLIGHT_DEFAULT = 20
-SENDER_BATCH = 256
-
-
-def duplicate_bound(brokers: int, faults: int) -> int:
-    """Every broker but the subscriber's may send its stream (a publisher's broker, and the one
-    it moves to): per fault the window plus a batch from each, and the publisher's window once."""
-    return faults * (INFLIGHT_DEFAULT + (brokers - 1) * SENDER_BATCH) + WINDOW
-
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
@@ -282,7 +270,7 @@ def test_duplicates_after_kill_9_stay_within_what_was_in_flight(
     finally:
         stream.stop()
     result = tally("kill -9 of B (subscriber moves to C), then of A", inbox, stream.acked_ids(), DRAIN_S)
-    bound = duplicate_bound(3, 2)
+    bound = duplicate_bound(3, 2, WINDOW)  # read from the code's defaults (tests/support/in_flight.py)
     twice = sorted(n for n, count in result.counts.items() if count > 1)
     most = max(result.counts.values(), default=0)
     report(f"duplicates {result.duplicates}, bound {bound}; stream of {stream.sent} took"
