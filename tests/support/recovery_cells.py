@@ -197,9 +197,19 @@ class _PendingWatch(threading.Thread):
 
 @contextlib.contextmanager
 def cell_cluster(
-    fault: str, params: CellParams, root: Path
+    fault: str, params: CellParams, root: Path, shared: LocalCluster | None = None
 ) -> Iterator[tuple[LocalCluster, NetnsLab | None]]:
-    """A ready 3-broker cluster for ``fault`` (in network namespaces for a netsplit), closed after."""
+    """A ready 3-broker cluster for ``fault`` (in network namespaces for a netsplit), closed after;
+    or ``shared`` (not for a netsplit), every broker of it up and joined, left running after."""
+    if shared is not None:
+        if "netsplit" in fault.split("+"):
+            raise ValueError("a netsplit cell needs a cluster of its own (network namespaces)")
+        for index, broker in enumerate(shared.brokers):
+            if not broker.alive():
+                shared.restart_broker(index)
+        shared.wait_ready(READY_TIMEOUT_S)
+        yield shared, None
+        return
     lab = NetnsLab(3) if "netsplit" in fault.split("+") else None
     with lab if lab is not None else contextlib.nullcontext():
         cluster = LocalCluster(
@@ -232,7 +242,8 @@ class PolicyDrops:
 
     def __init__(self, cluster: LocalCluster) -> None:
         self.cluster = cluster
-        self.counted = 0
+        # less what the brokers had counted before (a cluster shared by several cells)
+        self.counted = -sum(self.read(i) for i, broker in enumerate(cluster.brokers) if broker.alive())
 
     def read(self, index: int) -> int:
         try:
@@ -260,16 +271,20 @@ def run_cell(
     params: CellParams,
     root: Path,
     progress: Callable[[str], None] = lambda _text: None,
+    cluster: LocalCluster | None = None,
 ) -> CellResult:
     """Run one cell on a fresh cluster under ``root`` and return what was counted. ``fault`` may
-    chain faults with ``+`` (``kill-third+move``: one after the other under one stream)."""
+    chain faults with ``+`` (``kill-third+move``: one after the other under one stream).
+    ``cluster``: run it on this one instead (its brokers restarted where down; a killed broker is
+    restarted by the cell itself), as tests do that share one cluster among several cells; its
+    settings are the cluster's, not ``params.settings``."""
     steps = fault.split("+")
     for step in steps:
         if step not in FAULTS:
             raise ValueError(f"unknown fault {step!r}; one of {', '.join(FAULTS)}")
     made: list[Any] = []
     load_before = _load()
-    with cell_cluster(fault, params, root) as (cluster, lab):
+    with cell_cluster(fault, params, root, cluster) as (cluster, lab):
         try:
             topic = f"{unique_id(f'rm-{steps[0]}-q{qos}')}/stream"
             sub: Any
