@@ -146,6 +146,7 @@ class LocalCluster:
         self.ws_port = ws_port  # None: no WebSocket listeners; 0: a free port each; N: N + index
         self.brokers: list[BrokerProcess] = []
         self.runtime_present: bool | None = None  # unknown until a broker answered GET /cluster
+        self.formation_holder: BrokerProcess | None = None  # start_together(hold_formation=True)
         self._closed = False
         self._lock = threading.RLock()
 
@@ -154,24 +155,52 @@ class LocalCluster:
         if self.progress is not None:
             self.progress(text)
 
-    def _new_broker(self) -> BrokerProcess:
+    def _new_broker(self, *, holder: bool = False) -> BrokerProcess:
         index = len(self.brokers)
+        name = "formation-holder" if holder else f"broker-{index}"
         mqtt_port, http_port, cluster_port, ws_free = free_ports(4)
-        data_dir = os.path.join(self.data_root, f"broker-{index}")
+        data_dir = os.path.join(self.data_root, name)
         Path(data_dir).mkdir(parents=True, exist_ok=True)
         broker = BrokerProcess(
             index=index,
-            node_id=f"{self.node_id_prefix}-{index}",
+            node_id=f"{self.node_id_prefix}-{'hold' if holder else index}",
             mqtt_port=mqtt_port,
             http_port=http_port,
             cluster_port=cluster_port,
             data_dir=data_dir,
-            log_path=os.path.join(self.log_dir, f"broker-{index}.log"),
+            log_path=os.path.join(self.log_dir, f"{name}.log"),
             placement=BrokerPlacement() if self.placement is None else self.placement(index),
             ws_port=None if self.ws_port is None else (self.ws_port + index if self.ws_port else ws_free),
         )
-        self.brokers.append(broker)
+        if not holder:
+            self.brokers.append(broker)
         return broker
+
+    def _start_formation_holder(self, brokers: list[BrokerProcess]) -> BrokerProcess:
+        """A broker that holds the formation of ``brokers`` (``start_together(hold_formation=
+        True)``): not a seed itself (it never founds), it has the lowest peer id of all, and it
+        answers the seeds' formation probes "not joined"; so no seed is ever the lowest
+        reachable one and none founds (overlay.formation) until ``release_formation``."""
+        holder = self._new_broker(holder=True)
+        lowest = min(brokers, key=lambda broker: broker.peer_id)
+        if lowest.peer_id < holder.peer_id:  # the lowest cluster port goes to the holder
+            holder.cluster_port, lowest.cluster_port = lowest.cluster_port, holder.cluster_port
+        if any(broker.peer_id <= holder.peer_id for broker in brokers):
+            raise ClusterError("the formation holder needs the lowest peer id (one cluster host)")
+        self.formation_holder = holder
+        self._spawn(holder, [broker.peer_id for broker in brokers])  # not in its list: no seed
+        self._wait_healthy(holder, start_timeout_s(START_TIMEOUT_S))  # its cluster port is open
+        return holder
+
+    def release_formation(self) -> None:
+        """Kill the formation holder (``start_together(hold_formation=True)``): the lowest
+        reachable seed founds the cluster and the others join it, as when a seed crashes
+        during formation. Returns without waiting (``wait_ready``)."""
+        holder = self.formation_holder
+        if holder is None or holder.process is None:
+            raise ClusterError("no formation holder: start_together(hold_formation=True) starts one")
+        holder.process.kill()
+        holder.process.wait(timeout=STOP_TIMEOUT_S)
 
     def _tls_settings(self, broker: BrokerProcess) -> dict[str, str]:
         """Mutual TLS between the brokers (docs/security.md): a cluster CA in <data root>/certs,
@@ -326,10 +355,14 @@ class LocalCluster:
                 self.close()
                 raise
 
-    def start_together(self) -> None:
+    def start_together(self, *, hold_formation: bool = False) -> None:
         """Spawn every broker at once, each with the same seed list: all of them, itself included
         (a StatefulSet whose --join is a headless service). Returns without waiting: the brokers
-        form the cluster among themselves (overlay.formation); ``wait_ready`` waits for it."""
+        form the cluster among themselves (overlay.formation); ``wait_ready`` waits for it.
+
+        hold_formation: first start a formation holder (``_start_formation_holder``), listed
+        among the seeds, so that the brokers stay joining - observably, for as long as the caller
+        wants - until ``release_formation``."""
         with self._lock:
             if self.brokers:
                 raise ClusterError("start_together() needs a cluster that was not started")
@@ -337,6 +370,8 @@ class LocalCluster:
             try:
                 brokers = [self._new_broker() for _ in range(self.initial_size)]
                 seeds = [broker.peer_id for broker in brokers]
+                if hold_formation:
+                    seeds.append(self._start_formation_holder(brokers).peer_id)
                 for broker in brokers:
                     self._spawn(broker, seeds)
             except BaseException:
@@ -482,7 +517,8 @@ class LocalCluster:
             if self._closed:
                 return
             self._closed = True
-            running = [b.process for b in self.brokers if b.process is not None and b.process.poll() is None]
+            everyone = [*self.brokers, *([self.formation_holder] if self.formation_holder else [])]
+            running = [b.process for b in everyone if b.process is not None and b.process.poll() is None]
             for process in running:
                 with contextlib.suppress(ProcessLookupError):
                     process.send_signal(signal.SIGTERM)

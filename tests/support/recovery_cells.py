@@ -49,9 +49,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from broker.cluster.stream_sender import RESEND_BATCH
-from broker.config.schema import LimitsConfig
 from tests.support.cluster import ClusterClient, metric_total, probe_route, unique_id, wait_until
+from tests.support.in_flight import duplicate_bound
 from tests.support.subscriber_process import MosquittoSubscriber, ProcessSubscriber
 from tests.support.zeroloss import IdStream, Inbox, tally
 from tools.launcher import LocalCluster
@@ -61,12 +60,6 @@ A, B, C = 0, 1, 2
 FAULTS = ("none", "kill-sub", "kill-pub", "kill-third", "move", "netsplit")
 SESSION_EXPIRY_S = 600
 READY_TIMEOUT_S = 30.0
-# the broker's outgoing window per client (limits.max_inflight_messages, default) and the most a
-# sender resends unasked in one round (stream_sender.RESEND_BATCH): what may be in flight at a
-# fault besides the publisher's own window (tests/process/cluster/test_zero_loss.py). Read from
-# the code, so that the bound follows a change of either.
-INFLIGHT_DEFAULT = LimitsConfig().max_inflight_messages
-SENDER_BATCH = RESEND_BATCH
 
 
 SUBSCRIBERS = ("auto", "mosquitto", "paho-process", "paho")
@@ -82,13 +75,6 @@ def subscriber_kind(wanted: str, steps: list[str], qos: int = 1) -> str:
     if wanted == "auto":
         wanted = "paho-process" if qos == 2 else "mosquitto"
     return "paho-process" if wanted == "mosquitto" and "move" in steps else wanted
-
-
-def duplicate_bound(brokers: int, faults: int, window: int) -> int:
-    """QoS 1 copies a subscriber may get again after ``faults`` faults: per fault its broker's
-    outgoing window and an unacknowledged batch from every other broker, and the publisher's
-    window (paho sends it again) once."""
-    return faults * (INFLIGHT_DEFAULT + (brokers - 1) * SENDER_BATCH) + window
 
 
 @dataclass
@@ -211,9 +197,19 @@ class _PendingWatch(threading.Thread):
 
 @contextlib.contextmanager
 def cell_cluster(
-    fault: str, params: CellParams, root: Path
+    fault: str, params: CellParams, root: Path, shared: LocalCluster | None = None
 ) -> Iterator[tuple[LocalCluster, NetnsLab | None]]:
-    """A ready 3-broker cluster for ``fault`` (in network namespaces for a netsplit), closed after."""
+    """A ready 3-broker cluster for ``fault`` (in network namespaces for a netsplit), closed after;
+    or ``shared`` (not for a netsplit), every broker of it up and joined, left running after."""
+    if shared is not None:
+        if "netsplit" in fault.split("+"):
+            raise ValueError("a netsplit cell needs a cluster of its own (network namespaces)")
+        for index, broker in enumerate(shared.brokers):
+            if not broker.alive():
+                shared.restart_broker(index)
+        shared.wait_ready(READY_TIMEOUT_S)
+        yield shared, None
+        return
     lab = NetnsLab(3) if "netsplit" in fault.split("+") else None
     with lab if lab is not None else contextlib.nullcontext():
         cluster = LocalCluster(
@@ -246,7 +242,8 @@ class PolicyDrops:
 
     def __init__(self, cluster: LocalCluster) -> None:
         self.cluster = cluster
-        self.counted = 0
+        # less what the brokers had counted before (a cluster shared by several cells)
+        self.counted = -sum(self.read(i) for i, broker in enumerate(cluster.brokers) if broker.alive())
 
     def read(self, index: int) -> int:
         try:
@@ -274,16 +271,20 @@ def run_cell(
     params: CellParams,
     root: Path,
     progress: Callable[[str], None] = lambda _text: None,
+    cluster: LocalCluster | None = None,
 ) -> CellResult:
     """Run one cell on a fresh cluster under ``root`` and return what was counted. ``fault`` may
-    chain faults with ``+`` (``kill-third+move``: one after the other under one stream)."""
+    chain faults with ``+`` (``kill-third+move``: one after the other under one stream).
+    ``cluster``: run it on this one instead (its brokers restarted where down; a killed broker is
+    restarted by the cell itself), as tests do that share one cluster among several cells; its
+    settings are the cluster's, not ``params.settings``."""
     steps = fault.split("+")
     for step in steps:
         if step not in FAULTS:
             raise ValueError(f"unknown fault {step!r}; one of {', '.join(FAULTS)}")
     made: list[Any] = []
     load_before = _load()
-    with cell_cluster(fault, params, root) as (cluster, lab):
+    with cell_cluster(fault, params, root, cluster) as (cluster, lab):
         try:
             topic = f"{unique_id(f'rm-{steps[0]}-q{qos}')}/stream"
             sub: Any

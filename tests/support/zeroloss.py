@@ -110,6 +110,18 @@ class IdStream(threading.Thread):
         self._stop_event.set()
         self.join(timeout_s)
 
+    def finish(self, timeout_s: float) -> None:
+        """Publish no further id and wait (bounded) until every id handed to paho is acknowledged
+        (a stream whose ``limit`` is only a ceiling, ended by the test)."""
+        self.stop()
+        wait_until(
+            lambda: not self.client.pending,
+            timeout_s,
+            interval_s=0.05,
+            what=f"the {self.sent} publishes of {self.topic} acknowledged"
+            f" (pending {len(self.client.pending)})",
+        )
+
 
 @dataclass
 class Inbox:

@@ -22,17 +22,22 @@ import pytest
 from tests.process.cluster.conftest import FAST_SETTINGS
 from tests.support.cluster import LIVE_CLUSTERS, ClusterClient, probe_route, unique_id
 from tools.launcher import LocalCluster, http_get
+from tools.start_wait import start_timeout_s
 
 FORM_TIMEOUT_S = 25.0
 ROUNDS = 20
 PER_ROUND = 20
+JOINING = (503, "joining_cluster", False)  # /readyz status and reason, /cluster "joined"
 
 
-def poll_until_ready(cluster: LocalCluster) -> dict[int, list[tuple[int, str, bool | None]]]:
+def poll_until_ready(
+    cluster: LocalCluster, *, release: Callable[[], None] | None = None
+) -> dict[int, list[tuple[int, str, bool | None]]]:
     """Poll every broker's /readyz (and /cluster) from spawn until all are ready; per broker the
-    sequence of (status, reason, /cluster joined) seen, deduplicated."""
+    sequence of (status, reason, /cluster joined) seen, deduplicated. ``release``: called once
+    every broker was seen joining (503 ``joining_cluster``, not joined), to let them form."""
     seen: dict[int, list[tuple[int, str, bool | None]]] = {b.index: [] for b in cluster.brokers}
-    deadline = time.monotonic() + FORM_TIMEOUT_S
+    deadline = time.monotonic() + start_timeout_s(FORM_TIMEOUT_S)
     while time.monotonic() < deadline:
         for broker in cluster.brokers:
             assert broker.alive(), f"broker {broker.index} exited:\n{broker.log_tail()}"
@@ -49,6 +54,9 @@ def poll_until_ready(cluster: LocalCluster) -> dict[int, list[tuple[int, str, bo
             entry = (status, reason, joined)
             if not history or history[-1] != entry:
                 history.append(entry)
+        if release is not None and all(JOINING in h for h in seen.values()):
+            release()
+            release = None
         if all(h and h[-1][0] == 200 for h in seen.values()):
             return seen
         time.sleep(0.02)
@@ -87,15 +95,16 @@ def deliver_rounds(cluster: LocalCluster, clients: list[ClusterClient], rounds: 
 
 
 @pytest.fixture
-def together(tmp_path: Path) -> Iterator[Callable[[int], LocalCluster]]:
-    """together(n): n brokers spawned at once with one seed list; closed after the test."""
+def together(tmp_path: Path) -> Iterator[Callable[..., LocalCluster]]:
+    """together(n, hold=False): n brokers spawned at once with one seed list (``hold``: their
+    formation held until ``cluster.release_formation()``); closed after the test."""
     made: list[LocalCluster] = []
 
-    def make(size: int) -> LocalCluster:
+    def make(size: int, hold: bool = False) -> LocalCluster:
         cluster = LocalCluster(size, settings=dict(FAST_SETTINGS), data_root=str(tmp_path / f"c{len(made)}"))
         made.append(cluster)
         LIVE_CLUSTERS.append(cluster)
-        cluster.start_together()
+        cluster.start_together(hold_formation=hold)
         return cluster
 
     yield make
@@ -115,13 +124,14 @@ def clients() -> Iterator[list[ClusterClient]]:
 
 @pytest.mark.parametrize("size", [3, 5])
 def test_brokers_started_together_form_one_cluster(
-    together: Callable[[int], LocalCluster], clients: list[ClusterClient], size: int
+    together: Callable[..., LocalCluster], clients: list[ClusterClient], size: int
 ) -> None:
-    cluster = together(size)
-    seen = poll_until_ready(cluster)
+    # The formation is held (tools/launcher.py: a lower, never-joining peer in the seed list) until
+    # every broker was seen joining, so a loaded machine cannot let one join before the first poll.
+    cluster = together(size, hold=True)
+    seen = poll_until_ready(cluster, release=cluster.release_formation)
     for index, history in seen.items():
-        status, reason, joined = history[0]
-        assert (status, reason, joined) == (503, "joining_cluster", False), (index, history)
+        assert history[0] == JOINING, (index, history)
         assert history[-1][0] == 200 and history[-1][2] is True, (index, history)
         for status, _, joined in history:  # never ready before joined (/cluster is read just after)
             assert status != 200 or joined is True, (index, history)
@@ -129,7 +139,7 @@ def test_brokers_started_together_form_one_cluster(
 
 
 def test_brokers_rejoin_after_their_peers_restart(
-    together: Callable[[int], LocalCluster], clients: list[ClusterClient]
+    together: Callable[..., LocalCluster], clients: list[ClusterClient]
 ) -> None:
     """kill -9 of a broker's two peers, which come back together (same addresses and data);
     then of that broker while they run; then a graceful restart of all three at once."""

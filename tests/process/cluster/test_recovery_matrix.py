@@ -28,8 +28,11 @@ The subscriber of the other cells is mosquitto_sub (tests/support/recovery_cells
 paho client drains QoS 2 slower than the stream beside the publisher); the move cell's and the QoS 2
 kill-sub cell's is paho in a process of its own.
 
-The clusters keep the suite's faster failure detection (conftest.FAST_SETTINGS); no limit is
-raised. Sizes for runs by hand: SKIPMQ_RM_MESSAGES (3000), SKIPMQ_RM_RATE (1000, the QoS 1 cell),
+The four cells run one after the other on the module's 3-broker cluster (``cluster3``, with the
+suite's faster failure detection, conftest.FAST_SETTINGS): each starts with all three brokers up
+and joined (a killed broker is restarted by its cell) and uses its own topic class and client ids;
+``bench/recovery_matrix.py`` starts a fresh cluster for each cell. No limit is raised. Sizes for
+runs by hand: SKIPMQ_RM_MESSAGES (3000), SKIPMQ_RM_RATE (1000, the QoS 1 cell),
 SKIPMQ_RM_QOS2_RATE (500, the QoS 2 move cell), SKIPMQ_RM_QOS2_FAST_RATE (1000).
 """
 
@@ -44,6 +47,7 @@ from broker.config.schema import LimitsConfig
 from tests.process.cluster.conftest import FAST_SETTINGS
 from tests.support.recovery_cells import CellParams, CellResult, duplicate_bound, run_cell
 from tests.support.zeroloss import env_float, env_int, report
+from tools.launcher import LocalCluster
 
 MESSAGES = env_int("SKIPMQ_RM_MESSAGES", 3_000)
 RATE_PER_S = env_float("SKIPMQ_RM_RATE", 1_000.0)
@@ -73,29 +77,35 @@ def check(result: CellResult) -> None:
 
 @pytest.mark.slow
 @pytest.mark.timeout(240)
-def test_kill_9_of_the_subscribers_broker_under_a_fast_stream_loses_nothing(tmp_path: Path) -> None:
-    check(run_cell("kill-sub", 1, params(RATE_PER_S), tmp_path))
+def test_kill_9_of_the_subscribers_broker_under_a_fast_stream_loses_nothing(
+    cluster3: LocalCluster, tmp_path: Path
+) -> None:
+    check(run_cell("kill-sub", 1, params(RATE_PER_S), tmp_path, cluster=cluster3))
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(240)
-def test_qos2_across_kill_9_of_a_third_broker_then_a_session_move_delivers_each_once(tmp_path: Path) -> None:
-    check(run_cell("kill-third+move", 2, params(QOS2_RATE_PER_S), tmp_path))
+def test_qos2_across_kill_9_of_a_third_broker_then_a_session_move_delivers_each_once(
+    cluster3: LocalCluster, tmp_path: Path
+) -> None:
+    check(run_cell("kill-third+move", 2, params(QOS2_RATE_PER_S), tmp_path, cluster=cluster3))
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_qos2_across_kill_9_of_the_subscribers_broker_under_a_fast_stream_delivers_each_once(
-    tmp_path: Path,
+    cluster3: LocalCluster, tmp_path: Path
 ) -> None:
     cell = params(QOS2_FAST_RATE_PER_S)
     cell.subscriber = "paho-process"
-    check(run_cell("kill-sub", 2, cell, tmp_path))
+    check(run_cell("kill-sub", 2, cell, tmp_path, cluster=cluster3))
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(240)
-def test_a_session_move_with_the_client_away_past_its_queue_limit_loses_nothing(tmp_path: Path) -> None:
+def test_a_session_move_with_the_client_away_past_its_queue_limit_loses_nothing(
+    cluster3: LocalCluster, tmp_path: Path
+) -> None:
     """QoS 1 at 1,000 msg/s; the subscriber disconnects from B (its only session of the class
     there) and connects to C 3 s later: 3,000 messages of stream while it is away, three times the
     default queue limit. B holds the live stream for the away session (the senders' logs keep it)
@@ -104,7 +114,7 @@ def test_a_session_move_with_the_client_away_past_its_queue_limit_loses_nothing(
     cell at 2,000 msg/s lost 5,028 of 11,384, all ``queue_full_oldest`` on B."""
     moved = params(RATE_PER_S)
     moved.down_s = 3.0
-    check(run_cell("move", 1, moved, tmp_path))
+    check(run_cell("move", 1, moved, tmp_path, cluster=cluster3))
 
 
 def _cell(**changes: object) -> CellResult:

@@ -39,6 +39,10 @@ Every case runs with the default limits (docs/cluster.md "Flow control"): until 
 kill -9, move and takeover cases raised ``limits.max_queued_messages`` to hold the whole stream,
 because a restarted or moved-to broker released the backlog the senders' logs kept into the
 session queue at once (limit 1,000, drop oldest). The catch-up is now paced by the subscribers.
+
+The kill -9, move and takeover cases share the module's 3-broker cluster (``formed3``: each starts
+with all three brokers up and joined; a kill -9 case restarts the broker it killed) instead of
+starting one each; the malformed-input case keeps its own (plaintext links).
 """
 
 from __future__ import annotations
@@ -52,7 +56,9 @@ from collections.abc import Iterator
 import grpc
 import pytest
 
+from tests.process.cluster.conftest import READY_TIMEOUT_S
 from tests.support.cluster import ClientFactory, ClusterClient, ClusterFactory, probe_route, unique_id
+from tests.support.in_flight import duplicate_bound
 from tests.support.zeroloss import IdStream, Inbox, Tally, env_float, env_int, report, tally
 from tools.launcher import LocalCluster
 
@@ -99,6 +105,19 @@ def check(result: Tally, *, qos: int = 1) -> None:
     assert lost == 0, f"PUBACKed messages lost: {result}"
     if qos == 2:
         assert duplicates == 0, f"QoS 2 delivered twice: {result}"
+
+
+@pytest.fixture
+def formed3(cluster3: LocalCluster) -> LocalCluster:
+    """The module's 3-broker cluster (FAST_SETTINGS, the default limits), all three brokers up and
+    joined. The kill -9 tests restart the broker they kill, so each test after them starts from a
+    formed cluster of three as from a fresh one (its own topic and client ids: nothing of an
+    earlier test's streams reaches it); a broker a failed test left down is started again."""
+    for index, broker in enumerate(cluster3.brokers):
+        if not broker.alive():
+            cluster3.restart_broker(index)
+    cluster3.wait_ready(READY_TIMEOUT_S)
+    return cluster3
 
 
 # ---------------------------------------------------------------------------------- kill -9
@@ -150,10 +169,10 @@ def kill_mid_stream(
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_kill_9_of_the_subscribers_broker_loses_no_acknowledged_message(
-    cluster_factory: ClusterFactory, client_factory: ClientFactory
+    formed3: LocalCluster, client_factory: ClientFactory
 ) -> None:
     """(a) kill -9 of B (the subscriber's) mid-stream, restart on its data dir, reconnect."""
-    result, session_present = kill_mid_stream(cluster_factory(3), client_factory, B, "zl-a")
+    result, session_present = kill_mid_stream(formed3, client_factory, B, "zl-a")
     assert session_present, "the restarted broker lost the persistent session"
     check(result)
 
@@ -161,28 +180,28 @@ def test_kill_9_of_the_subscribers_broker_loses_no_acknowledged_message(
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_kill_9_of_the_publishers_broker_loses_no_acknowledged_message(
-    cluster_factory: ClusterFactory, client_factory: ClientFactory
+    formed3: LocalCluster, client_factory: ClientFactory
 ) -> None:
     """(b) kill -9 of A (the publisher's) mid-stream; the publisher goes on at C; A restarts."""
-    result, _ = kill_mid_stream(cluster_factory(3), client_factory, A, "zl-b")
+    result, _ = kill_mid_stream(formed3, client_factory, A, "zl-b")
     check(result)
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_kill_9_of_an_uninvolved_broker_loses_no_acknowledged_message(
-    cluster_factory: ClusterFactory, client_factory: ClientFactory
+    formed3: LocalCluster, client_factory: ClientFactory
 ) -> None:
     """(c) kill -9 of C (neither publisher's nor subscriber's; it may route or be a class's
     rendezvous point) mid-stream, then restart it."""
-    result, _ = kill_mid_stream(cluster_factory(3), client_factory, C, "zl-c")
+    result, _ = kill_mid_stream(formed3, client_factory, C, "zl-c")
     check(result)
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_qos2_across_kill_9_of_the_subscribers_then_the_publishers_broker_delivers_each_once(
-    cluster_factory: ClusterFactory, client_factory: ClientFactory
+    formed3: LocalCluster, client_factory: ClientFactory
 ) -> None:
     """QoS 2 exactly once (MQTT-4.3.3) with persistent sessions on both ends and the default
     limits, one cluster, two faults in sequence under one stream of QOS2_MESSAGES: kill -9 of B
@@ -192,7 +211,7 @@ def test_qos2_across_kill_9_of_the_subscribers_then_the_publishers_broker_delive
     QoS 2 packet ids committed with each message - PUBREC sent, waiting for PUBREL - dedupes the
     PUBLISHes paho sends again). Before the flow control, the first fault alone lost 1,232 of
     3,000 with the default queue limit (issue #30)."""
-    cluster = cluster_factory(3)
+    cluster = formed3
     topic = f"{unique_id('zq2')}/stream"
     sub = subscribed(client_factory, cluster, B, topic, qos=2)
     pub = persistent(client_factory, cluster, A, "zl-q2-pub", max_inflight=WINDOW)
@@ -227,24 +246,11 @@ def test_qos2_across_kill_9_of_the_subscribers_then_the_publishers_broker_delive
 
 # ------------------------------------------------------------------ duplicates after kill -9
 
-# the broker's outgoing window per client (limits.max_inflight_messages, default) and the most a
-# sender sends unasked in one round (stream_sender.RESEND_BATCH): after a kill -9 a QoS 1
-# subscriber may get again what was in flight - its window plus one unacknowledged batch from
-# each sender of its stream - and the publisher's own window that paho sends again
-INFLIGHT_DEFAULT = 20
-SENDER_BATCH = 256
-
-
-def duplicate_bound(brokers: int, faults: int) -> int:
-    """Every broker but the subscriber's may send its stream (a publisher's broker, and the one
-    it moves to): per fault the window plus a batch from each, and the publisher's window once."""
-    return faults * (INFLIGHT_DEFAULT + (brokers - 1) * SENDER_BATCH) + WINDOW
-
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_duplicates_after_kill_9_stay_within_what_was_in_flight(
-    cluster_factory: ClusterFactory, client_factory: ClientFactory
+    formed3: LocalCluster, client_factory: ClientFactory
 ) -> None:
     """QoS 1, default limits, one stream of MESSAGES at RATE_PER_S, two faults: kill -9 of B (the
     subscriber's broker) - the subscriber reconnects to C at once (a new session there: B is down
@@ -256,7 +262,7 @@ def test_duplicates_after_kill_9_stay_within_what_was_in_flight(
     catch-up where C's own session had begun to get the stream, C merged it again with every
     answer and delivered the stream since B's positions each time: 9,613 duplicates, up to 10
     copies of a message (issue #30, the chaos soak's re-delivery bursts)."""
-    cluster = cluster_factory(3)
+    cluster = formed3
     topic = f"{unique_id('zdup')}/stream"
     sub = subscribed(client_factory, cluster, B, topic)
     pub = persistent(client_factory, cluster, A, "zl-dup-pub", max_inflight=WINDOW)
@@ -282,7 +288,7 @@ def test_duplicates_after_kill_9_stay_within_what_was_in_flight(
     finally:
         stream.stop()
     result = tally("kill -9 of B (subscriber moves to C), then of A", inbox, stream.acked_ids(), DRAIN_S)
-    bound = duplicate_bound(3, 2)
+    bound = duplicate_bound(3, 2, WINDOW)  # read from the code's defaults (tests/support/in_flight.py)
     twice = sorted(n for n, count in result.counts.items() if count > 1)
     most = max(result.counts.values(), default=0)
     report(f"duplicates {result.duplicates}, bound {bound}; stream of {stream.sent} took"
@@ -355,11 +361,11 @@ def finish(stream: IdStream, inbox: Inbox, name: str, before_move: set[int], sen
 
 
 def test_a_session_moving_under_a_stream_loses_nothing(
-    cluster_factory: ClusterFactory, client_factory: ClientFactory
+    formed3: LocalCluster, client_factory: ClientFactory
 ) -> None:
     """(e) The persistent subscriber on B disconnects while A streams (its queue grows on B),
     then reconnects to C (session present): it gets what was queued and what follows."""
-    cluster3 = cluster_factory(3)  # default limits
+    cluster3 = formed3  # default limits
     topic = f"{unique_id('ze')}/stream"
     sub = subscribed(client_factory, cluster3, B, topic)
     stream, inbox = stream_through(cluster3, client_factory, "zl-e", [sub], topic)
@@ -379,12 +385,12 @@ def test_a_session_moving_under_a_stream_loses_nothing(
 
 
 def test_a_takeover_under_a_stream_loses_nothing(
-    cluster_factory: ClusterFactory, client_factory: ClientFactory
+    formed3: LocalCluster, client_factory: ClientFactory
 ) -> None:
     """(f) While the persistent subscriber is connected to B, the same client id connects to C
     (clean start 0): B's connection is taken over, C's has the session; between them they get
     every acknowledged message (duplicates counted)."""
-    cluster3 = cluster_factory(3)  # default limits
+    cluster3 = formed3  # default limits
     topic = f"{unique_id('zf')}/stream"
     old = subscribed(client_factory, cluster3, B, topic)
     new = client_factory(

@@ -18,6 +18,7 @@ from broker.core.ports import Completion
 from broker.core.session import SessionSnapshot
 from overlay.messages import PUB
 from simulation.scenario import Result, Run, Scenario, _subscribe_once, run_seed
+from tests.support.in_flight import INFLIGHT_DEFAULT
 
 
 def test_a_seed_with_crashes_replays_exactly_across_processes() -> None:
@@ -407,7 +408,8 @@ def test_seeds_of_the_pair_sweeps_that_showed_a_cause_keep_every_invariant(seed:
 
 
 # ---------------------------------------------------------------------- duplicates after kill -9 (issue #30)
-INFLIGHT_DEFAULT = 20  # limits.max_inflight_messages
+# (INFLIGHT_DEFAULT: the broker's outgoing window per client, limits.max_inflight_messages by default,
+# read from the code: tests/support/in_flight.py)
 
 
 def subscriber_moved_while_its_broker_was_down(seed: int = 1) -> Result:
