@@ -194,6 +194,14 @@ def one_round(
             # the catch-up's own delay: from when the message was published or the subscribers were
             # back on the restarted broker, whichever came later (the downtime taken out)
             delays = sorted(fast.latency[n] - max(0.0, back_at - fast.sent_at[n]) for n in got)
+            slow_back_s = 0.0
+            if slow_process is not None and mode == "restart":
+                # when the slow client was back on the restarted broker (its reconnect, seconds after
+                # the fast one's when the restarted broker is slow to answer it: an away session)
+                slow_process.terminate()
+                out, _ = slow_process.communicate(timeout=10)
+                backs = [float(line.split()[1]) for line in out.splitlines() if line.startswith("connected ")]
+                slow_back_s = backs[0] - back_at if backs else float("nan")
             counted = dropped(cluster, B)  # (this incarnation's counter)
             cluster.stop_broker(B)  # SIGTERM: B logs the drops it had only counted so far
             logged = logged_drops(cluster, B)
@@ -205,6 +213,7 @@ def one_round(
                 "max": latencies[-1],
                 "delay_p99": delays[int(len(delays) * 0.99)],
                 "down_s": down_s,
+                "slow_back_s": slow_back_s,
                 "dropped": counted,
                 "slow_logged": logged.pop(slow_id, 0),
                 "fast_logged": logged.pop(fast.client_id, 0),
@@ -212,7 +221,7 @@ def one_round(
                 "cpu_b": cpu_b,
             }
         finally:
-            if slow_process is not None:
+            if slow_process is not None and slow_process.returncode is None:
                 slow_process.terminate()
                 slow_process.wait(10)
             for client in clients:
@@ -236,6 +245,7 @@ def slow_client(host: str, port: int, topic: str, drain_per_s: float, client_id:
         while True:
             try:
                 client.connect()
+                print(f"connected {time.time():.3f}", flush=True)  # (when it was back: the bench)
                 break
             except Exception:
                 time.sleep(0.2)
@@ -290,6 +300,7 @@ def main(argv: list[str] | None = None) -> int:
                     + (
                         f"B down {figures['down_s']:.1f} s, "
                         f"catch-up delay p99 {figures['delay_p99'] * 1000:.1f} ms; "
+                        + (f"slow back +{figures['slow_back_s']:.1f} s; " if beside else "")
                         if mode == "restart"
                         else ""
                     )
