@@ -21,7 +21,7 @@ p99 ratio beside/alone per round and its median, the totals of lost and logged d
 the machine and the load average.
 
     .venv/bin/python bench/slow_subscriber_bench.py [--modes live,restart] [--rounds 3]
-        [--rate 600] [--seconds 10]
+        [--rate 600] [--seconds 10] [--slow-back-s 0] [--keep DIR]
 """
 
 from __future__ import annotations
@@ -116,7 +116,13 @@ def logged_drops(cluster: Any, index: int) -> dict[str, int]:
 
 
 def one_round(
-    mode: str, beside: bool, rate: float, seconds: float, slow_share: float = 0.25, keep: str = ""
+    mode: str,
+    beside: bool,
+    rate: float,
+    seconds: float,
+    slow_share: float = 0.25,
+    keep: str = "",
+    slow_back_s: float = 0.0,
 ) -> dict[str, float]:
     count = int(rate * seconds)
     if keep:
@@ -146,6 +152,7 @@ def one_round(
                         topic,
                         str(rate * slow_share),
                         slow_id,
+                        str(slow_back_s),
                     ],
                     stdout=subprocess.PIPE,
                     text=True,
@@ -232,7 +239,9 @@ def one_round(
             cluster.close()
 
 
-def slow_client(host: str, port: int, topic: str, drain_per_s: float, client_id: str) -> None:
+def slow_client(
+    host: str, port: int, topic: str, drain_per_s: float, client_id: str, back_s: float = 0.0
+) -> None:
     """The slow subscriber's own process: subscribe, say so, drain; reconnect whenever the broker
     goes away (a restart), until terminated."""
     client = TimedClient(
@@ -242,6 +251,7 @@ def slow_client(host: str, port: int, topic: str, drain_per_s: float, client_id:
     print("subscribed", flush=True)
     while True:
         client.disconnected.wait()
+        time.sleep(back_s)  # (--slow-back-s: a device whose reconnect back-off has grown)
         while True:
             try:
                 client.connect()
@@ -255,8 +265,8 @@ def main(argv: list[str] | None = None) -> int:
     if argv is None:
         argv = sys.argv[1:]
     if argv[:1] == ["--slow-client"]:
-        host, port, topic, drain, client_id = argv[1:6]
-        slow_client(host, int(port), topic, float(drain), client_id)
+        host, port, topic, drain, client_id, back = argv[1:7]
+        slow_client(host, int(port), topic, float(drain), client_id, float(back))
         return 0
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -274,6 +284,13 @@ def main(argv: list[str] | None = None) -> int:
         help="the slow subscriber drains this share of the rate (0: as fast as paho goes, a control)",
     )
     parser.add_argument("--keep", default="", help="keep each round's data and broker logs here")
+    parser.add_argument(
+        "--slow-back-s",
+        type=float,
+        default=0.0,
+        help="the slow client waits this long after losing its broker before it reconnects (restart"
+        " mode: its session is away meanwhile, as a device's whose reconnect back-off has grown)",
+    )
     args = parser.parse_args(argv)
     print(f"machine: {platform.machine()} {os.cpu_count()} CPUs, {platform.platform()}; may be shared")
     ratios: dict[str, list[float]] = {}
@@ -287,7 +304,9 @@ def main(argv: list[str] | None = None) -> int:
             order = (False, True) if number % 2 == 0 else (True, False)  # interleaved both ways
             for beside in order:
                 loads.append(os.getloadavg()[0])
-                figures = one_round(mode, beside, args.rate, args.seconds, args.slow_share, args.keep)
+                figures = one_round(
+                    mode, beside, args.rate, args.seconds, args.slow_share, args.keep, args.slow_back_s
+                )
                 pair[beside] = figures
                 total = sums.setdefault((mode, beside), {"lost": 0.0, "fast_logged": 0.0, "slow_logged": 0.0})
                 for key in total:
