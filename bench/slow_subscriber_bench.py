@@ -31,6 +31,7 @@ import contextlib
 import os
 import platform
 import re
+import socket
 import statistics
 import subprocess
 import sys
@@ -251,7 +252,14 @@ def slow_client(
     print("subscribed", flush=True)
     while True:
         client.disconnected.wait()
-        time.sleep(back_s)  # (--slow-back-s: a device whose reconnect back-off has grown)
+        if back_s:  # (--slow-back-s: a device whose reconnect back-off has grown)
+            while True:  # from when its broker listens again (a TCP connect, no MQTT)
+                try:
+                    socket.create_connection((host, port), timeout=1.0).close()
+                    break
+                except OSError:
+                    time.sleep(0.1)
+            time.sleep(back_s)
         while True:
             try:
                 client.connect()
@@ -288,8 +296,8 @@ def main(argv: list[str] | None = None) -> int:
         "--slow-back-s",
         type=float,
         default=0.0,
-        help="the slow client waits this long after losing its broker before it reconnects (restart"
-        " mode: its session is away meanwhile, as a device's whose reconnect back-off has grown)",
+        help="the slow client reconnects this long after its broker listens again (restart mode: its"
+        " session is away meanwhile, as a device's whose reconnect back-off has grown)",
     )
     args = parser.parse_args(argv)
     print(f"machine: {platform.machine()} {os.cpu_count()} CPUs, {platform.platform()}; may be shared")
