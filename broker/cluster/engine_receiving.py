@@ -8,7 +8,7 @@ state of its own.
 
 Size: with the flow-control decisions of catch-up (room, holds, the window rules, the stall) that
 the receiver's callbacks ask for: they read and set the same per-stream sets of set-aside, gated
-and absent sessions, and split apart each would reach into the others' (about 630 lines).
+and absent sessions, and split apart each would reach into the others' (about 690 lines).
 """
 
 from __future__ import annotations
