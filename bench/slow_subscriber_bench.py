@@ -21,7 +21,7 @@ p99 ratio beside/alone per round and its median, the totals of lost and logged d
 the machine and the load average.
 
     .venv/bin/python bench/slow_subscriber_bench.py [--modes live,restart] [--rounds 3]
-        [--rate 600] [--seconds 10]
+        [--rate 600] [--seconds 10] [--slow-back-s 0] [--keep DIR]
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ import contextlib
 import os
 import platform
 import re
+import socket
 import statistics
 import subprocess
 import sys
@@ -116,7 +117,13 @@ def logged_drops(cluster: Any, index: int) -> dict[str, int]:
 
 
 def one_round(
-    mode: str, beside: bool, rate: float, seconds: float, slow_share: float = 0.25, keep: str = ""
+    mode: str,
+    beside: bool,
+    rate: float,
+    seconds: float,
+    slow_share: float = 0.25,
+    keep: str = "",
+    slow_back_s: float = 0.0,
 ) -> dict[str, float]:
     count = int(rate * seconds)
     if keep:
@@ -146,6 +153,7 @@ def one_round(
                         topic,
                         str(rate * slow_share),
                         slow_id,
+                        str(slow_back_s),
                     ],
                     stdout=subprocess.PIPE,
                     text=True,
@@ -194,6 +202,14 @@ def one_round(
             # the catch-up's own delay: from when the message was published or the subscribers were
             # back on the restarted broker, whichever came later (the downtime taken out)
             delays = sorted(fast.latency[n] - max(0.0, back_at - fast.sent_at[n]) for n in got)
+            slow_back_s = 0.0
+            if slow_process is not None and mode == "restart":
+                # when the slow client was back on the restarted broker (its reconnect, seconds after
+                # the fast one's when the restarted broker is slow to answer it: an away session)
+                slow_process.terminate()
+                out, _ = slow_process.communicate(timeout=10)
+                backs = [float(line.split()[1]) for line in out.splitlines() if line.startswith("connected ")]
+                slow_back_s = backs[0] - back_at if backs else float("nan")
             counted = dropped(cluster, B)  # (this incarnation's counter)
             cluster.stop_broker(B)  # SIGTERM: B logs the drops it had only counted so far
             logged = logged_drops(cluster, B)
@@ -205,6 +221,7 @@ def one_round(
                 "max": latencies[-1],
                 "delay_p99": delays[int(len(delays) * 0.99)],
                 "down_s": down_s,
+                "slow_back_s": slow_back_s,
                 "dropped": counted,
                 "slow_logged": logged.pop(slow_id, 0),
                 "fast_logged": logged.pop(fast.client_id, 0),
@@ -212,7 +229,7 @@ def one_round(
                 "cpu_b": cpu_b,
             }
         finally:
-            if slow_process is not None:
+            if slow_process is not None and slow_process.returncode is None:
                 slow_process.terminate()
                 slow_process.wait(10)
             for client in clients:
@@ -223,7 +240,9 @@ def one_round(
             cluster.close()
 
 
-def slow_client(host: str, port: int, topic: str, drain_per_s: float, client_id: str) -> None:
+def slow_client(
+    host: str, port: int, topic: str, drain_per_s: float, client_id: str, back_s: float = 0.0
+) -> None:
     """The slow subscriber's own process: subscribe, say so, drain; reconnect whenever the broker
     goes away (a restart), until terminated."""
     client = TimedClient(
@@ -233,9 +252,18 @@ def slow_client(host: str, port: int, topic: str, drain_per_s: float, client_id:
     print("subscribed", flush=True)
     while True:
         client.disconnected.wait()
+        if back_s:  # (--slow-back-s: a device whose reconnect back-off has grown)
+            while True:  # from when its broker listens again (a TCP connect, no MQTT)
+                try:
+                    socket.create_connection((host, port), timeout=1.0).close()
+                    break
+                except OSError:
+                    time.sleep(0.1)
+            time.sleep(back_s)
         while True:
             try:
                 client.connect()
+                print(f"connected {time.time():.3f}", flush=True)  # (when it was back: the bench)
                 break
             except Exception:
                 time.sleep(0.2)
@@ -245,8 +273,8 @@ def main(argv: list[str] | None = None) -> int:
     if argv is None:
         argv = sys.argv[1:]
     if argv[:1] == ["--slow-client"]:
-        host, port, topic, drain, client_id = argv[1:6]
-        slow_client(host, int(port), topic, float(drain), client_id)
+        host, port, topic, drain, client_id, back = argv[1:7]
+        slow_client(host, int(port), topic, float(drain), client_id, float(back))
         return 0
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -264,6 +292,13 @@ def main(argv: list[str] | None = None) -> int:
         help="the slow subscriber drains this share of the rate (0: as fast as paho goes, a control)",
     )
     parser.add_argument("--keep", default="", help="keep each round's data and broker logs here")
+    parser.add_argument(
+        "--slow-back-s",
+        type=float,
+        default=0.0,
+        help="the slow client reconnects this long after its broker listens again (restart mode: its"
+        " session is away meanwhile, as a device's whose reconnect back-off has grown)",
+    )
     args = parser.parse_args(argv)
     print(f"machine: {platform.machine()} {os.cpu_count()} CPUs, {platform.platform()}; may be shared")
     ratios: dict[str, list[float]] = {}
@@ -277,7 +312,9 @@ def main(argv: list[str] | None = None) -> int:
             order = (False, True) if number % 2 == 0 else (True, False)  # interleaved both ways
             for beside in order:
                 loads.append(os.getloadavg()[0])
-                figures = one_round(mode, beside, args.rate, args.seconds, args.slow_share, args.keep)
+                figures = one_round(
+                    mode, beside, args.rate, args.seconds, args.slow_share, args.keep, args.slow_back_s
+                )
                 pair[beside] = figures
                 total = sums.setdefault((mode, beside), {"lost": 0.0, "fast_logged": 0.0, "slow_logged": 0.0})
                 for key in total:
@@ -290,6 +327,7 @@ def main(argv: list[str] | None = None) -> int:
                     + (
                         f"B down {figures['down_s']:.1f} s, "
                         f"catch-up delay p99 {figures['delay_p99'] * 1000:.1f} ms; "
+                        + (f"slow back +{figures['slow_back_s']:.1f} s; " if beside else "")
                         if mode == "restart"
                         else ""
                     )

@@ -216,6 +216,8 @@ class EngineBase:
         # those set aside (slower than the live stream: their queue policy applies) until it is live
         self._gated: dict[tuple[str, str], Counter[str]] = {}
         self._absent_in_window: dict[tuple[str, str], set[str]] = {}
+        # per stream, the away sessions that gated it in the current window (``_away_holding_back``)
+        self._away_gated: dict[tuple[str, str], Counter[str]] = {}
         self._least_behind_at_close: dict[tuple[str, str], int] = {}  # per catch-up (engine_receiving)
         self._set_aside: dict[tuple[str, str], set[str]] = {}
         # client -> the catch-ups set aside by the stall whose backlog is still on its way to it
