@@ -60,6 +60,7 @@ DRAIN_S = env_float("SKIPMQ_ZL_DRAIN_S", 30.0)
 WINDOW = 100
 STREAM_S = 120.0
 DROPPED = "skipmq_messages_dropped_total"
+SENT = "skipmq_messages_sent_total"  # PUBLISH packets sent to clients
 COPIES_S = 30.0  # a rejoined broker gets its share: the next flush of each session it holds
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(400)]
@@ -166,8 +167,19 @@ def test_publishers_then_subscribers_broker_lost_with_its_disk_loses_nothing_and
                 f" {present} on broker {a} ({reconnect_s:.2f} s)"
             )
             assert present, "the subscriber's session was not present on another broker"
+            moved_at, sent_at_move = time.monotonic(), _metric(cluster, a, SENT)
+            acked_at_move = len(second.acked_ids())
             cluster.restart_broker(s)
             second.wait_done(STREAM_S)
+            # the subscriber's drain against the stream after the move: a subscriber slower than
+            # the stream falls behind by the queue policy (``queue_full_oldest``), as on one broker
+            seconds = time.monotonic() - moved_at
+            drained = (_metric(cluster, a, SENT) - sent_at_move) / seconds
+            streamed = (len(second.acked_ids()) - acked_at_move) / seconds
+            report(
+                f"QoS {qos}: after the move, {seconds:.1f} s: broker {a} sent {drained:.0f} msg/s to its"
+                f" clients, the stream {streamed:.0f} msg/s acknowledged; load {os.getloadavg()[0]:.1f}"
+            )
         finally:
             second.stop()
         acked = first.acked_ids() | second.acked_ids()

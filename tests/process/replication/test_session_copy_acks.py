@@ -33,6 +33,7 @@ from tools.launcher import LocalCluster
 
 WAITS = "skipmq_cluster_replication_session_copy_waits_total"
 UNCOPIED = "skipmq_cluster_replication_session_acks_uncopied_total"
+UNDER_REPLICATED = "skipmq_cluster_replication_under_replicated_sessions"
 SUBSCRIBE_WAIT_S = 3.0  # cluster.subscribe_wait_ms's default
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
@@ -77,8 +78,7 @@ def test_suback_and_unsuback_wait_for_the_sessions_copy_and_the_metric_counts_th
         assert metric_total(text, UNCOPIED, reason="timed_out") == 1, text
         assert metric_total(text, UNCOPIED) == 1, text
         wait_until(
-            lambda: metric_total(cluster.metrics_text(a), "skipmq_cluster_replication_under_replicated_sessions")
-            == 0,
+            lambda: metric_total(cluster.metrics_text(a), UNDER_REPLICATED) == 0,
             30,
             interval_s=0.2,
             what="the holder has the session again",
