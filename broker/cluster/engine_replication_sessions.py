@@ -413,6 +413,12 @@ class ReplicationSessions:
                 self._apply(core.claimed(client_id, home_silent=True))
             finally:
                 self._claiming = False
+            if client_id in self.adopted_at_claim:
+                log.warning(
+                    "replication_session_copy_own client_id=%s (its home did not answer the claim;"
+                    " this broker, its holder, has the newest copy)",
+                    client_id,
+                )
         if found is None:
             self.adopted_at_claim.discard(client_id)
             return None
