@@ -331,7 +331,17 @@ class ReplicationNode:
         """The copy a holder sent for ``lookup_id`` as the client's session here (the claim found
         none: its home did not answer); its positions go to the engine as a moved session's."""
         found = self.copies.pop(lookup_id, None)
-        if found is None or not self.sim.alive:
+        if not self.sim.alive:
+            return None
+        self._claiming = True
+        try:
+            # a copy held here as a current holder of the silent home: the newest (the broker's
+            # adapter does the same, ``Replication.claimed``'s ``home_silent``)
+            own = self.core.claimed(client_id, home_silent=True)
+            self.apply(own)
+        finally:
+            self._claiming = False
+        if found is None or own:
             return None
         copy = found.copy
         self.sim.history_note("copy_taken", copy.home, client_id, found.holder)

@@ -25,7 +25,12 @@ from prometheus_client.registry import Collector
 from broker.adapters.class_snapshots import ClassSnapshotPublisher
 from broker.adapters.cluster_store import SqliteClusterStore
 from broker.adapters.origin_keys import link_identity_for, origin_checks_for
-from broker.adapters.replication import replication_for, start_replication, with_replication_gauges
+from broker.adapters.replication import (
+    WithReplicationCounters,
+    replication_for,
+    start_replication,
+    with_replication_gauges,
+)
 from broker.cluster.engine import ClusterEngine
 from broker.cluster.engine_replication import ReplicatedClusterPort
 from broker.cluster.origin_hello import DIAL_REFUSAL_REASONS
@@ -138,7 +143,8 @@ class ClusterRuntime:
         replication = self.replication
         gauges = engine.gauges if replication is None else with_replication_gauges(engine.gauges, replication)
         cluster = ClusterCollector(engine.stats, gauges, engine.overlay_figures, engine.sender_counters)
-        return _WithLinkMetrics(cluster, lambda: self.transport)
+        links = _WithLinkMetrics(cluster, lambda: self.transport)
+        return links if replication is None else WithReplicationCounters(links, replication)
 
 
 class _WithLinkMetrics(Collector):

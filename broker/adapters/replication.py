@@ -18,12 +18,17 @@ yet (a wiped disk, a replaced machine, or a broker that never ran).
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+from prometheus_client.core import CounterMetricFamily
+from prometheus_client.metrics_core import Metric
+from prometheus_client.registry import Collector
+
 from broker.adapters.replication_store import SqliteReplicaStore
 from broker.cluster.engine_replication import EngineReplication
+from broker.cluster.engine_replication_sessions import UNCOPIED_REASONS
 
 if TYPE_CHECKING:
     from broker.adapters.sqlite_store import Store
@@ -153,3 +158,38 @@ def with_replication_gauges(
         return values
 
     return both
+
+
+class WithReplicationCounters(Collector):
+    """The cluster's metric families plus the replication's counters: the SUBACKs and UNSUBACKs of
+    persistent sessions that waited for the session's state on N brokers
+    (``skipmq_cluster_replication_session_copy_waits_total``) and those that left without it, by
+    reason (``skipmq_cluster_replication_session_acks_uncopied_total{reason}``: ``timed_out``
+    after ``cluster.subscribe_wait_ms``, ``fewer_than_n_live``, ``stopping``)."""
+
+    def __init__(self, cluster: Collector, replication: EngineReplication) -> None:
+        self.cluster = cluster
+        self.replication = replication
+
+    def collect(self) -> Iterator[Metric]:
+        yield from self.cluster.collect()
+        replication = self.replication
+        yield CounterMetricFamily(
+            "skipmq_cluster_replication_session_copy_waits",
+            "SUBACKs and UNSUBACKs of persistent sessions held until the session's state was on "
+            "cluster.replicas brokers (seed 004's acknowledgement stage)",
+            value=replication.copy_waits_total,
+        )
+        uncopied = CounterMetricFamily(
+            "skipmq_cluster_replication_session_acks_uncopied",
+            "SUBACKs and UNSUBACKs of persistent sessions sent before the session's state was on "
+            "cluster.replicas brokers, by reason (timed_out: after cluster.subscribe_wait_ms; "
+            "fewer_than_n_live: fewer than N brokers live; stopping: the broker stops)",
+            labels=["reason"],
+        )
+        for reason in UNCOPIED_REASONS:
+            uncopied.add_metric([reason], replication.acks_uncopied[reason])
+        yield uncopied
+
+    def describe(self) -> Iterator[Metric]:
+        return self.collect()

@@ -39,6 +39,8 @@ SESSION_FLUSH_S = 0.05
 # client fell 500-1,000 behind cost its broker half its CPU in copies, and it drained 2.3x slower
 # than before the move that made it long (test_disk_loss.py with 5 brokers, docs/notes/replication.md)
 SESSION_COPY_MESSAGES_PER_S = 4000
+# why a SUBACK / UNSUBACK of a persistent session left without its state on N brokers
+UNCOPIED_REASONS = ("timed_out", "fewer_than_n_live", "stopping")
 
 
 class ReplicationSessions:
@@ -82,8 +84,19 @@ class ReplicationSessions:
         self.adopted_at_claim: set[str] = set()  # adopted here by the CONNECT being answered
         # SUBACKs of persistent sessions held until the state with their subscriptions is on N
         self._suback_waits = SessionCopyWaits(self.engine.cluster.subscribe_wait_ms / 1000.0)
-        self.suback_waits_timed_out = 0  # SUBACKs sent after subscribe_wait_ms without N copies
-        self._suback_completions: dict[int, Completion[bool]] = {}
+        self._suback_completions: dict[int, tuple[Completion[bool], str, int]] = {}
+        # SUBACKs / UNSUBACKs of persistent sessions that waited for their copy, and those that
+        # left without it, by reason (``skipmq_cluster_replication_session_copy_waits_total`` and
+        # ``..._session_acks_uncopied_total``): ``timed_out`` (after subscribe_wait_ms),
+        # ``fewer_than_n_live`` (no N brokers live in this broker's view: no wait, or released),
+        # ``stopping`` (the broker stops)
+        self.copy_waits_total = 0
+        self.acks_uncopied: dict[str, int] = dict.fromkeys(UNCOPIED_REASONS, 0)
+
+    @property
+    def suback_waits_timed_out(self) -> int:
+        """SUBACKs / UNSUBACKs sent after ``subscribe_wait_ms`` without N copies."""
+        return self.acks_uncopied["timed_out"]
 
     def gate_acks(self) -> None:
         """Hold the engine's stream acknowledgements until the session states they cover are
@@ -252,11 +265,16 @@ class ReplicationSessions:
     # ------------------------------------------------------------------ SUBACKs held for N copies
     def session_copied(self, client_id: str) -> Completion[bool] | None:
         """A completion done once the persistent session ``client_id``'s state as committed now
-        (a SUBSCRIBE's) is on N brokers, at most ``cluster.subscribe_wait_ms``; None when there is
-        nothing to wait for (replicas 1, fewer than N brokers live, not a replicated session)."""
+        (a SUBSCRIBE's or an UNSUBSCRIBE's) is on N brokers, at most ``cluster.subscribe_wait_ms``;
+        None when there is nothing to wait for (replicas 1, the state is on N already, not a
+        replicated session) or nothing to wait with (fewer than N brokers live: counted)."""
         core = self.core
-        if core is None or self.stopped or core.replicas <= 1 or not self._can_be_durable():
+        if core is None or self.stopped or core.replicas <= 1:
             return None
+        # the caller committed the change (``handle_subscribe`` / ``handle_unsubscribe``'s
+        # ``commit_now``: on the loop, through ``Store.commit``, under every durability setting -
+        # tests/unit/cluster/test_session_copy_settings.py): its session is in ``_dirty``, given
+        # below, and the wait is for the state with the change, not for the one before it
         if client_id in self._dirty:
             # given now, not at the next session flush: that one waited up to SESSION_FLUSH_S
             # (a SUBACK p50 of 50 ms, bench/suback_latency.py); one copy per SUBSCRIBE, and the
@@ -266,11 +284,16 @@ class ReplicationSessions:
             self._give_sessions([client_id])
             self._session_flush_gap_s = max(gap_s, self._session_flush_gap_s)
         version = core.session_version(client_id)
+        if not self._can_be_durable():
+            if not core.session_on_n(client_id, version):
+                self.acks_uncopied["fewer_than_n_live"] += 1
+            return None
         if core.session_durable_from(client_id, version):
             return None
         completion: Completion[bool] = Completion()
         wait_id = self._suback_waits.add(client_id, version, self._now())
-        self._suback_completions[wait_id] = completion
+        self._suback_completions[wait_id] = (completion, client_id, version)
+        self.copy_waits_total += 1
         self.engine.scheduler.call_later(self._suback_waits.timeout_s, self._check_suback_waits)
         return completion
 
@@ -280,14 +303,19 @@ class ReplicationSessions:
             return
         core = self.core
         if core is None or self.stopped:
-            finished = waits.abort_all()
+            finished, reason = waits.abort_all(), "stopping"
         else:
-            finished = waits.poll(core.session_durable_from) + waits.tick(self._now())
+            finished, reason = waits.poll(core.session_durable_from) + waits.tick(self._now()), "timed_out"
         for wait_id, durable in finished:
+            waited = self._suback_completions.pop(wait_id, None)
+            if waited is None:
+                continue
+            completion, client_id, version = waited
             if not durable:
-                self.suback_waits_timed_out += 1
-            completion = self._suback_completions.pop(wait_id, None)
-            if completion is not None and not completion.done():
+                self.acks_uncopied[reason] += 1
+            elif core is not None and not core.session_on_n(client_id, version):
+                self.acks_uncopied["fewer_than_n_live"] += 1  # released: a holder reported down
+            if not completion.done():
                 completion.set_result(durable)
 
     def _release_acks(self) -> None:
@@ -374,7 +402,25 @@ class ReplicationSessions:
         none); its positions go to the engine as a moved session's."""
         found = self.copies.pop(lookup_id, None)
         core = self.core
-        if found is None or core is None or self.stopped:
+        if core is None or self.stopped:
+            return None
+        if client_id not in self.adopted_at_claim:
+            # this broker may hold the newest copy itself (a current holder of the home, which
+            # did not answer the claim but is still live in our view): adopted here, not taken
+            # from another member's answer (``Replication.claimed``'s ``home_silent``)
+            self._claiming = True
+            try:
+                self._apply(core.claimed(client_id, home_silent=True))
+            finally:
+                self._claiming = False
+            if client_id in self.adopted_at_claim:
+                log.warning(
+                    "replication_session_copy_own client_id=%s (its home did not answer the claim;"
+                    " this broker, its holder, has the newest copy)",
+                    client_id,
+                )
+        if found is None:
+            self.adopted_at_claim.discard(client_id)
             return None
         if client_id in self.adopted_at_claim:
             # this broker held the session's newest copy and adopted it at this CONNECT: another

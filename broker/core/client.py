@@ -149,10 +149,33 @@ class ClientConnection(ClientPublish):
     def handle_unsubscribe(self, packet: Unsubscribe) -> None:
         session = self.session
         assert session is not None
-        reason_codes = self.broker.unsubscribe(session, packet.topic_filters)
+        broker = self.broker
+        reason_codes = broker.unsubscribe(session, packet.topic_filters)
+        if session.persistent and broker.durability.pending() and not broker.commit_now():
+            self.close()  # the UNSUBACK promises the removal survives a crash, as the SUBACK does
+            return
+        if self.protocol.state == STATE_CLOSED:
+            return
+        removed = any(code < 0x80 for code in reason_codes)  # (0x11: there was no such subscription)
         if self.protocol.protocol_level != MQTT_5:
             reason_codes = []
-        self.send_packet(Unsuback(packet_id=packet.packet_id, reason_codes=reason_codes))
+        unsuback = Unsuback(packet_id=packet.packet_id, reason_codes=reason_codes)
+        # with replicas, a persistent session's UNSUBACK waits until its state without the
+        # subscriptions is on N brokers (no topic filters: the session's copy only): a copy with
+        # them, adopted after the home's disk loss, would deliver what the client unsubscribed from
+        ready: Any = None
+        if session.persistent and removed:
+            ready = broker.cluster.subscriptions_ready([], session.client_id)
+        if ready is None:
+            self.send_packet(unsuback)
+        else:
+            ready.add_done_callback(lambda _done: self._send_unsuback(session, unsuback))
+
+    def _send_unsuback(self, session: Session, unsuback: Unsuback) -> None:
+        if self.protocol.state == STATE_CLOSED or self.session is not session:
+            return
+        self.send_packet(unsuback)
+        self.broker.after_batch()
 
     # ------------------------------------------------------------------ the rest
     def handle_pingreq(self, packet: Pingreq) -> None:

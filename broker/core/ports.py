@@ -313,7 +313,8 @@ class ClusterPort(Protocol):
         """A completion done once messages published anywhere reach these (filter, share group)
         subscriptions (their classes joined the overlay); None when they already do. It holds the
         SUBACK, and the CONNACK of a session that moved here. ``client_id``: the persistent session
-        whose SUBACK it holds (with replicas, until its state is on N brokers too)."""
+        whose SUBACK it holds (with replicas, until its state is on N brokers too); with no filters,
+        a persistent session's UNSUBACK (its state without them on N brokers)."""
 
     def on_client_connected(self, client_id: str, session_present: bool) -> None:
         """A client finished CONNECT successfully: its CONNACK and the re-sends of its session's

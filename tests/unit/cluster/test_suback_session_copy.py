@@ -37,6 +37,9 @@ def test_the_suback_does_not_wait_while_fewer_than_n_brokers_are_live() -> None:
     home_engine.broker.sessions["dev"] = _snapshot("dev", queued=0)
     home.sessions_committed(["dev"])
     assert home.session_copied("dev") is None
+    # it left without its copy: counted (skipmq_cluster_replication_session_acks_uncopied_total)
+    assert home.acks_uncopied == {"timed_out": 0, "fewer_than_n_live": 1, "stopping": 0}
+    assert home.copy_waits_total == 0
 
 
 def test_a_holder_lost_meanwhile_releases_the_suback() -> None:
@@ -49,6 +52,7 @@ def test_a_holder_lost_meanwhile_releases_the_suback() -> None:
     assert not copied.done()
     home.on_peer_down("b:1")  # no holder left: it cannot be on 2 until one is back
     assert copied.done() and copied.result() is True
+    assert home.copy_waits_total == 1 and home.acks_uncopied["fewer_than_n_live"] == 1
 
 
 def test_the_wait_is_bounded_by_subscribe_wait_ms() -> None:
@@ -62,6 +66,7 @@ def test_the_wait_is_bounded_by_subscribe_wait_ms() -> None:
     scheduler.now += home_engine.cluster.subscribe_wait_ms / 1000.0  # the holder never answers
     home._check_suback_waits()  # the wait's timer fires
     assert late.done() and late.result() is False and home.suback_waits_timed_out == 1
+    assert home.acks_uncopied == {"timed_out": 1, "fewer_than_n_live": 0, "stopping": 0}
 
 
 def test_the_port_holds_the_suback_of_a_persistent_session_only() -> None:
@@ -76,6 +81,31 @@ def test_the_port_holds_the_suback_of_a_persistent_session_only() -> None:
     scheduler.run_later()
     _deliver(scheduler, home_engine, home, holder_engine, holder)  # type: ignore[arg-type]
     assert held.done()
+    assert home.acks_uncopied == {"timed_out": 0, "fewer_than_n_live": 0, "stopping": 0}
+
+
+def test_the_port_holds_an_unsuback_with_no_filters_for_the_sessions_copy() -> None:
+    """``handle_unsubscribe`` asks with no topic filters: only the session's copy is waited for."""
+    scheduler, home_engine, home, holder_engine, holder = _pair()
+    home_engine.subscriptions_ready = lambda topic_filters, client_id=None: None  # type: ignore[attr-defined]
+    port = ReplicatedClusterPort(home_engine, home)  # type: ignore[arg-type]
+    home_engine.broker.sessions["dev"] = _snapshot("dev", queued=0)
+    home.sessions_committed(["dev"])
+    held = port.subscriptions_ready([], "dev")
+    assert isinstance(held, Completion) and not held.done()
+    _deliver(scheduler, home_engine, home, holder_engine, holder)  # type: ignore[arg-type]
+    assert held.done() and held.result() is True
+
+
+def test_a_stopping_broker_releases_its_waits_counted() -> None:
+    _scheduler, home_engine, home, _holder_engine, _holder = _pair()
+    home_engine.broker.sessions["dev"] = _snapshot("dev", queued=0)
+    home.sessions_committed(["dev"])
+    copied = home.session_copied("dev")
+    assert copied is not None and not copied.done()
+    home.stop()
+    assert copied.done() and copied.result() is False
+    assert home.acks_uncopied == {"timed_out": 0, "fewer_than_n_live": 0, "stopping": 1}
 
 
 def test_session_copy_waits_number_pending_states_and_time_out() -> None:
