@@ -259,22 +259,13 @@ class EngineReceiving(TakeoverGlue):
         )
         if not away or not self._held_back_with_room(key, away):
             return 0
-        self._set_aside.setdefault(key, set()).update(away)
-        self.stats.catch_up_sessions_set_aside += len(away)
-        for client_id in away:
-            depth = broker.queue_depth(client_id)
-            if depth is not None:
-                broker.count_backlog_apart(client_id, depth[0] + behind, True)
-                self._backlog_coming.setdefault(client_id, set()).add(key)
-            log.warning(
-                "cluster_catch_up_session_set_aside client_id=%s origin=%s stream=%s behind=%d "
-                "reason=away_holds_back_class (its client is away; the backlog is counted apart, its "
-                "queue policy applies beyond it)",
-                client_id,
-                key[0],
-                key[1],
-                behind,
-            )
+        self._set_aside_counted_apart(
+            key,
+            away,
+            behind,
+            "away_holds_back_class (its client is away; the backlog is counted apart, its queue"
+            " policy applies beyond it)",
+        )
         return len(away)
 
     def _holding_back_the_class(
@@ -304,23 +295,38 @@ class EngineReceiving(TakeoverGlue):
         )
         if not holding or not self._held_back_with_room(key, holding):
             return 0
-        self._set_aside.setdefault(key, set()).update(holding)
-        self.stats.catch_up_sessions_set_aside += len(holding)
-        for client_id in holding:
+        self._set_aside_counted_apart(
+            key,
+            holding,
+            behind,
+            "holds_back_class (no live stream; the backlog is counted apart, its queue policy"
+            " applies beyond it)",
+        )
+        return len(holding)
+
+    def _set_aside_counted_apart(
+        self, key: tuple[str, str], client_ids: list[str], behind: int, reason: str
+    ) -> None:
+        """Set ``client_ids`` aside from pacing the catch-up of ``key``: what their queues hold and
+        the rest of the catch-up as known now (``behind``) are counted apart from their queue limit
+        (``Outbound.allow_backlog``), each logged with ``reason``."""
+        broker = self.broker
+        assert broker is not None
+        self._set_aside.setdefault(key, set()).update(client_ids)
+        self.stats.catch_up_sessions_set_aside += len(client_ids)
+        for client_id in client_ids:
             depth = broker.queue_depth(client_id)
             if depth is not None:
                 broker.count_backlog_apart(client_id, depth[0] + behind, True)
                 self._backlog_coming.setdefault(client_id, set()).add(key)
             log.warning(
-                "cluster_catch_up_session_set_aside client_id=%s origin=%s stream=%s behind=%d "
-                "reason=holds_back_class (no live stream; the backlog is counted apart, its queue "
-                "policy applies beyond it)",
+                "cluster_catch_up_session_set_aside client_id=%s origin=%s stream=%s behind=%d reason=%s",
                 client_id,
                 key[0],
                 key[1],
                 behind,
+                reason,
             )
-        return len(holding)
 
     def _held_back_with_room(self, key: tuple[str, str], holding: list[str]) -> bool:
         """Whether another connected session of ``key``'s class here, not in ``holding`` and not
