@@ -16,34 +16,31 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable
+from typing import Generic, TypeVar
 
 Finished = tuple[int, bool]  # (wait id, every topic ready; False = timed out or aborted)
 
+W = TypeVar("W")
 
-class SubscribeWaits:
+
+class _BoundedWaits(Generic[W]):
+    """Waits, each with what it waits for (``W``), all with the same bound ``timeout_s``: ``tick``
+    finishes those past it as not ready, ``abort_all`` every one."""
+
     def __init__(self, timeout_s: float) -> None:
         self.timeout_s = timeout_s
         self._next_id = 0
-        self._waits: dict[int, list[str]] = {}
+        self._waits: dict[int, W] = {}
         self._deadlines: deque[tuple[float, int]] = deque()  # in deadline order (fixed timeout)
 
-    def add(self, topics: list[str], now: float) -> int:
+    def _add(self, waits_for: W, now: float) -> int:
         self._next_id += 1
-        self._waits[self._next_id] = list(topics)
+        self._waits[self._next_id] = waits_for
         self._deadlines.append((now + self.timeout_s, self._next_id))
         return self._next_id
 
     def waiting(self) -> bool:
         return bool(self._waits)
-
-    def poll(self, is_ready: Callable[[str], bool]) -> list[Finished]:
-        finished: list[Finished] = []
-        for wait_id, topics in list(self._waits.items()):
-            topics[:] = [topic for topic in topics if not is_ready(topic)]
-            if not topics:
-                del self._waits[wait_id]
-                finished.append((wait_id, True))
-        return finished
 
     def tick(self, now: float) -> list[Finished]:
         finished: list[Finished] = []
@@ -67,7 +64,21 @@ class SubscribeWaits:
         return finished
 
 
-class SessionCopyWaits:
+class SubscribeWaits(_BoundedWaits[list[str]]):
+    def add(self, topics: list[str], now: float) -> int:
+        return self._add(list(topics), now)
+
+    def poll(self, is_ready: Callable[[str], bool]) -> list[Finished]:
+        finished: list[Finished] = []
+        for wait_id, topics in list(self._waits.items()):
+            topics[:] = [topic for topic in topics if not is_ready(topic)]
+            if not topics:
+                del self._waits[wait_id]
+                finished.append((wait_id, True))
+        return finished
+
+
+class SessionCopyWaits(_BoundedWaits[tuple[str, int | None]]):
     """SUBACKs of persistent sessions held until the session's state with the subscription is on
     N brokers (``cluster.replicas`` = N > 1; seed 004's acknowledgement stage, "durable on N"),
     at most ``timeout_s`` (``cluster.subscribe_wait_ms``, the bound of every SUBACK wait). A
@@ -81,20 +92,8 @@ class SessionCopyWaits:
     durability predicate after each event, ``tick`` with ``now``; finished waits out as
     ``(wait id, durable)``. No I/O."""
 
-    def __init__(self, timeout_s: float) -> None:
-        self.timeout_s = timeout_s
-        self._next_id = 0
-        self._waits: dict[int, tuple[str, int | None]] = {}
-        self._deadlines: deque[tuple[float, int]] = deque()
-
     def add(self, client_id: str, version: int | None, now: float) -> int:
-        self._next_id += 1
-        self._waits[self._next_id] = (client_id, version)
-        self._deadlines.append((now + self.timeout_s, self._next_id))
-        return self._next_id
-
-    def waiting(self) -> bool:
-        return bool(self._waits)
+        return self._add((client_id, version), now)
 
     def numbered(self, version_of: Callable[[str], int]) -> None:
         """The adapter gave its pending states to the replication: waits without a version take
@@ -109,19 +108,4 @@ class SessionCopyWaits:
             if version is not None and (version == 0 or is_durable(client_id, version)):
                 del self._waits[wait_id]
                 finished.append((wait_id, True))
-        return finished
-
-    def tick(self, now: float) -> list[Finished]:
-        finished: list[Finished] = []
-        deadlines = self._deadlines
-        while deadlines and deadlines[0][0] <= now:
-            _at, wait_id = deadlines.popleft()
-            if self._waits.pop(wait_id, None) is not None:
-                finished.append((wait_id, False))
-        return finished
-
-    def abort_all(self) -> list[Finished]:
-        finished = [(wait_id, False) for wait_id in self._waits]
-        self._waits.clear()
-        self._deadlines.clear()
         return finished
