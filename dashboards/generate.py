@@ -363,6 +363,46 @@ CLUSTER_PANELS = (
         " SUBACKs that waited"
         " cluster.subscribe_wait_ms for the overlay: all should stay at 0.",
     ),
+    PanelSpec(
+        "Under-replicated (cluster.replicas > 1)",
+        "short",
+        (
+            t(
+                "sum by (instance) (skipmq_cluster_replication_under_replicated{$SEL})",
+                "{{instance}} log entries",
+                False,
+            ),
+            t(
+                "sum by (instance) (skipmq_cluster_replication_under_replicated_sessions{$SEL})",
+                "{{instance}} sessions",
+                False,
+            ),
+        ),
+        12,
+        "Send-log entries (their PUBACKs wait) and persistent sessions (lost with the broker's disk now)"
+        " not yet on cluster.replicas brokers; 0 in a healthy cluster (alerts"
+        " SkipMQUnderReplicatedEntries / SkipMQUnderReplicatedSessions). Empty with one copy.",
+    ),
+    PanelSpec(
+        "SUBACK/UNSUBACK copy waits (cluster.replicas > 1)",
+        "ops",
+        (
+            t(
+                "sum(rate(skipmq_cluster_replication_session_copy_waits_total{$SEL}[5m]))",
+                "waited for the copy",
+                False,
+            ),
+            t(
+                "sum by (reason) (rate(skipmq_cluster_replication_session_acks_uncopied_total{$SEL}[5m]))",
+                "sent without the copy: {{reason}}",
+                False,
+            ),
+        ),
+        12,
+        "SUBACKs and UNSUBACKs of persistent sessions held until the session's state was on N"
+        " brokers, and those sent without it (timed_out, fewer_than_n_live, stopping): the latter"
+        " should stay at 0 (docs/observability.md).",
+    ),
 )
 
 OVERLAY_PANELS = (
