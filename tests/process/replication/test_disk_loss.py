@@ -33,7 +33,6 @@ before S (S holds X's copies). Steps:
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
 import time
@@ -46,6 +45,7 @@ from tests.process.cluster.conftest import FAST_SETTINGS, READY_TIMEOUT_S
 from tests.support.cluster import (
     LIVE_CLUSTERS,
     ClusterClient,
+    close_tracked,
     metric_total,
     probe_route,
     unique_id,
@@ -229,8 +229,4 @@ def test_publishers_then_subscribers_broker_lost_with_its_disk_loses_nothing_and
         assert doubled_before <= taken, f"{doubled_before} duplicates of A's loss, {taken:g} taken over"
         assert of_s <= S_LOSS_DUPLICATES, f"{of_s} duplicates of S's loss (at most {S_LOSS_DUPLICATES})"
     finally:
-        for client in made:
-            with contextlib.suppress(Exception):
-                client.close()
-        cluster.close()
-        LIVE_CLUSTERS.remove(cluster)
+        close_tracked(cluster, made)

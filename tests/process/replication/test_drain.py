@@ -23,7 +23,6 @@ suite's faster keep-alive). Steps:
 
 from __future__ import annotations
 
-import contextlib
 import subprocess
 import sys
 import time
@@ -35,6 +34,7 @@ from tests.process.cluster.conftest import FAST_SETTINGS, READY_TIMEOUT_S
 from tests.support.cluster import (
     LIVE_CLUSTERS,
     ClusterClient,
+    close_tracked,
     metric_total,
     probe_route,
     unique_id,
@@ -175,8 +175,4 @@ def test_brokers_removed_one_at_a_time_with_a_drain_lose_nothing_and_keep_every_
             what="every session on 2 brokers again",
         )
     finally:
-        for client in made:
-            with contextlib.suppress(Exception):
-                client.close()
-        cluster.close()
-        LIVE_CLUSTERS.remove(cluster)
+        close_tracked(cluster, made)

@@ -40,6 +40,7 @@ from tests.process.cluster.conftest import FAST_SETTINGS, READY_TIMEOUT_S
 from tests.support.cluster import (
     LIVE_CLUSTERS,
     ClusterClient,
+    close_tracked,
     metric_total,
     probe_route,
     unique_id,
@@ -189,11 +190,7 @@ def test_publishers_broker_killed_with_its_disk_loses_nothing_acknowledged_with_
             assert result.lost, f"one copy lost nothing: the scenario does not test replication ({result})"
         assert len(acked) >= MESSAGES
     finally:
-        for client in made:
-            with contextlib.suppress(Exception):
-                client.close()
-        cluster.close()
-        LIVE_CLUSTERS.remove(cluster)
+        close_tracked(cluster, made)
 
 
 def test_a_puback_waits_for_the_second_copy_and_none_is_given_while_only_one_broker_is_up(
@@ -250,8 +247,4 @@ def test_a_puback_waits_for_the_second_copy_and_none_is_given_while_only_one_bro
             what="nothing under-replicated",
         )
     finally:
-        for client in made:
-            with contextlib.suppress(Exception):
-                client.close()
-        cluster.close()
-        LIVE_CLUSTERS.remove(cluster)
+        close_tracked(cluster, made)

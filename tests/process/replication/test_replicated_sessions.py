@@ -36,7 +36,6 @@ counted: exactly once across a broker's disk loss is not promised).
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
 import signal
@@ -50,6 +49,7 @@ from tests.process.cluster.conftest import FAST_SETTINGS, READY_TIMEOUT_S
 from tests.support.cluster import (
     LIVE_CLUSTERS,
     ClusterClient,
+    close_tracked,
     metric_total,
     probe_route,
     unique_id,
@@ -182,8 +182,4 @@ def test_subscribers_broker_killed_with_its_disk_the_session_is_present_elsewher
         report(f"replicas {replicas}: sessions adopted from the gone broker: {adopted:g}")
         assert adopted >= 1
     finally:
-        for client in made:
-            with contextlib.suppress(Exception):
-                client.close()
-        cluster.close()
-        LIVE_CLUSTERS.remove(cluster)
+        close_tracked(cluster, made)

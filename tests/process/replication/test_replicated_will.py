@@ -22,7 +22,6 @@ H (S's replica holder, the next on the ring), P (the watcher's, where one device
 
 from __future__ import annotations
 
-import contextlib
 import os
 import queue
 import shutil
@@ -33,11 +32,13 @@ import pytest
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
+from broker.config.schema import ClusterConfig
 from tests.process.cluster.conftest import FAST_SETTINGS, READY_TIMEOUT_S
 from tests.support.cluster import (
     LIVE_CLUSTERS,
     ClusterClient,
     Received,
+    close_tracked,
     metric_total,
     probe_route,
     unique_id,
@@ -52,7 +53,7 @@ QUIET_S = 3.0  # after GONE's will: no second one, and none of BACK's
 # by hand: S stays down and H adopts after the default failover (30 s) instead of S's empty restart
 # (about 30 s more: the restart is what CI runs, the failover timer is the simulation's)
 FAILOVER = env_int("SKIPMQ_ZL_REPL_WILL_FAILOVER", 0) == 1
-FAILOVER_S = 30  # cluster.replica_failover_s's default
+FAILOVER_S = ClusterConfig().replica_failover_s  # the default
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 
@@ -161,8 +162,4 @@ def test_the_adopter_publishes_a_lost_brokers_will_once_after_its_delay_and_not_
         for client in (gone, back):
             client.close()  # a normal DISCONNECT: no will
     finally:
-        for client in made:
-            with contextlib.suppress(Exception):
-                client.close()
-        cluster.close()
-        LIVE_CLUSTERS.remove(cluster)
+        close_tracked(cluster, made)

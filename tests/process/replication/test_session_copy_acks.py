@@ -18,7 +18,6 @@ detector's 6 s included), a real paho-mqtt client. A = the subscriber's broker, 
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
 import time
@@ -26,15 +25,23 @@ from pathlib import Path
 
 import pytest
 
+from broker.config.schema import ClusterConfig
 from tests.process.cluster.conftest import READY_TIMEOUT_S
-from tests.support.cluster import LIVE_CLUSTERS, ClusterClient, metric_total, unique_id, wait_until
+from tests.support.cluster import (
+    LIVE_CLUSTERS,
+    ClusterClient,
+    close_tracked,
+    metric_total,
+    unique_id,
+    wait_until,
+)
 from tests.support.zeroloss import report
 from tools.launcher import LocalCluster
 
 WAITS = "skipmq_cluster_replication_session_copy_waits_total"
 UNCOPIED = "skipmq_cluster_replication_session_acks_uncopied_total"
 UNDER_REPLICATED = "skipmq_cluster_replication_under_replicated_sessions"
-SUBSCRIBE_WAIT_S = 3.0  # cluster.subscribe_wait_ms's default
+SUBSCRIBE_WAIT_S = ClusterConfig().subscribe_wait_ms / 1000.0  # the default
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 
@@ -103,8 +110,4 @@ def test_suback_and_unsuback_wait_for_the_sessions_copy_and_the_metric_counts_th
         report(f"after the UNSUBACK and the disk loss, on the holder: {got}")
         assert got == [f"{keep}/x", f"{late}/x"], got
     finally:
-        for client in made:
-            with contextlib.suppress(Exception):
-                client.close()
-        cluster.close()
-        LIVE_CLUSTERS.remove(cluster)
+        close_tracked(cluster, made)

@@ -17,7 +17,6 @@ SIGTERM (``cluster.drain_on_stop_s = 0``) V logs no ``drained``: the test fails 
 
 from __future__ import annotations
 
-import contextlib
 import signal
 import time
 from pathlib import Path
@@ -28,6 +27,7 @@ from tests.process.cluster.conftest import FAST_SETTINGS, READY_TIMEOUT_S
 from tests.support.cluster import (
     LIVE_CLUSTERS,
     ClusterClient,
+    close_tracked,
     metric_total,
     probe_route,
     unique_id,
@@ -132,8 +132,4 @@ def test_sigterm_alone_drains_a_replicated_broker_and_loses_nothing(tmp_path: Pa
             what="everything on 2 brokers again",
         )
     finally:
-        for client in made:
-            with contextlib.suppress(Exception):
-                client.close()
-        cluster.close()
-        LIVE_CLUSTERS.remove(cluster)
+        close_tracked(cluster, made)
