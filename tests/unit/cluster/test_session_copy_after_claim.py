@@ -18,6 +18,7 @@ from __future__ import annotations
 from broker.cluster.engine_replication import EngineReplication, ReplicatedClusterPort
 from broker.cluster.messages import StreamPosition
 from broker.cluster.replication_messages import ReplicaHello, SessionCopy, SessionLookup
+from broker.config.schema import ClusterConfig
 from broker.core.messages import SessionSnapshot
 from broker.core.ports import Completion
 from tests.unit.cluster.test_engine_replication import _deliver, _Store
@@ -26,7 +27,7 @@ from tests.unit.cluster.test_replicated_port_copy import _ClaimingEngine
 
 HOME, HOLDER, HERE = "a:1", "b:1", "c:1"
 POSITIONS = (StreamPosition("c:1/inc", "=t", 40),)
-WAIT_S = 0.5  # cluster.takeover_wait_ms's default
+WAIT_S = ClusterConfig().takeover_wait_ms / 1000.0  # the default
 
 
 class _Takeover:

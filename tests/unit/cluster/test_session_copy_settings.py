@@ -33,6 +33,7 @@ from broker.adapters.sqlite_store import Store
 from broker.auth.from_config import build_access
 from broker.cluster.engine_replication import EngineReplication, ReplicatedClusterPort
 from broker.config import load_config
+from broker.config.schema import ClusterConfig
 from broker.core.broker import Broker
 from broker.core.messages import SessionSnapshot
 from broker.mqtt import codec
@@ -54,7 +55,7 @@ from tests.unit.core.test_qos2_outbound_durable import Loop
 
 LINK_S = 0.001  # one way between the brokers
 CLIENT_S = 0.0005  # one way between the client and its broker
-WAIT_S = 3.0  # cluster.subscribe_wait_ms's default
+WAIT_S = ClusterConfig().subscribe_wait_ms / 1000.0  # the default
 
 
 class _Link:
