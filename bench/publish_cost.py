@@ -228,10 +228,12 @@ class Callgrind:
         raise RuntimeError("callgrind wrote no dump")
 
 
-class Strace:
-    """System calls of the broker over the measured rounds (``strace -c -f -p``: attached only
-    while they run). Callgrind counts user-space instructions only; a change that adds system
-    calls (a write per packet instead of one per batch, a timer, a /proc read) shows here."""
+class _AttachedProbe:
+    """A profiler attached to the broker (``-p``/``--pid``) only while the measured rounds run,
+    stopped by SIGINT; each start writes a new numbered output file."""
+
+    ATTACH_S = 1.0  # attached to every thread before the rounds start
+    STOP_TIMEOUT_S = 30.0
 
     def __init__(self, pid: int, out_dir: Path) -> None:
         self.pid = pid
@@ -239,21 +241,34 @@ class Strace:
         self.proc: subprocess.Popen[bytes] | None = None
         self.count = 0
 
+    def path(self) -> Path:
+        raise NotImplementedError
+
+    def command(self) -> list[str]:
+        raise NotImplementedError
+
     def start(self) -> None:
         self.count += 1
-        out = self.out_dir / f"strace.{self.count}"
-        self.proc = subprocess.Popen(
-            ["strace", "-c", "-f", "-p", str(self.pid), "-o", str(out)],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        time.sleep(1.0)  # attached to every thread
+        self.proc = subprocess.Popen(self.command(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(self.ATTACH_S)
 
     def stop(self) -> Path:
         assert self.proc is not None
         self.proc.send_signal(signal.SIGINT)
-        self.proc.wait(timeout=30)
+        self.proc.wait(timeout=self.STOP_TIMEOUT_S)
+        return self.path()
+
+
+class Strace(_AttachedProbe):
+    """System calls of the broker over the measured rounds (``strace -c -f -p``: attached only
+    while they run). Callgrind counts user-space instructions only; a change that adds system
+    calls (a write per packet instead of one per batch, a timer, a /proc read) shows here."""
+
+    def path(self) -> Path:
         return self.out_dir / f"strace.{self.count}"
+
+    def command(self) -> list[str]:
+        return ["strace", "-c", "-f", "-p", str(self.pid), "-o", str(self.path())]
 
 
 class NoProbe:
@@ -269,47 +284,31 @@ class NoProbe:
         return self.out_dir / "none"
 
 
-class PySpy:
+class PySpy(_AttachedProbe):
     """py-spy attached (``record --pid --native``) only while the measured rounds run: samples of
     every thread of the broker, Python and C frames, for ``--breakdown``."""
 
     RATE_HZ = 500
-
-    def __init__(self, pid: int, out_dir: Path) -> None:
-        self.pid = pid
-        self.out_dir = out_dir
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.count = 0
-
-    def start(self) -> None:
-        self.count += 1
-        self.proc = subprocess.Popen(
-            [
-                str(Path(sys.executable).parent / "py-spy"),
-                "record",
-                "--pid",
-                str(self.pid),
-                "--native",
-                "--rate",
-                str(self.RATE_HZ),
-                "--format",
-                "raw",
-                "-o",
-                str(self.path()),
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        time.sleep(1.5)  # attached
+    ATTACH_S = 1.5
+    STOP_TIMEOUT_S = 60.0
 
     def path(self) -> Path:
         return self.out_dir / f"pyspy.{self.count}.txt"
 
-    def stop(self) -> Path:
-        assert self.proc is not None
-        self.proc.send_signal(signal.SIGINT)
-        self.proc.wait(timeout=60)
-        return self.path()
+    def command(self) -> list[str]:
+        return [
+            str(Path(sys.executable).parent / "py-spy"),
+            "record",
+            "--pid",
+            str(self.pid),
+            "--native",
+            "--rate",
+            str(self.RATE_HZ),
+            "--format",
+            "raw",
+            "-o",
+            str(self.path()),
+        ]
 
 
 def _proc_cpu_s(pid: int) -> float:
